@@ -1,0 +1,202 @@
+/*
+ * index-msg.c: where messages live (message rows), the committed end of
+ * each m.N (mfile rows), and crash recovery of the index.
+ *
+ * Invariant: for every committed message, offset + record_size <= the
+ * committed end of its m.N; bytes past the committed end belong to no
+ * committed message and recovery may cut them off.
+ */
+#include "index-private.h"
+
+#include "storage/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int dbox_index_msg_get(struct dbox_index *index, uint64_t ino,
+		       struct dbox_msgloc *loc_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_MSG_GET);
+	const unsigned char *guid;
+	int rc;
+
+	sqlite3_bind_int64(stmt, 1, ino);
+	rc = sqlite3_step(stmt);
+	if (rc != SQLITE_ROW)
+		return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "message");
+	loc_r->file_id = sqlite3_column_int64(stmt, 0);
+	loc_r->offset = sqlite3_column_int64(stmt, 1);
+	loc_r->body_size = sqlite3_column_int64(stmt, 2);
+	loc_r->record_size = sqlite3_column_int64(stmt, 3);
+	loc_r->vsize = sqlite3_column_int64(stmt, 4);
+	loc_r->state = sqlite3_column_int(stmt, 5);
+	guid = sqlite3_column_text(stmt, 6);
+	snprintf(loc_r->guid, sizeof(loc_r->guid), "%s",
+		 guid != NULL ? (const char *)guid : "");
+	return 0;
+}
+
+int dbox_index_msg_set(struct dbox_index *index, uint64_t ino,
+		       const struct dbox_msgloc *loc)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_MSG_SET);
+
+	sqlite3_bind_int64(stmt, 1, ino);
+	sqlite3_bind_int64(stmt, 2, loc->file_id);
+	sqlite3_bind_int64(stmt, 3, loc->offset);
+	sqlite3_bind_int64(stmt, 4, loc->body_size);
+	sqlite3_bind_int64(stmt, 5, loc->record_size);
+	sqlite3_bind_int64(stmt, 6, loc->vsize);
+	sqlite3_bind_int(stmt, 7, loc->state);
+	sqlite3_bind_text(stmt, 8, loc->guid, -1, SQLITE_STATIC);
+	return index_exec_stmt(index, stmt, "message set");
+}
+
+int dbox_index_msg_set_state(struct dbox_index *index, uint64_t ino,
+			     enum dbox_msg_state state)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_MSG_SET_STATE);
+
+	sqlite3_bind_int64(stmt, 1, ino);
+	sqlite3_bind_int(stmt, 2, state);
+	return index_exec_stmt(index, stmt, "message state");
+}
+
+int dbox_index_mfile_get(struct dbox_index *index, uint32_t file_id,
+			 uint64_t *size_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_MFILE_GET);
+	int rc;
+
+	sqlite3_bind_int64(stmt, 1, file_id);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW) {
+		*size_r = sqlite3_column_int64(stmt, 0);
+		return 0;
+	}
+	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "mfile");
+}
+
+int dbox_index_mfile_set(struct dbox_index *index, uint32_t file_id,
+			 uint64_t size)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_MFILE_SET);
+
+	sqlite3_bind_int64(stmt, 1, file_id);
+	sqlite3_bind_int64(stmt, 2, size);
+	return index_exec_stmt(index, stmt, "mfile set");
+}
+
+int dbox_index_mfile_max(struct dbox_index *index, uint32_t *file_id_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_MFILE_MAX);
+
+	if (sqlite3_step(stmt) != SQLITE_ROW)
+		return index_sql_error(index, "mfile max");
+	*file_id_r = sqlite3_column_int64(stmt, 0);
+	return 0;
+}
+
+int dbox_index_mfile_list(struct dbox_index *index, dbox_mfile_cb_t *cb,
+			  void *ctx)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_MFILE_LIST);
+	int rc, ret;
+
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+		ret = cb(ctx, sqlite3_column_int64(stmt, 0),
+			 sqlite3_column_int64(stmt, 1));
+		if (ret != 0) {
+			sqlite3_reset(stmt);
+			return ret;
+		}
+	}
+	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "mfile list");
+}
+
+/* Recovery runs once per open, so its SQL is not worth preparing up front. */
+static int exec(struct dbox_index *index, const char *sql)
+{
+	char *err = NULL;
+
+	if (sqlite3_exec(index->db, sql, NULL, NULL, &err) != SQLITE_OK) {
+		dbox_error("index %s: recovery: %s", index->path, err);
+		sqlite3_free(err);
+		return -EIO;
+	}
+	return 0;
+}
+
+int dbox_index_recover(struct dbox_index *index, unsigned int *writing_r,
+		       unsigned int *orphans_r, uint64_t **files_r,
+		       size_t *nfiles_r)
+{
+	sqlite3_stmt *stmt;
+	uint64_t *files = NULL;
+	size_t nfiles = 0;
+	int64_t now = dbox_now_ns();
+	char sql[1024];
+	int ret;
+
+	*files_r = NULL;
+	*nfiles_r = 0;
+	if ((ret = dbox_index_begin(index)) < 0)
+		return ret;
+	/* Unfinished deliveries: their names go, their directories change. */
+	snprintf(sql, sizeof(sql),
+		 "CREATE TEMP TABLE dead AS SELECT ino FROM message WHERE state = %d;"
+		 "UPDATE inode SET mtime = max(%lld, mtime + 1), ctime = max(%lld, mtime + 1)"
+		 " WHERE ino IN (SELECT parent FROM entry WHERE ino IN dead);"
+		 "DELETE FROM entry WHERE ino IN dead;"
+		 "INSERT INTO dead SELECT ino FROM inode WHERE nlink = 0 AND kind != %d"
+		 " AND ino NOT IN dead;",
+		 DBOX_MSG_WRITING, (long long)now, (long long)now, DBOX_KIND_DIR);
+	if ((ret = exec(index, sql)) < 0)
+		goto fail;
+	*writing_r = 0;
+	*orphans_r = 0;
+	if (sqlite3_prepare_v2(index->db,
+			       "SELECT d.ino, i.kind, m.state FROM dead d"
+			       " JOIN inode i ON i.ino = d.ino"
+			       " LEFT JOIN message m ON m.ino = d.ino",
+			       -1, &stmt, NULL) != SQLITE_OK) {
+		ret = index_sql_error(index, "recover");
+		goto fail;
+	}
+	while (sqlite3_step(stmt) == SQLITE_ROW) {
+		if (sqlite3_column_type(stmt, 2) != SQLITE_NULL &&
+		    sqlite3_column_int(stmt, 2) == DBOX_MSG_WRITING)
+			(*writing_r)++;
+		else
+			(*orphans_r)++;
+		if (sqlite3_column_int(stmt, 1) == DBOX_KIND_FILE) {
+			uint64_t *n = realloc(files, (nfiles + 1) * sizeof(*n));
+
+			if (n == NULL) {
+				ret = -ENOMEM;
+				sqlite3_finalize(stmt);
+				goto fail;
+			}
+			files = n;
+			files[nfiles++] = sqlite3_column_int64(stmt, 0);
+		}
+	}
+	sqlite3_finalize(stmt);
+	if ((ret = exec(index, "DELETE FROM message WHERE ino IN dead;"
+			       "DELETE FROM inode WHERE ino IN dead;"
+			       "DROP TABLE dead;")) < 0)
+		goto fail;
+	if ((ret = dbox_index_commit(index, true)) < 0)
+		goto fail_free;
+	*files_r = files;
+	*nfiles_r = nfiles;
+	return 0;
+fail:
+	dbox_index_rollback(index);
+	exec(index, "DROP TABLE IF EXISTS temp.dead");
+fail_free:
+	free(files);
+	return ret;
+}

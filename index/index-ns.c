@@ -1,0 +1,507 @@
+/*
+ * index-ns.c: the namespace: names, inodes, directories (see index.h).
+ *
+ * Invariants kept here:
+ *  - inode.nlink of a non-directory = number of entry rows naming it;
+ *    of a directory = 2 + number of subdirectories.
+ *  - a directory has exactly one entry (no hard links to directories).
+ *  - a directory's mtime strictly increases on every add, remove or
+ *    rename inside it (ST_TOUCH_DIR uses max(now, mtime + 1 ns)), so
+ *    clients comparing mtimes never miss a change.
+ *  - a rename keeps entry.id, so readdir by id sees a renamed entry once.
+ */
+#include "index-private.h"
+
+#include "storage/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+static int step_attr(struct dbox_index *index, sqlite3_stmt *stmt,
+		     int col, struct dbox_attr *attr_r, const char *what)
+{
+	int rc = sqlite3_step(stmt);
+
+	if (rc == SQLITE_ROW) {
+		index_row_attr(stmt, col, attr_r);
+		return 0;
+	}
+	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, what);
+}
+
+int dbox_index_lookup(struct dbox_index *index, uint64_t parent,
+		      const char *name, size_t namelen,
+		      struct dbox_attr *attr_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_LOOKUP);
+
+	sqlite3_bind_int64(stmt, 1, parent);
+	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
+	return step_attr(index, stmt, 0, attr_r, "lookup");
+}
+
+int dbox_index_getattr(struct dbox_index *index, uint64_t ino,
+		       struct dbox_attr *attr_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_GETATTR);
+
+	sqlite3_bind_int64(stmt, 1, ino);
+	return step_attr(index, stmt, 0, attr_r, "getattr");
+}
+
+/* The entry parent/name: its id and the attributes of what it names. */
+static int entry_get(struct dbox_index *index, uint64_t parent,
+		     const char *name, size_t namelen, uint64_t *id_r,
+		     struct dbox_attr *attr_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_ENTRY_GET);
+	int ret;
+
+	sqlite3_bind_int64(stmt, 1, parent);
+	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
+	ret = step_attr(index, stmt, 1, attr_r, "entry");
+	if (ret == 0)
+		*id_r = sqlite3_column_int64(stmt, 0);
+	return ret;
+}
+
+static int touch_dir(struct dbox_index *index, uint64_t dir, int64_t now_ns)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_TOUCH_DIR);
+
+	sqlite3_bind_int64(stmt, 1, dir);
+	sqlite3_bind_int64(stmt, 2, now_ns);
+	return index_exec_stmt(index, stmt, "touch dir");
+}
+
+static int nlink_add(struct dbox_index *index, uint64_t ino, int delta,
+		     int64_t now_ns)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_NLINK_ADD);
+
+	sqlite3_bind_int64(stmt, 1, ino);
+	sqlite3_bind_int(stmt, 2, delta);
+	sqlite3_bind_int64(stmt, 3, now_ns);
+	return index_exec_stmt(index, stmt, "nlink");
+}
+
+static int entry_insert(struct dbox_index *index, uint64_t parent,
+			const char *name, size_t namelen, uint64_t ino)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_ENTRY_INSERT);
+	int rc;
+
+	sqlite3_bind_int64(stmt, 1, parent);
+	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 3, ino);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_CONSTRAINT_UNIQUE)
+		return -EEXIST;
+	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "entry insert");
+}
+
+static int entry_delete(struct dbox_index *index, uint64_t id)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_ENTRY_DELETE);
+
+	sqlite3_bind_int64(stmt, 1, id);
+	return index_exec_stmt(index, stmt, "entry delete");
+}
+
+/* Check that dir is a directory. */
+static int check_dir(struct dbox_index *index, uint64_t dir)
+{
+	struct dbox_attr attr;
+	int ret = dbox_index_getattr(index, dir, &attr);
+
+	if (ret < 0)
+		return ret;
+	return attr.kind == DBOX_KIND_DIR ? 0 : -ENOTDIR;
+}
+
+int dbox_index_create(struct dbox_index *index, uint64_t parent,
+		      const char *name, size_t namelen, enum dbox_kind kind,
+		      uint32_t mode, uint32_t uid, uint32_t gid, int64_t now_ns,
+		      struct dbox_attr *attr_r)
+{
+	sqlite3_stmt *stmt;
+	bool is_dir = kind == DBOX_KIND_DIR;
+	uint64_t ino;
+	int ret;
+
+	if ((ret = check_dir(index, parent)) < 0)
+		return ret;
+	stmt = index_stmt(index, ST_INODE_INSERT);
+	sqlite3_bind_int(stmt, 1, kind);
+	sqlite3_bind_int64(stmt, 2, mode);
+	sqlite3_bind_int64(stmt, 3, uid);
+	sqlite3_bind_int64(stmt, 4, gid);
+	sqlite3_bind_int(stmt, 5, is_dir ? 2 : 1);
+	sqlite3_bind_int64(stmt, 6, now_ns);
+	if ((ret = index_exec_stmt(index, stmt, "inode insert")) < 0)
+		return ret;
+	ino = sqlite3_last_insert_rowid(index->db);
+	if ((ret = entry_insert(index, parent, name, namelen, ino)) < 0 ||
+	    (ret = touch_dir(index, parent, now_ns)) < 0 ||
+	    (is_dir && (ret = nlink_add(index, parent, 1, now_ns)) < 0))
+		return ret;
+	return dbox_index_getattr(index, ino, attr_r);
+}
+
+int dbox_index_link(struct dbox_index *index, uint64_t ino,
+		    uint64_t newparent, const char *name, size_t namelen,
+		    int64_t now_ns, struct dbox_attr *attr_r)
+{
+	struct dbox_attr attr;
+	int ret;
+
+	if ((ret = dbox_index_getattr(index, ino, &attr)) < 0)
+		return ret;
+	if (attr.kind == DBOX_KIND_DIR)
+		return -EPERM;
+	if (attr.nlink == 0)
+		return -ENOENT;
+	if ((ret = check_dir(index, newparent)) < 0 ||
+	    (ret = entry_insert(index, newparent, name, namelen, ino)) < 0 ||
+	    (ret = nlink_add(index, ino, 1, now_ns)) < 0 ||
+	    (ret = touch_dir(index, newparent, now_ns)) < 0)
+		return ret;
+	return dbox_index_getattr(index, ino, attr_r);
+}
+
+static int dir_is_empty(struct dbox_index *index, uint64_t dir)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_DIR_HAS_ENTRIES);
+	int rc;
+
+	sqlite3_bind_int64(stmt, 1, dir);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW)
+		return -ENOTEMPTY;
+	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "dir empty");
+}
+
+int dbox_index_delete_inode(struct dbox_index *index, uint64_t ino)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_MSG_DELETE);
+	int ret;
+
+	sqlite3_bind_int64(stmt, 1, ino);
+	if ((ret = index_exec_stmt(index, stmt, "message delete")) < 0)
+		return ret;
+	stmt = index_stmt(index, ST_INODE_DELETE);
+	sqlite3_bind_int64(stmt, 1, ino);
+	return index_exec_stmt(index, stmt, "inode delete");
+}
+
+int dbox_index_remove(struct dbox_index *index, uint64_t parent,
+		      const char *name, size_t namelen, bool dir,
+		      int64_t now_ns, uint64_t *ino_r, uint32_t *nlink_r)
+{
+	struct dbox_attr attr;
+	uint64_t id;
+	int ret;
+
+	if ((ret = entry_get(index, parent, name, namelen, &id, &attr)) < 0)
+		return ret;
+	if (dir && attr.kind != DBOX_KIND_DIR)
+		return -ENOTDIR;
+	if (!dir && attr.kind == DBOX_KIND_DIR)
+		return -EISDIR;
+	if (dir && (ret = dir_is_empty(index, attr.ino)) < 0)
+		return ret;
+	if ((ret = entry_delete(index, id)) < 0 ||
+	    (ret = touch_dir(index, parent, now_ns)) < 0)
+		return ret;
+	*ino_r = attr.ino;
+	if (dir) {
+		*nlink_r = 0;
+		if ((ret = nlink_add(index, parent, -1, now_ns)) < 0)
+			return ret;
+		return dbox_index_delete_inode(index, attr.ino);
+	}
+	*nlink_r = attr.nlink - 1;
+	return nlink_add(index, attr.ino, -1, now_ns);
+}
+
+int dbox_index_parent(struct dbox_index *index, uint64_t dir,
+		      uint64_t *parent_r)
+{
+	sqlite3_stmt *stmt;
+	int rc;
+
+	if (dir == DBOX_ROOT_INO) {
+		*parent_r = DBOX_ROOT_INO;
+		return 0;
+	}
+	stmt = index_stmt(index, ST_PARENT_OF);
+	sqlite3_bind_int64(stmt, 1, dir);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW) {
+		*parent_r = sqlite3_column_int64(stmt, 0);
+		return 0;
+	}
+	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "parent");
+}
+
+/* -EINVAL when dir is ancestor (or equal to) of node: a directory must not
+   be moved below itself. */
+static int check_not_ancestor(struct dbox_index *index, uint64_t dir,
+			      uint64_t node)
+{
+	int ret;
+
+	while (node != DBOX_ROOT_INO) {
+		if (node == dir)
+			return -EINVAL;
+		if ((ret = dbox_index_parent(index, node, &node)) < 0)
+			return ret;
+	}
+	return dir == DBOX_ROOT_INO ? -EINVAL : 0;
+}
+
+static int entry_move(struct dbox_index *index, uint64_t id, uint64_t parent,
+		      const char *name, size_t namelen)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_ENTRY_MOVE);
+
+	sqlite3_bind_int64(stmt, 1, id);
+	sqlite3_bind_int64(stmt, 2, parent);
+	sqlite3_bind_blob(stmt, 3, name, namelen, SQLITE_STATIC);
+	return index_exec_stmt(index, stmt, "entry move");
+}
+
+static int entry_set_ino(struct dbox_index *index, uint64_t id, uint64_t ino)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_ENTRY_SET_INO);
+
+	sqlite3_bind_int64(stmt, 1, id);
+	sqlite3_bind_int64(stmt, 2, ino);
+	return index_exec_stmt(index, stmt, "entry set ino");
+}
+
+/* RENAME_EXCHANGE: swap what the two names point at. */
+static int rename_exchange(struct dbox_index *index, uint64_t parent,
+			   uint64_t newparent, uint64_t id,
+			   const struct dbox_attr *src, uint64_t new_id,
+			   const struct dbox_attr *dst, int64_t now_ns)
+{
+	int ret;
+	int dirs_moved = (src->kind == DBOX_KIND_DIR) -
+			 (dst->kind == DBOX_KIND_DIR);
+
+	if (parent != newparent && dirs_moved != 0) {
+		if ((src->kind == DBOX_KIND_DIR &&
+		     (ret = check_not_ancestor(index, src->ino, newparent)) < 0) ||
+		    (dst->kind == DBOX_KIND_DIR &&
+		     (ret = check_not_ancestor(index, dst->ino, parent)) < 0))
+			return ret;
+		if ((ret = nlink_add(index, parent, -dirs_moved, now_ns)) < 0 ||
+		    (ret = nlink_add(index, newparent, dirs_moved, now_ns)) < 0)
+			return ret;
+	}
+	if ((ret = entry_set_ino(index, id, dst->ino)) < 0 ||
+	    (ret = entry_set_ino(index, new_id, src->ino)) < 0 ||
+	    (ret = touch_dir(index, parent, now_ns)) < 0)
+		return ret;
+	return parent == newparent ? 0 : touch_dir(index, newparent, now_ns);
+}
+
+int dbox_index_rename(struct dbox_index *index, uint64_t parent,
+		      const char *name, size_t namelen, uint64_t newparent,
+		      const char *newname, size_t newnamelen,
+		      unsigned int flags, int64_t now_ns,
+		      uint64_t *replaced_ino_r, uint32_t *replaced_nlink_r)
+{
+	struct dbox_attr src, dst;
+	uint64_t id, new_id = 0;
+	bool src_dir, replacing;
+	int ret;
+
+	*replaced_ino_r = 0;
+	*replaced_nlink_r = 0;
+	if ((flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) != 0 ||
+	    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE))
+		return -EINVAL;
+	if ((ret = entry_get(index, parent, name, namelen, &id, &src)) < 0)
+		return ret;
+	if ((ret = check_dir(index, newparent)) < 0)
+		return ret;
+	src_dir = src.kind == DBOX_KIND_DIR;
+	ret = entry_get(index, newparent, newname, newnamelen, &new_id, &dst);
+	if (ret < 0 && ret != -ENOENT)
+		return ret;
+	replacing = ret == 0;
+	if (replacing) {
+		if (flags & RENAME_NOREPLACE)
+			return -EEXIST;
+		if (flags & RENAME_EXCHANGE)
+			return rename_exchange(index, parent, newparent, id,
+					       &src, new_id, &dst, now_ns);
+		if (dst.ino == src.ino)
+			return 0; /* two names of one inode: POSIX no-op */
+		if (src_dir && dst.kind != DBOX_KIND_DIR)
+			return -ENOTDIR;
+		if (!src_dir && dst.kind == DBOX_KIND_DIR)
+			return -EISDIR;
+		if (src_dir && (ret = dir_is_empty(index, dst.ino)) < 0)
+			return ret;
+	} else if (flags & RENAME_EXCHANGE) {
+		return -ENOENT;
+	}
+	if (src_dir && parent != newparent &&
+	    (ret = check_not_ancestor(index, src.ino, newparent)) < 0)
+		return ret;
+
+	if (replacing) {
+		/* Replace the target: drop its name first. */
+		if ((ret = entry_delete(index, new_id)) < 0)
+			return ret;
+		if (dst.kind == DBOX_KIND_DIR) {
+			if ((ret = nlink_add(index, newparent, -1, now_ns)) < 0 ||
+			    (ret = dbox_index_delete_inode(index, dst.ino)) < 0)
+				return ret;
+		} else {
+			if ((ret = nlink_add(index, dst.ino, -1, now_ns)) < 0)
+				return ret;
+			*replaced_ino_r = dst.ino;
+			*replaced_nlink_r = dst.nlink - 1;
+		}
+	}
+	if ((ret = entry_move(index, id, newparent, newname, newnamelen)) < 0 ||
+	    (ret = nlink_add(index, src.ino, 0, now_ns)) < 0 ||
+	    (ret = touch_dir(index, parent, now_ns)) < 0)
+		return ret;
+	if (parent != newparent) {
+		if ((ret = touch_dir(index, newparent, now_ns)) < 0)
+			return ret;
+		if (src_dir &&
+		    ((ret = nlink_add(index, parent, -1, now_ns)) < 0 ||
+		     (ret = nlink_add(index, newparent, 1, now_ns)) < 0))
+			return ret;
+	}
+	return 0;
+}
+
+int dbox_index_setattr(struct dbox_index *index, const struct dbox_attr *attr)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_SETATTR);
+	int ret;
+
+	sqlite3_bind_int64(stmt, 1, attr->ino);
+	sqlite3_bind_int64(stmt, 2, attr->mode);
+	sqlite3_bind_int64(stmt, 3, attr->uid);
+	sqlite3_bind_int64(stmt, 4, attr->gid);
+	sqlite3_bind_int64(stmt, 5, attr->size);
+	sqlite3_bind_int64(stmt, 6, attr->mtime_ns);
+	sqlite3_bind_int64(stmt, 7, attr->ctime_ns);
+	if ((ret = index_exec_stmt(index, stmt, "setattr")) < 0)
+		return ret;
+	return sqlite3_changes(index->db) == 1 ? 0 : -ENOENT;
+}
+
+int dbox_index_readdir(struct dbox_index *index, uint64_t dir, uint64_t after,
+		       dbox_readdir_cb_t *cb, void *ctx)
+{
+	sqlite3_stmt *stmt;
+	struct dbox_dirent ent;
+	int rc, ret;
+	bool more = true;
+
+	/* Pages of 256 rows, so the statement is never held open across a
+	   callback that stops early. */
+	while (more) {
+		unsigned int rows = 0;
+
+		stmt = index_stmt(index, ST_READDIR);
+		sqlite3_bind_int64(stmt, 1, dir);
+		sqlite3_bind_int64(stmt, 2, after);
+		while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+			rows++;
+			ent.cookie = sqlite3_column_int64(stmt, 0);
+			ent.name = sqlite3_column_blob(stmt, 1);
+			ent.namelen = sqlite3_column_bytes(stmt, 1);
+			index_row_attr(stmt, 2, &ent.attr);
+			after = ent.cookie;
+			ret = cb(ctx, &ent);
+			if (ret != 0) {
+				sqlite3_reset(stmt);
+				return ret < 0 ? ret : 0;
+			}
+		}
+		if (rc != SQLITE_DONE)
+			return index_sql_error(index, "readdir");
+		more = rows == 256;
+	}
+	return 0;
+}
+
+/* The name of directory dir (its one entry), malloc()ed into *name_r. */
+static int dir_name(struct dbox_index *index, uint64_t dir, char **name_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_NAME_OF);
+	int rc;
+
+	sqlite3_bind_int64(stmt, 1, dir);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW) {
+		*name_r = strndup(sqlite3_column_blob(stmt, 0),
+				  sqlite3_column_bytes(stmt, 0));
+		return *name_r == NULL ? -ENOMEM : 0;
+	}
+	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "dir name");
+}
+
+int dbox_index_mailbox_name(struct dbox_index *index, uint64_t dir,
+			    char **name_r)
+{
+	char *path = NULL, *comp = NULL, *joined;
+	uint64_t folder, parent;
+	int ret;
+
+	/* dir is the cur/new/tmp; its parent is the folder. */
+	if ((ret = dbox_index_parent(index, dir, &folder)) < 0)
+		return ret;
+	while (folder != DBOX_ROOT_INO) {
+		if ((ret = dbox_index_parent(index, folder, &parent)) < 0 ||
+		    (ret = dir_name(index, folder, &comp)) < 0) {
+			free(path);
+			return ret;
+		}
+		if (path == NULL) {
+			joined = comp;
+		} else {
+			if (asprintf(&joined, "%s/%s", comp, path) < 0)
+				joined = NULL;
+			free(comp);
+			free(path);
+			if (joined == NULL)
+				return -ENOMEM;
+		}
+		path = joined;
+		folder = parent;
+	}
+	if (path == NULL) {
+		*name_r = strdup("INBOX");
+		return *name_r == NULL ? -ENOMEM : 0;
+	}
+	if (path[0] == '.' && strchr(path, '/') == NULL) {
+		/* Maildir++ ".A.B" is the folder A/B. */
+		memmove(path, path + 1, strlen(path));
+		for (char *p = path; *p != '\0'; p++)
+			if (*p == '.')
+				*p = '/';
+	}
+	*name_r = path;
+	return 0;
+}

@@ -1,0 +1,46 @@
+#ifndef DBOXFS_INDEX_PRIVATE_H
+#define DBOXFS_INDEX_PRIVATE_H
+
+/* Shared by the files of index/ only: the connection and its statements. */
+
+#include "index.h"
+
+#include <sqlite3.h>
+
+/* Every statement the index runs, prepared once at open (index.c). */
+enum index_stmt {
+	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_SYNC_FULL, ST_SYNC_NORMAL,
+	ST_LOOKUP, ST_GETATTR, ST_INODE_INSERT, ST_ENTRY_INSERT,
+	ST_ENTRY_GET, ST_ENTRY_DELETE, ST_ENTRY_MOVE, ST_ENTRY_SET_INO,
+	ST_DIR_HAS_ENTRIES, ST_PARENT_OF, ST_NAME_OF, ST_TOUCH_DIR, ST_NLINK_ADD,
+	ST_SETATTR, ST_INODE_DELETE, ST_MSG_DELETE, ST_READDIR,
+	ST_MSG_GET, ST_MSG_SET, ST_MSG_SET_STATE,
+	ST_MFILE_GET, ST_MFILE_SET, ST_MFILE_MAX, ST_MFILE_LIST,
+	ST_META_GET, ST_SYNC_TOUCH,
+	ST_COUNT
+};
+
+struct dbox_index {
+	sqlite3 *db;
+	char *path;
+	sqlite3_stmt *stmt[ST_COUNT];
+};
+
+/* The statement for id, reset and with bindings cleared. */
+sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id);
+
+/* Log a SQLite failure (what, plus sqlite3_errmsg) and return -EIO. */
+int index_sql_error(struct dbox_index *index, const char *what);
+
+/* Step a statement that returns no row; 0 or -EIO. */
+int index_exec_stmt(struct dbox_index *index, sqlite3_stmt *stmt,
+		    const char *what);
+
+/* Fill an attr from a row whose columns start at col with
+   ino, kind, mode, uid, gid, nlink, size, mtime, ctime. */
+void index_row_attr(sqlite3_stmt *stmt, int col, struct dbox_attr *attr_r);
+
+/* The column list index_row_attr() reads, for building statements. */
+#define INDEX_ATTR_COLS "i.ino, i.kind, i.mode, i.uid, i.gid, i.nlink, i.size, i.mtime, i.ctime"
+
+#endif

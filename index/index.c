@@ -1,0 +1,325 @@
+/*
+ * index.c: opening the SQLite index, its schema, prepared statements,
+ * transactions and error mapping.  The namespace operations are in
+ * index-ns.c, message and m.N bookkeeping in index-msg.c.
+ *
+ * Invariant: every statement is prepared here once and reused; nothing
+ * else in the index prepares SQL at run time.
+ */
+#include "index-private.h"
+
+#include "storage/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char schema_sql[] =
+	"CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;\n"
+	"CREATE TABLE inode (\n"
+	"  ino   INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+	"  kind  INTEGER NOT NULL,\n"   /* enum dbox_kind */
+	"  mode  INTEGER NOT NULL,\n"   /* with S_IFMT bits */
+	"  uid   INTEGER NOT NULL, gid INTEGER NOT NULL,\n"
+	"  nlink INTEGER NOT NULL,\n"   /* names; dirs: 2 + subdirectories */
+	"  size  INTEGER NOT NULL,\n"   /* plaintext bytes */
+	"  mtime INTEGER NOT NULL,\n"   /* ns; a message's received time */
+	"  ctime INTEGER NOT NULL);\n"  /* ns */
+	"CREATE TABLE entry (\n"
+	"  id     INTEGER PRIMARY KEY AUTOINCREMENT,\n" /* readdir order */
+	"  parent INTEGER NOT NULL,\n"
+	"  name   BLOB NOT NULL,\n"
+	"  ino    INTEGER NOT NULL);\n"
+	"CREATE UNIQUE INDEX entry_name ON entry (parent, name);\n"
+	"CREATE INDEX entry_parent ON entry (parent);\n"
+	"CREATE INDEX entry_ino ON entry (ino);\n"
+	"CREATE TABLE message (\n"
+	"  ino         INTEGER PRIMARY KEY,\n"
+	"  guid        TEXT NOT NULL,\n"
+	"  file_id     INTEGER NOT NULL,\n"
+	"  offset      INTEGER NOT NULL,\n"
+	"  body_size   INTEGER NOT NULL,\n"
+	"  record_size INTEGER NOT NULL,\n"
+	"  vsize       INTEGER NOT NULL,\n"
+	"  state       INTEGER NOT NULL);\n" /* enum dbox_msg_state */
+	"CREATE INDEX message_file ON message (file_id, offset);\n"
+	"CREATE TABLE mfile (\n"
+	"  file_id INTEGER PRIMARY KEY,\n"
+	"  size    INTEGER NOT NULL);\n"; /* committed end */
+
+static const char *const stmt_sql[ST_COUNT] = {
+	[ST_BEGIN] = "BEGIN IMMEDIATE",
+	[ST_COMMIT] = "COMMIT",
+	[ST_ROLLBACK] = "ROLLBACK",
+	[ST_SYNC_FULL] = "PRAGMA synchronous=FULL",
+	[ST_SYNC_NORMAL] = "PRAGMA synchronous=NORMAL",
+	[ST_LOOKUP] = "SELECT " INDEX_ATTR_COLS " FROM entry e JOIN inode i ON i.ino = e.ino"
+		      " WHERE e.parent = ?1 AND e.name = ?2",
+	[ST_GETATTR] = "SELECT " INDEX_ATTR_COLS " FROM inode i WHERE i.ino = ?1",
+	[ST_INODE_INSERT] = "INSERT INTO inode (kind, mode, uid, gid, nlink, size, mtime, ctime)"
+			    " VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?6)",
+	[ST_ENTRY_INSERT] = "INSERT INTO entry (parent, name, ino) VALUES (?1, ?2, ?3)",
+	[ST_ENTRY_GET] = "SELECT e.id, " INDEX_ATTR_COLS " FROM entry e JOIN inode i ON i.ino = e.ino"
+			 " WHERE e.parent = ?1 AND e.name = ?2",
+	[ST_ENTRY_DELETE] = "DELETE FROM entry WHERE id = ?1",
+	[ST_ENTRY_MOVE] = "UPDATE entry SET parent = ?2, name = ?3 WHERE id = ?1",
+	[ST_ENTRY_SET_INO] = "UPDATE entry SET ino = ?2 WHERE id = ?1",
+	[ST_DIR_HAS_ENTRIES] = "SELECT 1 FROM entry WHERE parent = ?1 LIMIT 1",
+	[ST_NAME_OF] = "SELECT name FROM entry WHERE ino = ?1 LIMIT 1",
+	[ST_PARENT_OF] = "SELECT parent FROM entry WHERE ino = ?1 LIMIT 1",
+	[ST_TOUCH_DIR] = "UPDATE inode SET mtime = max(?2, mtime + 1), ctime = max(?2, mtime + 1)"
+			 " WHERE ino = ?1",
+	[ST_NLINK_ADD] = "UPDATE inode SET nlink = nlink + ?2, ctime = max(ctime, ?3) WHERE ino = ?1",
+	[ST_SETATTR] = "UPDATE inode SET mode = ?2, uid = ?3, gid = ?4, size = ?5, mtime = ?6,"
+		       " ctime = ?7 WHERE ino = ?1",
+	[ST_INODE_DELETE] = "DELETE FROM inode WHERE ino = ?1",
+	[ST_MSG_DELETE] = "DELETE FROM message WHERE ino = ?1",
+	[ST_READDIR] = "SELECT e.id, e.name, " INDEX_ATTR_COLS " FROM entry e"
+		       " JOIN inode i ON i.ino = e.ino"
+		       " WHERE e.parent = ?1 AND e.id > ?2 ORDER BY e.id LIMIT 256",
+	[ST_MSG_GET] = "SELECT file_id, offset, body_size, record_size, vsize, state, guid"
+		       " FROM message WHERE ino = ?1",
+	[ST_MSG_SET] = "INSERT OR REPLACE INTO message"
+		       " (ino, file_id, offset, body_size, record_size, vsize, state, guid)"
+		       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+	[ST_MSG_SET_STATE] = "UPDATE message SET state = ?2 WHERE ino = ?1",
+	[ST_MFILE_GET] = "SELECT size FROM mfile WHERE file_id = ?1",
+	[ST_MFILE_SET] = "INSERT OR REPLACE INTO mfile (file_id, size) VALUES (?1, ?2)",
+	[ST_MFILE_MAX] = "SELECT coalesce(max(file_id), 0) FROM mfile",
+	[ST_MFILE_LIST] = "SELECT file_id, size FROM mfile ORDER BY file_id",
+	[ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
+	[ST_SYNC_TOUCH] = "UPDATE meta SET value = value WHERE key = 'format'",
+};
+
+int index_sql_error(struct dbox_index *index, const char *what)
+{
+	dbox_error("index %s: %s: %s", index->path, what,
+		   sqlite3_errmsg(index->db));
+	return -EIO;
+}
+
+sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id)
+{
+	sqlite3_stmt *stmt = index->stmt[id];
+
+	sqlite3_reset(stmt);
+	sqlite3_clear_bindings(stmt);
+	return stmt;
+}
+
+int index_exec_stmt(struct dbox_index *index, sqlite3_stmt *stmt,
+		    const char *what)
+{
+	int rc = sqlite3_step(stmt);
+
+	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+		return index_sql_error(index, what);
+	return 0;
+}
+
+void index_row_attr(sqlite3_stmt *stmt, int col, struct dbox_attr *attr_r)
+{
+	attr_r->ino = sqlite3_column_int64(stmt, col);
+	attr_r->kind = sqlite3_column_int(stmt, col + 1);
+	attr_r->mode = sqlite3_column_int64(stmt, col + 2);
+	attr_r->uid = sqlite3_column_int64(stmt, col + 3);
+	attr_r->gid = sqlite3_column_int64(stmt, col + 4);
+	attr_r->nlink = sqlite3_column_int64(stmt, col + 5);
+	attr_r->size = sqlite3_column_int64(stmt, col + 6);
+	attr_r->mtime_ns = sqlite3_column_int64(stmt, col + 7);
+	attr_r->ctime_ns = sqlite3_column_int64(stmt, col + 8);
+}
+
+int64_t dbox_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int exec_sql(struct dbox_index *index, const char *sql)
+{
+	char *err = NULL;
+
+	if (sqlite3_exec(index->db, sql, NULL, NULL, &err) != SQLITE_OK) {
+		dbox_error("index %s: %s", index->path, err);
+		sqlite3_free(err);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* A new index: schema, format, uidvalidity and the root directory. */
+static int create_schema(struct dbox_index *index)
+{
+	int64_t now = dbox_now_ns();
+	char sql[512];
+	int ret;
+
+	if ((ret = exec_sql(index, "BEGIN")) < 0)
+		return ret;
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO meta VALUES ('format', %d), ('uidvalidity', %lld);"
+		 "INSERT INTO inode (ino, kind, mode, uid, gid, nlink, size, mtime, ctime)"
+		 " VALUES (%d, %d, %d, %u, %u, 2, 0, %lld, %lld);",
+		 DBOX_INDEX_FORMAT, (long long)(now / 1000000000),
+		 DBOX_ROOT_INO, DBOX_KIND_DIR, S_IFDIR | 0700,
+		 (unsigned)getuid(), (unsigned)getgid(),
+		 (long long)now, (long long)now);
+	if ((ret = exec_sql(index, schema_sql)) < 0 ||
+	    (ret = exec_sql(index, sql)) < 0 ||
+	    (ret = exec_sql(index, "COMMIT")) < 0) {
+		exec_sql(index, "ROLLBACK");
+		return ret;
+	}
+	return 0;
+}
+
+static int check_format(struct dbox_index *index)
+{
+	int64_t format;
+
+	if (dbox_index_meta_get(index, "format", &format) < 0) {
+		dbox_error("index %s: not a dboxfs index (no format)",
+			   index->path);
+		return -EIO;
+	}
+	if (format > DBOX_INDEX_FORMAT) {
+		dbox_error("index %s: format %lld is newer than this dboxfs "
+			   "(%d); upgrade dboxfs", index->path,
+			   (long long)format, DBOX_INDEX_FORMAT);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
+{
+	struct dbox_index *index;
+	bool is_new;
+	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+	int ret;
+
+	is_new = access(path, F_OK) != 0;
+	if (is_new && !create)
+		return -ENOENT;
+	if (is_new)
+		flags |= SQLITE_OPEN_CREATE;
+
+	index = calloc(1, sizeof(*index));
+	if (index == NULL || (index->path = strdup(path)) == NULL) {
+		free(index);
+		return -ENOMEM;
+	}
+	if (sqlite3_open_v2(path, &index->db, flags, NULL) != SQLITE_OK) {
+		ret = index_sql_error(index, "open");
+		goto fail;
+	}
+	sqlite3_extended_result_codes(index->db, 1);
+	sqlite3_busy_timeout(index->db, 5000);
+	if ((ret = exec_sql(index, "PRAGMA journal_mode=WAL;"
+				   "PRAGMA synchronous=NORMAL;"
+				   "PRAGMA foreign_keys=OFF;"
+				   "PRAGMA cache_size=-65536;")) < 0)
+		goto fail;
+	if (is_new && (ret = create_schema(index)) < 0)
+		goto fail;
+	for (int i = 0; i < ST_COUNT; i++) {
+		if (sqlite3_prepare_v3(index->db, stmt_sql[i], -1,
+				       SQLITE_PREPARE_PERSISTENT,
+				       &index->stmt[i], NULL) != SQLITE_OK) {
+			ret = index_sql_error(index, stmt_sql[i]);
+			goto fail;
+		}
+	}
+	if ((ret = check_format(index)) < 0)
+		goto fail;
+	*index_r = index;
+	return 0;
+fail:
+	dbox_index_close(&index);
+	return ret;
+}
+
+void dbox_index_close(struct dbox_index **indexp)
+{
+	struct dbox_index *index = *indexp;
+
+	if (index == NULL)
+		return;
+	*indexp = NULL;
+	for (int i = 0; i < ST_COUNT; i++)
+		sqlite3_finalize(index->stmt[i]);
+	sqlite3_close(index->db);
+	free(index->path);
+	free(index);
+}
+
+int dbox_index_begin(struct dbox_index *index)
+{
+	return index_exec_stmt(index, index_stmt(index, ST_BEGIN), "begin");
+}
+
+/* Make every committed transaction durable: a write transaction committed
+   under synchronous=FULL syncs the WAL, and with it all earlier frames.
+   (The setting is changed only outside a transaction.) */
+static int index_sync(struct dbox_index *index)
+{
+	int ret;
+
+	if ((ret = index_exec_stmt(index, index_stmt(index, ST_SYNC_FULL),
+				   "synchronous")) < 0)
+		return ret;
+	if ((ret = dbox_index_begin(index)) == 0 &&
+	    (ret = index_exec_stmt(index, index_stmt(index, ST_SYNC_TOUCH),
+				   "sync")) == 0)
+		ret = index_exec_stmt(index, index_stmt(index, ST_COMMIT),
+				      "commit");
+	dbox_index_rollback(index);
+	index_exec_stmt(index, index_stmt(index, ST_SYNC_NORMAL), "synchronous");
+	return ret;
+}
+
+int dbox_index_commit(struct dbox_index *index, bool durable)
+{
+	int ret;
+
+	ret = index_exec_stmt(index, index_stmt(index, ST_COMMIT), "commit");
+	if (ret < 0) {
+		dbox_index_rollback(index);
+		return ret;
+	}
+	return durable ? index_sync(index) : 0;
+}
+
+int dbox_index_sync(struct dbox_index *index)
+{
+	return index_sync(index);
+}
+
+void dbox_index_rollback(struct dbox_index *index)
+{
+	if (!sqlite3_get_autocommit(index->db))
+		sqlite3_step(index_stmt(index, ST_ROLLBACK));
+	sqlite3_reset(index->stmt[ST_ROLLBACK]);
+}
+
+int dbox_index_meta_get(struct dbox_index *index, const char *key,
+			int64_t *value_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_META_GET);
+	int rc;
+
+	sqlite3_bind_text(stmt, 1, key, -1, SQLITE_STATIC);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW) {
+		*value_r = sqlite3_column_int64(stmt, 0);
+		return 0;
+	}
+	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "meta");
+}

@@ -1,0 +1,416 @@
+/*
+ * dbox-file.c: the I/O on one storage/m.N file (see dbox-file.h): create it
+ * with its header line, append one record at a time, read a record back
+ * and walk all records.
+ *
+ * Invariants kept here:
+ * - Every offset we write, and the end of every record we finish, stays
+ *   below DBOX_FILE_SIZE_MAX: the map index stores offsets and sizes as
+ *   uint32_t (reference section 6).  Past it we fail with EFBIG.
+ * - While a record is open for appending, the file ends at the body end
+ *   (offset + 30 + body_size), except after a finish, when the metadata
+ *   block follows; any write that would leave old metadata bytes inside
+ *   the body drops that block first, so gaps in the body read as zeros.
+ * - Corruption is reported as EIO and logged once, here, as
+ *   "m.<id> offset <n>: <what>".
+ */
+#include "dbox-file.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Largest file offset a record may reach (map offsets are uint32_t). */
+#define DBOX_FILE_SIZE_MAX ((uint64_t)UINT32_MAX)
+/* Bytes read at once when computing a vsize or reading metadata. */
+#define IO_CHUNK (64 * 1024)
+/* How much of a file's start we read to find its header line. */
+#define FILE_HEADER_READ 512
+/* A metadata block larger than this is taken as corruption. */
+#define METADATA_MAX (1024 * 1024)
+
+/* pwrite all of buf.  Returns 0 or -1 with errno. */
+static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t ret = pwrite(fd, p, len, (off_t)off);
+		if (ret < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += ret;
+		len -= (size_t)ret;
+		off += (uint64_t)ret;
+	}
+	return 0;
+}
+
+/* pread up to len bytes, stopping early only at EOF.  Returns the byte
+   count or -1 with errno. */
+static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	char *p = buf;
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t ret = pread(fd, p + done, len - done, (off_t)(off + done));
+		if (ret < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (ret == 0)
+			break;
+		done += (size_t)ret;
+	}
+	return (ssize_t)done;
+}
+
+void dbox_file_name(char *buf, uint32_t file_id)
+{
+	snprintf(buf, 16, "m.%u", file_id);
+}
+
+int dbox_file_create(int dirfd, uint32_t file_id, uint64_t *size_r)
+{
+	char name[16], header[DBOX_FILE_HEADER_MAX];
+	size_t len = dbox_file_header_format(header, time(NULL));
+	int fd, saved_errno;
+
+	dbox_file_name(name, file_id);
+	fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	if (pwrite_full(fd, header, len, 0) < 0) {
+		/* Leave no headerless m.N behind to trip EEXIST later. */
+		saved_errno = errno;
+		unlinkat(dirfd, name, 0);
+		close(fd);
+		errno = saved_errno;
+		return -1;
+	}
+	*size_r = len;
+	return fd;
+}
+
+/* dbox_file_read_header, logging corruption when file_id is known. */
+static int read_header(int fd, const uint32_t *file_id, size_t *header_len_r)
+{
+	char buf[FILE_HEADER_READ];
+	unsigned int msg_header_size;
+	time_t created;
+	ssize_t len = pread_full(fd, buf, sizeof(buf), 0);
+
+	if (len < 0)
+		return -1;
+	if (dbox_file_header_parse(buf, (size_t)len, header_len_r,
+				   &msg_header_size, &created) < 0) {
+		if (file_id != NULL) {
+			dbox_error("m.%u offset 0: not a dbox v2 file header "
+				   "(need \"2 M1e ...\\n\")", *file_id);
+		}
+		errno = EIO;
+		return -1;
+	}
+	return 0;
+}
+
+int dbox_file_read_header(int fd, size_t *header_len_r)
+{
+	return read_header(fd, NULL, header_len_r);
+}
+
+/* Fail with EFBIG unless the record may extend to file offset `end`. */
+static int check_end(uint64_t end)
+{
+	if (end > DBOX_FILE_SIZE_MAX) {
+		errno = EFBIG;
+		return -1;
+	}
+	return 0;
+}
+
+/* Body byte `off` of the record as a file offset. */
+static uint64_t body_pos(const struct dbox_append *ap, uint64_t off)
+{
+	return ap->offset + DBOX_MSG_HEADER_SIZE + off;
+}
+
+int dbox_append_begin(struct dbox_append *ap, int fd, uint64_t offset)
+{
+	static const uint8_t placeholder[DBOX_MSG_HEADER_SIZE];
+
+	memset(ap, 0, sizeof(*ap));
+	ap->fd = fd;
+	ap->offset = offset;
+	if (offset > DBOX_FILE_SIZE_MAX ||
+	    check_end(body_pos(ap, 0)) < 0) {
+		errno = EFBIG;
+		return -1;
+	}
+	return pwrite_full(fd, placeholder, sizeof(placeholder), offset);
+}
+
+/* After a finish, the metadata block follows the body.  Before the body
+   grows past its old end with a gap, drop the block so the gap reads as
+   zeros, not as stale metadata. */
+static int drop_metadata(struct dbox_append *ap)
+{
+	if (ap->record_size == 0)
+		return 0;
+	return ftruncate(ap->fd, (off_t)body_pos(ap, ap->body_size));
+}
+
+int dbox_append_pwrite(struct dbox_append *ap, const void *buf, size_t len,
+		       uint64_t off)
+{
+	if (off > DBOX_FILE_SIZE_MAX || len > DBOX_FILE_SIZE_MAX ||
+	    check_end(body_pos(ap, off + len)) < 0) {
+		errno = EFBIG;
+		return -1;
+	}
+	if (off > ap->body_size && drop_metadata(ap) < 0)
+		return -1;
+	if (pwrite_full(ap->fd, buf, len, body_pos(ap, off)) < 0)
+		return -1;
+	if (off + len > ap->body_size)
+		ap->body_size = off + len;
+	return 0;
+}
+
+int dbox_append_truncate(struct dbox_append *ap, uint64_t size)
+{
+	if (size > DBOX_FILE_SIZE_MAX || check_end(body_pos(ap, size)) < 0) {
+		errno = EFBIG;
+		return -1;
+	}
+	if (size > ap->body_size && drop_metadata(ap) < 0)
+		return -1;
+	if (ftruncate(ap->fd, (off_t)body_pos(ap, size)) < 0)
+		return -1;
+	ap->body_size = size;
+	return 0;
+}
+
+/* Compute the vsize of the record's body by reading it back. */
+static int body_vsize(const struct dbox_append *ap, uint64_t *vsize_r)
+{
+	char *buf = malloc(IO_CHUNK);
+	uint64_t off = 0, vsize = 0;
+	bool prev_cr = false;
+
+	if (buf == NULL)
+		return -1;
+	while (off < ap->body_size) {
+		uint64_t left = ap->body_size - off;
+		size_t want = left < IO_CHUNK ? (size_t)left : IO_CHUNK;
+		ssize_t ret = pread_full(ap->fd, buf, want, body_pos(ap, off));
+
+		if (ret <= 0) {
+			if (ret == 0)
+				errno = EIO; /* file shorter than the body */
+			free(buf);
+			return -1;
+		}
+		vsize += dbox_vsize_add(buf, (size_t)ret, prev_cr, &prev_cr);
+		off += (uint64_t)ret;
+	}
+	free(buf);
+	*vsize_r = vsize;
+	return 0;
+}
+
+int dbox_append_finish(struct dbox_append *ap, struct dbox_metadata *md)
+{
+	uint8_t header[DBOX_MSG_HEADER_SIZE];
+	uint64_t meta_pos = body_pos(ap, ap->body_size);
+	char *block;
+	long block_len;
+	int ret = -1;
+
+	if (!md->has_vsize) {
+		if (body_vsize(ap, &md->vsize) < 0)
+			return -1;
+		md->has_vsize = true;
+	}
+	block_len = dbox_metadata_format(md, &block);
+	if (block_len < 0)
+		return -1;
+	dbox_msg_header_format(header, ap->body_size);
+
+	/* Metadata first, then the real header over the placeholder, as
+	   Dovecot does: a reader never sees a header without its block. */
+	if (check_end(meta_pos + (uint64_t)block_len) == 0 &&
+	    pwrite_full(ap->fd, block, (size_t)block_len, meta_pos) == 0 &&
+	    pwrite_full(ap->fd, header, sizeof(header), ap->offset) == 0 &&
+	    ftruncate(ap->fd, (off_t)(meta_pos + (uint64_t)block_len)) == 0) {
+		ap->record_size = meta_pos + (uint64_t)block_len - ap->offset;
+		ret = 0;
+	}
+	free(block);
+	return ret;
+}
+
+int dbox_append_abort(struct dbox_append *ap)
+{
+	return ftruncate(ap->fd, (off_t)ap->offset);
+}
+
+/* Read and parse the metadata block at `pos`.  Returns 0 and fills md_r
+   and *block_len_r; -1 with errno (EIO logged when corrupt). */
+static int metadata_read(int fd, uint32_t file_id, uint64_t offset,
+			 uint64_t pos, struct dbox_metadata *md_r,
+			 size_t *block_len_r)
+{
+	size_t size = 512, len = 0;
+	char *buf = NULL;
+	int ret;
+
+	for (;;) {
+		char *p = realloc(buf, size);
+		ssize_t got;
+
+		if (p == NULL) {
+			free(buf);
+			return -1;
+		}
+		buf = p;
+		got = pread_full(fd, buf + len, size - len, pos + len);
+		if (got < 0) {
+			free(buf);
+			return -1;
+		}
+		len += (size_t)got;
+		if (len < DBOX_MAGIC_POST_LEN) {
+			dbox_error("m.%u offset %llu: file ends before the "
+				   "metadata block (body truncated?)", file_id,
+				   (unsigned long long)offset);
+			break;
+		}
+		if (memcmp(buf, DBOX_MAGIC_POST, DBOX_MAGIC_POST_LEN) != 0) {
+			dbox_error("m.%u offset %llu: no metadata magic after "
+				   "the body (at %llu)", file_id,
+				   (unsigned long long)offset,
+				   (unsigned long long)pos);
+			break;
+		}
+		ret = dbox_metadata_parse(buf, len, md_r, block_len_r);
+		if (ret == 0) {
+			free(buf);
+			return 0;
+		}
+		if (ret < 0) {
+			if (errno == ENOMEM) {
+				free(buf);
+				return -1;
+			}
+			dbox_error("m.%u offset %llu: corrupt metadata block "
+				   "(at %llu)", file_id,
+				   (unsigned long long)offset,
+				   (unsigned long long)pos);
+			break;
+		}
+		if (len < size) {
+			dbox_error("m.%u offset %llu: file ends inside the "
+				   "metadata block", file_id,
+				   (unsigned long long)offset);
+			break;
+		}
+		if (size >= METADATA_MAX) {
+			dbox_error("m.%u offset %llu: metadata block longer "
+				   "than %d bytes", file_id,
+				   (unsigned long long)offset, METADATA_MAX);
+			break;
+		}
+		size *= 2;
+	}
+	free(buf);
+	errno = EIO;
+	return -1;
+}
+
+int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,
+		     uint64_t expected_body_size, uint64_t *body_size_r,
+		     struct dbox_metadata *md_r, uint64_t *record_size_r)
+{
+	uint8_t header[DBOX_MSG_HEADER_SIZE];
+	unsigned long long off = offset;
+	uint64_t body_size;
+	size_t block_len;
+	ssize_t ret = pread_full(fd, header, sizeof(header), offset);
+
+	if (ret < 0)
+		return -1;
+	if (ret < DBOX_MSG_HEADER_SIZE) {
+		dbox_error("m.%u offset %llu: file ends inside the message "
+			   "header", file_id, off);
+		errno = EIO;
+		return -1;
+	}
+	if (dbox_msg_header_parse(header, &body_size) < 0) {
+		dbox_error("m.%u offset %llu: corrupt message header "
+			   "(bad magic, type or size)", file_id, off);
+		errno = EIO;
+		return -1;
+	}
+	if (expected_body_size != UINT64_MAX &&
+	    body_size != expected_body_size) {
+		dbox_error("m.%u offset %llu: body size %llu, index says %llu",
+			   file_id, off, (unsigned long long)body_size,
+			   (unsigned long long)expected_body_size);
+		errno = EIO;
+		return -1;
+	}
+	if (body_size > (uint64_t)INT64_MAX - offset - DBOX_MSG_HEADER_SIZE) {
+		dbox_error("m.%u offset %llu: body size %llu is impossible",
+			   file_id, off, (unsigned long long)body_size);
+		errno = EIO;
+		return -1;
+	}
+	if (metadata_read(fd, file_id, offset,
+			  offset + DBOX_MSG_HEADER_SIZE + body_size,
+			  md_r, &block_len) < 0)
+		return -1;
+	*body_size_r = body_size;
+	*record_size_r = DBOX_MSG_HEADER_SIZE + body_size + block_len;
+	return 0;
+}
+
+int dbox_file_walk(int fd, uint32_t file_id, dbox_walk_cb_t *cb, void *ctx,
+		   uint64_t *bad_offset_r)
+{
+	struct dbox_metadata md;
+	struct stat st;
+	size_t header_len;
+	uint64_t offset = 0, body_size, record_size;
+	int ret;
+
+	if (fstat(fd, &st) < 0 || read_header(fd, &file_id, &header_len) < 0)
+		goto failed;
+	for (offset = header_len; offset < (uint64_t)st.st_size;
+	     offset += record_size) {
+		if (dbox_record_read(fd, file_id, offset, UINT64_MAX,
+				     &body_size, &md, &record_size) < 0)
+			goto failed;
+		ret = cb(ctx, offset, body_size, &md, record_size);
+		dbox_metadata_clear(&md);
+		if (ret != 0)
+			return ret;
+	}
+	return 0;
+
+failed:
+	if (bad_offset_r != NULL)
+		*bad_offset_r = offset;
+	return -1;
+}

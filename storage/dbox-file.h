@@ -1,0 +1,99 @@
+#ifndef DBOXFS_DBOX_FILE_H
+#define DBOXFS_DBOX_FILE_H
+
+/*
+ * dbox-file: I/O on one storage/m.N file: create it, append one record at a
+ * time, read a record's header and metadata back, and walk all records.
+ *
+ * Ownership rule kept by callers (index/store.c): a file is appended to by
+ * at most one writer at a time, and only at its end; committed records are
+ * never rewritten.  This module does not lock; it only does the byte work.
+ * All offsets and sizes are in bytes.
+ */
+
+#include "dbox-format.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Create storage/m.<file_id> in dirfd with O_EXCL and mode 0600 and write
+   its header line (created = now).  Returns the open read-write fd and sets
+   *size_r to the header length (the offset of the first record), or -1 with
+   errno (EEXIST when the file exists, or the open/write error). */
+int dbox_file_create(int dirfd, uint32_t file_id, uint64_t *size_r);
+
+/* Format "m.<file_id>" into buf (at least 16 bytes). */
+void dbox_file_name(char *buf, uint32_t file_id);
+
+/* Read and check the header line of an open m.N.  Returns 0 and sets
+   *header_len_r, or -1 with errno EIO (corrupt header) or the read error. */
+int dbox_file_read_header(int fd, size_t *header_len_r);
+
+/*
+ * Appending one record.  The writer owns the tail of the file from `offset`
+ * on: dbox_append_begin() writes a 30-byte zero placeholder header (as
+ * Dovecot does), body bytes go to offset + 30 + body offset, and
+ * dbox_append_finish() writes the metadata block after the body, the real
+ * message header over the placeholder, and truncates anything after the
+ * block.  finish may be called again after more writes (the block is then
+ * rewritten after the new body end).
+ */
+struct dbox_append {
+	int fd;                /* m.N, open read-write; not owned */
+	uint64_t offset;       /* record start */
+	uint64_t body_size;    /* bytes of body written so far (high mark) */
+	uint64_t record_size;  /* header+body+metadata after the last finish;
+				  0 before */
+};
+
+/* Start a record at `offset` (the current end of the file).  Returns 0, or
+   -1 with errno from pwrite. */
+int dbox_append_begin(struct dbox_append *ap, int fd, uint64_t offset);
+
+/* Write body bytes [off, off+len) of the message.  Returns 0, or -1 with
+   errno (EFBIG when the record would pass 4 GiB - 1 of file offset, or the
+   pwrite error; ENOSPC is passed through). */
+int dbox_append_pwrite(struct dbox_append *ap, const void *buf, size_t len,
+		       uint64_t off);
+
+/* Set the body size to `size` bytes (shrink or grow with zeros). Returns 0
+   or -1 with errno. */
+int dbox_append_truncate(struct dbox_append *ap, uint64_t size);
+
+/* Finish the record: write md as the metadata block after the body, the
+   message header at offset, and ftruncate the file to the end of the
+   block.  md->vsize and has_vsize are filled in by reading the body back
+   (uncompressed bodies only; a compressed body's caller sets them).
+   Sets ap->record_size.  Returns 0 or -1 with errno. */
+int dbox_append_finish(struct dbox_append *ap, struct dbox_metadata *md);
+
+/* Drop the record: truncate the file back to ap->offset.  For a record
+   that was never committed to the index.  Returns 0 or -1 with errno. */
+int dbox_append_abort(struct dbox_append *ap);
+
+/* Read and verify the record at `offset` of fd: message header magic, body
+   size equal to expected_body_size (skip the check when it is
+   UINT64_MAX), metadata magic and block.  Fills *md_r (caller clears) and
+   *record_size_r.  Returns 0, or -1 with errno EIO when the record is
+   corrupt or truncated (and logs what is wrong, naming file_id and offset),
+   or the pread error. */
+int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,
+		     uint64_t expected_body_size, uint64_t *body_size_r,
+		     struct dbox_metadata *md_r, uint64_t *record_size_r);
+
+/* Called by dbox_file_walk for each record: offset of the record, its body
+   size, metadata.  Return 0 to go on, non-zero to stop the walk (that value
+   is then returned by dbox_file_walk). */
+typedef int dbox_walk_cb_t(void *ctx, uint64_t offset, uint64_t body_size,
+			   const struct dbox_metadata *md,
+			   uint64_t record_size);
+
+/* Walk every record of an m.N from the first to EOF.  Returns 0 at a clean
+   EOF, the callback's non-zero value if it stopped the walk, or -1 with
+   errno EIO at the first corrupt record (*bad_offset_r, if not NULL, gets
+   its offset; records before it were delivered). */
+int dbox_file_walk(int fd, uint32_t file_id, dbox_walk_cb_t *cb, void *ctx,
+		   uint64_t *bad_offset_r);
+
+#endif

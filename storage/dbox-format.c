@@ -1,0 +1,285 @@
+/*
+ * dbox-format.c: format and parse the pieces of a dbox v2 file in memory
+ * (file header line, 30-byte message header, metadata block) and count
+ * virtual sizes.  See dbox-format.h and shared/reference/dbox-format.md
+ * sections 2-6.  No I/O here; dbox-file.c does the reading and writing.
+ *
+ * Parsers never read past the length they are given and never trust a
+ * value they have not checked: a record they accept can be written back
+ * byte for byte by the formatters (modulo line order of unknown keys).
+ */
+#include "dbox-format.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Largest hex value we accept: 16 digits fill a uint64_t. */
+#define HEX_MAX_DIGITS 16
+
+static int hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* Parse exactly len hex digits (1..16, either case).  Returns 0 or -1. */
+static int hex_parse(const char *p, size_t len, uint64_t *value_r)
+{
+	uint64_t value = 0;
+
+	if (len == 0 || len > HEX_MAX_DIGITS)
+		return -1;
+	for (size_t i = 0; i < len; i++) {
+		int d = hex_digit(p[i]);
+		if (d < 0)
+			return -1;
+		value = value << 4 | (uint64_t)d;
+	}
+	*value_r = value;
+	return 0;
+}
+
+size_t dbox_file_header_format(char *buf, time_t created)
+{
+	unsigned long long stamp = created < 0 ? 0 : (unsigned long long)created;
+	int len = snprintf(buf, DBOX_FILE_HEADER_MAX, "2 M%x C%llx\n",
+			   DBOX_MSG_HEADER_SIZE, stamp);
+
+	return (size_t)len;
+}
+
+int dbox_file_header_parse(const char *buf, size_t len, size_t *header_len_r,
+			   unsigned int *msg_header_size_r, time_t *created_r)
+{
+	const char *end = memchr(buf, '\n', len);
+	const char *p, *tok_end;
+	uint64_t value, msg_header_size = 0, created = 0;
+
+	if (end == NULL || end - buf < 2 || buf[0] != '2' || buf[1] != ' ')
+		return -1;
+
+	/* Tokens "<key letter><hex>" separated by single spaces. */
+	for (p = buf + 2; p < end; p = tok_end + 1) {
+		tok_end = memchr(p, ' ', (size_t)(end - p));
+		if (tok_end == NULL)
+			tok_end = end;
+		if (tok_end == p)
+			continue;
+		if (hex_parse(p + 1, (size_t)(tok_end - p - 1), &value) < 0)
+			value = 0; /* Dovecot's hex2dec gives 0 on junk too */
+		if (*p == 'M')
+			msg_header_size = value;
+		else if (*p == 'C')
+			created = value;
+	}
+	if (msg_header_size != DBOX_MSG_HEADER_SIZE)
+		return -1;
+
+	*header_len_r = (size_t)(end - buf) + 1;
+	*msg_header_size_r = (unsigned int)msg_header_size;
+	*created_r = (time_t)created;
+	return 0;
+}
+
+/* Offsets inside the 30-byte message header. */
+#define MSG_HDR_TYPE 2
+#define MSG_HDR_SIZE 13
+#define MSG_HDR_SIZE_LEN 16
+
+void dbox_msg_header_format(uint8_t out[DBOX_MSG_HEADER_SIZE],
+			    uint64_t body_size)
+{
+	static const char hex[] = "0123456789ABCDEF";
+
+	memset(out, ' ', DBOX_MSG_HEADER_SIZE);
+	out[0] = 0x01;
+	out[1] = 0x02;
+	out[MSG_HDR_TYPE] = 'N';
+	for (int i = MSG_HDR_SIZE_LEN - 1; i >= 0; i--) {
+		out[MSG_HDR_SIZE + i] = (uint8_t)hex[body_size & 0xf];
+		body_size >>= 4;
+	}
+	out[DBOX_MSG_HEADER_SIZE - 1] = '\n';
+}
+
+int dbox_msg_header_parse(const uint8_t buf[DBOX_MSG_HEADER_SIZE],
+			  uint64_t *body_size_r)
+{
+	if (buf[0] != 0x01 || buf[1] != 0x02 || buf[MSG_HDR_TYPE] != 'N' ||
+	    buf[DBOX_MSG_HEADER_SIZE - 1] != '\n')
+		return -1;
+	return hex_parse((const char *)buf + MSG_HDR_SIZE, MSG_HDR_SIZE_LEN,
+			 body_size_r);
+}
+
+void dbox_metadata_clear(struct dbox_metadata *md)
+{
+	free(md->mailbox);
+	free(md->extra);
+	memset(md, 0, sizeof(*md));
+}
+
+long dbox_metadata_format(const struct dbox_metadata *md, char **buf_r)
+{
+	char *buf = NULL;
+	size_t size = 0;
+	FILE *f = open_memstream(&buf, &size);
+	bool ok;
+
+	if (f == NULL)
+		return -1;
+	fputs(DBOX_MAGIC_POST, f);
+	if (md->has_plain_size)
+		fprintf(f, "Z%llx\n", (unsigned long long)md->plain_size);
+	fprintf(f, "R%llx\n", md->received < 0 ? 0ULL :
+		(unsigned long long)md->received);
+	if (md->has_vsize)
+		fprintf(f, "V%llx\n", (unsigned long long)md->vsize);
+	if (md->guid[0] != '\0')
+		fprintf(f, "G%s\n", md->guid);
+	if (md->mailbox != NULL && strpbrk(md->mailbox, "\r\n") == NULL)
+		fprintf(f, "B%s\n", md->mailbox);
+	if (md->extra != NULL && md->extra[0] != '\0') {
+		size_t len = strlen(md->extra);
+		fputs(md->extra, f);
+		if (md->extra[len - 1] != '\n')
+			fputc('\n', f); /* keep the block's line structure */
+	}
+	fputc('\n', f);
+	ok = !ferror(f);
+	if (fclose(f) != 0 || !ok) {
+		free(buf);
+		errno = ENOMEM;
+		return -1;
+	}
+	*buf_r = buf;
+	return (long)size;
+}
+
+/* Append line[0..len) and '\n' to *extra.  Returns 0 or -1 (ENOMEM). */
+static int extra_append(char **extra, const char *line, size_t len)
+{
+	size_t old = *extra == NULL ? 0 : strlen(*extra);
+	char *p = realloc(*extra, old + len + 2);
+
+	if (p == NULL)
+		return -1;
+	memcpy(p + old, line, len);
+	p[old + len] = '\n';
+	p[old + len + 1] = '\0';
+	*extra = p;
+	return 0;
+}
+
+/* Apply one metadata line "<key><value>" (no '\n', key already checked to
+   be an uppercase letter) to md.  Returns 0, or -1 with errno EIO when the
+   value is corrupt or ENOMEM. */
+static int metadata_line(struct dbox_metadata *md, const char *line,
+			 size_t len)
+{
+	const char *value = line + 1;
+	size_t value_len = len - 1;
+	uint64_t num;
+
+	if (memchr(line, '\0', len) != NULL) {
+		errno = EIO; /* would be cut short as a C string */
+		return -1;
+	}
+	switch (line[0]) {
+	case 'G':
+		if (value_len > sizeof(md->guid) - 1)
+			value_len = sizeof(md->guid) - 1;
+		memcpy(md->guid, value, value_len);
+		md->guid[value_len] = '\0';
+		return 0;
+	case 'B':
+		free(md->mailbox);
+		md->mailbox = strndup(value, value_len);
+		return md->mailbox == NULL ? -1 : 0;
+	case 'R':
+	case 'V':
+	case 'Z':
+		if (hex_parse(value, value_len, &num) < 0) {
+			errno = EIO;
+			return -1;
+		}
+		if (line[0] == 'R') {
+			md->received = (time_t)num;
+		} else if (line[0] == 'V') {
+			md->vsize = num;
+			md->has_vsize = true;
+		} else {
+			md->plain_size = num;
+			md->has_plain_size = true;
+		}
+		return 0;
+	default:
+		return extra_append(&md->extra, line, len);
+	}
+}
+
+int dbox_metadata_parse(const char *buf, size_t len, struct dbox_metadata *md_r,
+			size_t *block_len_r)
+{
+	size_t pos = DBOX_MAGIC_POST_LEN;
+	int ret = 1;
+
+	memset(md_r, 0, sizeof(*md_r));
+	if (memcmp(buf, DBOX_MAGIC_POST,
+		   len < DBOX_MAGIC_POST_LEN ? len : DBOX_MAGIC_POST_LEN) != 0) {
+		errno = EIO;
+		return -1;
+	}
+
+	while (pos < len) {
+		const char *line = buf + pos;
+		const char *nl = memchr(line, '\n', len - pos);
+
+		/* An empty line ends the block; so does a line starting with
+		   a space (v1 padding), which belongs to the block. */
+		if (line[0] != '\n' && line[0] != ' ' &&
+		    (line[0] < 'A' || line[0] > 'Z')) {
+			errno = EIO;
+			ret = -1;
+			break;
+		}
+		if (nl == NULL)
+			break; /* ret = 1: need more */
+		if (line[0] == '\n' || line[0] == ' ') {
+			*block_len_r = (size_t)(nl - buf) + 1;
+			return 0;
+		}
+		if (metadata_line(md_r, line, (size_t)(nl - line)) < 0) {
+			ret = -1;
+			break;
+		}
+		pos = (size_t)(nl - buf) + 1;
+	}
+	int saved_errno = errno;
+	dbox_metadata_clear(md_r);
+	errno = saved_errno;
+	return ret;
+}
+
+uint64_t dbox_vsize_add(const void *buf, size_t len, bool prev_cr,
+			bool *last_cr_r)
+{
+	const uint8_t *p = buf;
+	uint64_t vsize = len;
+
+	for (size_t i = 0; i < len; i++) {
+		if (p[i] == '\n' && !prev_cr)
+			vsize++;
+		prev_cr = p[i] == '\r';
+	}
+	if (last_cr_r != NULL)
+		*last_cr_r = prev_cr;
+	return vsize;
+}

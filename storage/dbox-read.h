@@ -1,0 +1,48 @@
+#ifndef DBOXFS_DBOX_READ_H
+#define DBOXFS_DBOX_READ_H
+
+/*
+ * dbox-read: read the plaintext of one message body, whatever its storage.
+ *
+ * Compression is detected from the first bytes of the body, as Dovecot's
+ * compression_detect_handler() does (src/lib-compression/compression.c,
+ * 2.3.21): gzip 1f 8b.  (bz2, xz, zstd and Dovecot's lz4 are issue #4.)
+ * A plain body is read with pread.  A compressed one keeps its inflate
+ * state between calls so sequential reads cost O(size); a read behind the
+ * current position restarts the stream from the body start.
+ *
+ * A reader is not thread-safe; one per open file handle.
+ */
+
+#include <stdint.h>
+#include <sys/types.h>
+
+enum dbox_compression {
+	DBOX_COMPRESSION_NONE,
+	DBOX_COMPRESSION_GZ,
+	DBOX_COMPRESSION_UNKNOWN, /* looks compressed, unsupported codec */
+};
+
+struct dbox_reader;
+
+/* Detect the compression of a body from its first bytes (len may be less
+   than the magic; then NONE unless a full magic matches). */
+enum dbox_compression dbox_detect_compression(const void *head, size_t len);
+
+/* Open a reader for the body at [body_offset, body_offset + body_size) of
+   fd (the fd is not owned and must stay open while the reader lives).
+   plain_size is the plaintext size from the index.  Returns 0 and sets
+   *reader_r, or -1 with errno (EIO for an unsupported codec, ENOMEM). */
+int dbox_reader_open(int fd, uint64_t body_offset, uint64_t body_size,
+		     uint64_t plain_size, struct dbox_reader **reader_r);
+
+/* Read up to len plaintext bytes at plaintext offset off into buf.
+   Returns the byte count (0 at or past plain_size), or -1 with errno EIO
+   when the stored bytes are corrupt (logged), or the pread error. */
+ssize_t dbox_reader_pread(struct dbox_reader *reader, void *buf, size_t len,
+			  uint64_t off);
+
+/* Free the reader and set *reader to NULL.  Safe on NULL. */
+void dbox_reader_free(struct dbox_reader **reader);
+
+#endif
