@@ -10,9 +10,9 @@ CC      ?= cc
 BUILD   ?= build
 PKGS    := fuse3 sqlite3 zlib uuid
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=gnu11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
+override CFLAGS += -std=gnu11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
            $(shell pkg-config --cflags $(PKGS)) -I. -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64
-LDLIBS  += $(shell pkg-config --libs $(PKGS)) -lpthread
+override LDLIBS += $(shell pkg-config --libs $(PKGS)) -lpthread
 
 STORAGE_SRC := $(wildcard storage/*.c)
 INDEX_SRC   := $(wildcard index/*.c)

@@ -35,7 +35,7 @@ int dbox_index_msg_get(struct dbox_index *index, uint64_t ino,
 	guid = sqlite3_column_text(stmt, 6);
 	snprintf(loc_r->guid, sizeof(loc_r->guid), "%s",
 		 guid != NULL ? (const char *)guid : "");
-	return 0;
+	return index_done(stmt, 0);
 }
 
 int dbox_index_msg_set(struct dbox_index *index, uint64_t ino,
@@ -74,7 +74,7 @@ int dbox_index_mfile_get(struct dbox_index *index, uint32_t file_id,
 	rc = sqlite3_step(stmt);
 	if (rc == SQLITE_ROW) {
 		*size_r = sqlite3_column_int64(stmt, 0);
-		return 0;
+		return index_done(stmt, 0);
 	}
 	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "mfile");
 }
@@ -96,7 +96,7 @@ int dbox_index_mfile_max(struct dbox_index *index, uint32_t *file_id_r)
 	if (sqlite3_step(stmt) != SQLITE_ROW)
 		return index_sql_error(index, "mfile max");
 	*file_id_r = sqlite3_column_int64(stmt, 0);
-	return 0;
+	return index_done(stmt, 0);
 }
 
 int dbox_index_mfile_list(struct dbox_index *index, dbox_mfile_cb_t *cb,

@@ -34,7 +34,7 @@ static int step_attr(struct dbox_index *index, sqlite3_stmt *stmt,
 
 	if (rc == SQLITE_ROW) {
 		index_row_attr(stmt, col, attr_r);
-		return 0;
+		return 0; /* the caller resets: it may read more columns */
 	}
 	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, what);
 }
@@ -47,7 +47,7 @@ int dbox_index_lookup(struct dbox_index *index, uint64_t parent,
 
 	sqlite3_bind_int64(stmt, 1, parent);
 	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
-	return step_attr(index, stmt, 0, attr_r, "lookup");
+	return index_done(stmt, step_attr(index, stmt, 0, attr_r, "lookup"));
 }
 
 int dbox_index_getattr(struct dbox_index *index, uint64_t ino,
@@ -56,7 +56,7 @@ int dbox_index_getattr(struct dbox_index *index, uint64_t ino,
 	sqlite3_stmt *stmt = index_stmt(index, ST_GETATTR);
 
 	sqlite3_bind_int64(stmt, 1, ino);
-	return step_attr(index, stmt, 0, attr_r, "getattr");
+	return index_done(stmt, step_attr(index, stmt, 0, attr_r, "getattr"));
 }
 
 /* The entry parent/name: its id and the attributes of what it names. */
@@ -72,7 +72,7 @@ static int entry_get(struct dbox_index *index, uint64_t parent,
 	ret = step_attr(index, stmt, 1, attr_r, "entry");
 	if (ret == 0)
 		*id_r = sqlite3_column_int64(stmt, 0);
-	return ret;
+	return index_done(stmt, ret);
 }
 
 static int touch_dir(struct dbox_index *index, uint64_t dir, int64_t now_ns)
@@ -105,6 +105,7 @@ static int entry_insert(struct dbox_index *index, uint64_t parent,
 	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
 	sqlite3_bind_int64(stmt, 3, ino);
 	rc = sqlite3_step(stmt);
+	sqlite3_reset(stmt);
 	if (rc == SQLITE_CONSTRAINT_UNIQUE)
 		return -EEXIST;
 	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "entry insert");
@@ -186,6 +187,7 @@ static int dir_is_empty(struct dbox_index *index, uint64_t dir)
 
 	sqlite3_bind_int64(stmt, 1, dir);
 	rc = sqlite3_step(stmt);
+	sqlite3_reset(stmt);
 	if (rc == SQLITE_ROW)
 		return -ENOTEMPTY;
 	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "dir empty");
@@ -249,7 +251,7 @@ int dbox_index_parent(struct dbox_index *index, uint64_t dir,
 	rc = sqlite3_step(stmt);
 	if (rc == SQLITE_ROW) {
 		*parent_r = sqlite3_column_int64(stmt, 0);
-		return 0;
+		return index_done(stmt, 0);
 	}
 	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "parent");
 }
@@ -405,6 +407,7 @@ int dbox_index_setattr(struct dbox_index *index, const struct dbox_attr *attr)
 	sqlite3_bind_int64(stmt, 5, attr->size);
 	sqlite3_bind_int64(stmt, 6, attr->mtime_ns);
 	sqlite3_bind_int64(stmt, 7, attr->ctime_ns);
+	sqlite3_bind_int(stmt, 8, attr->kind);
 	if ((ret = index_exec_stmt(index, stmt, "setattr")) < 0)
 		return ret;
 	return sqlite3_changes(index->db) == 1 ? 0 : -ENOENT;
@@ -446,8 +449,7 @@ int dbox_index_readdir(struct dbox_index *index, uint64_t dir, uint64_t after,
 	return 0;
 }
 
-/* The name of directory dir (its one entry), malloc()ed into *name_r. */
-static int dir_name(struct dbox_index *index, uint64_t dir, char **name_r)
+int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r)
 {
 	sqlite3_stmt *stmt = index_stmt(index, ST_NAME_OF);
 	int rc;
@@ -457,7 +459,7 @@ static int dir_name(struct dbox_index *index, uint64_t dir, char **name_r)
 	if (rc == SQLITE_ROW) {
 		*name_r = strndup(sqlite3_column_blob(stmt, 0),
 				  sqlite3_column_bytes(stmt, 0));
-		return *name_r == NULL ? -ENOMEM : 0;
+		return index_done(stmt, *name_r == NULL ? -ENOMEM : 0);
 	}
 	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "dir name");
 }
@@ -474,7 +476,7 @@ int dbox_index_mailbox_name(struct dbox_index *index, uint64_t dir,
 		return ret;
 	while (folder != DBOX_ROOT_INO) {
 		if ((ret = dbox_index_parent(index, folder, &parent)) < 0 ||
-		    (ret = dir_name(index, folder, &comp)) < 0) {
+		    (ret = dbox_index_name_of(index, folder, &comp)) < 0) {
 			free(path);
 			return ret;
 		}

@@ -32,6 +32,11 @@ sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id);
 /* Log a SQLite failure (what, plus sqlite3_errmsg) and return -EIO. */
 int index_sql_error(struct dbox_index *index, const char *what);
 
+/* Reset stmt (ending its read of the database: a statement left on a row
+   would pin the WAL snapshot) and return ret.  Every statement is reset
+   as soon as its last row is read. */
+int index_done(sqlite3_stmt *stmt, int ret);
+
 /* Step a statement that returns no row; 0 or -EIO. */
 int index_exec_stmt(struct dbox_index *index, sqlite3_stmt *stmt,
 		    const char *what);

@@ -75,7 +75,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 			 " WHERE ino = ?1",
 	[ST_NLINK_ADD] = "UPDATE inode SET nlink = nlink + ?2, ctime = max(ctime, ?3) WHERE ino = ?1",
 	[ST_SETATTR] = "UPDATE inode SET mode = ?2, uid = ?3, gid = ?4, size = ?5, mtime = ?6,"
-		       " ctime = ?7 WHERE ino = ?1",
+		       " ctime = ?7, kind = ?8 WHERE ino = ?1",
 	[ST_INODE_DELETE] = "DELETE FROM inode WHERE ino = ?1",
 	[ST_MSG_DELETE] = "DELETE FROM message WHERE ino = ?1",
 	[ST_READDIR] = "SELECT e.id, e.name, " INDEX_ATTR_COLS " FROM entry e"
@@ -111,11 +111,18 @@ sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id)
 	return stmt;
 }
 
+int index_done(sqlite3_stmt *stmt, int ret)
+{
+	sqlite3_reset(stmt);
+	return ret;
+}
+
 int index_exec_stmt(struct dbox_index *index, sqlite3_stmt *stmt,
 		    const char *what)
 {
 	int rc = sqlite3_step(stmt);
 
+	sqlite3_reset(stmt);
 	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
 		return index_sql_error(index, what);
 	return 0;
@@ -319,7 +326,7 @@ int dbox_index_meta_get(struct dbox_index *index, const char *key,
 	rc = sqlite3_step(stmt);
 	if (rc == SQLITE_ROW) {
 		*value_r = sqlite3_column_int64(stmt, 0);
-		return 0;
+		return index_done(stmt, 0);
 	}
 	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "meta");
 }

@@ -152,8 +152,8 @@ int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 		      unsigned int flags, int64_t now_ns,
 		      uint64_t *replaced_ino_r, uint32_t *replaced_nlink_r);
 
-/* Store changed attributes: mode (permission bits only), uid, gid, size,
-   mtime_ns and ctime_ns from attr for attr->ino.  Returns 0 or -ENOENT. */
+/* Store the attributes kind, mode, uid, gid, size, mtime_ns and ctime_ns
+   from attr for attr->ino (nlink is not touched).  Returns 0 or -ENOENT. */
 int dbox_index_setattr(struct dbox_index *index, const struct dbox_attr *attr);
 
 /* Delete inode ino and its message row (its m.N bytes become garbage for
@@ -182,6 +182,10 @@ int dbox_index_readdir(struct dbox_index *index, uint64_t dir, uint64_t after,
    the root.  Returns 0 and *parent_r, or -ENOENT. */
 int dbox_index_parent(struct dbox_index *index, uint64_t dir,
 		      uint64_t *parent_r);
+
+/* The name of directory dir (its one entry), malloc()ed into *name_r
+   (caller frees); the root has no name (-ENOENT). */
+int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r);
 
 /* The Dovecot mailbox name a message created in directory dir (a cur/,
    new/ or tmp/) belongs to, for B metadata: "INBOX" for the root maildir,

@@ -1,0 +1,214 @@
+/*
+ * fs-attr.c: attributes, entries and the life of inodes as the kernel sees
+ * them (lookup counts, deletion of unlinked inodes), shared by the
+ * directory and file operations.
+ */
+#include "fs.h"
+
+#include "storage/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void fs_file_name(char buf[24], uint64_t ino)
+{
+	snprintf(buf, 24, "%llu", (unsigned long long)ino);
+}
+
+static struct timespec ns_to_ts(int64_t ns)
+{
+	struct timespec ts = {
+		.tv_sec = ns / 1000000000,
+		.tv_nsec = ns % 1000000000,
+	};
+	return ts;
+}
+
+int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
+{
+	struct fs_inode *inode;
+	char name[24];
+
+	memset(stbuf, 0, sizeof(*stbuf));
+	stbuf->st_ino = attr->ino;
+	stbuf->st_mode = attr->mode;
+	stbuf->st_nlink = attr->nlink;
+	stbuf->st_uid = attr->uid;
+	stbuf->st_gid = attr->gid;
+	stbuf->st_blksize = 4096;
+	stbuf->st_size = attr->size;
+	stbuf->st_mtim = ns_to_ts(attr->mtime_ns);
+	stbuf->st_atim = stbuf->st_mtim;
+	stbuf->st_ctim = ns_to_ts(attr->ctime_ns);
+
+	switch (attr->kind) {
+	case DBOX_KIND_DIR:
+		stbuf->st_size = 4096;
+		break;
+	case DBOX_KIND_MESSAGE:
+		inode = fs_inode_get(&fs->inodes, attr->ino);
+		if (inode != NULL && inode->save != NULL)
+			stbuf->st_size = dbox_save_size(inode->save);
+		break;
+	case DBOX_KIND_FILE: {
+		struct stat backing;
+
+		fs_file_name(name, attr->ino);
+		if (fstatat(fs->st->files_fd, name, &backing, 0) < 0) {
+			dbox_error("%s/files/%s: %s", fs->st->path, name,
+				   strerror(errno));
+			return -EIO;
+		}
+		stbuf->st_size = backing.st_size;
+		stbuf->st_atim = backing.st_atim;
+		stbuf->st_mtim = backing.st_mtim;
+		if (backing.st_ctim.tv_sec > stbuf->st_ctim.tv_sec)
+			stbuf->st_ctim = backing.st_ctim;
+		break;
+	}
+	}
+	stbuf->st_blocks = (stbuf->st_size + 511) / 512;
+	return 0;
+}
+
+int fs_entry(struct fs *fs, const struct dbox_attr *attr,
+	     struct fuse_entry_param *e)
+{
+	struct fs_inode *inode;
+	int ret;
+
+	memset(e, 0, sizeof(*e));
+	if ((ret = fs_stat(fs, attr, &e->attr)) < 0)
+		return ret;
+	if ((inode = fs_inode_add(&fs->inodes, attr->ino)) == NULL)
+		return -ENOMEM;
+	inode->nlookup++;
+	e->ino = attr->ino;
+	e->attr_timeout = fs->opts.attr_timeout;
+	e->entry_timeout = fs->opts.entry_timeout;
+	return 0;
+}
+
+/* Delete an inode with no names: its index rows and its backing file.
+   Inside the caller's transaction. */
+static int delete_inode(struct fs *fs, uint64_t ino)
+{
+	struct dbox_attr attr;
+	char name[24];
+	int ret;
+
+	if ((ret = dbox_index_getattr(fs->st->index, ino, &attr)) < 0)
+		return ret == -ENOENT ? 0 : ret;
+	if ((ret = dbox_index_delete_inode(fs->st->index, ino)) < 0)
+		return ret;
+	if (attr.kind == DBOX_KIND_FILE) {
+		fs_file_name(name, ino);
+		if (unlinkat(fs->st->files_fd, name, 0) < 0 && errno != ENOENT)
+			dbox_warning("%s/files/%s: unlink: %s", fs->st->path,
+				     name, strerror(errno));
+	}
+	return 0;
+}
+
+void fs_inode_unlinked(struct fs *fs, uint64_t ino, uint32_t nlink)
+{
+	struct fs_inode *inode;
+
+	if (ino == 0 || nlink > 0)
+		return;
+	inode = fs_inode_get(&fs->inodes, ino);
+	if (inode != NULL && !fs_inode_unused(inode))
+		inode->unlinked = true;
+	else
+		delete_inode(fs, ino);
+}
+
+void fs_inode_unref(struct fs *fs, uint64_t ino, uint64_t nlookup,
+		    bool close)
+{
+	struct fs_inode *inode = fs_inode_get(&fs->inodes, ino);
+
+	if (inode == NULL)
+		return;
+	inode->nlookup = nlookup > inode->nlookup ? 0 : inode->nlookup - nlookup;
+	if (close)
+		inode->nopen--;
+	if (!fs_inode_unused(inode))
+		return;
+	if (inode->unlinked) {
+		/* The last holder of an unlinked inode went away. */
+		if (dbox_index_begin(fs->st->index) == 0) {
+			if (delete_inode(fs, ino) == 0)
+				dbox_index_commit(fs->st->index, false);
+			else
+				dbox_index_rollback(fs->st->index);
+		}
+	}
+	fs_inode_remove(&fs->inodes, ino);
+}
+
+bool fs_is_message_name(struct fs *fs, uint64_t parent, const char *name)
+{
+	char *dir;
+	bool ret;
+
+	if (name[0] == '.' ||
+	    dbox_index_name_of(fs->st->index, parent, &dir) < 0)
+		return false;
+	ret = strcmp(dir, "cur") == 0 || strcmp(dir, "new") == 0 ||
+	      strcmp(dir, "tmp") == 0;
+	free(dir);
+	return ret;
+}
+
+int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent)
+{
+	struct dbox_store *st = fs->st;
+	struct dbox_save *save = NULL;
+	struct dbox_msgloc loc;
+	struct dbox_attr attr;
+	struct stat backing;
+	char name[24], *mailbox = NULL;
+	char buf[65536];
+	uint64_t off = 0;
+	ssize_t n;
+	int fd, ret;
+
+	fs_file_name(name, ino);
+	if ((fd = openat(st->files_fd, name, O_RDONLY | O_CLOEXEC)) < 0 ||
+	    fstat(fd, &backing) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if ((ret = dbox_index_getattr(st->index, ino, &attr)) < 0 ||
+	    (ret = dbox_index_mailbox_name(st->index, parent, &mailbox)) < 0 ||
+	    (ret = dbox_save_begin(st, ino, mailbox, &save)) < 0)
+		goto out;
+	while ((n = read(fd, buf, sizeof(buf))) > 0) {
+		if ((ret = dbox_save_write(save, buf, n, off)) < 0)
+			goto out;
+		off += n;
+	}
+	if (n < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if ((ret = dbox_save_finish(save, backing.st_mtim.tv_sec, false, &loc)) < 0)
+		goto out;
+	attr.kind = DBOX_KIND_MESSAGE;
+	attr.size = off;
+	attr.mtime_ns = (int64_t)backing.st_mtim.tv_sec * 1000000000 +
+			backing.st_mtim.tv_nsec;
+	ret = dbox_index_setattr(st->index, &attr);
+out:
+	if (fd >= 0)
+		close(fd);
+	dbox_save_free(&save);
+	free(mailbox);
+	return ret;
+}

@@ -1,0 +1,435 @@
+/*
+ * fs-dir.c: FUSE operations on names and directories: lookup, forget,
+ * getattr, mkdir, rmdir, unlink, rename, link, readdir(plus), fsyncdir,
+ * statfs.  Each client-visible change is one index transaction.
+ */
+#include "fs.h"
+
+#include "storage/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+static struct fs *req_fs(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+void fs_lock(struct fs *fs)
+{
+	pthread_mutex_lock(&fs->st->lock);
+}
+
+void fs_unlock(struct fs *fs)
+{
+	pthread_mutex_unlock(&fs->st->lock);
+}
+
+int fs_tx_end(struct fs *fs, int ret, bool durable)
+{
+	if (ret < 0) {
+		dbox_index_rollback(fs->st->index);
+		return ret;
+	}
+	return dbox_index_commit(fs->st->index, durable);
+}
+
+static void reply_entry_or_err(fuse_req_t req, int ret,
+			       const struct fuse_entry_param *e)
+{
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_entry(req, e);
+}
+
+static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = req_fs(req);
+	struct fuse_entry_param e;
+	struct dbox_attr attr;
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_lookup(fs->st->index, parent, name, strlen(name), &attr);
+	if (ret == 0)
+		ret = fs_entry(fs, &attr, &e);
+	fs_unlock(fs);
+	reply_entry_or_err(req, ret, &e);
+}
+
+static void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct fs *fs = req_fs(req);
+
+	fs_lock(fs);
+	fs_inode_unref(fs, ino, nlookup, false);
+	fs_unlock(fs);
+	fuse_reply_none(req);
+}
+
+static void fs_forget_multi(fuse_req_t req, size_t count,
+			    struct fuse_forget_data *forgets)
+{
+	struct fs *fs = req_fs(req);
+
+	fs_lock(fs);
+	for (size_t i = 0; i < count; i++)
+		fs_inode_unref(fs, forgets[i].ino, forgets[i].nlookup, false);
+	fs_unlock(fs);
+	fuse_reply_none(req);
+}
+
+static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct dbox_attr attr;
+	struct stat stbuf;
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_getattr(fs->st->index, ino, &attr);
+	if (ret == 0)
+		ret = fs_stat(fs, &attr, &stbuf);
+	fs_unlock(fs);
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_attr(req, &stbuf, fs->opts.attr_timeout);
+}
+
+static void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode)
+{
+	struct fs *fs = req_fs(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct fuse_entry_param e;
+	struct dbox_attr attr;
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_begin(fs->st->index);
+	if (ret == 0) {
+		ret = dbox_index_create(fs->st->index, parent, name, strlen(name),
+					DBOX_KIND_DIR,
+					S_IFDIR | (mode & ~ctx->umask & 07777),
+					ctx->uid, ctx->gid, dbox_now_ns(), &attr);
+		ret = fs_tx_end(fs, ret, false);
+	}
+	if (ret == 0)
+		ret = fs_entry(fs, &attr, &e);
+	fs_unlock(fs);
+	reply_entry_or_err(req, ret, &e);
+}
+
+/* unlink and rmdir. */
+static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
+			bool dir)
+{
+	struct fs *fs = req_fs(req);
+	uint64_t ino = 0;
+	uint32_t nlink = 1;
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_begin(fs->st->index);
+	if (ret == 0) {
+		ret = dbox_index_remove(fs->st->index, parent, name,
+					strlen(name), dir, dbox_now_ns(),
+					&ino, &nlink);
+		if (ret == 0 && !dir)
+			fs_inode_unlinked(fs, ino, nlink);
+		ret = fs_tx_end(fs, ret, false);
+	}
+	fs_unlock(fs);
+	fuse_reply_err(req, -ret);
+}
+
+static void fs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, false);
+}
+
+static void fs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, true);
+}
+
+static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      fuse_ino_t newparent, const char *newname,
+		      unsigned int flags)
+{
+	struct fs *fs = req_fs(req);
+	struct dbox_index *index = fs->st->index;
+	struct dbox_attr moved;
+	uint64_t replaced = 0, converted = 0;
+	uint32_t nlink = 1;
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_begin(index);
+	if (ret == 0) {
+		ret = dbox_index_rename(index, parent, name, strlen(name),
+					newparent, newname, strlen(newname),
+					flags, dbox_now_ns(), &replaced, &nlink);
+		if (ret == 0)
+			fs_inode_unlinked(fs, replaced, nlink);
+		/* A plain file (rsync's .name.XXXXXX) renamed to a message
+		   name in cur/new/tmp becomes a message. */
+		if (ret == 0 &&
+		    dbox_index_lookup(index, newparent, newname,
+				      strlen(newname), &moved) == 0 &&
+		    moved.kind == DBOX_KIND_FILE &&
+		    fs_is_message_name(fs, newparent, newname)) {
+			struct fs_inode *inode = fs_inode_get(&fs->inodes, moved.ino);
+
+			if ((inode == NULL || inode->nopen == 0) && moved.nlink == 1) {
+				ret = fs_file_to_message(fs, moved.ino, newparent);
+				converted = moved.ino;
+			}
+		}
+		ret = fs_tx_end(fs, ret, false);
+	}
+	if (ret == 0 && converted != 0) {
+		char file[24];
+
+		fs_file_name(file, converted);
+		unlinkat(fs->st->files_fd, file, 0);
+	}
+	fs_unlock(fs);
+	fuse_reply_err(req, -ret);
+}
+
+static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+		    const char *newname)
+{
+	struct fs *fs = req_fs(req);
+	struct fuse_entry_param e;
+	struct dbox_attr attr;
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_begin(fs->st->index);
+	if (ret == 0) {
+		ret = dbox_index_link(fs->st->index, ino, newparent, newname,
+				      strlen(newname), dbox_now_ns(), &attr);
+		ret = fs_tx_end(fs, ret, false);
+	}
+	if (ret == 0)
+		ret = fs_entry(fs, &attr, &e);
+	fs_unlock(fs);
+	reply_entry_or_err(req, ret, &e);
+}
+
+static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct dbox_attr attr;
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_getattr(fs->st->index, ino, &attr);
+	fs_unlock(fs);
+	if (ret == 0 && attr.kind != DBOX_KIND_DIR)
+		ret = -ENOTDIR;
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fi->cache_readdir = 0;
+	fuse_reply_open(req, fi);
+}
+
+/* Readdir offsets: 1 after ".", 2 after "..", entry.id + 2 after an entry. */
+#define DIRENT_OFF(cookie) ((off_t)(cookie) + 2)
+
+struct readdir_ctx {
+	fuse_req_t req;
+	struct fs *fs;
+	bool plus;
+	char *buf;
+	size_t size, pos;
+};
+
+/* Add one entry; returns 1 when the buffer is full. */
+static int add_entry(struct readdir_ctx *ctx, const char *name,
+		     const struct dbox_attr *attr, off_t next_off, bool counted)
+{
+	size_t room = ctx->size - ctx->pos, len;
+	struct fuse_entry_param e;
+	int ret;
+
+	if (!ctx->plus) {
+		struct stat stbuf = {
+			.st_ino = attr->ino,
+			.st_mode = attr->mode,
+		};
+		len = fuse_add_direntry(ctx->req, ctx->buf + ctx->pos, room,
+					name, &stbuf, next_off);
+		if (len > room)
+			return 1;
+		ctx->pos += len;
+		return 0;
+	}
+	memset(&e, 0, sizeof(e));
+	if ((ret = fs_stat(ctx->fs, attr, &e.attr)) < 0)
+		return ret;
+	e.ino = attr->ino;
+	e.attr_timeout = ctx->fs->opts.attr_timeout;
+	e.entry_timeout = ctx->fs->opts.entry_timeout;
+	len = fuse_add_direntry_plus(ctx->req, ctx->buf + ctx->pos, room,
+				     name, &e, next_off);
+	if (len > room)
+		return 1;
+	ctx->pos += len;
+	if (counted) {
+		/* The kernel now holds a reference, as after a lookup. */
+		struct fs_inode *inode = fs_inode_add(&ctx->fs->inodes, attr->ino);
+
+		if (inode == NULL)
+			return -ENOMEM;
+		inode->nlookup++;
+	}
+	return 0;
+}
+
+static int readdir_cb(void *vctx, const struct dbox_dirent *ent)
+{
+	char name[256];
+	size_t len = ent->namelen < sizeof(name) - 1 ? ent->namelen :
+		sizeof(name) - 1;
+
+	memcpy(name, ent->name, len);
+	name[len] = '\0';
+	return add_entry(vctx, name, &ent->attr, DIRENT_OFF(ent->cookie), true);
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       bool plus)
+{
+	struct fs *fs = req_fs(req);
+	struct readdir_ctx ctx = {
+		.req = req, .fs = fs, .plus = plus, .size = size,
+	};
+	struct dbox_attr self, parent;
+	uint64_t parent_ino;
+	int ret = 0;
+
+	if ((ctx.buf = malloc(size)) == NULL) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fs_lock(fs);
+	if (off < 2) {
+		ret = dbox_index_getattr(fs->st->index, ino, &self);
+		if (ret == 0)
+			ret = dbox_index_parent(fs->st->index, ino, &parent_ino);
+		if (ret == 0)
+			ret = dbox_index_getattr(fs->st->index, parent_ino, &parent);
+		if (ret == 0 && off < 1)
+			ret = add_entry(&ctx, ".", &self, 1, false);
+		if (ret == 0)
+			ret = add_entry(&ctx, "..", &parent, 2, false);
+	}
+	if (ret == 0)
+		ret = dbox_index_readdir(fs->st->index, ino,
+					 off < 2 ? 0 : (uint64_t)off - 2,
+					 readdir_cb, &ctx);
+	fs_unlock(fs);
+	if (ret < 0 && ctx.pos == 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_buf(req, ctx.buf, ctx.pos);
+	free(ctx.buf);
+}
+
+static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, false);
+}
+
+static void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, true);
+}
+
+static void fs_releasedir(fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+}
+
+static void fs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+			struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_sync(fs->st->index);
+	fs_unlock(fs);
+	fuse_reply_err(req, -ret);
+}
+
+static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = req_fs(req);
+	struct statvfs sv;
+
+	if (fstatvfs(fs->st->dir_fd, &sv) < 0)
+		fuse_reply_err(req, errno);
+	else
+		fuse_reply_statfs(req, &sv);
+}
+
+/* fs-file.c */
+void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+	       mode_t mode, struct fuse_file_info *fi);
+void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+	      mode_t mode, dev_t rdev);
+void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+	     struct fuse_file_info *fi);
+void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+	      off_t off, struct fuse_file_info *fi);
+void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+	      struct fuse_file_info *fi);
+void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+		int to_set, struct fuse_file_info *fi);
+void fs_init(void *userdata, struct fuse_conn_info *conn);
+
+const struct fuse_lowlevel_ops fs_ops = {
+	.init = fs_init,
+	.lookup = fs_lookup,
+	.forget = fs_forget,
+	.forget_multi = fs_forget_multi,
+	.getattr = fs_getattr,
+	.setattr = fs_setattr,
+	.mknod = fs_mknod,
+	.mkdir = fs_mkdir,
+	.unlink = fs_unlink,
+	.rmdir = fs_rmdir,
+	.rename = fs_rename,
+	.link = fs_link,
+	.open = fs_open,
+	.read = fs_read,
+	.write = fs_write,
+	.flush = fs_flush,
+	.release = fs_release,
+	.fsync = fs_fsync,
+	.opendir = fs_opendir,
+	.readdir = fs_readdir,
+	.readdirplus = fs_readdirplus,
+	.releasedir = fs_releasedir,
+	.fsyncdir = fs_fsyncdir,
+	.statfs = fs_statfs,
+	.create = fs_create,
+};

@@ -1,0 +1,628 @@
+/*
+ * fs-file.c: FUSE operations on open files: create, mknod, open, read,
+ * write, flush, release, fsync, setattr.
+ *
+ * A message is written straight into an m.N record owned by its inode's
+ * save (inode->save, shared by every handle open for writing).  The record
+ * is finished - metadata written, index row COMMITTED - at flush (close)
+ * and fsync; a write after that reopens it.  A write to a committed
+ * message starts a new save with a copy of its bytes (copy-on-write): the
+ * old record becomes garbage for purge.
+ *
+ * Plain files are pread/pwrite on STORE/files/<ino>.
+ */
+#include "fs.h"
+
+#include "storage/dbox-read.h"
+#include "storage/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static struct fs *req_fs(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static struct fs_handle *handle_of(struct fuse_file_info *fi)
+{
+	return (struct fs_handle *)(uintptr_t)fi->fh;
+}
+
+static struct fs_handle *handle_new(enum dbox_kind kind, struct fs_inode *inode)
+{
+	struct fs_handle *h = calloc(1, sizeof(*h));
+
+	if (h == NULL)
+		return NULL;
+	h->kind = kind;
+	h->inode = inode;
+	h->fd = -1;
+	pthread_mutex_init(&h->read_lock, NULL);
+	inode->nopen++;
+	return h;
+}
+
+static void handle_free(struct fs_handle *h)
+{
+	if (h->fd >= 0)
+		close(h->fd);
+	dbox_reader_free(&h->reader);
+	pthread_mutex_destroy(&h->read_lock);
+	free(h);
+}
+
+static int open_backing(struct fs *fs, uint64_t ino, int flags)
+{
+	char name[24];
+	int fd;
+
+	fs_file_name(name, ino);
+	fd = openat(fs->st->files_fd, name, flags | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		int err = errno;
+
+		dbox_error("%s/files/%s: %s", fs->st->path, name, strerror(err));
+		return err == ENOSPC || err == EMFILE || err == ENFILE ?
+			-err : -EIO;
+	}
+	return fd;
+}
+
+/* Start writing ino's message: a new save, holding a copy of the first
+   copy_bytes bytes of the committed message.  In the caller's
+   transaction. */
+static int message_begin_write(struct fs *fs, struct fs_inode *inode,
+			       uint64_t copy_bytes)
+{
+	struct dbox_store *st = fs->st;
+	struct dbox_reader *reader = NULL;
+	struct dbox_msgloc loc;
+	struct dbox_attr attr;
+	uint64_t parent, off = 0;
+	char *mailbox = NULL;
+	char buf[65536];
+	int ret;
+
+	if ((ret = dbox_index_getattr(st->index, inode->ino, &attr)) < 0 ||
+	    (ret = dbox_index_msg_get(st->index, inode->ino, &loc)) < 0)
+		return ret;
+	if (dbox_index_parent(st->index, inode->ino, &parent) < 0 ||
+	    dbox_index_mailbox_name(st->index, parent, &mailbox) < 0)
+		mailbox = NULL;
+	if (copy_bytes > attr.size)
+		copy_bytes = attr.size;
+	if (copy_bytes > 0 &&
+	    (ret = dbox_store_open_reader(st, &loc, attr.size, &reader)) < 0)
+		goto out;
+	if ((ret = dbox_save_begin(st, inode->ino,
+				   mailbox != NULL ? mailbox : "INBOX",
+				   &inode->save)) < 0)
+		goto out;
+	while (off < copy_bytes) {
+		size_t want = copy_bytes - off < sizeof(buf) ?
+			copy_bytes - off : sizeof(buf);
+		ssize_t n = dbox_reader_pread(reader, buf, want, off);
+
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO;
+			break;
+		}
+		if ((ret = dbox_save_write(inode->save, buf, n, off)) < 0)
+			break;
+		off += n;
+	}
+	if (ret < 0)
+		dbox_save_free(&inode->save);
+out:
+	dbox_reader_free(&reader);
+	free(mailbox);
+	return ret;
+}
+
+/* Finish the message being written: record on disk, index COMMITTED with
+   its size.  sync: data and index on disk before returning.  Opens and
+   commits its own transaction. */
+static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
+{
+	struct dbox_index *index = fs->st->index;
+	struct dbox_attr attr;
+	struct dbox_msgloc loc;
+	int ret;
+
+	if (inode->save->finished && !sync)
+		return 0;
+	if ((ret = dbox_index_begin(index)) < 0)
+		return ret;
+	ret = dbox_index_getattr(index, inode->ino, &attr);
+	if (ret == 0)
+		ret = dbox_save_finish(inode->save, attr.mtime_ns / 1000000000,
+				       sync, &loc);
+	if (ret == 0 && attr.size != dbox_save_size(inode->save)) {
+		attr.size = dbox_save_size(inode->save);
+		ret = dbox_index_setattr(index, &attr);
+	}
+	return fs_tx_end(fs, ret, sync);
+}
+
+/* Create a regular file: a message in cur/new/tmp, else a plain file. */
+static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
+		       const char *name, mode_t mode, bool open,
+		       struct dbox_attr *attr_r, struct fs_handle **h_r)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct dbox_store *st = fs->st;
+	struct fs_inode *inode;
+	struct dbox_msgloc loc;
+	char *mailbox = NULL;
+	enum dbox_kind kind;
+	int fd = -1, ret;
+
+	*h_r = NULL;
+	if ((ret = dbox_index_begin(st->index)) < 0)
+		return ret;
+	kind = fs_is_message_name(fs, parent, name) ? DBOX_KIND_MESSAGE :
+		DBOX_KIND_FILE;
+	ret = dbox_index_create(st->index, parent, name, strlen(name), kind,
+				S_IFREG | (mode & ~ctx->umask & 07777),
+				ctx->uid, ctx->gid, dbox_now_ns(), attr_r);
+	if (ret < 0)
+		return fs_tx_end(fs, ret, false);
+	if ((inode = fs_inode_add(&fs->inodes, attr_r->ino)) == NULL) {
+		ret = -ENOMEM;
+	} else if (kind == DBOX_KIND_MESSAGE) {
+		ret = dbox_index_mailbox_name(st->index, parent, &mailbox);
+		if (ret == 0)
+			ret = dbox_save_begin(st, attr_r->ino, mailbox, &inode->save);
+		free(mailbox);
+		if (ret == 0 && !open) {
+			ret = dbox_save_finish(inode->save,
+					       attr_r->mtime_ns / 1000000000,
+					       false, &loc);
+			dbox_save_free(&inode->save);
+		}
+	} else {
+		fd = ret = open_backing(fs, attr_r->ino, O_CREAT | O_EXCL);
+	}
+	if (ret >= 0 && open) {
+		*h_r = handle_new(kind, inode);
+		if (*h_r == NULL) {
+			ret = -ENOMEM;
+		} else {
+			(*h_r)->fd = fd;
+			fd = -1;
+			if (kind == DBOX_KIND_MESSAGE) {
+				(*h_r)->writer = true;
+				inode->nwriters++;
+			}
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	ret = fs_tx_end(fs, ret < 0 ? ret : 0, false);
+	if (ret < 0 && inode != NULL) {
+		if (*h_r != NULL) {
+			handle_free(*h_r);
+			*h_r = NULL;
+			inode->nopen--;
+		}
+		dbox_save_free(&inode->save);
+		if (fs_inode_unused(inode))
+			fs_inode_remove(&fs->inodes, attr_r->ino);
+	}
+	return ret;
+}
+
+void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+	       mode_t mode, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fuse_entry_param e;
+	struct dbox_attr attr;
+	struct fs_handle *h;
+	int ret;
+
+	fs_lock(fs);
+	ret = create_file(fs, req, parent, name, mode, true, &attr, &h);
+	if (ret == 0)
+		ret = fs_entry(fs, &attr, &e);
+	fs_unlock(fs);
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fi->fh = (uintptr_t)h;
+	fi->keep_cache = 1;
+	fuse_reply_create(req, &e, fi);
+}
+
+void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+	      mode_t mode, dev_t rdev)
+{
+	struct fs *fs = req_fs(req);
+	struct fuse_entry_param e;
+	struct dbox_attr attr;
+	struct fs_handle *h;
+	int ret;
+
+	if (!S_ISREG(mode)) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	fs_lock(fs);
+	ret = create_file(fs, req, parent, name, mode, false, &attr, &h);
+	if (ret == 0)
+		ret = fs_entry(fs, &attr, &e);
+	fs_unlock(fs);
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+static int open_message(struct fs *fs, struct fs_inode *inode,
+			const struct dbox_attr *attr, int flags,
+			struct fs_handle *h)
+{
+	struct dbox_store *st = fs->st;
+	struct dbox_msgloc loc;
+	int ret;
+
+	if ((flags & O_ACCMODE) != O_RDONLY) {
+		if (inode->save == NULL) {
+			if ((ret = dbox_index_begin(st->index)) < 0)
+				return ret;
+			ret = message_begin_write(fs, inode,
+						  flags & O_TRUNC ? 0 : UINT64_MAX);
+			if ((ret = fs_tx_end(fs, ret, false)) < 0) {
+				dbox_save_free(&inode->save);
+				return ret;
+			}
+		} else if (flags & O_TRUNC) {
+			if ((ret = dbox_save_truncate(inode->save, 0)) < 0)
+				return ret;
+		}
+		h->writer = true;
+		inode->nwriters++;
+		return 0;
+	}
+	if (inode->save != NULL)
+		return 0; /* reads go to the save */
+	if ((ret = dbox_index_msg_get(st->index, inode->ino, &loc)) < 0)
+		return ret == -ENOENT ? -EIO : ret;
+	return dbox_store_open_reader(st, &loc, attr->size, &h->reader);
+}
+
+void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_inode *inode;
+	struct dbox_attr attr;
+	struct fs_handle *h = NULL;
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_getattr(fs->st->index, ino, &attr);
+	if (ret == 0 && attr.kind == DBOX_KIND_DIR)
+		ret = -EISDIR;
+	if (ret == 0 && (inode = fs_inode_add(&fs->inodes, ino)) == NULL)
+		ret = -ENOMEM;
+	if (ret == 0 && (h = handle_new(attr.kind, inode)) == NULL)
+		ret = -ENOMEM;
+	if (ret == 0) {
+		if (attr.kind == DBOX_KIND_MESSAGE) {
+			ret = open_message(fs, inode, &attr, fi->flags, h);
+		} else {
+			h->fd = ret = open_backing(fs, ino, 0);
+			if (ret >= 0 && (fi->flags & O_TRUNC) &&
+			    ftruncate(h->fd, 0) < 0)
+				ret = -errno;
+			ret = ret < 0 ? ret : 0;
+		}
+		if (ret < 0) {
+			handle_free(h);
+			fs_inode_unref(fs, ino, 0, true);
+		}
+	}
+	fs_unlock(fs);
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fi->fh = (uintptr_t)h;
+	fi->keep_cache = 1;
+	fuse_reply_open(req, fi);
+}
+
+void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+	     struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_handle *h = handle_of(fi);
+	char *buf = malloc(size);
+	ssize_t n;
+
+	if (buf == NULL) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (h->kind == DBOX_KIND_FILE) {
+		n = pread(h->fd, buf, size, off);
+		if (n < 0)
+			n = -errno;
+	} else if (h->reader != NULL) {
+		pthread_mutex_lock(&h->read_lock);
+		n = dbox_reader_pread(h->reader, buf, size, off);
+		if (n < 0)
+			n = errno == EIO || errno == 0 ? -EIO : -errno;
+		pthread_mutex_unlock(&h->read_lock);
+	} else {
+		fs_lock(fs);
+		if (h->inode->save != NULL) {
+			n = dbox_save_read(h->inode->save, buf, size, off);
+		} else {
+			/* Opened while being written, finished since. */
+			struct dbox_msgloc loc;
+			struct dbox_attr attr;
+
+			n = dbox_index_getattr(fs->st->index, ino, &attr);
+			if (n == 0)
+				n = dbox_index_msg_get(fs->st->index, ino, &loc);
+			if (n == 0)
+				n = dbox_store_open_reader(fs->st, &loc, attr.size,
+							   &h->reader);
+			if (n == 0) {
+				n = dbox_reader_pread(h->reader, buf, size, off);
+				if (n < 0)
+					n = -EIO;
+			}
+		}
+		fs_unlock(fs);
+	}
+	if (n < 0)
+		fuse_reply_err(req, -n);
+	else
+		fuse_reply_buf(req, buf, n);
+	free(buf);
+}
+
+void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+	      off_t off, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_handle *h = handle_of(fi);
+	struct fs_inode *inode = h->inode;
+	ssize_t ret;
+
+	if (h->kind == DBOX_KIND_FILE) {
+		ret = pwrite(h->fd, buf, size, off);
+		if (ret < 0)
+			ret = -errno;
+	} else if (!h->writer || inode->save == NULL) {
+		ret = -EBADF;
+	} else {
+		fs_lock(fs);
+		ret = 0;
+		if (inode->save->finished) {
+			/* Committed at a flush or fsync: WRITING again. */
+			ret = dbox_index_begin(fs->st->index);
+			if (ret == 0)
+				ret = fs_tx_end(fs, dbox_save_reopen(inode->save),
+						false);
+		}
+		if (ret == 0)
+			ret = dbox_save_write(inode->save, buf, size, off);
+		fs_unlock(fs);
+	}
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_write(req, size);
+}
+
+void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_handle *h = handle_of(fi);
+	int ret = 0;
+
+	if (h->writer) {
+		/* close(): the message is complete as it stands; errors
+		   (ENOSPC) reach the client here, not at release. */
+		fs_lock(fs);
+		if (h->inode->save != NULL)
+			ret = message_finish(fs, h->inode, false);
+		fs_unlock(fs);
+	}
+	fuse_reply_err(req, -ret);
+}
+
+void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_handle *h = handle_of(fi);
+	struct fs_inode *inode = h->inode;
+
+	fs_lock(fs);
+	if (h->writer && --inode->nwriters == 0 && inode->save != NULL) {
+		bool discard = inode->unlinked && inode->nopen == 1 &&
+			inode->nlookup == 0;
+
+		/* An unlinked message nobody can see any more is dropped
+		   unfinished, giving its bytes back; others are finished. */
+		if (!discard && message_finish(fs, inode, false) < 0)
+			dbox_error("%s: message inode %llu could not be "
+				   "finished at close", fs->st->path,
+				   (unsigned long long)ino);
+		dbox_save_free(&inode->save);
+	}
+	handle_free(h);
+	fs_inode_unref(fs, ino, 0, true);
+	fs_unlock(fs);
+	fuse_reply_err(req, 0);
+}
+
+void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+	      struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct fs_handle *h = handle_of(fi);
+	int ret = 0;
+
+	if (h->kind == DBOX_KIND_FILE) {
+		if ((datasync ? fdatasync(h->fd) : fsync(h->fd)) < 0)
+			ret = -errno;
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fs_lock(fs);
+	if (h->inode->save != NULL) {
+		ret = message_finish(fs, h->inode, true);
+	} else {
+		struct dbox_msgloc loc;
+		int fd;
+
+		/* Committed earlier without sync: its record and the index. */
+		ret = dbox_index_msg_get(fs->st->index, ino, &loc);
+		if (ret == 0 && (fd = dbox_store_read_fd(fs->st, loc.file_id)) >= 0 &&
+		    fdatasync(fd) < 0)
+			ret = -errno;
+		if (ret == 0)
+			ret = dbox_index_sync(fs->st->index);
+	}
+	fs_unlock(fs);
+	fuse_reply_err(req, -ret);
+}
+
+/* Truncate a message to size bytes. */
+static int message_truncate(struct fs *fs, struct fs_inode *inode,
+			    uint64_t size)
+{
+	bool own_save = inode->save == NULL;
+	int ret;
+
+	if (own_save) {
+		if ((ret = dbox_index_begin(fs->st->index)) < 0)
+			return ret;
+		ret = message_begin_write(fs, inode, size);
+		if ((ret = fs_tx_end(fs, ret, false)) < 0) {
+			dbox_save_free(&inode->save);
+			return ret;
+		}
+	}
+	ret = dbox_save_truncate(inode->save, size);
+	if (ret == 0 && (own_save || inode->save->finished))
+		ret = message_finish(fs, inode, false);
+	if (own_save)
+		dbox_save_free(&inode->save);
+	return ret;
+}
+
+static int ts_ns(const struct timespec *ts, int64_t *ns_r)
+{
+	if (ts->tv_nsec == UTIME_NOW)
+		*ns_r = dbox_now_ns();
+	else if (ts->tv_nsec != UTIME_OMIT)
+		*ns_r = (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+	return 0;
+}
+
+void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
+		int to_set, struct fuse_file_info *fi)
+{
+	struct fs *fs = req_fs(req);
+	struct dbox_index *index = fs->st->index;
+	struct dbox_attr attr;
+	struct fs_inode *inode;
+	struct stat stbuf;
+	char name[24];
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_getattr(index, ino, &attr);
+	if (ret < 0)
+		goto out;
+	fs_file_name(name, ino);
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (attr.kind == DBOX_KIND_DIR) {
+			ret = -EISDIR;
+		} else if (attr.kind == DBOX_KIND_FILE) {
+			int fd = fi != NULL && handle_of(fi)->fd >= 0 ?
+				dup(handle_of(fi)->fd) : open_backing(fs, ino, 0);
+
+			if (fd < 0)
+				ret = fd;
+			else if (ftruncate(fd, in->st_size) < 0)
+				ret = -errno;
+			if (fd >= 0)
+				close(fd);
+		} else if ((inode = fs_inode_add(&fs->inodes, ino)) == NULL) {
+			ret = -ENOMEM;
+		} else {
+			ret = message_truncate(fs, inode, in->st_size);
+			if (fs_inode_unused(inode))
+				fs_inode_remove(&fs->inodes, ino);
+		}
+		if (ret < 0)
+			goto out;
+		/* message_finish stored the size; read it back. */
+		if ((ret = dbox_index_getattr(index, ino, &attr)) < 0)
+			goto out;
+	}
+	if (attr.kind == DBOX_KIND_FILE &&
+	    (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
+		struct timespec times[2] = {
+			{ .tv_nsec = UTIME_OMIT }, { .tv_nsec = UTIME_OMIT },
+		};
+
+		if (to_set & FUSE_SET_ATTR_ATIME)
+			times[0] = to_set & FUSE_SET_ATTR_ATIME_NOW ?
+				(struct timespec){ .tv_nsec = UTIME_NOW } : in->st_atim;
+		if (to_set & FUSE_SET_ATTR_MTIME)
+			times[1] = to_set & FUSE_SET_ATTR_MTIME_NOW ?
+				(struct timespec){ .tv_nsec = UTIME_NOW } : in->st_mtim;
+		if (utimensat(fs->st->files_fd, name, times, 0) < 0) {
+			ret = -errno;
+			goto out;
+		}
+	} else if (to_set & FUSE_SET_ATTR_MTIME) {
+		if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+			attr.mtime_ns = dbox_now_ns();
+		else
+			ts_ns(&in->st_mtim, &attr.mtime_ns);
+	}
+	if (to_set & FUSE_SET_ATTR_MODE)
+		attr.mode = (attr.mode & S_IFMT) | (in->st_mode & 07777);
+	if (to_set & FUSE_SET_ATTR_UID)
+		attr.uid = in->st_uid;
+	if (to_set & FUSE_SET_ATTR_GID)
+		attr.gid = in->st_gid;
+	attr.ctime_ns = dbox_now_ns();
+	if ((ret = dbox_index_begin(index)) == 0)
+		ret = fs_tx_end(fs, dbox_index_setattr(index, &attr), false);
+out:
+	if (ret == 0)
+		ret = fs_stat(fs, &attr, &stbuf);
+	fs_unlock(fs);
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_attr(req, &stbuf, fs->opts.attr_timeout);
+}
+
+void fs_init(void *userdata, struct fuse_conn_info *conn)
+{
+	/* READDIRPLUS: ls -l and NeoMutt's stat of every message come with
+	   the listing.  Messages are immutable once committed and every
+	   change goes through this daemon, so the page cache may be kept
+	   (keep_cache at open). */
+	if (conn->capable & FUSE_CAP_READDIRPLUS)
+		conn->want |= FUSE_CAP_READDIRPLUS;
+	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+}

@@ -1,0 +1,55 @@
+#ifndef DBOXFS_INODE_TABLE_H
+#define DBOXFS_INODE_TABLE_H
+
+/*
+ * inode-table: what the daemon must remember about inodes the kernel
+ * holds: lookup counts (nlookup, as passthrough_ll keeps them), open
+ * handles, and the save of a message being written.  Inodes the kernel
+ * has forgotten and nobody has open are not in the table; everything else
+ * about an inode lives in the index.
+ *
+ * An open-addressing hash (linear probing, backward-shift deletion) of
+ * pointers, so a million cached inodes cost about 56 MB.  Not thread-safe:
+ * used under the store lock.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct dbox_save;
+
+struct fs_inode {
+	uint64_t ino;
+	uint64_t nlookup;        /* references the kernel holds */
+	uint32_t nopen;          /* open file handles */
+	uint32_t nwriters;       /* of those, open for writing a message */
+	bool unlinked;           /* no names left: delete when unreferenced */
+	struct dbox_save *save;  /* the message being written, or NULL */
+};
+
+struct fs_inode_table {
+	struct fs_inode **slots;
+	size_t size;  /* power of two */
+	size_t count;
+};
+
+/* Initialise an empty table.  Returns 0 or -ENOMEM. */
+int fs_inode_table_init(struct fs_inode_table *table);
+
+/* Free every entry and the table. */
+void fs_inode_table_deinit(struct fs_inode_table *table);
+
+/* The entry of ino, or NULL. */
+struct fs_inode *fs_inode_get(struct fs_inode_table *table, uint64_t ino);
+
+/* The entry of ino, added (zeroed) if absent.  NULL on ENOMEM. */
+struct fs_inode *fs_inode_add(struct fs_inode_table *table, uint64_t ino);
+
+/* True when nothing refers to the entry any more (no lookups, no opens). */
+bool fs_inode_unused(const struct fs_inode *inode);
+
+/* Remove and free the entry of ino (no-op if absent). */
+void fs_inode_remove(struct fs_inode_table *table, uint64_t ino);
+
+#endif

@@ -1,0 +1,203 @@
+/*
+ * main.c: the dboxfs command: options, store open, mount, daemonize, the
+ * session loop, unmount.
+ *
+ *   dboxfs STORE MOUNTPOINT [-f] [-d] [-s] [-o opt,...]
+ */
+#include "fs.h"
+
+#include "storage/log.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#define DBOXFS_VERSION "0.1"
+
+enum { KEY_HELP, KEY_VERSION };
+
+#define FS_OPT(t, p) { t, offsetof(struct fs_options, p), 1 }
+
+/* Every dboxfs option, with the default set in main(). */
+static const struct fuse_opt fs_opt_spec[] = {
+	FS_OPT("rotate_size=%lu", rotate_size),
+	FS_OPT("entry_timeout=%lf", entry_timeout),
+	FS_OPT("attr_timeout=%lf", attr_timeout),
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_END
+};
+
+static void usage(const char *prog)
+{
+	printf("usage: %s STORE MOUNTPOINT [options]\n"
+	       "\n"
+	       "Mount the dbox store STORE (created when missing) as a Maildir++ tree.\n"
+	       "\n"
+	       "dboxfs options:\n"
+	       "    -o rotate_size=BYTES   start a new storage/m.N past this size (10485760)\n"
+	       "    -o entry_timeout=SECS  kernel name cache time (3600)\n"
+	       "    -o attr_timeout=SECS   kernel attribute cache time (3600)\n"
+	       "\n"
+	       "general options:\n"
+	       "    -f                     stay in the foreground, log to stderr too\n"
+	       "    -d                     debug output (implies -f)\n"
+	       "    -s                     single-threaded\n"
+	       "    -h, --help             this help\n"
+	       "    -V, --version          version\n"
+	       "\n", prog);
+}
+
+/* Positional arguments: the first is STORE, the rest go to libfuse. */
+static int opt_proc(void *data, const char *arg, int key,
+		    struct fuse_args *outargs)
+{
+	struct fs_options *opts = data;
+
+	switch (key) {
+	case FUSE_OPT_KEY_NONOPT:
+		if (opts->store == NULL) {
+			opts->store = strdup(arg);
+			return 0;
+		}
+		return 1;
+	case KEY_HELP:
+		usage(outargs->argv[0]);
+		fuse_opt_add_arg(outargs, "-ho");
+		fuse_lowlevel_help();
+		exit(0);
+	case KEY_VERSION:
+		printf("dboxfs %s\n", DBOXFS_VERSION);
+		fuse_lowlevel_version();
+		exit(0);
+	}
+	return 1;
+}
+
+/* Log sink: syslog always, stderr too while in the foreground. */
+static bool log_to_stderr = true;
+static bool log_debug;
+
+static void syslog_sink(enum dbox_log_level level, const char *fmt,
+			va_list args)
+{
+	static const int prio[] = {
+		[DBOX_LOG_ERROR] = LOG_ERR, [DBOX_LOG_WARNING] = LOG_WARNING,
+		[DBOX_LOG_INFO] = LOG_INFO, [DBOX_LOG_DEBUG] = LOG_DEBUG,
+	};
+	va_list copy;
+
+	if (level == DBOX_LOG_DEBUG && !log_debug)
+		return;
+	if (log_to_stderr) {
+		va_copy(copy, args);
+		fprintf(stderr, "dboxfs: ");
+		vfprintf(stderr, fmt, copy);
+		fputc('\n', stderr);
+		va_end(copy);
+	}
+	vsyslog(prio[level], fmt, args);
+}
+
+/* Plenty of descriptors: one per m.N file read. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts cmd;
+	struct fuse_loop_config *loop;
+	struct dbox_store_settings set = { .create = true };
+	struct fs fs = {
+		.opts = {
+			.rotate_size = DBOX_DEFAULT_ROTATE_SIZE,
+			.entry_timeout = 3600,
+			.attr_timeout = 3600,
+		},
+	};
+	int ret = 1;
+
+	umask(077); /* store files 0600, directories 0700 */
+	openlog("dboxfs", LOG_PID, LOG_MAIL);
+	dbox_log_set_sink(syslog_sink);
+	if (fuse_opt_parse(&args, &fs.opts, fs_opt_spec, opt_proc) < 0)
+		return 1;
+	/* Permission checks by the kernel, as for a local filesystem. */
+	fuse_opt_add_arg(&args, "-odefault_permissions");
+	fuse_opt_add_arg(&args, "-ofsname=dboxfs");
+	fuse_opt_add_arg(&args, "-osubtype=dboxfs");
+	if (fuse_parse_cmdline(&args, &cmd) != 0)
+		return 1;
+	if (fs.opts.store == NULL || cmd.mountpoint == NULL) {
+		fprintf(stderr, "usage: %s STORE MOUNTPOINT [options] "
+			"(--help for more)\n", argv[0]);
+		goto out_args;
+	}
+	log_debug = cmd.debug;
+	raise_nofile();
+
+	/* Open the store before mounting, so a refusal (locked, not a
+	   store, newer format) is reported here and nothing is mounted. */
+	set.rotate_size = fs.opts.rotate_size;
+	if (dbox_store_open(fs.opts.store, &set, &fs.st) < 0)
+		goto out_args;
+	if (fs_inode_table_init(&fs.inodes) < 0)
+		goto out_store;
+	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
+	if (fs.se == NULL)
+		goto out_inodes;
+	if (fuse_set_signal_handlers(fs.se) != 0)
+		goto out_session;
+	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0)
+		goto out_signals;
+	dbox_info("mounted %s on %s", fs.opts.store, cmd.mountpoint);
+	/* SQLite connections must not cross fork(): fuse_daemonize forks and
+	   the parent exits, so only this process ever uses the connection;
+	   the store's flock() is shared with and kept by the child. */
+	if (fuse_daemonize(cmd.foreground) != 0)
+		goto out_unmount;
+	log_to_stderr = cmd.foreground;
+
+	if (cmd.singlethread) {
+		ret = fuse_session_loop(fs.se);
+	} else {
+		loop = fuse_loop_cfg_create();
+		fuse_loop_cfg_set_clone_fd(loop, cmd.clone_fd);
+		fuse_loop_cfg_set_max_threads(loop, cmd.max_threads);
+		fuse_loop_cfg_set_idle_threads(loop, cmd.max_idle_threads);
+		ret = fuse_session_loop_mt(fs.se, loop);
+		fuse_loop_cfg_destroy(loop);
+	}
+	ret = ret != 0;
+out_unmount:
+	fuse_session_unmount(fs.se);
+out_signals:
+	fuse_remove_signal_handlers(fs.se);
+out_session:
+	fuse_session_destroy(fs.se);
+out_inodes:
+	fs_inode_table_deinit(&fs.inodes);
+out_store:
+	dbox_store_close(&fs.st);
+out_args:
+	free(cmd.mountpoint);
+	free(fs.opts.store);
+	fuse_opt_free_args(&args);
+	return ret;
+}

@@ -1,0 +1,513 @@
+/*
+ * store.c: opening a store directory (layout, lock, index, crash
+ * recovery), the pool of m.N files taking new messages, and saving one
+ * message (see store.h).
+ *
+ * Invariants:
+ *  - an m.N in st->append is owned by at most one dbox_save (busy), and
+ *    only that save writes to it, only past its committed end;
+ *  - a file id is never reused: next_file_id is above every m.N on disk
+ *    and in the index.
+ */
+#include "store.h"
+
+#include "storage/dbox-read.h"
+#include "storage/guid.h"
+#include "storage/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Is the directory (open as fd) empty? */
+static bool dir_is_empty(int fd)
+{
+	DIR *dir = fdopendir(dup(fd));
+	struct dirent *d;
+	bool empty = true;
+
+	if (dir == NULL)
+		return false;
+	while ((d = readdir(dir)) != NULL) {
+		if (strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0) {
+			empty = false;
+			break;
+		}
+	}
+	closedir(dir);
+	return empty;
+}
+
+/* Open or create STORE/name as a directory (mode 0700). */
+static int open_subdir(int dir_fd, const char *name, bool create)
+{
+	int fd;
+
+	if (create && mkdirat(dir_fd, name, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static int open_layout(struct dbox_store *st, const char *path, bool create)
+{
+	bool is_store;
+
+	if (create && mkdir(path, 0700) < 0 && errno != EEXIST) {
+		dbox_error("%s: cannot create store: %s", path, strerror(errno));
+		return -errno;
+	}
+	st->dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (st->dir_fd < 0) {
+		dbox_error("%s: cannot open store: %s", path, strerror(errno));
+		return -errno;
+	}
+	is_store = faccessat(st->dir_fd, "index.sqlite", F_OK, 0) == 0;
+	if (!is_store && !dir_is_empty(st->dir_fd)) {
+		dbox_error("%s: not a dbox store (no index.sqlite) and not empty; "
+			   "refusing to use it (if it was a store, run "
+			   "'dboxadm rebuild %s')", path, path);
+		return -ENOTEMPTY;
+	}
+	if (!is_store && !create) {
+		dbox_error("%s: no store here", path);
+		return -ENOENT;
+	}
+	st->lock_fd = openat(st->dir_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (st->lock_fd < 0)
+		return -errno;
+	if (flock(st->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		int err = errno;
+
+		dbox_error("%s: store is in use by another process (mounted?)%s",
+			   path, err == EWOULDBLOCK ? "" : strerror(err));
+		return err == EWOULDBLOCK ? -EBUSY : -err;
+	}
+	if ((st->storage_fd = open_subdir(st->dir_fd, "storage", true)) < 0 ||
+	    (st->files_fd = open_subdir(st->dir_fd, "files", true)) < 0) {
+		int ret = st->storage_fd < 0 ? st->storage_fd : st->files_fd;
+
+		dbox_error("%s: cannot open storage/ or files/: %s", path,
+			   strerror(-ret));
+		return ret;
+	}
+	return 0;
+}
+
+/* Highest N of the storage/m.N files on disk. */
+static uint32_t max_file_on_disk(int storage_fd)
+{
+	DIR *dir = fdopendir(dup(storage_fd));
+	struct dirent *d;
+	uint32_t max = 0;
+
+	if (dir == NULL)
+		return 0;
+	while ((d = readdir(dir)) != NULL) {
+		char *end;
+		unsigned long id;
+
+		if (strncmp(d->d_name, "m.", 2) != 0)
+			continue;
+		id = strtoul(d->d_name + 2, &end, 10);
+		if (*end == '\0' && id > max && id <= UINT32_MAX)
+			max = id;
+	}
+	closedir(dir);
+	return max;
+}
+
+/* Recovery of one m.N: cut everything past its committed end. */
+static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
+{
+	struct dbox_store *st = ctx;
+	char name[16];
+	struct stat stbuf;
+	int fd;
+
+	dbox_file_name(name, file_id);
+	fd = openat(st->storage_fd, name, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		dbox_error("%s/storage/%s: %s; its messages will fail with EIO "
+			   "(run 'dboxadm check')", st->path, name, strerror(errno));
+		return 0;
+	}
+	if (fstat(fd, &stbuf) == 0 && (uint64_t)stbuf.st_size > size) {
+		dbox_info("%s/storage/%s: cutting %llu bytes of unfinished "
+			  "writes after %llu", st->path, name,
+			  (unsigned long long)(stbuf.st_size - size),
+			  (unsigned long long)size);
+		if (ftruncate(fd, size) < 0)
+			dbox_error("%s/storage/%s: ftruncate: %s", st->path,
+				   name, strerror(errno));
+	}
+	close(fd);
+	return 0;
+}
+
+static int recover(struct dbox_store *st)
+{
+	unsigned int writing, orphans;
+	uint64_t *files;
+	size_t nfiles;
+	char name[32];
+	int ret;
+
+	ret = dbox_index_recover(st->index, &writing, &orphans, &files, &nfiles);
+	if (ret < 0)
+		return ret;
+	for (size_t i = 0; i < nfiles; i++) {
+		snprintf(name, sizeof(name), "%llu", (unsigned long long)files[i]);
+		unlinkat(st->files_fd, name, 0);
+	}
+	free(files);
+	if (writing > 0 || orphans > 0)
+		dbox_info("%s: recovery: dropped %u unfinished deliveries and "
+			  "%u unlinked files", st->path, writing, orphans);
+	return dbox_index_mfile_list(st->index, recover_mfile, st);
+}
+
+int dbox_store_open(const char *path, const struct dbox_store_settings *set,
+		    struct dbox_store **st_r)
+{
+	struct dbox_store *st;
+	char *index_path = NULL;
+	uint32_t max_index;
+	int ret;
+
+	st = calloc(1, sizeof(*st));
+	if (st == NULL)
+		return -ENOMEM;
+	st->dir_fd = st->storage_fd = st->files_fd = st->lock_fd = -1;
+	pthread_mutex_init(&st->lock, NULL);
+	st->rotate_size = set->rotate_size != 0 ? set->rotate_size :
+		DBOX_DEFAULT_ROTATE_SIZE;
+	if ((st->path = strdup(path)) == NULL ||
+	    asprintf(&index_path, "%s/index.sqlite", path) < 0) {
+		index_path = NULL;
+		ret = -ENOMEM;
+		goto fail;
+	}
+	if ((ret = open_layout(st, path, set->create)) < 0)
+		goto fail;
+	ret = dbox_index_open(index_path, true, &st->index);
+	if (ret < 0) {
+		if (ret == -EIO)
+			dbox_error("%s: the index is unreadable; "
+				   "'dboxadm rebuild %s' recreates it from "
+				   "storage/", path, path);
+		goto fail;
+	}
+	if ((ret = recover(st)) < 0 ||
+	    (ret = dbox_index_mfile_max(st->index, &max_index)) < 0)
+		goto fail;
+	st->next_file_id = max_file_on_disk(st->storage_fd);
+	if (max_index > st->next_file_id)
+		st->next_file_id = max_index;
+	st->next_file_id++;
+	free(index_path);
+	*st_r = st;
+	return 0;
+fail:
+	free(index_path);
+	dbox_store_close(&st);
+	return ret;
+}
+
+void dbox_store_close(struct dbox_store **stp)
+{
+	struct dbox_store *st = *stp;
+
+	if (st == NULL)
+		return;
+	*stp = NULL;
+	for (size_t i = 0; i < st->append_count; i++) {
+		close(st->append[i]->fd);
+		free(st->append[i]);
+	}
+	free(st->append);
+	for (size_t i = 0; i < st->read_fds_size; i++)
+		if (st->read_fds[i] >= 0)
+			close(st->read_fds[i]);
+	free(st->read_fds);
+	dbox_index_close(&st->index);
+	if (st->storage_fd >= 0)
+		close(st->storage_fd);
+	if (st->files_fd >= 0)
+		close(st->files_fd);
+	if (st->dir_fd >= 0)
+		close(st->dir_fd);
+	if (st->lock_fd >= 0)
+		close(st->lock_fd); /* releases the flock */
+	pthread_mutex_destroy(&st->lock);
+	free(st->path);
+	free(st);
+}
+
+int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)
+{
+	char name[16];
+	int fd;
+
+	if (file_id >= st->read_fds_size) {
+		size_t size = file_id + 64;
+		int *fds = realloc(st->read_fds, size * sizeof(*fds));
+
+		if (fds == NULL)
+			return -ENOMEM;
+		for (size_t i = st->read_fds_size; i < size; i++)
+			fds[i] = -1;
+		st->read_fds = fds;
+		st->read_fds_size = size;
+	}
+	if (st->read_fds[file_id] >= 0)
+		return st->read_fds[file_id];
+	dbox_file_name(name, file_id);
+	fd = openat(st->storage_fd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		dbox_error("%s/storage/%s: %s", st->path, name, strerror(errno));
+		return -EIO;
+	}
+	st->read_fds[file_id] = fd;
+	return fd;
+}
+
+/* A file of the pool with room for another message, or a new m.N. */
+static int mfile_acquire(struct dbox_store *st, struct dbox_mfile **mf_r)
+{
+	struct dbox_mfile *mf, **append;
+	uint64_t size;
+	int fd, ret;
+
+	for (size_t i = 0; i < st->append_count; i++) {
+		mf = st->append[i];
+		if (!mf->busy && mf->size < st->rotate_size) {
+			mf->busy = true;
+			*mf_r = mf;
+			return 0;
+		}
+	}
+	fd = dbox_file_create(st->storage_fd, st->next_file_id, &size);
+	if (fd < 0) {
+		ret = -errno;
+		dbox_error("%s/storage/m.%u: create: %s", st->path,
+			   st->next_file_id, strerror(errno));
+		return ret;
+	}
+	mf = calloc(1, sizeof(*mf));
+	append = realloc(st->append, (st->append_count + 1) * sizeof(*append));
+	if (mf == NULL || append == NULL) {
+		free(mf);
+		close(fd);
+		return -ENOMEM;
+	}
+	st->append = append;
+	mf->file_id = st->next_file_id++;
+	mf->fd = fd;
+	mf->size = size;
+	mf->busy = true;
+	if ((ret = dbox_index_mfile_set(st->index, mf->file_id, size)) < 0) {
+		close(fd);
+		free(mf);
+		return ret;
+	}
+	st->append[st->append_count++] = mf;
+	*mf_r = mf;
+	return 0;
+}
+
+/* Give a file back to the pool; a full one leaves it (it is sealed). */
+static void mfile_release(struct dbox_store *st, struct dbox_mfile *mf)
+{
+	mf->busy = false;
+	if (mf->size < st->rotate_size)
+		return;
+	for (size_t i = 0; i < st->append_count; i++) {
+		if (st->append[i] == mf) {
+			st->append[i] = st->append[--st->append_count];
+			break;
+		}
+	}
+	close(mf->fd);
+	free(mf);
+}
+
+static void save_loc(const struct dbox_save *save, enum dbox_msg_state state,
+		     uint64_t vsize, struct dbox_msgloc *loc_r)
+{
+	memset(loc_r, 0, sizeof(*loc_r));
+	loc_r->file_id = save->mf->file_id;
+	loc_r->offset = save->ap.offset;
+	loc_r->body_size = save->ap.body_size;
+	loc_r->record_size = save->ap.record_size;
+	loc_r->vsize = vsize;
+	loc_r->state = state;
+	memcpy(loc_r->guid, save->guid, sizeof(loc_r->guid));
+}
+
+int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
+		    struct dbox_save **save_r)
+{
+	struct dbox_save *save;
+	struct dbox_msgloc loc;
+	int ret;
+
+	save = calloc(1, sizeof(*save));
+	if (save == NULL || (save->mailbox = strdup(mailbox)) == NULL) {
+		free(save);
+		return -ENOMEM;
+	}
+	save->st = st;
+	save->ino = ino;
+	dbox_guid_generate(save->guid);
+	if ((ret = mfile_acquire(st, &save->mf)) < 0)
+		goto fail;
+	if (dbox_append_begin(&save->ap, save->mf->fd, save->mf->size) < 0) {
+		ret = -errno;
+		goto fail;
+	}
+	save_loc(save, DBOX_MSG_WRITING, 0, &loc);
+	if ((ret = dbox_index_msg_set(st->index, ino, &loc)) < 0)
+		goto fail;
+	*save_r = save;
+	return 0;
+fail:
+	dbox_save_free(&save);
+	return ret;
+}
+
+int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,
+		    uint64_t off)
+{
+	if (dbox_append_pwrite(&save->ap, buf, len, off) < 0)
+		return -errno;
+	save->finished = false;
+	return 0;
+}
+
+int dbox_save_truncate(struct dbox_save *save, uint64_t size)
+{
+	if (dbox_append_truncate(&save->ap, size) < 0)
+		return -errno;
+	save->finished = false;
+	return 0;
+}
+
+ssize_t dbox_save_read(struct dbox_save *save, void *buf, size_t len,
+		       uint64_t off)
+{
+	ssize_t n;
+
+	if (off >= save->ap.body_size)
+		return 0;
+	if (len > save->ap.body_size - off)
+		len = save->ap.body_size - off;
+	n = pread(save->mf->fd, buf, len,
+		  save->ap.offset + DBOX_MSG_HEADER_SIZE + off);
+	return n < 0 ? -errno : n;
+}
+
+uint64_t dbox_save_size(const struct dbox_save *save)
+{
+	return save->ap.body_size;
+}
+
+int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
+		     struct dbox_msgloc *loc_r)
+{
+	struct dbox_store *st = save->st;
+	struct dbox_metadata md;
+	int ret;
+
+	if (!save->finished) {
+		memset(&md, 0, sizeof(md));
+		memcpy(md.guid, save->guid, sizeof(save->guid));
+		md.received = received_sec;
+		md.mailbox = save->mailbox;
+		ret = dbox_append_finish(&save->ap, &md);
+		md.mailbox = NULL;
+		if (ret < 0) {
+			ret = -errno;
+			dbox_metadata_clear(&md);
+			dbox_error("%s/storage/m.%u: finishing message at %llu: %s",
+				   st->path, save->mf->file_id,
+				   (unsigned long long)save->ap.offset,
+				   strerror(-ret));
+			return ret;
+		}
+		save->vsize = md.vsize;
+		dbox_metadata_clear(&md);
+	}
+	if (sync && fdatasync(save->mf->fd) < 0) {
+		ret = -errno;
+		dbox_error("%s/storage/m.%u: fdatasync: %s", st->path,
+			   save->mf->file_id, strerror(errno));
+		return ret;
+	}
+	save_loc(save, DBOX_MSG_COMMITTED, save->vsize, loc_r);
+	if ((ret = dbox_index_msg_set(st->index, save->ino, loc_r)) < 0 ||
+	    (ret = dbox_index_mfile_set(st->index, save->mf->file_id,
+					save->ap.offset + save->ap.record_size)) < 0)
+		return ret;
+	save->mf->size = save->ap.offset + save->ap.record_size;
+	save->finished = true;
+	return 0;
+}
+
+int dbox_save_reopen(struct dbox_save *save)
+{
+	return dbox_index_msg_set_state(save->st->index, save->ino,
+					DBOX_MSG_WRITING);
+}
+
+void dbox_save_free(struct dbox_save **savep)
+{
+	struct dbox_save *save = *savep;
+
+	if (save == NULL)
+		return;
+	*savep = NULL;
+	if (save->mf != NULL) {
+		if (!save->finished) {
+			/* Never committed: give the bytes back. */
+			dbox_append_abort(&save->ap);
+			save->mf->size = save->ap.offset;
+		}
+		mfile_release(save->st, save->mf);
+	}
+	free(save->mailbox);
+	free(save);
+}
+
+int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
+			   uint64_t plain_size, struct dbox_reader **reader_r)
+{
+	uint8_t hdr[DBOX_MSG_HEADER_SIZE];
+	uint64_t body_size;
+	ssize_t n;
+	int fd = dbox_store_read_fd(st, loc->file_id);
+
+	if (fd < 0)
+		return fd;
+	n = pread(fd, hdr, sizeof(hdr), loc->offset);
+	if (n != sizeof(hdr) || dbox_msg_header_parse(hdr, &body_size) < 0 ||
+	    body_size != loc->body_size) {
+		dbox_error("%s/storage/m.%u offset %llu: message header %s "
+			   "(index says body %llu bytes)", st->path, loc->file_id,
+			   (unsigned long long)loc->offset,
+			   n < 0 ? strerror(errno) :
+			   n != sizeof(hdr) ? "truncated" : "corrupt or wrong size",
+			   (unsigned long long)loc->body_size);
+		return -EIO;
+	}
+	if (dbox_reader_open(fd, loc->offset + DBOX_MSG_HEADER_SIZE,
+			     loc->body_size, plain_size, reader_r) < 0)
+		return -errno;
+	return 0;
+}

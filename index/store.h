@@ -1,0 +1,136 @@
+#ifndef DBOXFS_STORE_H
+#define DBOXFS_STORE_H
+
+/*
+ * store: one dbox store directory opened by one process: the lock, the
+ * index, the m.N files being appended to, and read descriptors.  This is
+ * the one context fs/ and tools/ pass around; there is no global state.
+ *
+ *   STORE/storage/m.N   dbox v2 files (storage/dbox-file.h)
+ *   STORE/index.sqlite  the index (index.h)
+ *   STORE/files/<ino>   bytes of plain (non-message) files
+ *   STORE/lock          flock()ed exclusively while the store is open
+ *
+ * Locking: st->lock serialises the index and the append pool.  Callers
+ * take it around every index call and around dbox_save_begin/finish/free;
+ * dbox_save_write/truncate and reads of committed data need no lock (the
+ * writer owns its m.N tail; committed bytes never change).
+ */
+
+#include "index/index.h"
+#include "storage/dbox-file.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Dovecot's mdbox_rotate_size default: start a new m.N past 10 MiB. */
+#define DBOX_DEFAULT_ROTATE_SIZE (10 * 1024 * 1024)
+
+struct dbox_store_settings {
+	uint64_t rotate_size; /* bytes; 0 = default */
+	bool create;          /* create STORE if it does not exist */
+};
+
+/* An m.N open for appending.  busy while a save owns its tail. */
+struct dbox_mfile {
+	uint32_t file_id;
+	int fd;
+	uint64_t size; /* current end = committed end when not busy */
+	bool busy;
+};
+
+struct dbox_store {
+	char *path;
+	int dir_fd, storage_fd, files_fd, lock_fd;
+	struct dbox_index *index;
+	uint64_t rotate_size;
+	pthread_mutex_t lock;
+
+	struct dbox_mfile **append; /* files that may take more messages */
+	size_t append_count;
+	uint32_t next_file_id;
+
+	int *read_fds;              /* read_fds[file_id]: O_RDONLY fd or -1 */
+	size_t read_fds_size;
+};
+
+/* Open the store at path: create it when missing and set->create (an
+   existing non-empty directory that is not a store is refused with
+   -ENOTEMPTY), take the lock (-EBUSY when another process holds it), open
+   the index, and recover from a crash (unfinished writes dropped, m.N
+   tails cut to their committed ends; what was done is logged).  Every
+   refusal is logged with the reason.  Returns 0 and *st_r, or a negative
+   errno. */
+int dbox_store_open(const char *path, const struct dbox_store_settings *set,
+		    struct dbox_store **st_r);
+
+/* Close everything and release the lock; *st = NULL.  Safe on NULL. */
+void dbox_store_close(struct dbox_store **st);
+
+/* A read-only descriptor of m.<file_id>, cached and owned by the store
+   (do not close).  Returns the fd, or -EIO when the file is missing or
+   unreadable (logged once per file).  Needs st->lock. */
+int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id);
+
+/* One message being saved: its record is appended to an m.N that this
+   save owns until dbox_save_free(). */
+struct dbox_save {
+	struct dbox_store *st;
+	struct dbox_mfile *mf;
+	struct dbox_append ap;
+	uint64_t ino;
+	char guid[33];
+	char *mailbox;   /* B metadata, owned */
+	uint64_t vsize;  /* V of the last finish */
+	bool finished;   /* the record on disk matches the index */
+};
+
+/* Start saving the message of inode ino (saved to folder mailbox, copied)
+   into an m.N with room, creating a new one past the rotate size.  Records
+   the message as WRITING in the index (inside the caller's transaction).
+   Needs st->lock.  Returns 0 and *save_r, or a negative errno. */
+int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
+		    struct dbox_save **save_r);
+
+/* Write plaintext bytes [off, off+len) of the message.  No lock needed.
+   Returns 0 or a negative errno (-ENOSPC, -EFBIG, -EIO). */
+int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,
+		    uint64_t off);
+
+/* Set the message size in bytes.  No lock needed. */
+int dbox_save_truncate(struct dbox_save *save, uint64_t size);
+
+/* Read bytes [off, off+len) of the message being saved (clipped to its
+   size).  No lock needed beyond what keeps the save alive.  Returns the
+   byte count or a negative errno. */
+ssize_t dbox_save_read(struct dbox_save *save, void *buf, size_t len,
+		       uint64_t off);
+
+/* Current message size in bytes. */
+uint64_t dbox_save_size(const struct dbox_save *save);
+
+/* Finish the record (metadata with GUID, received = received_sec, V, B),
+   and record it COMMITTED in the index with its sizes, inside the caller's
+   transaction.  A no-op when nothing changed since the last finish.  With
+   sync, the m.N bytes are fdatasync()ed first.  Needs st->lock.  Returns 0
+   or a negative errno; *loc_r gets the location. */
+int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
+		     struct dbox_msgloc *loc_r);
+
+/* Mark the index row WRITING again (the first write after a finish). */
+int dbox_save_reopen(struct dbox_save *save);
+
+/* Release the m.N.  A save that never finished is cut off the file (its
+   index row is the caller's to delete).  Needs st->lock.  *save = NULL. */
+void dbox_save_free(struct dbox_save **save);
+
+/* Read plaintext of a committed message: a thin wrapper that opens a
+   reader (storage/dbox-read.h) on the right m.N after checking the record
+   header against the index.  Needs st->lock (released by the caller before
+   reading).  Returns 0 and *reader_r, or -EIO (logged). */
+struct dbox_reader;
+int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
+			   uint64_t plain_size, struct dbox_reader **reader_r);
+
+#endif
