@@ -45,6 +45,8 @@ int dbox_index_lookup(struct dbox_index *index, uint64_t parent,
 {
 	sqlite3_stmt *stmt = index_stmt(index, ST_LOOKUP);
 
+	if (namelen > DBOX_NAME_MAX)
+		return -ENAMETOOLONG;
 	sqlite3_bind_int64(stmt, 1, parent);
 	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
 	return index_done(stmt, step_attr(index, stmt, 0, attr_r, "lookup"));
@@ -101,6 +103,8 @@ static int entry_insert(struct dbox_index *index, uint64_t parent,
 	sqlite3_stmt *stmt = index_stmt(index, ST_ENTRY_INSERT);
 	int rc;
 
+	if (namelen > DBOX_NAME_MAX)
+		return -ENAMETOOLONG;
 	sqlite3_bind_int64(stmt, 1, parent);
 	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
 	sqlite3_bind_int64(stmt, 3, ino);
@@ -302,14 +306,17 @@ static int rename_exchange(struct dbox_index *index, uint64_t parent,
 	int dirs_moved = (src->kind == DBOX_KIND_DIR) -
 			 (dst->kind == DBOX_KIND_DIR);
 
-	if (parent != newparent && dirs_moved != 0) {
+	if (parent != newparent) {
+		/* Either directory may be above the other's parent, also
+		   when both are directories (no net link change). */
 		if ((src->kind == DBOX_KIND_DIR &&
 		     (ret = check_not_ancestor(index, src->ino, newparent)) < 0) ||
 		    (dst->kind == DBOX_KIND_DIR &&
 		     (ret = check_not_ancestor(index, dst->ino, parent)) < 0))
 			return ret;
-		if ((ret = nlink_add(index, parent, -dirs_moved, now_ns)) < 0 ||
-		    (ret = nlink_add(index, newparent, dirs_moved, now_ns)) < 0)
+		if (dirs_moved != 0 &&
+		    ((ret = nlink_add(index, parent, -dirs_moved, now_ns)) < 0 ||
+		     (ret = nlink_add(index, newparent, dirs_moved, now_ns)) < 0))
 			return ret;
 	}
 	if ((ret = entry_set_ino(index, id, dst->ino)) < 0 ||
@@ -335,6 +342,8 @@ int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 	if ((flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) != 0 ||
 	    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE))
 		return -EINVAL;
+	if (newnamelen > DBOX_NAME_MAX)
+		return -ENAMETOOLONG;
 	if ((ret = entry_get(index, parent, name, namelen, &id, &src)) < 0)
 		return ret;
 	if ((ret = check_dir(index, newparent)) < 0)

@@ -187,6 +187,15 @@ static int create_schema(struct dbox_index *index)
 	return 0;
 }
 
+static int prepare_stmt(struct dbox_index *index, enum index_stmt id)
+{
+	if (sqlite3_prepare_v3(index->db, stmt_sql[id], -1,
+			       SQLITE_PREPARE_PERSISTENT, &index->stmt[id],
+			       NULL) != SQLITE_OK)
+		return index_sql_error(index, stmt_sql[id]);
+	return 0;
+}
+
 static int check_format(struct dbox_index *index)
 {
 	int64_t format;
@@ -236,16 +245,16 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 		goto fail;
 	if (is_new && (ret = create_schema(index)) < 0)
 		goto fail;
-	for (int i = 0; i < ST_COUNT; i++) {
-		if (sqlite3_prepare_v3(index->db, stmt_sql[i], -1,
-				       SQLITE_PREPARE_PERSISTENT,
-				       &index->stmt[i], NULL) != SQLITE_OK) {
-			ret = index_sql_error(index, stmt_sql[i]);
-			goto fail;
-		}
-	}
-	if ((ret = check_format(index)) < 0)
+	/* The format before the other statements: a newer index may have a
+	   schema they do not fit, and is refused as newer (-EPROTO), not as
+	   unreadable (-EIO). */
+	if ((ret = prepare_stmt(index, ST_META_GET)) < 0 ||
+	    (ret = check_format(index)) < 0)
 		goto fail;
+	for (int i = 0; i < ST_COUNT; i++) {
+		if (i != ST_META_GET && (ret = prepare_stmt(index, i)) < 0)
+			goto fail;
+	}
 	*index_r = index;
 	return 0;
 fail:

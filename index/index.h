@@ -39,6 +39,9 @@
 #define DBOX_INDEX_FORMAT 1
 /* The root directory (INBOX of the Maildir++ tree) = FUSE_ROOT_ID. */
 #define DBOX_ROOT_INO 1
+/* Longest name in bytes (NAME_MAX); a longer one is -ENAMETOOLONG.  The
+   kernel leaves this check to FUSE filesystems (its own limit is 1024). */
+#define DBOX_NAME_MAX 255
 
 enum dbox_kind {
 	DBOX_KIND_DIR = 1,

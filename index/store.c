@@ -100,23 +100,34 @@ static int open_layout(struct dbox_store *st, const char *path, bool create)
 	return 0;
 }
 
+/* The N of a file name "m.N", or false when it is no m.N. */
+static bool mfile_name_id(const char *name, uint32_t *file_id_r)
+{
+	char *end;
+	unsigned long id;
+
+	if (strncmp(name, "m.", 2) != 0 || name[2] < '1' || name[2] > '9')
+		return false;
+	errno = 0;
+	id = strtoul(name + 2, &end, 10);
+	if (*end != '\0' || errno != 0 || id > UINT32_MAX)
+		return false;
+	*file_id_r = id;
+	return true;
+}
+
 /* Highest N of the storage/m.N files on disk. */
 static uint32_t max_file_on_disk(int storage_fd)
 {
 	DIR *dir = fdopendir(dup(storage_fd));
 	struct dirent *d;
-	uint32_t max = 0;
+	uint32_t max = 0, id;
 
 	if (dir == NULL)
 		return 0;
+	rewinddir(dir); /* the dup shares storage_fd's offset */
 	while ((d = readdir(dir)) != NULL) {
-		char *end;
-		unsigned long id;
-
-		if (strncmp(d->d_name, "m.", 2) != 0)
-			continue;
-		id = strtoul(d->d_name + 2, &end, 10);
-		if (*end == '\0' && id > max && id <= UINT32_MAX)
+		if (mfile_name_id(d->d_name, &id) && id > max)
 			max = id;
 	}
 	closedir(dir);
@@ -151,6 +162,47 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 	return 0;
 }
 
+/* Recovery of the m.N files the index does not know: their creation was
+   in a transaction that never committed (e.g. an import batch), so no
+   record in them is committed.  Cut them to their header line; they keep
+   their number, which is never reused. */
+static void recover_unknown_mfiles(struct dbox_store *st)
+{
+	DIR *dir = fdopendir(dup(st->storage_fd));
+	struct dirent *d;
+
+	if (dir == NULL)
+		return;
+	rewinddir(dir); /* the dup shares storage_fd's offset */
+	while ((d = readdir(dir)) != NULL) {
+		struct stat stbuf;
+		size_t header_len;
+		uint64_t size;
+		uint32_t id;
+		int fd;
+
+		if (!mfile_name_id(d->d_name, &id) ||
+		    dbox_index_mfile_get(st->index, id, &size) != -ENOENT)
+			continue;
+		fd = openat(st->storage_fd, d->d_name, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &stbuf) == 0 &&
+		    dbox_file_read_header(fd, &header_len) == 0 &&
+		    (uint64_t)stbuf.st_size > header_len) {
+			dbox_info("%s/storage/%s: unknown to the index; cutting "
+				  "%llu bytes of uncommitted writes", st->path,
+				  d->d_name, (unsigned long long)
+				  (stbuf.st_size - header_len));
+			if (ftruncate(fd, header_len) < 0)
+				dbox_error("%s/storage/%s: ftruncate: %s",
+					   st->path, d->d_name, strerror(errno));
+		}
+		close(fd);
+	}
+	closedir(dir);
+}
+
 static int recover(struct dbox_store *st)
 {
 	unsigned int writing, orphans;
@@ -170,7 +222,10 @@ static int recover(struct dbox_store *st)
 	if (writing > 0 || orphans > 0)
 		dbox_info("%s: recovery: dropped %u unfinished deliveries and "
 			  "%u unlinked files", st->path, writing, orphans);
-	return dbox_index_mfile_list(st->index, recover_mfile, st);
+	if ((ret = dbox_index_mfile_list(st->index, recover_mfile, st)) < 0)
+		return ret;
+	recover_unknown_mfiles(st);
+	return 0;
 }
 
 int dbox_store_open(const char *path, const struct dbox_store_settings *set,
@@ -510,4 +565,26 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 			     loc->body_size, plain_size, reader_r) < 0)
 		return -errno;
 	return 0;
+}
+
+int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc,
+			    time_t received)
+{
+	char name[16];
+	int fd, ret = 0;
+
+	dbox_file_name(name, loc->file_id);
+	fd = openat(st->storage_fd, name, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || dbox_record_set_received(fd, loc->file_id, loc->offset,
+					       received) < 0) {
+		ret = -errno;
+		if (errno != ERANGE)
+			dbox_warning("%s/storage/%s offset %llu: received date "
+				     "not updated: %s", st->path, name,
+				     (unsigned long long)loc->offset,
+				     strerror(errno));
+	}
+	if (fd >= 0)
+		close(fd);
+	return ret;
 }

@@ -73,6 +73,13 @@ void dbox_store_close(struct dbox_store **st);
    unreadable (logged once per file).  Needs st->lock. */
 int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id);
 
+/* Set the R metadata of a finished message record to received (UNIX
+   seconds), in place (dbox_record_set_received).  Returns 0 or a negative
+   errno (-ERANGE when the new date does not fit the old width: then only
+   the index has it; other errors are logged). */
+int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc,
+			    time_t received);
+
 /* One message being saved: its record is appended to an m.N that this
    save owns until dbox_save_free(). */
 struct dbox_save {

@@ -414,3 +414,48 @@ failed:
 		*bad_offset_r = offset;
 	return -1;
 }
+
+int dbox_record_set_received(int fd, uint32_t file_id, uint64_t offset,
+			     time_t received)
+{
+	uint8_t header[DBOX_MSG_HEADER_SIZE];
+	char block[4096], value[32];
+	uint64_t body_size, pos;
+	ssize_t len;
+	size_t line;
+	int width;
+
+	if (pread_full(fd, header, sizeof(header), offset) != sizeof(header) ||
+	    dbox_msg_header_parse(header, &body_size) < 0) {
+		errno = EIO;
+		return -1;
+	}
+	pos = offset + DBOX_MSG_HEADER_SIZE + body_size;
+	len = pread_full(fd, block, sizeof(block), pos);
+	if (len < DBOX_MAGIC_POST_LEN ||
+	    memcmp(block, DBOX_MAGIC_POST, DBOX_MAGIC_POST_LEN) != 0) {
+		errno = EIO;
+		return -1;
+	}
+	/* Find the R line among "<key><value>\n" lines, before the empty
+	   line that ends the block. */
+	for (line = DBOX_MAGIC_POST_LEN; line < (size_t)len && block[line] != '\n';) {
+		char *nl = memchr(block + line, '\n', (size_t)len - line);
+
+		if (nl == NULL)
+			break;
+		if (block[line] == 'R') {
+			width = snprintf(value, sizeof(value), "%llx",
+					 (unsigned long long)received);
+			if (width != nl - (block + line + 1)) {
+				errno = ERANGE;
+				return -1;
+			}
+			return pwrite_full(fd, value, (size_t)width,
+					   pos + line + 1);
+		}
+		line = (size_t)(nl - block) + 1;
+	}
+	errno = ENOENT;
+	return -1;
+}

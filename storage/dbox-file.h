@@ -82,6 +82,16 @@ int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,
 		     uint64_t expected_body_size, uint64_t *body_size_r,
 		     struct dbox_metadata *md_r, uint64_t *record_size_r);
 
+/* Rewrite the R (received date) value of the finished record at `offset`
+   in place, as the received date is part of a message's identity only in
+   the index and clients set it after delivery (mbsync, Dovecot utime()
+   the file).  Only a value of the same hex width is written, so no other
+   byte of the file moves: any date from 1978 to 2106 against one in the
+   same range.  Returns 0; -1 with errno ERANGE (width differs), ENOENT (no
+   R line), EIO (record unreadable) or the pread/pwrite error. */
+int dbox_record_set_received(int fd, uint32_t file_id, uint64_t offset,
+			     time_t received);
+
 /* Called by dbox_file_walk for each record: offset of the record, its body
    size, metadata.  Return 0 to go on, non-zero to stop the walk (that value
    is then returned by dbox_file_walk). */
