@@ -118,6 +118,8 @@ static int message_begin_write(struct fs *fs, struct fs_inode *inode,
 	}
 	if (ret < 0)
 		dbox_save_free(&inode->save);
+	else
+		__atomic_add_fetch(&inode->gen, 1, __ATOMIC_RELEASE);
 out:
 	dbox_reader_free(&reader);
 	free(mailbox);
@@ -294,6 +296,7 @@ static int open_message(struct fs *fs, struct fs_inode *inode,
 		return 0; /* reads go to the save */
 	if ((ret = dbox_index_msg_get(st->index, inode->ino, &loc)) < 0)
 		return ret == -ENOENT ? -EIO : ret;
+	h->reader_gen = inode->gen;
 	return dbox_store_open_reader(st, &loc, attr->size, &h->reader);
 }
 
@@ -354,34 +357,41 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		n = pread(h->fd, buf, size, off);
 		if (n < 0)
 			n = -errno;
-	} else if (h->reader != NULL) {
-		pthread_mutex_lock(&h->read_lock);
-		n = dbox_reader_pread(h->reader, buf, size, off);
-		if (n < 0)
-			n = errno == EIO || errno == 0 ? -EIO : -errno;
-		pthread_mutex_unlock(&h->read_lock);
 	} else {
-		fs_lock(fs);
-		if (h->inode->save != NULL) {
-			n = dbox_save_read(h->inode->save, buf, size, off);
+		pthread_mutex_lock(&h->read_lock);
+		if (h->reader != NULL && h->reader_gen ==
+		    __atomic_load_n(&h->inode->gen, __ATOMIC_ACQUIRE)) {
+			n = dbox_reader_pread(h->reader, buf, size, off);
+			if (n < 0)
+				n = errno == EIO || errno == 0 ? -EIO : -errno;
 		} else {
-			/* Opened while being written, finished since. */
-			struct dbox_msgloc loc;
-			struct dbox_attr attr;
+			fs_lock(fs);
+			if (h->inode->save != NULL) {
+				n = dbox_save_read(h->inode->save, buf, size, off);
+			} else {
+				/* Opened while being written, or the message
+				   was rewritten (copy-on-write) since: read
+				   its current record. */
+				struct dbox_msgloc loc;
+				struct dbox_attr attr;
 
-			n = dbox_index_getattr(fs->st->index, ino, &attr);
-			if (n == 0)
-				n = dbox_index_msg_get(fs->st->index, ino, &loc);
-			if (n == 0)
-				n = dbox_store_open_reader(fs->st, &loc, attr.size,
-							   &h->reader);
-			if (n == 0) {
-				n = dbox_reader_pread(h->reader, buf, size, off);
-				if (n < 0)
-					n = -EIO;
+				dbox_reader_free(&h->reader);
+				h->reader_gen = h->inode->gen;
+				n = dbox_index_getattr(fs->st->index, ino, &attr);
+				if (n == 0)
+					n = dbox_index_msg_get(fs->st->index, ino, &loc);
+				if (n == 0)
+					n = dbox_store_open_reader(fs->st, &loc, attr.size,
+								   &h->reader);
+				if (n == 0) {
+					n = dbox_reader_pread(h->reader, buf, size, off);
+					if (n < 0)
+						n = -EIO;
+				}
 			}
+			fs_unlock(fs);
 		}
-		fs_unlock(fs);
+		pthread_mutex_unlock(&h->read_lock);
 	}
 	if (n < 0)
 		fuse_reply_err(req, -n);
@@ -441,6 +451,35 @@ void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, -ret);
 }
 
+/* A plain file renamed to a message name while open (rename converts only
+   closed files) becomes a message at its last close, as rename would have
+   made it.  Needs the lock. */
+static void file_closed(struct fs *fs, uint64_t ino)
+{
+	struct dbox_index *index = fs->st->index;
+	struct dbox_attr attr;
+	uint64_t parent;
+	char *name = NULL, file[24];
+	int ret;
+
+	if (dbox_index_getattr(index, ino, &attr) < 0 ||
+	    attr.kind != DBOX_KIND_FILE || attr.nlink != 1 ||
+	    dbox_index_parent(index, ino, &parent) < 0 ||
+	    dbox_index_name_of(index, ino, &name) < 0)
+		return;
+	if (fs_is_message_name(fs, parent, name) &&
+	    dbox_index_begin(index) == 0) {
+		ret = fs_tx_end(fs, fs_file_to_message(fs, ino, parent), false);
+		fs_file_name(file, ino);
+		if (ret == 0)
+			unlinkat(fs->st->files_fd, file, 0);
+		else
+			dbox_error("%s/files/%s: not turned into a message: %s",
+				   fs->st->path, file, strerror(-ret));
+	}
+	free(name);
+}
+
 void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = req_fs(req);
@@ -448,6 +487,8 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fs_inode *inode = h->inode;
 
 	fs_lock(fs);
+	if (h->kind == DBOX_KIND_FILE && inode->nopen == 1)
+		file_closed(fs, ino);
 	if (h->writer && --inode->nwriters == 0 && inode->save != NULL) {
 		bool discard = inode->unlinked && inode->nopen == 1 &&
 			inode->nlookup == 0;

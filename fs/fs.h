@@ -43,6 +43,7 @@ struct fs_handle {
 	int fd;                    /* plain file: its backing fd */
 	bool writer;               /* message opened for writing */
 	struct dbox_reader *reader;/* committed message: plaintext reader */
+	uint64_t reader_gen;       /* inode->gen the reader was opened at */
 	pthread_mutex_t read_lock; /* the reader keeps stream state */
 };
 

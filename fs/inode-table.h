@@ -26,6 +26,9 @@ struct fs_inode {
 	uint32_t nwriters;       /* of those, open for writing a message */
 	bool unlinked;           /* no names left: delete when unreferenced */
 	struct dbox_save *save;  /* the message being written, or NULL */
+	uint64_t gen;            /* bumped when the message gets a new record
+				    (copy-on-write): readers of the old one
+				    must reopen (atomic: read without lock) */
 };
 
 struct fs_inode_table {

@@ -118,6 +118,28 @@ static void raise_nofile(void)
 	}
 }
 
+/* A store created by this mount is an empty INBOX (DESIGN.md section 1):
+   the root gets cur/ new/ tmp/, so maildir clients find a mailbox. */
+static int create_inbox(struct dbox_store *st)
+{
+	static const char *const subdirs[] = { "cur", "new", "tmp" };
+	struct dbox_attr attr;
+	int ret;
+
+	if ((ret = dbox_index_begin(st->index)) < 0)
+		return ret;
+	for (size_t i = 0; i < 3 && ret == 0; i++)
+		ret = dbox_index_create(st->index, DBOX_ROOT_INO, subdirs[i],
+					strlen(subdirs[i]), DBOX_KIND_DIR,
+					S_IFDIR | 0700, getuid(), getgid(),
+					dbox_now_ns(), &attr);
+	if (ret < 0) {
+		dbox_index_rollback(st->index);
+		return ret;
+	}
+	return dbox_index_commit(st->index, true);
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -131,6 +153,8 @@ int main(int argc, char *argv[])
 			.attr_timeout = 3600,
 		},
 	};
+	char *index_path = NULL;
+	bool fresh;
 	int ret = 1;
 
 	umask(077); /* store files 0600, directories 0700 */
@@ -155,8 +179,14 @@ int main(int argc, char *argv[])
 	/* Open the store before mounting, so a refusal (locked, not a
 	   store, newer format) is reported here and nothing is mounted. */
 	set.rotate_size = fs.opts.rotate_size;
+	if (asprintf(&index_path, "%s/index.sqlite", fs.opts.store) < 0)
+		goto out_args;
+	fresh = access(index_path, F_OK) != 0;
+	free(index_path);
 	if (dbox_store_open(fs.opts.store, &set, &fs.st) < 0)
 		goto out_args;
+	if (fresh && create_inbox(fs.st) < 0)
+		goto out_store;
 	if (fs_inode_table_init(&fs.inodes) < 0)
 		goto out_store;
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
