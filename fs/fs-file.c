@@ -126,6 +126,20 @@ out:
 	return ret;
 }
 
+/* message_begin_write in a transaction of its own. */
+static int start_write(struct fs *fs, struct fs_inode *inode,
+		       uint64_t copy_bytes)
+{
+	int ret;
+
+	if ((ret = dbox_index_begin(fs->st->index)) < 0)
+		return ret;
+	ret = fs_tx_end(fs, message_begin_write(fs, inode, copy_bytes), false);
+	if (ret < 0)
+		dbox_save_free(&inode->save);
+	return ret;
+}
+
 /* Finish the message being written: record on disk, index COMMITTED with
    its size.  sync: data and index on disk before returning.  Opens and
    commits its own transaction. */
@@ -275,17 +289,12 @@ static int open_message(struct fs *fs, struct fs_inode *inode,
 	int ret;
 
 	if ((flags & O_ACCMODE) != O_RDONLY) {
-		if (inode->save == NULL) {
-			if ((ret = dbox_index_begin(st->index)) < 0)
-				return ret;
-			ret = message_begin_write(fs, inode,
-						  flags & O_TRUNC ? 0 : UINT64_MAX);
-			if ((ret = fs_tx_end(fs, ret, false)) < 0) {
-				dbox_save_free(&inode->save);
-				return ret;
-			}
-		} else if (flags & O_TRUNC) {
-			if ((ret = dbox_save_truncate(inode->save, 0)) < 0)
+		/* The copy (copy-on-write) is made at the first write, so an
+		   open for writing that writes nothing costs nothing. */
+		if (flags & O_TRUNC) {
+			ret = inode->save == NULL ? start_write(fs, inode, 0) :
+				dbox_save_truncate(inode->save, 0);
+			if (ret < 0)
 				return ret;
 		}
 		h->writer = true;
@@ -412,12 +421,15 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 		ret = pwrite(h->fd, buf, size, off);
 		if (ret < 0)
 			ret = -errno;
-	} else if (!h->writer || inode->save == NULL) {
+	} else if (!h->writer) {
 		ret = -EBADF;
 	} else {
 		fs_lock(fs);
 		ret = 0;
-		if (inode->save->finished) {
+		if (inode->save == NULL) {
+			/* First write to a committed message: a new copy. */
+			ret = start_write(fs, inode, UINT64_MAX);
+		} else if (inode->save->finished) {
 			/* Committed at a flush or fsync: WRITING again. */
 			ret = dbox_index_begin(fs->st->index);
 			if (ret == 0)
@@ -543,24 +555,32 @@ void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 static int message_truncate(struct fs *fs, struct fs_inode *inode,
 			    uint64_t size)
 {
-	bool own_save = inode->save == NULL;
-	int ret;
+	int ret = 0;
 
-	if (own_save) {
-		if ((ret = dbox_index_begin(fs->st->index)) < 0)
-			return ret;
-		ret = message_begin_write(fs, inode, size);
-		if ((ret = fs_tx_end(fs, ret, false)) < 0) {
-			dbox_save_free(&inode->save);
-			return ret;
-		}
-	}
-	ret = dbox_save_truncate(inode->save, size);
-	if (ret == 0 && (own_save || inode->save->finished))
+	if (inode->save == NULL)
+		ret = start_write(fs, inode, size);
+	if (ret == 0)
+		ret = dbox_save_truncate(inode->save, size);
+	/* Without an open writer the truncate is complete now. */
+	if (ret == 0 && (inode->nwriters == 0 || inode->save->finished))
 		ret = message_finish(fs, inode, false);
-	if (own_save)
+	if (inode->nwriters == 0)
 		dbox_save_free(&inode->save);
 	return ret;
+}
+
+/* The received date (R) in the message's record follows its mtime, so
+   Dovecot reading the store sees the INTERNALDATE clients set with
+   utime().  A record still being written gets R when it is finished. */
+static void set_received(struct fs *fs, const struct dbox_attr *attr)
+{
+	struct fs_inode *inode = fs_inode_get(&fs->inodes, attr->ino);
+	struct dbox_msgloc loc;
+
+	if (inode != NULL && inode->save != NULL && !inode->save->finished)
+		return;
+	if (dbox_index_msg_get(fs->st->index, attr->ino, &loc) == 0)
+		dbox_store_set_received(fs->st, &loc, attr->mtime_ns / 1000000000);
 }
 
 static int ts_ns(const struct timespec *ts, int64_t *ns_r)
@@ -645,6 +665,9 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	attr.ctime_ns = dbox_now_ns();
 	if ((ret = dbox_index_begin(index)) == 0)
 		ret = fs_tx_end(fs, dbox_index_setattr(index, &attr), false);
+	if (ret == 0 && attr.kind == DBOX_KIND_MESSAGE &&
+	    (to_set & FUSE_SET_ATTR_MTIME))
+		set_received(fs, &attr);
 out:
 	if (ret == 0)
 		ret = fs_stat(fs, &attr, &stbuf);

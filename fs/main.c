@@ -197,10 +197,12 @@ int main(int argc, char *argv[])
 	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0)
 		goto out_signals;
 	dbox_info("mounted %s on %s", fs.opts.store, cmd.mountpoint);
-	/* SQLite connections must not cross fork(): fuse_daemonize forks and
-	   the parent exits, so only this process ever uses the connection;
-	   the store's flock() is shared with and kept by the child. */
-	if (fuse_daemonize(cmd.foreground) != 0)
+	/* SQLite connections must not cross fork(): fuse_daemonize() forks
+	   and the parent exits, so the connection is closed here and opened
+	   again in the child.  The store's flock() is inherited. */
+	dbox_store_index_suspend(fs.st);
+	if (fuse_daemonize(cmd.foreground) != 0 ||
+	    dbox_store_index_resume(fs.st) < 0)
 		goto out_unmount;
 	log_to_stderr = cmd.foreground;
 

@@ -243,14 +243,15 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	pthread_mutex_init(&st->lock, NULL);
 	st->rotate_size = set->rotate_size != 0 ? set->rotate_size :
 		DBOX_DEFAULT_ROTATE_SIZE;
-	if ((st->path = strdup(path)) == NULL ||
-	    asprintf(&index_path, "%s/index.sqlite", path) < 0) {
-		index_path = NULL;
-		ret = -ENOMEM;
-		goto fail;
-	}
 	if ((ret = open_layout(st, path, set->create)) < 0)
 		goto fail;
+	/* Absolute, so the store survives a chdir (daemons chdir to /). */
+	if ((st->path = realpath(path, NULL)) == NULL ||
+	    asprintf(&index_path, "%s/index.sqlite", st->path) < 0) {
+		index_path = NULL;
+		ret = st->path == NULL ? -errno : -ENOMEM;
+		goto fail;
+	}
 	ret = dbox_index_open(index_path, true, &st->index);
 	if (ret < 0) {
 		if (ret == -EIO)
@@ -266,7 +267,7 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	if (max_index > st->next_file_id)
 		st->next_file_id = max_index;
 	st->next_file_id++;
-	free(index_path);
+	st->index_path = index_path;
 	*st_r = st;
 	return 0;
 fail:
@@ -301,8 +302,19 @@ void dbox_store_close(struct dbox_store **stp)
 	if (st->lock_fd >= 0)
 		close(st->lock_fd); /* releases the flock */
 	pthread_mutex_destroy(&st->lock);
+	free(st->index_path);
 	free(st->path);
 	free(st);
+}
+
+void dbox_store_index_suspend(struct dbox_store *st)
+{
+	dbox_index_close(&st->index);
+}
+
+int dbox_store_index_resume(struct dbox_store *st)
+{
+	return dbox_index_open(st->index_path, false, &st->index);
 }
 
 int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)

@@ -42,6 +42,7 @@ struct dbox_mfile {
 
 struct dbox_store {
 	char *path;
+	char *index_path;
 	int dir_fd, storage_fd, files_fd, lock_fd;
 	struct dbox_index *index;
 	uint64_t rotate_size;
@@ -67,6 +68,15 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 
 /* Close everything and release the lock; *st = NULL.  Safe on NULL. */
 void dbox_store_close(struct dbox_store **st);
+
+/* Close the index connection before fork() and open it again in the
+   process that goes on using the store.  SQLite connections, and the
+   POSIX locks they hold on the WAL, must not cross fork(): a connection
+   without its locks lets other readers checkpoint and delete the WAL it
+   is still writing.  Everything else (the flock()ed lock, descriptors)
+   is inherited.  resume returns 0 or a negative errno (logged). */
+void dbox_store_index_suspend(struct dbox_store *st);
+int dbox_store_index_resume(struct dbox_store *st);
 
 /* A read-only descriptor of m.<file_id>, cached and owned by the store
    (do not close).  Returns the fd, or -EIO when the file is missing or

@@ -1,0 +1,471 @@
+"""dboxadm: import, export, stats and dump against real mounts.
+
+Each corpus in ../shared/corpora is arranged as a Maildir++ tree (the corpus
+as it is, plus a .Lists folder, a nested Archive/2019 folder, plain files
+and dot-files), imported with `dboxadm import`, then compared with the
+source on the mount and after `dboxadm export`: names, bytes, modes and
+mtimes (files and directories, with nanoseconds).  stats and dump are
+checked against the index and the tree.
+"""
+import collections
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import CORPORA, DBOXADM, SHARED, need_corpora
+
+MAILDIR_SUBS = ("cur", "new", "tmp")
+
+
+def adm(*args, check_rc=None):
+    r = subprocess.run([str(DBOXADM), *map(str, args)], capture_output=True,
+                       timeout=300)
+    if check_rc is not None:
+        assert r.returncode == check_rc, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    return r
+
+
+def corpus_names():
+    names = sorted(p.name for p in CORPORA.glob("notmuch-*")) if CORPORA.is_dir() else []
+    return names or ["(no corpora)"]
+
+
+def is_message(path):
+    return path.parent.name in MAILDIR_SUBS and not path.name.startswith(".")
+
+
+def mailbox_of(src, folder):
+    """Dovecot mailbox name of a folder dir, as dbox_index_mailbox_name has it."""
+    rel = os.path.relpath(folder, src)
+    if rel == ".":
+        return "INBOX"
+    if "/" not in rel and rel.startswith("."):
+        return rel[1:].replace(".", "/")
+    return rel
+
+
+def tree_files(root):
+    """Every regular file under root (lstat), as Paths."""
+    out = []
+    for d, dirs, files in os.walk(root):
+        for n in files:
+            p = Path(d) / n
+            if stat.S_ISREG(os.lstat(p).st_mode):
+                out.append(p)
+    return sorted(out)
+
+
+def expected_messages(src):
+    return [p for p in tree_files(src) if is_message(p)]
+
+
+def expected_folders(src):
+    c = collections.Counter()
+    for p in expected_messages(src):
+        c[mailbox_of(src, p.parent.parent)] += 1
+    return dict(c)
+
+
+def build_tree(corpus, src):
+    """The corpus as it is, plus Maildir++ and nested folders and plain files."""
+    shutil.copytree(corpus, src, symlinks=True)
+    for d, dirs, files in os.walk(src):
+        os.chmod(d, 0o755)
+    for sub in MAILDIR_SUBS:
+        (src / sub).mkdir(exist_ok=True)
+    mails = tree_files(corpus)
+    assert mails, corpus
+    lists = src / ".Lists"
+    for sub in MAILDIR_SUBS:
+        (lists / sub).mkdir(parents=True)
+    for i, p in enumerate(mails):
+        name = str(p.relative_to(corpus)).replace("/", "_")
+        shutil.copy2(p, lists / ("new" if i % 3 == 0 else "cur") / name)
+    (lists / "maildirfolder").write_bytes(b"")
+    (lists / "dovecot-uidlist").write_bytes(b"3 V1700000000 N%d\n" % len(mails))
+    arch = src / "Archive" / "2019"
+    for sub in MAILDIR_SUBS:
+        (arch / sub).mkdir(parents=True)
+    odd = ["1700000000.M1P2.host,S=1234,W=1300:2,RS", "1700000001.M3P4.host:2,FS",
+           "weird name=with;chars", "x" * 200]
+    for name, p in zip(odd, mails * 4):
+        shutil.copy2(p, arch / "cur" / name)
+    (arch / "maildirfolder").write_bytes(b"")
+    (src / "dovecot-uidlist").write_bytes(b"3 V1700000000 N1\n")
+    (src / ".mbsyncstate").write_bytes(b"FarUidValidity 1\nNearUidValidity 2\n")
+    (src / "cur" / ".dotfile-in-cur").write_bytes(b"client state, not a message\n")
+    (src / ".notmuch" / "xapian").mkdir(parents=True)
+    (src / ".notmuch" / "xapian" / "flintlock").write_bytes(b"")
+    # Modes and odd nanosecond mtimes survive.
+    first = lists / "cur" / sorted(os.listdir(lists / "cur"))[0]
+    os.chmod(first, 0o640)
+    os.utime(first, ns=(1_000_000_001, 1_234_567_890_123_456_789))
+    os.utime(src / "dovecot-uidlist", ns=(5, 1_111_111_111_000_000_007))
+    # Directory mtimes last, deepest first, each one distinct.
+    dirs = sorted((Path(d) for d, _, _ in os.walk(src)), key=lambda p: -len(p.parts))
+    for i, d in enumerate(dirs):
+        t = 1_600_000_000_000_000_000 + i * 1_000_003
+        os.utime(d, ns=(t, t))
+
+
+def assert_same_tree(a, b, exclude=()):
+    """Same names and bytes (diff -r), and same type, mode bits, size and
+    mtime (ns) for every file and directory, the root included."""
+    args = ["diff", "-r"]
+    for x in exclude:
+        args += ["-x", x]
+    r = subprocess.run([*args, str(a), str(b)], capture_output=True)
+    assert r.returncode == 0, r.stdout.decode(errors="replace")[-3000:]
+    checked = 0
+    for d, dirs, files in os.walk(a):
+        rel = os.path.relpath(d, a)
+        for n in [".", *dirs, *files]:
+            if n in exclude:
+                continue
+            sa = os.lstat(os.path.join(a, rel, n))
+            sb = os.lstat(os.path.join(b, rel, n))
+            assert stat.S_IFMT(sa.st_mode) == stat.S_IFMT(sb.st_mode), (rel, n)
+            assert stat.S_IMODE(sa.st_mode) == stat.S_IMODE(sb.st_mode), (rel, n)
+            assert sa.st_mtime_ns == sb.st_mtime_ns, (rel, n, sa.st_mtime_ns, sb.st_mtime_ns)
+            if stat.S_ISREG(sa.st_mode):
+                assert sa.st_size == sb.st_size, (rel, n)
+            checked += 1
+    assert checked > 0
+
+
+def index_rows(store, sql):
+    db = sqlite3.connect(f"file:{store / 'index.sqlite'}?mode=ro", uri=True)
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+def mfiles(store):
+    return sorted((store / "storage").glob("m.*"), key=lambda p: int(p.name[2:]))
+
+
+def dump_records(store, mfile):
+    r = adm("dump", store, mfile, check_rc=0)
+    lines = r.stdout.decode().splitlines()
+    assert lines[0].split("\t") == ["offset", "body_size", "guid", "received",
+                                    "folder", "plain_size"]
+    recs = [line.split("\t") for line in lines[1:]]
+    assert all(len(f) == 6 for f in recs), recs
+    return recs
+
+
+def stats_json(store):
+    import json
+    r = adm("stats", store, "--json", check_rc=0)
+    return json.loads(r.stdout)
+
+
+# --- the command line ---------------------------------------------------------
+
+def test_usage_and_exit_codes(tmp_path):
+    r = adm("--help", check_rc=0)
+    for verb in ("import", "export", "stats", "dump"):
+        assert verb.encode() in r.stdout
+    assert adm("--version", check_rc=0).stdout.startswith(b"dboxadm ")
+    for verb in ("import", "export", "stats", "dump"):
+        r = adm(verb, "--help", check_rc=0)
+        assert r.stdout.startswith(b"usage: dboxadm " + verb.encode())
+    assert adm(check_rc=2).stderr
+    assert adm("frobnicate", check_rc=2).stderr.startswith(b"dboxadm: ")
+    assert adm("import", tmp_path / "s", check_rc=2).stderr.startswith(b"dboxadm: ")
+    assert adm("stats", tmp_path, "--bogus", check_rc=2).stderr.startswith(b"dboxadm: ")
+    # A missing MAILDIR is a usage error, and no store is created for it.
+    r = adm("import", tmp_path / "s", tmp_path / "nonexistent", check_rc=2)
+    assert b"nonexistent" in r.stderr
+    assert not (tmp_path / "s").exists()
+    # Not a store.
+    assert adm("stats", tmp_path, check_rc=2).stderr.startswith(b"dboxadm: ")
+    assert adm("export", tmp_path, tmp_path / "out", check_rc=2).stderr
+    assert not (tmp_path / "out").exists()
+
+
+# --- import, mount, export, stats, dump: every corpus ------------------------
+
+@pytest.mark.parametrize("corpus", corpus_names())
+def test_import_export_corpus(corpus, tmp_path, make_mount):
+    corpora = need_corpora()
+    assert (corpora / corpus).is_dir(), f"no corpus {corpus} in {corpora}"
+    src, store, out = tmp_path / "src", tmp_path / "store", tmp_path / "out"
+    build_tree(corpora / corpus, src)
+    messages = expected_messages(src)
+    folders = expected_folders(src)
+
+    r = adm("import", store, src)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == b"", r.stderr  # no progress when piped, no warnings
+
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    assert_same_tree(src, m.mnt)
+    # Plain files stay plain files; messages are in m.N.
+    assert (m.mnt / "dovecot-uidlist").read_bytes() == (src / "dovecot-uidlist").read_bytes()
+
+    # stats and dump work while the store is mounted.
+    st = stats_json(store)
+    assert st["messages"] == len(messages)
+    assert st["message_names"] == len(messages)
+    assert st["folders"] == folders
+    assert st["mfiles"] == len(mfiles(store))
+    assert st["mfile_bytes"] == sum(p.stat().st_size for p in mfiles(store))
+    assert st["dead_bytes"] == 0
+    assert st["live_bytes"] + st["header_bytes"] == st["mfile_bytes"]
+    assert st["plaintext_bytes"] == sum(p.stat().st_size for p in messages)
+    assert st["plain_files"] == len(tree_files(src)) - len(messages)
+
+    records = [rec for f in mfiles(store) for rec in dump_records(store, f.name)]
+    assert len(records) == len(messages)
+    assert dict(collections.Counter(rec[4] for rec in records)) == folders
+    assert sorted(int(rec[1]) for rec in records) == sorted(p.stat().st_size for p in messages)
+
+    # Export while mounted, and again after unmounting: the same tree.
+    r = adm("export", store, out)
+    assert r.returncode == 0, r.stderr
+    assert_same_tree(src, out)
+    m.unmount()
+    # (The index is read directly only when no daemon has it open.)
+    guids = {g for (g,) in index_rows(store, "SELECT guid FROM message")}
+    assert len(guids) == len(messages)
+    assert {rec[2] for rec in records} == guids
+    shutil.rmtree(out)
+    out.mkdir()  # an existing empty directory is fine
+    r = adm("export", store, out)
+    assert r.returncode == 0, r.stderr
+    assert_same_tree(src, out)
+
+
+def test_import_lkml_into_maildirpp_and_hard_links(tmp_path, make_mount):
+    """A Maildir++ tree whose INBOX holds the lkml corpus, with hard links
+    (procmail multi-folder delivery, Dovecot COPY) between folders."""
+    corpora = need_corpora()
+    src, store, out = tmp_path / "src", tmp_path / "store", tmp_path / "out"
+    shutil.copytree(corpora / "notmuch-lkml" / "cur", src / "cur")
+    os.chmod(src / "cur", 0o755)
+    for sub in ("new", "tmp", ".Sent/cur", ".Sent/new", ".Sent/tmp"):
+        (src / sub).mkdir(parents=True, exist_ok=True)
+    (src / ".Sent" / "maildirfolder").write_bytes(b"")
+    names = sorted(os.listdir(src / "cur"))
+    os.link(src / "cur" / names[0], src / ".Sent" / "cur" / (names[0] + "S"))
+    os.link(src / "cur" / names[1], src / "new" / "linked-in-new")
+    (src / "state").write_bytes(b"plain\n")
+    os.link(src / "state", src / ".Sent" / "state-link")
+
+    adm("import", store, src, check_rc=0)
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    assert_same_tree(src, m.mnt)
+    for a, b in [(m.mnt / "cur" / names[0], m.mnt / ".Sent" / "cur" / (names[0] + "S")),
+                 (m.mnt / "cur" / names[1], m.mnt / "new" / "linked-in-new"),
+                 (m.mnt / "state", m.mnt / ".Sent" / "state-link")]:
+        sa, sb = os.stat(a), os.stat(b)
+        assert sa.st_ino == sb.st_ino and sa.st_nlink == sb.st_nlink == 2, (a, b)
+        assert a.read_bytes() == b.read_bytes()
+    st = stats_json(store)
+    assert st["messages"] == len(names)
+    assert st["message_names"] == len(names) + 2
+    assert st["folders"] == {"INBOX": len(names) + 1, "Sent": 1}
+    records = [rec for f in mfiles(store) for rec in dump_records(store, f.name)]
+    assert len(records) == len(names)  # one record per message, not per name
+    m.unmount()
+
+    adm("export", store, out, check_rc=0)
+    assert_same_tree(src, out)
+    sa, sb = os.stat(out / "cur" / names[0]), os.stat(out / ".Sent" / "cur" / (names[0] + "S"))
+    assert sa.st_ino == sb.st_ino and sa.st_nlink == 2
+    sa, sb = os.stat(out / "state"), os.stat(out / ".Sent" / "state-link")
+    assert sa.st_ino == sb.st_ino and sa.st_nlink == 2
+
+
+# --- refusals and per-item failures ------------------------------------------
+
+def small_maildir(path, n=3):
+    for sub in MAILDIR_SUBS:
+        (path / sub).mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (path / "cur" / f"{i}.x.host:2,S").write_bytes(b"Subject: %d\n\nbody %d\n" % (i, i))
+    return path
+
+
+def test_import_refuses_mounted_store(tmp_path, mount):
+    src = small_maildir(tmp_path / "src")
+    before = sorted(os.listdir(mount.mnt))
+    r = adm("import", mount.store, src, check_rc=2)
+    assert b"in use" in r.stderr and r.stderr.startswith(b"dboxadm: ")
+    assert sorted(os.listdir(mount.mnt)) == before
+    assert os.listdir(mount.mnt / "cur") == []
+
+
+def test_import_refuses_non_store_dir(tmp_path):
+    src = small_maildir(tmp_path / "src")
+    notstore = tmp_path / "notstore"
+    notstore.mkdir()
+    (notstore / "precious").write_bytes(b"keep me")
+    r = adm("import", notstore, src, check_rc=2)
+    assert b"not a dbox store" in r.stderr
+    assert os.listdir(notstore) == ["precious"]
+
+
+def test_reimport_fails_per_name_and_keeps_store(tmp_path):
+    src = small_maildir(tmp_path / "src")
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    before = stats_json(store)
+    r = adm("import", store, src, check_rc=1)
+    assert r.stderr.count(b"File exists") == 3, r.stderr
+    after = stats_json(store)
+    assert after["messages"] == before["messages"] == 3
+    assert after["mfile_bytes"] == before["mfile_bytes"]
+    # No half-made inodes: every inode but the root has a name.
+    assert index_rows(store, "SELECT count(*) FROM inode WHERE ino != 1"
+                             " AND ino NOT IN (SELECT ino FROM entry)") == [(0,)]
+
+
+def test_import_skips_symlinks_and_fifos(tmp_path, make_mount):
+    src = small_maildir(tmp_path / "src")
+    os.symlink("0.x.host:2,S", src / "cur" / "a-symlink")
+    os.mkfifo(src / "a-fifo")
+    store = tmp_path / "store"
+    r = adm("import", store, src, check_rc=0)
+    assert b"a-symlink: symbolic link skipped" in r.stderr
+    assert b"a-fifo: fifo skipped" in r.stderr
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    assert sorted(os.listdir(m.mnt / "cur")) == ["0.x.host:2,S", "1.x.host:2,S", "2.x.host:2,S"]
+    assert sorted(os.listdir(m.mnt)) == ["cur", "new", "tmp"]
+
+
+def test_stats_dead_bytes_after_expunge(tmp_path, make_mount):
+    src = small_maildir(tmp_path / "src", n=10)
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    sizes = dict(index_rows(store, "SELECT e.name, m.record_size FROM entry e"
+                                   " JOIN message m ON m.ino = e.ino"))
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    gone = ["1.x.host:2,S", "4.x.host:2,S", "7.x.host:2,S"]
+    for name in gone:
+        os.unlink(m.mnt / "cur" / name)
+    (m.mnt / "new" / "new.x.host").write_bytes(b"Subject: new\n\nnew\n")
+    st = stats_json(store)  # while mounted
+    assert st["messages"] == 10 - 3 + 1
+    assert st["folders"] == {"INBOX": 8}
+    m.unmount()
+    st = stats_json(store)
+    assert st["dead_bytes"] == sum(sizes[n.encode()] for n in gone)
+    assert st["live_bytes"] + st["dead_bytes"] + st["header_bytes"] == st["mfile_bytes"]
+    text = adm("stats", store, check_rc=0).stdout.decode()
+    assert "dead bytes" in text and str(st["dead_bytes"]) in text
+
+
+def test_reading_a_mounted_store_disturbs_nothing(tmp_path, make_mount):
+    """stats, dump and export on a mounted store are guests: commits the
+    mount makes afterwards stay visible to later readers and survive."""
+    src = small_maildir(tmp_path / "src")
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    for i in range(3):
+        assert stats_json(store)["messages"] == 3 + i
+        dump_records(store, "m.1")
+        adm("export", store, tmp_path / f"out{i}", check_rc=0)
+        assert len(os.listdir(tmp_path / f"out{i}" / "new")) == i
+        (m.mnt / "new" / f"later{i}").write_bytes(b"Subject: later\n\n%d\n" % i)
+    assert stats_json(store)["messages"] == 6
+    assert (store / "index.sqlite-wal").exists()  # not checkpointed away by a guest
+    m.unmount()
+    m.mount()
+    assert sorted(os.listdir(m.mnt / "new")) == ["later0", "later1", "later2"]
+
+
+def test_dump_stops_at_the_committed_end_while_writing(tmp_path, make_mount):
+    src = small_maildir(tmp_path / "src")
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    before = {p.name for p in mfiles(store)}
+    # The writer is another process: any close of a copy of its descriptor
+    # (as fork + exec of dboxadm from this process would do) is a FUSE
+    # flush, which finishes the message.
+    writer = subprocess.Popen(
+        ["/usr/bin/python3", "-c",
+         "import sys\n"
+         "f = open(sys.argv[1], 'wb')\n"
+         "f.write(b'Subject: partial\\n\\n' + b'x' * 100000)\n"
+         "f.flush()\n"
+         "print('ready', flush=True)\n"
+         "sys.stdin.read()\n"
+         "f.close()\n",
+         str(m.mnt / "tmp" / "being-written")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert writer.stdout.readline() == b"ready\n"
+        new = [p for p in mfiles(store) if p.name not in before]
+        assert len(new) == 1
+        r = adm("dump", store, new[0].name, check_rc=0)
+        assert r.stdout.decode().splitlines()[1:] == []
+        assert b"after the committed end" in r.stderr
+        # The committed file still dumps cleanly.
+        assert len(dump_records(store, "1")) == 3
+    finally:
+        writer.communicate(timeout=30)
+    assert writer.returncode == 0
+    recs = dump_records(store, new[0].name)
+    assert len(recs) == 1 and recs[0][1] == str(100000 + 18) and recs[0][4] == "INBOX"
+
+
+def test_dump_reports_corrupt_record(tmp_path):
+    src = small_maildir(tmp_path / "src")
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    recs = dump_records(store, "m.1")
+    assert len(recs) == 3
+    bad = tmp_path / "m.1"
+    data = bytearray((store / "storage" / "m.1").read_bytes())
+    off = int(recs[1][0])
+    data[off] = ord("X")
+    bad.write_bytes(bytes(data))
+    r = adm("dump", store, bad, check_rc=1)
+    lines = r.stdout.decode().splitlines()
+    assert len(lines) == 2 and lines[1].split("\t")[:3] == recs[0][:3]
+    assert f"offset {off}".encode() in r.stderr
+    assert adm("dump", store, "m.99", check_rc=2).stderr.startswith(b"dboxadm: ")
+
+
+def test_dump_dovecot_compressed_file():
+    if not SHARED.is_dir():
+        pytest.skip("../shared not present")
+    f = SHARED / "fixtures" / "dovecot-mdbox" / "zlib-gz" / "mdbox" / "storage" / "m.1"
+    assert f.is_file()
+    r = adm("dump", "/nonexistent-store", f, check_rc=0)
+    recs = [line.split("\t") for line in r.stdout.decode().splitlines()[1:]]
+    assert recs and all(rec[5] != "-" and int(rec[5]) > int(rec[1]) for rec in recs)
+    assert all(len(rec[2]) == 32 and rec[3].endswith("Z") for rec in recs)
+
+
+def test_export_reports_unreadable_message_and_goes_on(tmp_path):
+    src = small_maildir(tmp_path / "src", n=5)
+    store, out = tmp_path / "store", tmp_path / "out"
+    adm("import", store, src, check_rc=0)
+    [(name, file_id, offset)] = index_rows(
+        store, "SELECT e.name, m.file_id, m.offset FROM entry e JOIN message m"
+               " ON m.ino = e.ino WHERE e.name = CAST('2.x.host:2,S' AS BLOB)")
+    mf = store / "storage" / f"m.{file_id}"
+    data = bytearray(mf.read_bytes())
+    data[offset] = ord("X")
+    mf.write_bytes(bytes(data))
+    r = adm("export", store, out, check_rc=1)
+    assert b"2.x.host:2,S" in r.stderr
+    assert not (out / "cur" / "2.x.host:2,S").exists()
+    assert sorted(os.listdir(out / "cur")) == [f"{i}.x.host:2,S" for i in (0, 1, 3, 4)]
+    for i in (0, 1, 3, 4):
+        n = f"{i}.x.host:2,S"
+        assert (out / "cur" / n).read_bytes() == (src / "cur" / n).read_bytes()
+    # An export never writes into a directory that has something in it.
+    r = adm("export", store, out, check_rc=2)
+    assert b"not empty" in r.stderr

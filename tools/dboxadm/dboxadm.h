@@ -1,0 +1,86 @@
+#ifndef DBOXADM_H
+#define DBOXADM_H
+
+/*
+ * dboxadm: the store administration command.  main.c parses the verb and
+ * the common options (--help, --version) and calls one adm_<verb>()
+ * function, each in its own file (import.c, export.c, stats.c, dump.c).
+ *
+ * Exit codes, returned by every adm_<verb>():
+ *   ADM_EXIT_OK      everything done
+ *   ADM_EXIT_FAILED  some items failed (each reported on stderr)
+ *   ADM_EXIT_USAGE   bad command line, or the store was refused (locked,
+ *                    not a store, unreadable)
+ * Every message goes to stderr as "dboxadm: ..."; stdout is for the
+ * verb's output only (stats, dump).
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define DBOXADM_VERSION "0.1"
+
+enum {
+	ADM_EXIT_OK = 0,
+	ADM_EXIT_FAILED = 1,
+	ADM_EXIT_USAGE = 2,
+};
+
+/* One verb.  run() gets argv[0] = the verb name and its own arguments
+   (options not yet parsed; --help was handled by main). */
+struct adm_verb {
+	const char *name;
+	const char *summary;                 /* one line for dboxadm --help */
+	const char *usage;                   /* full text for VERB --help */
+	int (*run)(int argc, char **argv);
+};
+
+extern const struct adm_verb adm_verb_import, adm_verb_export,
+	adm_verb_stats, adm_verb_dump;
+
+/* Print "dboxadm: <message>\n" on stderr (after erasing a progress line).
+   adm_warning prefixes "warning: ". */
+void adm_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void adm_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Report a bad command line for verb: the reason, then the verb's usage
+   line, on stderr.  Returns ADM_EXIT_USAGE. */
+int adm_usage_error(const struct adm_verb *verb, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Parse verb options with getopt_long: only the listed flags are known
+   (each a NULL-terminated "--name" list entry; *flag_r[i] set to true when
+   given).  Positional arguments are moved to argv[0..*npos_r).  Returns 0,
+   or ADM_EXIT_USAGE after reporting an unknown option. */
+int adm_parse_args(const struct adm_verb *verb, int argc, char **argv,
+		   const char *const *flags, bool **flag_r, int *npos_r);
+
+/* A path being built while walking a tree, for messages and links. */
+struct adm_path {
+	char *buf;        /* NUL-terminated */
+	size_t len, size;
+};
+
+/* Start the path at root (copied, trailing slashes dropped).  Returns 0
+   or -ENOMEM. */
+int adm_path_init(struct adm_path *path, const char *root);
+
+/* Append "/name"; returns the previous length, for adm_path_pop().  On
+   allocation failure the path stays as it was (messages then name the
+   parent directory). */
+size_t adm_path_push(struct adm_path *path, const char *name);
+
+/* Cut the path back to len (a value adm_path_push returned). */
+void adm_path_pop(struct adm_path *path, size_t len);
+
+/* Free the buffer. */
+void adm_path_free(struct adm_path *path);
+
+/* Open STORE/index.sqlite for reading without the store lock (works while
+   the store is mounted).  Returns ADM_EXIT_OK and *index_r, or
+   ADM_EXIT_USAGE after reporting why (no store there, corrupt, newer
+   format). */
+struct dbox_index;
+int adm_open_index(const char *store, struct dbox_index **index_r);
+
+#endif

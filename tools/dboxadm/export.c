@@ -1,0 +1,536 @@
+/*
+ * export.c: dboxadm export STORE DIR - write the store's tree out as a
+ * real maildir: directories, messages (plaintext, decompressed), plain
+ * files, hard links as hard links, modes, and mtimes from the index
+ * (directories after their contents, so creating the contents does not
+ * move them).  As root the owners too.
+ *
+ * Works on a mounted store: it takes no lock, reads the index inside one
+ * read snapshot (index-stats.h) and reads committed m.N records, which
+ * never change.  Messages still being written are skipped with a warning.
+ *
+ * A message whose bytes cannot be read (EIO: corrupt or missing m.N) is
+ * reported, its partial output removed, and the export goes on (exit 1).
+ */
+#include "dboxadm.h"
+#include "inomap.h"
+#include "progress.h"
+
+#include "index/index-stats.h"
+#include "index/index.h"
+#include "storage/dbox-file.h"
+#include "storage/dbox-read.h"
+#include "storage/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define COPY_SIZE (1024 * 1024)
+/* Directory entries read from the index at a time. */
+#define PAGE_SIZE_ENTRIES 512
+
+struct export {
+	struct dbox_index *index;
+	const char *store;
+	int storage_fd, files_fd;  /* STORE/storage, STORE/files, or -1 */
+	int *mfds;                 /* mfds[file_id]: m.N O_RDONLY, or -1 */
+	size_t nmfds;
+	struct inomap links;       /* (0, index ino) -> exported path */
+	struct progress progress;
+	struct adm_path path;      /* output path of the current item */
+	bool keep_owner;           /* root: set owners from the index */
+	char *buf;                 /* COPY_SIZE bytes */
+	unsigned long messages, files, dirs, linked, failed, unfinished;
+	bool fatal;                /* index failure: stop */
+};
+
+struct page_entry {
+	char *name;
+	struct dbox_attr attr;
+};
+
+struct page {
+	struct page_entry ents[PAGE_SIZE_ENTRIES];
+	size_t n;
+	uint64_t last_cookie;
+	bool nomem;
+};
+
+static struct timespec ns_ts(int64_t ns)
+{
+	struct timespec ts = { ns / 1000000000, ns % 1000000000 };
+
+	if (ts.tv_nsec < 0) {
+		ts.tv_nsec += 1000000000;
+		ts.tv_sec--;
+	}
+	return ts;
+}
+
+static void item_failed(struct export *ex, const char *what, int err)
+{
+	adm_error("%s: %s%s%s", ex->path.buf, what, *what != '\0' ? ": " : "",
+		  strerror(err));
+	ex->failed++;
+}
+
+static void index_failed(struct export *ex, const char *what, int err)
+{
+	if (!ex->fatal)
+		adm_error("%s: %s: index error (%s); stopping the export",
+			  ex->path.buf, what, strerror(err));
+	ex->fatal = true;
+}
+
+/* The read descriptor of m.<file_id>, opened once.  -errno on failure
+   (logged by the caller). */
+static int mfile_fd(struct export *ex, uint32_t file_id)
+{
+	char name[16];
+	int fd;
+
+	if (file_id >= ex->nmfds) {
+		size_t n = (size_t)file_id + 64;
+		int *fds = realloc(ex->mfds, n * sizeof(*fds));
+
+		if (fds == NULL)
+			return -ENOMEM;
+		for (size_t i = ex->nmfds; i < n; i++)
+			fds[i] = -1;
+		ex->mfds = fds;
+		ex->nmfds = n;
+	}
+	if (ex->mfds[file_id] >= 0)
+		return ex->mfds[file_id];
+	if (ex->storage_fd < 0)
+		return -ENOENT;
+	dbox_file_name(name, file_id);
+	fd = openat(ex->storage_fd, name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ex->mfds[file_id] = fd;
+	return fd;
+}
+
+static int write_full(int fd, const char *buf, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, buf, len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Owner, mode and times of a finished output file or directory.  Owner
+   first: chown may clear set-id bits that the mode then sets. */
+static int set_attrs(struct export *ex, int fd, const struct dbox_attr *attr,
+		     const struct timespec times[2])
+{
+	if (ex->keep_owner && fchown(fd, attr->uid, attr->gid) < 0)
+		return -errno;
+	if (fchmod(fd, attr->mode & 07777) < 0 || futimens(fd, times) < 0)
+		return -errno;
+	return 0;
+}
+
+/* Copy the plaintext of the message to out.  Returns the byte count or a
+   negative errno (-EIO for unreadable stored bytes). */
+static int64_t copy_message(struct export *ex, const struct dbox_msgloc *loc,
+			    uint64_t size, int out)
+{
+	struct dbox_reader *reader = NULL;
+	struct dbox_metadata md = { 0 };
+	uint64_t body_size, record_size, off = 0;
+	ssize_t n;
+	int fd, ret = 0;
+
+	fd = mfile_fd(ex, loc->file_id);
+	if (fd < 0) {
+		adm_error("%s/storage/m.%u: %s", ex->store, loc->file_id,
+			  strerror(-fd));
+		return -EIO;
+	}
+	/* The whole record is checked (header, size, metadata) before any
+	   byte is trusted; the storage layer logs what is wrong. */
+	if (dbox_record_read(fd, loc->file_id, loc->offset, loc->body_size,
+			     &body_size, &md, &record_size) < 0) {
+		dbox_metadata_clear(&md);
+		return errno == ENOMEM ? -ENOMEM : -EIO;
+	}
+	dbox_metadata_clear(&md);
+	if (dbox_reader_open(fd, loc->offset + DBOX_MSG_HEADER_SIZE,
+			     loc->body_size, size, &reader) < 0)
+		return -errno;
+	while (off < size) {
+		n = dbox_reader_pread(reader, ex->buf, COPY_SIZE, off);
+		if (n <= 0) {
+			ret = n < 0 && errno != 0 ? -errno : -EIO;
+			break;
+		}
+		if ((ret = write_full(out, ex->buf, (size_t)n)) < 0)
+			break;
+		off += (uint64_t)n;
+	}
+	dbox_reader_free(&reader);
+	return ret < 0 ? ret : (int64_t)off;
+}
+
+static void export_message(struct export *ex, int dirfd, const char *name,
+			   const struct dbox_attr *attr)
+{
+	struct timespec times[2] = { ns_ts(attr->mtime_ns), ns_ts(attr->mtime_ns) };
+	struct dbox_msgloc loc;
+	int64_t size;
+	int out, ret;
+
+	ret = dbox_index_msg_get(ex->index, attr->ino, &loc);
+	if (ret == -ENOENT || (ret == 0 && loc.state != DBOX_MSG_COMMITTED)) {
+		adm_warning("%s: still being written; skipped", ex->path.buf);
+		ex->unfinished++;
+		return;
+	}
+	if (ret < 0) {
+		index_failed(ex, "message", -ret);
+		return;
+	}
+	out = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+		     O_CLOEXEC, 0600);
+	if (out < 0) {
+		item_failed(ex, "", errno);
+		return;
+	}
+	size = copy_message(ex, &loc, attr->size, out);
+	ret = size < 0 ? (int)size : set_attrs(ex, out, attr, times);
+	if (close(out) < 0 && ret == 0)
+		ret = -errno;
+	if (ret < 0) {
+		item_failed(ex, "", -ret);
+		unlinkat(dirfd, name, 0);
+		return;
+	}
+	ex->messages++;
+	progress_add(&ex->progress, 1, (uint64_t)size);
+}
+
+static void export_file(struct export *ex, int dirfd, const char *name,
+			const struct dbox_attr *attr)
+{
+	struct timespec times[2];
+	struct stat sb;
+	char backing[24];
+	int in = -1, out, ret = 0;
+	uint64_t total = 0;
+	ssize_t n;
+
+	snprintf(backing, sizeof(backing), "%llu", (unsigned long long)attr->ino);
+	if (ex->files_fd < 0 ||
+	    (in = openat(ex->files_fd, backing, O_RDONLY | O_CLOEXEC)) < 0 ||
+	    fstat(in, &sb) < 0) {
+		ret = ex->files_fd < 0 ? ENOENT : errno;
+		adm_error("%s: %s/files/%s: %s", ex->path.buf, ex->store, backing,
+			  strerror(ret));
+		ex->failed++;
+		if (in >= 0)
+			close(in);
+		return;
+	}
+	out = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+		     O_CLOEXEC, 0600);
+	if (out < 0) {
+		item_failed(ex, "", errno);
+		close(in);
+		return;
+	}
+	while ((n = read(in, ex->buf, COPY_SIZE)) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			ret = -errno;
+			break;
+		}
+		if ((ret = write_full(out, ex->buf, (size_t)n)) < 0)
+			break;
+		total += (uint64_t)n;
+	}
+	times[0] = sb.st_atim;
+	times[1] = sb.st_mtim;
+	if (ret == 0)
+		ret = set_attrs(ex, out, attr, times);
+	if (close(out) < 0 && ret == 0)
+		ret = -errno;
+	close(in);
+	if (ret < 0) {
+		item_failed(ex, "", -ret);
+		unlinkat(dirfd, name, 0);
+		return;
+	}
+	ex->files++;
+	progress_add(&ex->progress, 0, total);
+}
+
+static void export_dir(struct export *ex, int fd, uint64_t dir);
+
+static void export_subdir(struct export *ex, int dirfd, const char *name,
+			  const struct dbox_attr *attr)
+{
+	struct timespec times[2] = { ns_ts(attr->mtime_ns), ns_ts(attr->mtime_ns) };
+	int fd, ret;
+
+	if (mkdirat(dirfd, name, 0700) < 0 ||
+	    (fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			 O_CLOEXEC)) < 0) {
+		item_failed(ex, "", errno);
+		return;
+	}
+	export_dir(ex, fd, attr->ino);
+	/* After the contents: creating them moved the mtime. */
+	if ((ret = set_attrs(ex, fd, attr, times)) < 0)
+		item_failed(ex, "setting mode and times", -ret);
+	close(fd);
+	ex->dirs++;
+}
+
+static void export_entry(struct export *ex, int dirfd, const char *name,
+			 const struct dbox_attr *attr)
+{
+	struct inomap_entry *link;
+
+	if (attr->kind == DBOX_KIND_DIR) {
+		export_subdir(ex, dirfd, name, attr);
+		return;
+	}
+	if (attr->nlink > 1 &&
+	    (link = inomap_get(&ex->links, 0, attr->ino)) != NULL) {
+		if (linkat(AT_FDCWD, link->path, dirfd, name, 0) < 0)
+			item_failed(ex, "link", errno);
+		else
+			ex->linked++;
+		return;
+	}
+	if (attr->kind == DBOX_KIND_MESSAGE)
+		export_message(ex, dirfd, name, attr);
+	else
+		export_file(ex, dirfd, name, attr);
+	if (attr->nlink > 1 && faccessat(dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    inomap_put(&ex->links, 0, attr->ino, 0, ex->path.buf) < 0)
+		adm_warning("%s: out of memory: its other names are exported "
+			    "as copies", ex->path.buf);
+}
+
+static int page_cb(void *ctx, const struct dbox_dirent *ent)
+{
+	struct page *page = ctx;
+	struct page_entry *e = &page->ents[page->n];
+
+	if ((e->name = strndup(ent->name, ent->namelen)) == NULL) {
+		page->nomem = true;
+		return -ENOMEM;
+	}
+	e->attr = ent->attr;
+	page->last_cookie = ent->cookie;
+	return ++page->n == PAGE_SIZE_ENTRIES ? 1 : 0;
+}
+
+/* Export the contents of index directory dir into output directory fd. */
+static void export_dir(struct export *ex, int fd, uint64_t dir)
+{
+	struct page *page = malloc(sizeof(*page));
+	uint64_t after = 0;
+	size_t old;
+	int ret;
+
+	if (page == NULL) {
+		index_failed(ex, "readdir", ENOMEM);
+		return;
+	}
+	do {
+		page->n = 0;
+		page->nomem = false;
+		ret = dbox_index_readdir(ex->index, dir, after, page_cb, page);
+		if (ret < 0)
+			index_failed(ex, "readdir", -ret);
+		for (size_t i = 0; i < page->n; i++) {
+			if (!ex->fatal) {
+				old = adm_path_push(&ex->path, page->ents[i].name);
+				export_entry(ex, fd, page->ents[i].name,
+					     &page->ents[i].attr);
+				adm_path_pop(&ex->path, old);
+			}
+			free(page->ents[i].name);
+		}
+		after = page->last_cookie;
+	} while (!ex->fatal && page->n == PAGE_SIZE_ENTRIES);
+	free(page);
+}
+
+/* Is the directory at path empty?  Sets errno when it cannot be read. */
+static bool dir_is_empty(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct dirent *de;
+	bool empty = true;
+	DIR *d;
+
+	if (fd < 0 || (d = fdopendir(fd)) == NULL) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	while ((de = readdir(d)) != NULL)
+		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+			empty = false;
+	closedir(d);
+	return empty;
+}
+
+/* The output directory: created (mode 0700 until the end), or an
+   existing empty one.  Returns its fd, or -1 after reporting. */
+static int open_output(const char *dir)
+{
+	struct stat sb;
+	int fd;
+
+	if (mkdir(dir, 0700) < 0) {
+		if (errno != EEXIST) {
+			adm_error("%s: %s", dir, strerror(errno));
+			return -1;
+		}
+		if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+			adm_error("%s: exists and is not a directory", dir);
+			return -1;
+		}
+		if (!dir_is_empty(dir)) {
+			adm_error("%s: exists and is not empty; export needs a "
+				  "new or empty directory", dir);
+			return -1;
+		}
+	}
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		adm_error("%s: %s", dir, strerror(errno));
+	return fd;
+}
+
+static int open_store_dir(const char *store, const char *name)
+{
+	char *path;
+	int fd;
+
+	if (asprintf(&path, "%s/%s", store, name) < 0)
+		return -1;
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	free(path);
+	return fd;
+}
+
+static void export_free(struct export *ex)
+{
+	for (size_t i = 0; i < ex->nmfds; i++)
+		if (ex->mfds[i] >= 0)
+			close(ex->mfds[i]);
+	free(ex->mfds);
+	if (ex->storage_fd >= 0)
+		close(ex->storage_fd);
+	if (ex->files_fd >= 0)
+		close(ex->files_fd);
+	inomap_free(&ex->links);
+	adm_path_free(&ex->path);
+	free(ex->buf);
+	dbox_index_close(&ex->index);
+}
+
+static int export_main(int argc, char **argv)
+{
+	struct export ex = { .storage_fd = -1, .files_fd = -1 };
+	struct dbox_attr root;
+	struct timespec times[2];
+	int npos, outfd, ret;
+
+	if ((ret = adm_parse_args(&adm_verb_export, argc, argv, NULL, NULL,
+				  &npos)) != 0)
+		return ret;
+	if (npos != 2)
+		return adm_usage_error(&adm_verb_export,
+				       "export: need STORE and DIR");
+	ex.store = argv[0];
+	if ((ret = adm_open_index(ex.store, &ex.index)) != 0)
+		return ret;
+	if (dbox_index_snapshot_begin(ex.index) < 0 ||
+	    dbox_index_getattr(ex.index, DBOX_ROOT_INO, &root) < 0) {
+		adm_error("%s: the index is unreadable", ex.store);
+		export_free(&ex);
+		return ADM_EXIT_USAGE;
+	}
+	if ((outfd = open_output(argv[1])) < 0) {
+		export_free(&ex);
+		return ADM_EXIT_USAGE;
+	}
+	ex.storage_fd = open_store_dir(ex.store, "storage");
+	ex.files_fd = open_store_dir(ex.store, "files");
+	ex.keep_owner = geteuid() == 0;
+	ex.buf = malloc(COPY_SIZE);
+	if (ex.buf == NULL || adm_path_init(&ex.path, argv[1]) < 0) {
+		adm_error("out of memory");
+		close(outfd);
+		export_free(&ex);
+		return ADM_EXIT_FAILED;
+	}
+	progress_init(&ex.progress, "exported");
+
+	export_dir(&ex, outfd, DBOX_ROOT_INO);
+
+	/* DIR becomes the root, as cp -a src/. DIR/ would make it. */
+	times[0] = times[1] = ns_ts(root.mtime_ns);
+	if (set_attrs(&ex, outfd, &root, times) < 0) {
+		adm_error("%s: setting mode and times: %s", argv[1],
+			  strerror(errno));
+		ex.failed++;
+	}
+	close(outfd);
+	dbox_index_snapshot_end(ex.index);
+	progress_finish(&ex.progress);
+	if (ex.unfinished > 0)
+		adm_warning("%lu messages still being written were not "
+			    "exported", ex.unfinished);
+	if (ex.failed > 0)
+		adm_error("%lu items failed", ex.failed);
+	if (isatty(STDERR_FILENO))
+		fprintf(stderr, "dboxadm: %lu messages, %lu plain files, %lu "
+			"directories, %lu hard links exported to %s\n",
+			ex.messages, ex.files, ex.dirs, ex.linked, argv[1]);
+	ret = ex.failed > 0 || ex.fatal ? ADM_EXIT_FAILED : ADM_EXIT_OK;
+	export_free(&ex);
+	return ret;
+}
+
+const struct adm_verb adm_verb_export = {
+	.name = "export",
+	.summary = "write a store out as a maildir tree (mounted or not)",
+	.usage =
+	"usage: dboxadm export STORE DIR\n"
+	"\n"
+	"Write the tree of STORE into DIR (which must not exist, or be empty) as a\n"
+	"real maildir: directories, messages (plaintext), plain files, with hard\n"
+	"links, modes and mtimes as the mount shows them (owners too, as root).\n"
+	"Works while STORE is mounted: it reads one consistent snapshot of the\n"
+	"index and skips messages still being written (with a warning).\n"
+	"\n"
+	"A message whose stored bytes cannot be read is reported, left out, and\n"
+	"the export goes on.  Exit status: 0 all exported, 1 some items failed,\n"
+	"2 usage error or store refused.  Progress is shown when stderr is a\n"
+	"terminal.\n",
+	.run = export_main,
+};

@@ -1,0 +1,816 @@
+/*
+ * import.c: dboxadm import STORE MAILDIR - copy a Maildir++ tree into a
+ * store directly (no FUSE), as dboxfs itself would have stored it:
+ *
+ *   regular file in a cur/ new/ tmp/, name not starting with '.'
+ *       -> a message: bytes appended to an m.N (dbox_save_*), inode of kind
+ *          MESSAGE, size = bytes, mtime = the file's mtime (ns), received
+ *          R = mtime seconds, B = the folder's Dovecot mailbox name
+ *   any other regular file (dovecot-uidlist, .mbsyncstate, maildirfolder)
+ *       -> a plain file: bytes in STORE/files/<ino>, mtime kept
+ *   directory -> directory; afterwards its mtime/ctime = the source's
+ *   second name of one source inode (hard link) -> dbox_index_link
+ *   symlink, fifo, socket, device -> skipped with a warning
+ *
+ * Names are kept byte for byte, permission bits in the index mode; as root
+ * the owner too (as cp -a does).  Work is committed in batches of
+ * BATCH_ITEMS; before each commit the m.N files written in the batch are
+ * fdatasync()ed, so the index never points at bytes not on disk.
+ *
+ * Failure of one file (unreadable, name exists, disk full) undoes that file
+ * alone and the import goes on (exit 1).  An index failure (SQLite) stops
+ * the import: the current batch is rolled back.  SIGINT/SIGTERM stop it
+ * cleanly: what was imported so far is committed.
+ */
+#include "dboxadm.h"
+#include "inomap.h"
+#include "progress.h"
+
+#include "index/store.h"
+#include "storage/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Items (messages, files, links, directories) per transaction. */
+#define BATCH_ITEMS 1000
+/* Copy buffer. */
+#define COPY_SIZE (1024 * 1024)
+
+struct dir_time {
+	uint64_t ino;
+	int64_t mtime_ns;
+	bool set_owner_mode;  /* also mode, uid, gid (the root) */
+	uint32_t mode, uid, gid;
+};
+
+struct import {
+	struct dbox_store *st;
+	struct dbox_index *index;   /* st->index */
+	struct progress progress;
+	struct inomap links;        /* source (st_dev, st_ino) -> index ino */
+	bool keep_owner;            /* root: keep source uid/gid */
+	dev_t store_dev;            /* the store directory, never imported */
+	ino_t store_ino;
+
+	/* The current transaction. */
+	unsigned int batch;         /* items in it */
+	uint32_t *touched;          /* m.N ids written in it */
+	size_t ntouched, touched_size;
+	uint64_t *new_files;        /* plain-file inodes created in it */
+	size_t nnew_files, new_files_size;
+
+	struct dir_time *dirs;      /* directories whose times to restore */
+	size_t ndirs, dirs_size;
+
+	struct adm_path path;       /* source path of the current item */
+	char *buf;                  /* COPY_SIZE bytes */
+
+	unsigned long messages, files, dirs_made, linked, failed, skipped;
+	bool fatal;                 /* index failure: stop, roll back */
+};
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	interrupted = sig;
+}
+
+static int64_t ts_ns(const struct timespec *ts)
+{
+	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+/* Room for element n of array (size elements of elem bytes allocated):
+   the array, grown (doubled) when full, or NULL when out of memory (the
+   old array is then still valid). */
+static void *grow(void *array, size_t n, size_t *size, size_t elem)
+{
+	size_t new_size = *size == 0 ? 64 : *size * 2;
+	void *p;
+
+	if (n < *size)
+		return array;
+	if ((p = realloc(array, new_size * elem)) != NULL)
+		*size = new_size;
+	return p;
+}
+
+/* One item failed: report, count, go on. */
+static void item_failed(struct import *imp, const char *what, int err)
+{
+	adm_error("%s: %s%s%s", imp->path.buf, what, *what != '\0' ? ": " : "",
+		  strerror(err));
+	imp->failed++;
+}
+
+/* The index failed: nothing more can be trusted in this transaction. */
+static void index_failed(struct import *imp, const char *what, int err)
+{
+	if (!imp->fatal)
+		adm_error("%s: %s: index error (%s); stopping the import, the "
+			  "last batch is rolled back", imp->path.buf, what,
+			  strerror(err));
+	imp->fatal = true;
+}
+
+static int touch_file(struct import *imp, uint32_t file_id)
+{
+	uint32_t *touched;
+
+	for (size_t i = 0; i < imp->ntouched; i++)
+		if (imp->touched[i] == file_id)
+			return 0;
+	touched = grow(imp->touched, imp->ntouched, &imp->touched_size,
+		       sizeof(*touched));
+	if (touched == NULL)
+		return -ENOMEM;
+	imp->touched = touched;
+	imp->touched[imp->ntouched++] = file_id;
+	return 0;
+}
+
+/* Commit the transaction: the bytes it refers to first reach the disk.
+   final: durable commit, no new transaction. */
+static int batch_commit(struct import *imp, bool final)
+{
+	struct dbox_store *st = imp->st;
+	int fd, ret = 0;
+
+	for (size_t i = 0; i < imp->ntouched && ret == 0; i++) {
+		fd = dbox_store_read_fd(st, imp->touched[i]);
+		if (fd < 0)
+			ret = fd;
+		else if (fdatasync(fd) < 0)
+			ret = -errno;
+	}
+	if (ret == 0 && imp->nnew_files > 0 && syncfs(st->files_fd) < 0)
+		ret = -errno;
+	if (ret < 0) {
+		adm_error("%s/storage: sync before commit: %s", st->path,
+			  strerror(-ret));
+		imp->fatal = true;
+		return ret;
+	}
+	if ((ret = dbox_index_commit(imp->index, final)) < 0) {
+		index_failed(imp, "commit", -ret);
+		return ret;
+	}
+	imp->batch = 0;
+	imp->ntouched = 0;
+	imp->nnew_files = 0;
+	if (!final && (ret = dbox_index_begin(imp->index)) < 0) {
+		index_failed(imp, "begin", -ret);
+		return ret;
+	}
+	return 0;
+}
+
+/* Drop the transaction after a fatal error, with the plain files created
+   in it (their inode numbers will be handed out again). */
+static void batch_rollback(struct import *imp)
+{
+	char name[24];
+
+	dbox_index_rollback(imp->index);
+	for (size_t i = 0; i < imp->nnew_files; i++) {
+		snprintf(name, sizeof(name), "%llu",
+			 (unsigned long long)imp->new_files[i]);
+		unlinkat(imp->st->files_fd, name, 0);
+	}
+	imp->nnew_files = 0;
+}
+
+static void batch_item(struct import *imp)
+{
+	if (++imp->batch >= BATCH_ITEMS)
+		batch_commit(imp, false);
+}
+
+/* Source name already in the store?  0 when free; -EEXIST reported as an
+   item failure; other errors are fatal. */
+static int check_free(struct import *imp, uint64_t dir, const char *name,
+		      struct dbox_attr *attr_r)
+{
+	int ret = dbox_index_lookup(imp->index, dir, name, strlen(name),
+				    attr_r);
+
+	if (ret == -ENOENT)
+		return 0;
+	if (ret == 0)
+		return -EEXIST;
+	index_failed(imp, "lookup", -ret);
+	return ret;
+}
+
+/* Take back the name dir/name and its inode, created by this import
+   for an item that failed. */
+static void undo_create(struct import *imp, uint64_t dir, const char *name)
+{
+	uint64_t ino;
+	uint32_t nlink;
+	int ret;
+
+	ret = dbox_index_remove(imp->index, dir, name, strlen(name), false,
+				dbox_now_ns(), &ino, &nlink);
+	if (ret == 0 && nlink == 0)
+		ret = dbox_index_delete_inode(imp->index, ino);
+	if (ret < 0)
+		index_failed(imp, "undo", -ret);
+}
+
+static uint32_t owner_uid(const struct import *imp, const struct stat *sb)
+{
+	return imp->keep_owner ? sb->st_uid : getuid();
+}
+
+static uint32_t owner_gid(const struct import *imp, const struct stat *sb)
+{
+	return imp->keep_owner ? sb->st_gid : getgid();
+}
+
+/* Create the inode for a regular file.  Returns 0, or < 0 with the error
+   already reported (item or fatal). */
+static int create_reg(struct import *imp, uint64_t dir, const char *name,
+		      const struct stat *sb, enum dbox_kind kind,
+		      struct dbox_attr *attr_r)
+{
+	int ret = check_free(imp, dir, name, attr_r);
+
+	if (ret == -EEXIST)
+		item_failed(imp, "", EEXIST);
+	if (ret < 0)
+		return ret;
+	ret = dbox_index_create(imp->index, dir, name, strlen(name), kind,
+				S_IFREG | (sb->st_mode & 07777),
+				owner_uid(imp, sb), owner_gid(imp, sb),
+				dbox_now_ns(), attr_r);
+	if (ret < 0)
+		index_failed(imp, "create", -ret);
+	return ret;
+}
+
+/* Read all of fd into the message being saved.  Returns the byte count
+   or a negative errno. */
+static int64_t copy_to_save(struct import *imp, int fd, struct dbox_save *save)
+{
+	uint64_t off = 0;
+	ssize_t n;
+	int ret;
+
+	while ((n = read(fd, imp->buf, COPY_SIZE)) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if ((ret = dbox_save_write(save, imp->buf, n, off)) < 0)
+			return ret;
+		off += n;
+	}
+	return (int64_t)off;
+}
+
+/* A message: fd is the open source file, sb its fstat. */
+static void import_message(struct import *imp, int fd, const struct stat *sb,
+			   uint64_t dir, const char *name, const char *mailbox)
+{
+	struct dbox_save *save = NULL;
+	struct dbox_msgloc loc;
+	struct dbox_attr attr;
+	int64_t size;
+	int ret;
+
+	if (create_reg(imp, dir, name, sb, DBOX_KIND_MESSAGE, &attr) < 0)
+		return;
+	if ((ret = dbox_save_begin(imp->st, attr.ino, mailbox, &save)) < 0) {
+		item_failed(imp, "storing", -ret);
+		undo_create(imp, dir, name);
+		return;
+	}
+	size = copy_to_save(imp, fd, save);
+	ret = size < 0 ? (int)size :
+		dbox_save_finish(save, sb->st_mtim.tv_sec, false, &loc);
+	if (ret < 0) {
+		item_failed(imp, size < 0 ? "" : "storing", -ret);
+		dbox_save_free(&save); /* unfinished: its bytes are cut off */
+		undo_create(imp, dir, name);
+		return;
+	}
+	dbox_save_free(&save);
+	attr.size = (uint64_t)size;
+	attr.mtime_ns = ts_ns(&sb->st_mtim);
+	if ((ret = dbox_index_setattr(imp->index, &attr)) < 0) {
+		index_failed(imp, "setattr", -ret);
+		return;
+	}
+	if (touch_file(imp, loc.file_id) < 0) {
+		index_failed(imp, "bookkeeping", ENOMEM);
+		return;
+	}
+	if (sb->st_nlink > 1 &&
+	    inomap_put(&imp->links, sb->st_dev, sb->st_ino, attr.ino, NULL) < 0)
+		adm_warning("%s: out of memory: its other hard links are "
+			    "imported as copies", imp->path.buf);
+	imp->messages++;
+	progress_add(&imp->progress, 1, (uint64_t)size);
+	batch_item(imp);
+}
+
+/* Copy all of in to out.  Returns the byte count or a negative errno. */
+static int64_t copy_fd(struct import *imp, int in, int out)
+{
+	uint64_t total = 0;
+	ssize_t n, w;
+
+	while ((n = read(in, imp->buf, COPY_SIZE)) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		for (ssize_t done = 0; done < n; done += w) {
+			w = write(out, imp->buf + done, n - done);
+			if (w < 0) {
+				if (errno == EINTR) {
+					w = 0;
+					continue;
+				}
+				return -errno;
+			}
+		}
+		total += n;
+	}
+	return (int64_t)total;
+}
+
+/* A plain file: bytes into STORE/files/<ino>. */
+static void import_file(struct import *imp, int fd, const struct stat *sb,
+			uint64_t dir, const char *name)
+{
+	struct timespec times[2] = { sb->st_atim, sb->st_mtim };
+	struct dbox_attr attr;
+	uint64_t *new_files;
+	char backing[24];
+	int64_t size;
+	int out, ret;
+
+	if (create_reg(imp, dir, name, sb, DBOX_KIND_FILE, &attr) < 0)
+		return;
+	snprintf(backing, sizeof(backing), "%llu", (unsigned long long)attr.ino);
+	/* O_TRUNC, not O_EXCL: an inode number rolled back by an earlier
+	   failed run may have left its backing file behind. */
+	out = openat(imp->st->files_fd, backing,
+		     O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (out < 0) {
+		item_failed(imp, "creating the backing file", errno);
+		undo_create(imp, dir, name);
+		return;
+	}
+	size = copy_fd(imp, fd, out);
+	ret = size < 0 ? (int)size : 0;
+	if (ret == 0 && (fchmod(out, 0600) < 0 || futimens(out, times) < 0))
+		ret = -errno;
+	close(out);
+	if (ret < 0) {
+		item_failed(imp, "", -ret);
+		unlinkat(imp->st->files_fd, backing, 0);
+		undo_create(imp, dir, name);
+		return;
+	}
+	new_files = grow(imp->new_files, imp->nnew_files, &imp->new_files_size,
+			 sizeof(*new_files));
+	if (new_files != NULL) {
+		imp->new_files = new_files;
+		imp->new_files[imp->nnew_files++] = attr.ino;
+	}
+	attr.size = (uint64_t)size;
+	attr.mtime_ns = ts_ns(&sb->st_mtim);
+	if ((ret = dbox_index_setattr(imp->index, &attr)) < 0) {
+		index_failed(imp, "setattr", -ret);
+		return;
+	}
+	if (sb->st_nlink > 1 &&
+	    inomap_put(&imp->links, sb->st_dev, sb->st_ino, attr.ino, NULL) < 0)
+		adm_warning("%s: out of memory: its other hard links are "
+			    "imported as copies", imp->path.buf);
+	imp->files++;
+	progress_add(&imp->progress, 0, (uint64_t)size);
+	batch_item(imp);
+}
+
+/* Another name of a source inode already imported as index inode ino. */
+static void import_link(struct import *imp, uint64_t ino, uint64_t dir,
+			const char *name)
+{
+	struct dbox_attr attr;
+	int ret = check_free(imp, dir, name, &attr);
+
+	if (ret == -EEXIST)
+		item_failed(imp, "", EEXIST);
+	if (ret < 0)
+		return;
+	ret = dbox_index_link(imp->index, ino, dir, name, strlen(name),
+			      dbox_now_ns(), &attr);
+	if (ret < 0) {
+		index_failed(imp, "link", -ret);
+		return;
+	}
+	imp->linked++;
+	batch_item(imp);
+}
+
+static bool is_maildir_sub(const char *name)
+{
+	return strcmp(name, "cur") == 0 || strcmp(name, "new") == 0 ||
+	       strcmp(name, "tmp") == 0;
+}
+
+static void import_reg(struct import *imp, int dirfd, const char *name,
+		       uint64_t dir, const char *mailbox)
+{
+	struct inomap_entry *link;
+	struct stat sb;
+	int fd;
+
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &sb) < 0) {
+		item_failed(imp, "", errno);
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		/* Replaced since the directory was read. */
+		item_failed(imp, "", EAGAIN);
+	} else if (sb.st_nlink > 1 &&
+		   (link = inomap_get(&imp->links, sb.st_dev, sb.st_ino)) != NULL) {
+		import_link(imp, link->value, dir, name);
+	} else if (mailbox != NULL && name[0] != '.') {
+		import_message(imp, fd, &sb, dir, name, mailbox);
+	} else {
+		import_file(imp, fd, &sb, dir, name);
+	}
+	close(fd);
+}
+
+static void import_dir(struct import *imp, int dirfd, uint64_t dir,
+		       const char *mailbox);
+
+static int add_dir_time(struct import *imp, uint64_t ino, int64_t mtime_ns)
+{
+	struct dir_time *dirs = grow(imp->dirs, imp->ndirs, &imp->dirs_size,
+				     sizeof(*dirs));
+
+	if (dirs == NULL)
+		return -ENOMEM;
+	imp->dirs = dirs;
+	memset(&imp->dirs[imp->ndirs], 0, sizeof(imp->dirs[0]));
+	imp->dirs[imp->ndirs].ino = ino;
+	imp->dirs[imp->ndirs].mtime_ns = mtime_ns;
+	imp->ndirs++;
+	return 0;
+}
+
+static void import_subdir(struct import *imp, int dirfd, const char *name,
+			  const struct stat *sb, uint64_t dir)
+{
+	struct dbox_attr attr;
+	char *mailbox = NULL;
+	int fd, ret;
+
+	if (sb->st_dev == imp->store_dev && sb->st_ino == imp->store_ino) {
+		adm_warning("%s: is the store itself; skipped", imp->path.buf);
+		imp->skipped++;
+		return;
+	}
+	ret = check_free(imp, dir, name, &attr);
+	if (ret == -EEXIST && attr.kind != DBOX_KIND_DIR) {
+		item_failed(imp, "", EEXIST);
+		return;
+	}
+	if (ret == 0) {
+		/* New: its time is restored at the end.  An existing
+		   directory is merged into and keeps its own times. */
+		ret = dbox_index_create(imp->index, dir, name, strlen(name),
+					DBOX_KIND_DIR,
+					S_IFDIR | (sb->st_mode & 07777),
+					owner_uid(imp, sb), owner_gid(imp, sb),
+					dbox_now_ns(), &attr);
+		if (ret < 0) {
+			index_failed(imp, "mkdir", -ret);
+			return;
+		}
+		if (add_dir_time(imp, attr.ino, ts_ns(&sb->st_mtim)) < 0)
+			adm_warning("%s: out of memory: its mtime is not "
+				    "restored", imp->path.buf);
+		imp->dirs_made++;
+		batch_item(imp);
+	} else if (ret != -EEXIST) {
+		return; /* fatal, reported */
+	}
+	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		item_failed(imp, "", errno);
+		return;
+	}
+	if (is_maildir_sub(name) &&
+	    (ret = dbox_index_mailbox_name(imp->index, attr.ino, &mailbox)) < 0) {
+		index_failed(imp, "mailbox name", -ret);
+		close(fd);
+		return;
+	}
+	import_dir(imp, fd, attr.ino, mailbox);
+	free(mailbox);
+	close(fd);
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The names in directory fd, sorted (byte order), without "." and "..":
+   a malloc()ed array of malloc()ed strings.  Returns the count or a
+   negative errno. */
+static ssize_t read_names(int fd, char ***names_r)
+{
+	DIR *d;
+	struct dirent *de;
+	char **names = NULL, **grown;
+	size_t n = 0, size = 0;
+	int dupfd = dup(fd), err = 0;
+
+	if (dupfd < 0 || (d = fdopendir(dupfd)) == NULL) {
+		err = errno;
+		if (dupfd >= 0)
+			close(dupfd);
+		return -err;
+	}
+	errno = 0;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		grown = grow(names, n, &size, sizeof(*names));
+		if (grown == NULL || (grown[n] = strdup(de->d_name)) == NULL) {
+			names = grown != NULL ? grown : names;
+			err = ENOMEM;
+			break;
+		}
+		names = grown;
+		n++;
+		errno = 0;
+	}
+	if (err == 0 && errno != 0)
+		err = errno;
+	closedir(d);
+	if (err != 0) {
+		for (size_t i = 0; i < n; i++)
+			free(names[i]);
+		free(names);
+		return -err;
+	}
+	if (n > 1)
+		qsort(names, n, sizeof(*names), name_cmp);
+	*names_r = names;
+	return (ssize_t)n;
+}
+
+static const char *type_name(mode_t mode)
+{
+	return S_ISLNK(mode) ? "symbolic link" : S_ISFIFO(mode) ? "fifo" :
+		S_ISSOCK(mode) ? "socket" : S_ISCHR(mode) ? "character device" :
+		S_ISBLK(mode) ? "block device" : "special file";
+}
+
+/* Import the contents of source directory fd into index directory dir;
+   mailbox is the folder's mailbox name when dir is a cur/new/tmp. */
+static void import_dir(struct import *imp, int fd, uint64_t dir,
+		       const char *mailbox)
+{
+	char **names = NULL;
+	ssize_t n = read_names(fd, &names);
+	struct stat sb;
+	size_t old;
+
+	if (n < 0) {
+		item_failed(imp, "reading the directory", (int)-n);
+		return;
+	}
+	for (ssize_t i = 0; i < n; i++) {
+		if (!imp->fatal && !interrupted) {
+			old = adm_path_push(&imp->path, names[i]);
+			if (fstatat(fd, names[i], &sb, AT_SYMLINK_NOFOLLOW) < 0) {
+				item_failed(imp, "", errno);
+			} else if (S_ISDIR(sb.st_mode)) {
+				import_subdir(imp, fd, names[i], &sb, dir);
+			} else if (S_ISREG(sb.st_mode)) {
+				import_reg(imp, fd, names[i], dir, mailbox);
+			} else {
+				adm_warning("%s: %s skipped", imp->path.buf,
+					    type_name(sb.st_mode));
+				imp->skipped++;
+			}
+			adm_path_pop(&imp->path, old);
+		}
+		free(names[i]);
+	}
+	free(names);
+}
+
+/* Is index directory dir empty? */
+static int dir_empty_cb(void *ctx, const struct dbox_dirent *ent)
+{
+	*(bool *)ctx = false;
+	return 1;
+}
+
+/* Give every directory created the mtime and ctime of its source
+   directory, and a root that was empty its mode and owner too.  One
+   durable transaction. */
+static int restore_dir_times(struct import *imp)
+{
+	struct dbox_attr attr;
+	int ret;
+
+	if ((ret = dbox_index_begin(imp->index)) < 0)
+		return ret;
+	for (size_t i = 0; i < imp->ndirs && ret == 0; i++) {
+		ret = dbox_index_getattr(imp->index, imp->dirs[i].ino, &attr);
+		if (ret == 0) {
+			attr.mtime_ns = attr.ctime_ns = imp->dirs[i].mtime_ns;
+			if (imp->dirs[i].set_owner_mode) {
+				attr.mode = S_IFDIR | imp->dirs[i].mode;
+				attr.uid = imp->dirs[i].uid;
+				attr.gid = imp->dirs[i].gid;
+			}
+			ret = dbox_index_setattr(imp->index, &attr);
+		}
+	}
+	if (ret < 0) {
+		dbox_index_rollback(imp->index);
+		return ret;
+	}
+	return dbox_index_commit(imp->index, true);
+}
+
+static void import_free(struct import *imp)
+{
+	inomap_free(&imp->links);
+	free(imp->touched);
+	free(imp->new_files);
+	free(imp->dirs);
+	adm_path_free(&imp->path);
+	free(imp->buf);
+}
+
+static int run_import(struct import *imp, int srcfd, const char *src)
+{
+	struct stat sb;
+	bool root_empty = true;
+	int ret;
+
+	if (fstat(imp->st->dir_fd, &sb) == 0) {
+		imp->store_dev = sb.st_dev;
+		imp->store_ino = sb.st_ino;
+	}
+	if ((ret = dbox_index_readdir(imp->index, DBOX_ROOT_INO, 0,
+				      dir_empty_cb, &root_empty)) < 0)
+		return ret;
+	/* A root that holds nothing yet becomes the source's root. */
+	if (root_empty && fstat(srcfd, &sb) == 0) {
+		if (add_dir_time(imp, DBOX_ROOT_INO, ts_ns(&sb.st_mtim)) < 0)
+			return -ENOMEM;
+		imp->dirs[imp->ndirs - 1].set_owner_mode = true;
+		imp->dirs[imp->ndirs - 1].mode = sb.st_mode & 07777;
+		imp->dirs[imp->ndirs - 1].uid = owner_uid(imp, &sb);
+		imp->dirs[imp->ndirs - 1].gid = owner_gid(imp, &sb);
+	}
+	if (adm_path_init(&imp->path, src) < 0)
+		return -ENOMEM;
+	if ((ret = dbox_index_begin(imp->index)) < 0)
+		return ret;
+	import_dir(imp, srcfd, DBOX_ROOT_INO, NULL);
+	if (imp->fatal) {
+		batch_rollback(imp);
+		return -EIO;
+	}
+	if ((ret = batch_commit(imp, true)) < 0) {
+		batch_rollback(imp);
+		return ret;
+	}
+	if ((ret = restore_dir_times(imp)) < 0)
+		adm_error("%s: restoring directory times: %s", imp->st->path,
+			  strerror(-ret));
+	return ret;
+}
+
+/* Is path the store directory or below it? */
+static bool inside_store(const char *path, const char *store)
+{
+	char *p = realpath(path, NULL), *s = realpath(store, NULL);
+	size_t len = s != NULL ? strlen(s) : 0;
+	bool inside = p != NULL && s != NULL && strncmp(p, s, len) == 0 &&
+		(p[len] == '\0' || p[len] == '/' || strcmp(s, "/") == 0);
+
+	free(p);
+	free(s);
+	return inside;
+}
+
+static int import_main(int argc, char **argv)
+{
+	struct dbox_store_settings set = { .create = true };
+	struct import imp = { 0 };
+	struct sigaction sa = { .sa_handler = on_signal,
+				.sa_flags = SA_RESTART };
+	struct stat sb;
+	int npos, srcfd, ret;
+
+	if ((ret = adm_parse_args(&adm_verb_import, argc, argv, NULL, NULL,
+				  &npos)) != 0)
+		return ret;
+	if (npos != 2)
+		return adm_usage_error(&adm_verb_import,
+				       "import: need STORE and MAILDIR");
+	srcfd = open(argv[1], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (srcfd < 0 || fstat(srcfd, &sb) < 0) {
+		adm_error("%s: %s", argv[1], strerror(errno));
+		return ADM_EXIT_USAGE;
+	}
+	umask(077);
+	if (dbox_store_open(argv[0], &set, &imp.st) < 0) {
+		/* The store logged why (locked, not a store, ...). */
+		close(srcfd);
+		return ADM_EXIT_USAGE;
+	}
+	if (inside_store(argv[1], argv[0])) {
+		adm_error("%s: is inside the store %s; refusing to import it",
+			  argv[1], argv[0]);
+		close(srcfd);
+		dbox_store_close(&imp.st);
+		return ADM_EXIT_USAGE;
+	}
+	imp.index = imp.st->index;
+	imp.keep_owner = geteuid() == 0;
+	imp.buf = malloc(COPY_SIZE);
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	progress_init(&imp.progress, "imported");
+
+	ret = imp.buf == NULL ? -ENOMEM : run_import(&imp, srcfd, argv[1]);
+
+	progress_finish(&imp.progress);
+	if (interrupted)
+		adm_error("interrupted: %lu messages imported and committed; "
+			  "the rest was not imported", imp.messages);
+	if (ret == -ENOMEM)
+		adm_error("out of memory");
+	if (imp.skipped > 0)
+		adm_warning("%lu items skipped (see above)", imp.skipped);
+	if (imp.failed > 0)
+		adm_error("%lu items failed", imp.failed);
+	if (isatty(STDERR_FILENO))
+		fprintf(stderr, "dboxadm: %lu messages, %lu plain files, %lu "
+			"directories, %lu hard links imported into %s\n",
+			imp.messages, imp.files, imp.dirs_made, imp.linked,
+			argv[0]);
+	close(srcfd);
+	dbox_store_close(&imp.st);
+	import_free(&imp);
+	return ret < 0 || imp.failed > 0 || interrupted ? ADM_EXIT_FAILED :
+		ADM_EXIT_OK;
+}
+
+const struct adm_verb adm_verb_import = {
+	.name = "import",
+	.summary = "copy a Maildir++ tree into a store (not mounted)",
+	.usage =
+	"usage: dboxadm import STORE MAILDIR\n"
+	"\n"
+	"Copy the Maildir++ tree MAILDIR into the store STORE, created when it\n"
+	"does not exist, without mounting it (refused while it is mounted).\n"
+	"\n"
+	"  files in cur/ new/ tmp/ (not dot-files)  become messages in storage/m.N,\n"
+	"      keeping name, size, mtime (also the received date) and mode\n"
+	"  other regular files (dovecot-uidlist, .mbsyncstate, maildirfolder, ...)\n"
+	"      become plain files in STORE/files/\n"
+	"  directories keep their names, modes and mtimes (the root's too, when\n"
+	"      the store is empty); hard links stay links\n"
+	"  symbolic links, fifos, sockets and devices are skipped with a warning\n"
+	"\n"
+	"A name that already exists in the store fails (File exists) and is\n"
+	"skipped.  Exit status: 0 all imported, 1 some items failed, 2 usage\n"
+	"error or store refused.  Progress is shown when stderr is a terminal.\n",
+	.run = import_main,
+};
