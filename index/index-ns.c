@@ -146,6 +146,10 @@ int dbox_index_create(struct dbox_index *index, uint64_t parent,
 
 	if ((ret = check_dir(index, parent)) < 0)
 		return ret;
+	/* Check the name first, so a failure leaves nothing behind. */
+	ret = dbox_index_lookup(index, parent, name, namelen, attr_r);
+	if (ret != -ENOENT)
+		return ret == 0 ? -EEXIST : ret;
 	stmt = index_stmt(index, ST_INODE_INSERT);
 	sqlite3_bind_int(stmt, 1, kind);
 	sqlite3_bind_int64(stmt, 2, mode);

@@ -7,7 +7,9 @@
  *  - an m.N in st->append is owned by at most one dbox_save (busy), and
  *    only that save writes to it, only past its committed end;
  *  - a file id is never reused: next_file_id is above every m.N on disk
- *    and in the index.
+ *    and in the index;
+ *  - an m.N is appended to only after whole records: at open, the last
+ *    m.N rejoins the pool only if its records run to its committed end.
  */
 #include "store.h"
 
@@ -228,6 +230,63 @@ static int recover(struct dbox_store *st)
 	return 0;
 }
 
+static int adopt_walk_cb(void *ctx, uint64_t offset, uint64_t body_size,
+			 const struct dbox_metadata *md, uint64_t record_size)
+{
+	return 0;
+}
+
+/* Put the last m.N back into the append pool if it has room, so every
+   mount does not start a new file. */
+static void adopt_mfile(struct dbox_store *st, uint32_t file_id)
+{
+	struct dbox_mfile *mf, **append;
+	struct stat stbuf;
+	uint64_t size, bad = 0;
+	char name[16];
+	int fd;
+
+	if (dbox_index_mfile_get(st->index, file_id, &size) < 0 ||
+	    size >= st->rotate_size)
+		return;
+	dbox_file_name(name, file_id);
+	fd = openat(st->storage_fd, name, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	/* Recovery cut the file to its committed end; anything else means
+	   someone else wrote to it: leave it alone. */
+	if (fstat(fd, &stbuf) < 0 || (uint64_t)stbuf.st_size != size) {
+		close(fd);
+		return;
+	}
+	/* Every record up to that end must be whole.  A message written
+	   again after its commit (WRITING when the process died) is dropped
+	   by recovery, but its record is inside the committed end, possibly
+	   damaged; new records after it would be out of reach of any walk
+	   of the file (dump, rebuild, Dovecot). */
+	if (dbox_file_walk(fd, file_id, adopt_walk_cb, NULL, &bad) != 0) {
+		dbox_info("%s/storage/%s: record at %llu unreadable; new "
+			  "messages go to a new file", st->path, name,
+			  (unsigned long long)bad);
+		close(fd);
+		return;
+	}
+	mf = calloc(1, sizeof(*mf));
+	append = realloc(st->append, (st->append_count + 1) * sizeof(*append));
+	if (mf == NULL || append == NULL) {
+		if (append != NULL)
+			st->append = append;
+		free(mf);
+		close(fd);
+		return;
+	}
+	st->append = append;
+	mf->file_id = file_id;
+	mf->fd = fd;
+	mf->size = size;
+	st->append[st->append_count++] = mf;
+}
+
 int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 		    struct dbox_store **st_r)
 {
@@ -267,6 +326,8 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	if (max_index > st->next_file_id)
 		st->next_file_id = max_index;
 	st->next_file_id++;
+	if (max_index != 0)
+		adopt_mfile(st, max_index);
 	st->index_path = index_path;
 	*st_r = st;
 	return 0;

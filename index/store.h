@@ -60,9 +60,12 @@ struct dbox_store {
    existing non-empty directory that is not a store is refused with
    -ENOTEMPTY), take the lock (-EBUSY when another process holds it), open
    the index, and recover from a crash (unfinished writes dropped, m.N
-   tails cut to their committed ends; what was done is logged).  Every
-   refusal is logged with the reason.  Returns 0 and *st_r, or a negative
-   errno. */
+   tails cut to their committed ends; what was done is logged).  The last
+   m.N the index knows takes new messages again when it is below the
+   rotate size and holds only whole records up to its committed end;
+   otherwise the first save starts a new m.N (numbers are never reused).
+   Every refusal is logged with the reason.  Returns 0 and *st_r, or a
+   negative errno. */
 int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 		    struct dbox_store **st_r);
 

@@ -383,12 +383,22 @@ def test_reading_a_mounted_store_disturbs_nothing(tmp_path, make_mount):
     assert sorted(os.listdir(m.mnt / "new")) == ["later0", "later1", "later2"]
 
 
-def test_dump_stops_at_the_committed_end_while_writing(tmp_path, make_mount):
+@pytest.mark.parametrize("options", [[], ["-o", "rotate_size=64"]],
+                         ids=["last-file", "new-file"])
+def test_dump_stops_at_the_committed_end_while_writing(tmp_path, make_mount, options):
     src = small_maildir(tmp_path / "src")
     store = tmp_path / "store"
     adm("import", store, src, check_rc=0)
-    m = make_mount(store=store, mnt=tmp_path / "mnt")
-    before = {p.name for p in mfiles(store)}
+    before = mfiles(store)
+    assert [p.name for p in before] == ["m.1"]
+    m1_size = before[0].stat().st_size
+    imported = dump_records(store, "m.1")
+    assert len(imported) == 3
+    # m.1 is below the default rotate size, so the mount appends to it;
+    # with rotate_size=64 it is full and the mount starts m.2.
+    assert 64 <= m1_size < 10 * 1024 * 1024
+    adopted = not options
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=options)
     # The writer is another process: any close of a copy of its descriptor
     # (as fork + exec of dboxadm from this process would do) is a FUSE
     # flush, which finishes the message.
@@ -405,18 +415,35 @@ def test_dump_stops_at_the_committed_end_while_writing(tmp_path, make_mount):
         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert writer.stdout.readline() == b"ready\n"
-        new = [p for p in mfiles(store) if p.name not in before]
-        assert len(new) == 1
-        r = adm("dump", store, new[0].name, check_rc=0)
-        assert r.stdout.decode().splitlines()[1:] == []
+        names = [p.name for p in mfiles(store)]
+        if adopted:
+            assert names == ["m.1"]
+            target = "m.1"
+            assert (store / "storage" / "m.1").stat().st_size > m1_size + 100000
+        else:
+            assert names == ["m.1", "m.2"]
+            target = "m.2"
+            assert (store / "storage" / "m.1").stat().st_size == m1_size
+        r = adm("dump", store, target, check_rc=0)
+        # Only the committed records: the 3 imported ones in m.1, none in
+        # the new m.2; the message being written is not taken for a
+        # corrupt record.
+        assert len(r.stdout.decode().splitlines()[1:]) == (3 if adopted else 0)
         assert b"after the committed end" in r.stderr
-        # The committed file still dumps cleanly.
-        assert len(dump_records(store, "1")) == 3
+        assert b"corrupt" not in r.stderr
+        # The committed records of m.1 dump as they were.
+        assert dump_records(store, "1") == imported
     finally:
         writer.communicate(timeout=30)
     assert writer.returncode == 0
-    recs = dump_records(store, new[0].name)
-    assert len(recs) == 1 and recs[0][1] == str(100000 + 18) and recs[0][4] == "INBOX"
+    recs = dump_records(store, target)
+    assert len(recs) == (4 if adopted else 1)
+    assert recs[-1][1] == str(100000 + 18) and recs[-1][4] == "INBOX"
+    if adopted:
+        # Appended right after the imported records, which are unchanged.
+        assert recs[:3] == imported
+        assert int(recs[-1][0]) == m1_size
+        assert [p.name for p in mfiles(store)] == ["m.1"]
 
 
 def test_dump_reports_corrupt_record(tmp_path):

@@ -1,7 +1,8 @@
 /*
  * test-store.c: unit tests of the store (index/store.h) with cmocka: the
  * directory layout and lock, saving messages into m.N files inside index
- * transactions, reading them back, rotation, and crash recovery.
+ * transactions, reading them back, rotation, appending to the last m.N
+ * after a reopen, and crash recovery.
  *
  * Each test works in its own mkdtemp() directory (the store is a
  * not-yet-existing "store" inside it), removed in teardown.  Crashes are
@@ -805,10 +806,30 @@ static void test_save_free_unfinished(void **state)
 	expect_content(f->st, a, 512);
 	expect_content(f->st, c, 512);
 
-	/* A save on a new m.N, freed unfinished: the file keeps only its
-	   header. */
+	/* After a reopen m.1, below the rotate size, takes the next save
+	   again; freed unfinished, it gives the bytes back just the same. */
+	before = mfile_size(f, 1);
 	close_fix(f);
 	open_fix(f, 0);
+	assert_int_equal(dbox_index_begin(f->st->index), 0);
+	assert_int_equal(dbox_index_create(f->st->index, DBOX_ROOT_INO, "d", 1,
+					   DBOX_KIND_MESSAGE, S_IFREG | 0600,
+					   0, 0, dbox_now_ns(), &attr), 0);
+	assert_int_equal(dbox_save_begin(f->st, attr.ino, "INBOX", &save), 0);
+	assert_int_equal(save->mf->file_id, 1);
+	assert_int_equal(save->ap.offset, (uint64_t)before);
+	assert_int_equal(dbox_save_write(save, junk, 3000, 0), 0);
+	assert_true(mfile_size(f, 1) >= before + 3000);
+	dbox_save_free(&save);
+	dbox_index_rollback(f->st->index);
+	assert_int_equal(mfile_size(f, 1), before);
+	assert_int_equal(committed_end(f->st, 1), (uint64_t)before);
+	assert_int_equal(mfile_size(f, 2), -1);
+
+	/* A save on a new m.N (m.1 is full at this rotate size), freed
+	   unfinished: the file keeps only its header. */
+	close_fix(f);
+	open_fix(f, (uint64_t)before);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	assert_int_equal(dbox_index_create(f->st->index, DBOX_ROOT_INO, "d", 1,
 					   DBOX_KIND_MESSAGE, S_IFREG | 0600,
@@ -820,6 +841,9 @@ static void test_save_free_unfinished(void **state)
 	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
 	assert_int_equal(mfile_size(f, 2), (int64_t)committed_end(f->st, 2));
 	assert_true(mfile_size(f, 2) < 64);
+	assert_int_equal(mfile_size(f, 1), before);
+	expect_content(f->st, a, 512);
+	expect_content(f->st, c, 512);
 	free(junk);
 	free_msg(a);
 	free_msg(c);
@@ -952,18 +976,45 @@ static void test_rotate(void **state)
 	for (unsigned int i = 0; i < N; i++)
 		expect_content(f->st, m[i], 1024);
 
-	/* m.N numbers are never reused: after a reopen a new file is
-	   started past every file the index or the disk knows of. */
+	/* After a reopen, the last m.N (full here) is not appended to: a
+	   new file is started past every file the index or the disk knows
+	   of.  m.N numbers are never reused. */
+	assert_true(committed_end(f->st, max_id) >= ROTATE);
 	close_fix(f);
 	open_fix(f, ROTATE);
+	assert_int_equal(f->st->append_count, 0);
 	struct saved *x = new_msg(100, 10);
 	save_msg(f->st, DBOX_ROOT_INO, "x", "INBOX", x);
 	first_new = x->loc.file_id;
 	assert_int_equal(first_new, max_id + 1);
+	assert_true(x->loc.offset < 64); /* right after the header line */
+	assert_int_equal(mfile_size(f, max_id),
+			 (int64_t)committed_end(f->st, max_id));
+
+	/* x's file is below the rotate size: after a reopen it is the one
+	   the next message goes to, right after x, and no new file is
+	   started. */
+	close_fix(f);
+	open_fix(f, ROTATE);
+	assert_int_equal(f->st->append_count, 1);
+	assert_int_equal(f->st->append[0]->file_id, first_new);
+	assert_int_equal(f->st->append[0]->size,
+			 x->loc.offset + x->loc.record_size);
+	assert_false(f->st->append[0]->busy);
+	struct saved *x2 = new_msg(103, 100);
+	save_msg(f->st, DBOX_ROOT_INO, "x2", "INBOX", x2);
+	assert_int_equal(x2->loc.file_id, first_new);
+	assert_int_equal(x2->loc.offset, x->loc.offset + x->loc.record_size);
+	assert_int_equal(mfile_size(f, first_new + 1), -1);
+	walk_mfile(f, first_new, &w);
+	assert_int_equal(w.count, 2);
+	expect_record(&w.rec[0], x, "INBOX");
+	expect_record(&w.rec[1], x2, "INBOX");
 	close_fix(f);
 
 	/* An m.N on disk the index does not know (a crash after creating
-	   it, or a purge in progress). */
+	   it, or a purge in progress) is not appended to: the last file
+	   the index knows still is ... */
 	char *storage = store_file(f, "storage");
 	int dfd = open(storage, O_RDONLY | O_DIRECTORY);
 	uint64_t hdr;
@@ -975,18 +1026,35 @@ static void test_rotate(void **state)
 	open_fix(f, ROTATE);
 	struct saved *y = new_msg(101, 10);
 	save_msg(f->st, DBOX_ROOT_INO, "y", "INBOX", y);
-	assert_int_equal(y->loc.file_id, first_new + 6);
+	assert_int_equal(y->loc.file_id, first_new);
+	assert_int_equal(y->loc.offset, x2->loc.offset + x2->loc.record_size);
+	assert_int_equal(mfile_size(f, first_new + 5), (int64_t)hdr);
+	/* ... until it is full; then, after a reopen, a new file is started
+	   past the unknown one. */
+	struct saved *big = new_msg(104, 2 * ROTATE);
+	save_msg(f->st, DBOX_ROOT_INO, "big", "INBOX", big);
+	assert_int_equal(big->loc.file_id, first_new);
+	assert_true(committed_end(f->st, first_new) >= ROTATE);
+	close_fix(f);
+	open_fix(f, ROTATE);
+	assert_int_equal(f->st->append_count, 0);
+	struct saved *y2 = new_msg(105, 10);
+	save_msg(f->st, DBOX_ROOT_INO, "y2", "INBOX", y2);
+	assert_int_equal(y2->loc.file_id, first_new + 6);
+	assert_int_equal(mfile_size(f, first_new + 5), (int64_t)hdr);
 	close_fix(f);
 
-	/* and one the index knows but which is gone from disk. */
+	/* and one the index knows but which is gone from disk: it is not
+	   adopted and its number not reused. */
 	char name2[16];
-	dbox_file_name(name2, y->loc.file_id);
+	dbox_file_name(name2, y2->loc.file_id);
 	assert_int_equal(unlinkat(dfd, name2, 0), 0);
 	dbox_file_name(name2, first_new + 5);
 	assert_int_equal(unlinkat(dfd, name2, 0), 0);
 	close(dfd);
 	errors_reset();
 	open_fix(f, ROTATE);
+	assert_int_equal(f->st->append_count, 0);
 	struct saved *z = new_msg(102, 10);
 	save_msg(f->st, DBOX_ROOT_INO, "z", "INBOX", z);
 	assert_int_equal(z->loc.file_id, first_new + 7);
@@ -996,8 +1064,15 @@ static void test_rotate(void **state)
 		free_msg(m[i]);
 	}
 	expect_content(f->st, x, 4096);
+	expect_content(f->st, x2, 4096);
+	expect_content(f->st, y, 4096);
+	expect_content(f->st, big, 4096);
+	expect_content(f->st, z, 4096);
 	free_msg(x);
+	free_msg(x2);
 	free_msg(y);
+	free_msg(big);
+	free_msg(y2);
 	free_msg(z);
 }
 
@@ -1137,36 +1212,45 @@ static void test_crash_recovery(void **state)
 	expect_record(&w.rec[0], m[0], "INBOX");
 	expect_record(&w.rec[1], m[1], "INBOX");
 
-	/* Life goes on: a new message is saved and read back. */
+	/* Life goes on: m.1, cut back to its committed end, is whole and
+	   below the rotate size, so the next message goes right after m1,
+	   where the unfinished bytes were; no new file is started. */
+	assert_int_equal(f->st->append_count, 1);
+	assert_int_equal(f->st->append[0]->file_id, 1);
+	assert_int_equal(f->st->append[0]->size, end);
 	struct saved *n = new_msg(12, 777);
 	save_msg(f->st, rep.cur, "n", "INBOX", n);
-	assert_true(n->loc.file_id > 1);
+	assert_int_equal(n->loc.file_id, 1);
+	assert_int_equal(n->loc.offset, end);
+	assert_int_equal(mfile_size(f, 2), -1);
 	expect_content(f->st, n, 100);
 	close_fix(f);
 	open_fix(f, 0);
 	expect_content(f->st, n, 100);
 	expect_content(f->st, m[0], 100);
+	expect_content(f->st, m[1], 100);
+	end = n->loc.offset + n->loc.record_size;
+	assert_int_equal(mfile_size(f, 1), (int64_t)end);
+	assert_int_equal(committed_end(f->st, 1), end);
+	walk_mfile(f, 1, &w);
+	assert_int_equal(w.count, 3);
+	expect_record(&w.rec[0], m[0], "INBOX");
+	expect_record(&w.rec[1], m[1], "INBOX");
+	expect_record(&w.rec[2], n, "INBOX");
 	free_msg(n);
 	free_msg(m[0]);
 	free_msg(m[1]);
 }
 
-/* A crash after the record was finished on disk but before the index
-   transaction committed: the index never knew it; its bytes go. */
-static void test_crash_before_commit(void **state)
+/* In a child: open the store with `rotate`, save b as ROOT/b, finish it
+   (synced) and die before the index transaction commits.  Returns b's
+   location as the child saw it. */
+static void crash_before_commit(struct fix *f, uint64_t rotate,
+				struct saved *b)
 {
-	struct fix *f = *state;
-	struct saved *a = new_msg(20, 1234), *b = new_msg(21, 4321);
 	struct dbox_attr attr;
-	struct walk w;
-	uint64_t end;
 	int pipefd[2];
 	pid_t pid;
-
-	open_fix(f, 0);
-	save_msg(f->st, DBOX_ROOT_INO, "a", "INBOX", a);
-	close_fix(f);
-	end = a->loc.offset + a->loc.record_size;
 
 	assert_int_equal(pipe(pipefd), 0);
 	pid = fork();
@@ -1177,7 +1261,7 @@ static void test_crash_before_commit(void **state)
 		struct dbox_msgloc loc;
 
 		close(pipefd[0]);
-		CHILD_CHECK(store_open(f->store, 0, true, &st) == 0);
+		CHILD_CHECK(store_open(f->store, rotate, true, &st) == 0);
 		CHILD_CHECK(dbox_index_begin(st->index) == 0);
 		CHILD_CHECK(dbox_index_create(st->index, DBOX_ROOT_INO, "b", 1,
 					      DBOX_KIND_MESSAGE,
@@ -1197,8 +1281,49 @@ static void test_crash_before_commit(void **state)
 			 sizeof(b->loc));
 	close(pipefd[0]);
 	wait_child(pid);
+}
 
-	/* A new store open starts a new m.N: the child wrote m.2. */
+/* A crash after the record was finished on disk but before the index
+   transaction committed: the index never knew it; its bytes go. */
+static void test_crash_before_commit(void **state)
+{
+	struct fix *f = *state;
+	struct saved *a = new_msg(20, 1234), *b = new_msg(21, 4321);
+	struct dbox_attr attr;
+	struct walk w;
+	uint64_t end, size;
+
+	open_fix(f, 0);
+	save_msg(f->st, DBOX_ROOT_INO, "a", "INBOX", a);
+	close_fix(f);
+	end = a->loc.offset + a->loc.record_size;
+
+	/* The child's store took m.1 back (below the rotate size) and wrote
+	   b after a: a valid record, but past the committed end. */
+	crash_before_commit(f, 0, b);
+	assert_int_equal(b->loc.file_id, 1);
+	assert_int_equal(b->loc.offset, end);
+	walk_mfile(f, 1, &w);
+	assert_int_equal(w.count, 2);
+	expect_record(&w.rec[0], a, "INBOX");
+	expect_record(&w.rec[1], b, "INBOX");
+
+	open_fix(f, 0);
+	assert_int_equal(dbox_index_lookup(f->st->index, DBOX_ROOT_INO, "b", 1,
+					   &attr), -ENOENT);
+	/* Cut back to the committed end, which the index still has. */
+	assert_int_equal(committed_end(f->st, 1), end);
+	assert_int_equal(mfile_size(f, 1), (int64_t)end);
+	walk_mfile(f, 1, &w);
+	assert_int_equal(w.count, 1);
+	expect_record(&w.rec[0], a, "INBOX");
+	expect_content(f->st, a, 4096);
+	assert_int_equal(mfile_size(f, 2), -1);
+	close_fix(f);
+
+	/* Again, with m.1 full for the child (rotate size = its size): the
+	   child starts m.2. */
+	crash_before_commit(f, end, b);
 	assert_int_equal(b->loc.file_id, 2);
 	walk_mfile(f, 2, &w);
 	assert_int_equal(w.count, 1);
@@ -1210,7 +1335,6 @@ static void test_crash_before_commit(void **state)
 	/* m.2 was created in the transaction that never committed: the
 	   index does not know it, so nothing in it is committed.  It is cut
 	   to its header (keeping its number); m.1 is untouched. */
-	uint64_t size;
 	assert_int_equal(dbox_index_mfile_get(f->st->index, 2, &size),
 			 -ENOENT);
 	walk_mfile(f, 2, &w);
@@ -1219,13 +1343,180 @@ static void test_crash_before_commit(void **state)
 	assert_int_equal(mfile_size(f, 1), (int64_t)end);
 	expect_content(f->st, a, 4096);
 
-	/* The file number is not reused. */
+	/* The next message goes to m.1, the last file the index knows
+	   (below the rotate size), not to the unknown m.2. */
 	struct saved *c = new_msg(22, 10);
 	save_msg(f->st, DBOX_ROOT_INO, "c", "INBOX", c);
-	assert_int_equal(c->loc.file_id, 3);
+	assert_int_equal(c->loc.file_id, 1);
+	assert_int_equal(c->loc.offset, end);
+	walk_mfile(f, 2, &w);
+	assert_int_equal(w.count, 0);
+	close_fix(f);
+
+	/* With m.1 full, a new file: m.3, as number 2 is not reused. */
+	end = c->loc.offset + c->loc.record_size;
+	open_fix(f, end);
+	struct saved *d = new_msg(23, 10);
+	save_msg(f->st, DBOX_ROOT_INO, "d", "INBOX", d);
+	assert_int_equal(d->loc.file_id, 3);
+	assert_int_equal(mfile_size(f, 1), (int64_t)end);
+	walk_mfile(f, 2, &w);
+	assert_int_equal(w.count, 0);
+	expect_content(f->st, a, 4096);
+	expect_content(f->st, c, 4096);
+	expect_content(f->st, d, 4096);
 	free_msg(a);
 	free_msg(b);
 	free_msg(c);
+	free_msg(d);
+}
+
+/* A crash while a committed message was being rewritten: it was
+   finished and committed, then written again (WRITING), growing by
+   `extra` bytes over its metadata block, when the process died.
+   Recovery drops it, but its record lies inside the committed end, now
+   damaged: the file must not take new messages after it, or no walk of
+   the file (rebuild, dump, Dovecot) would reach them.  With a small
+   `extra` the file does not even grow, so recovery cuts nothing. */
+static void crash_while_rewriting(struct fix *f, size_t extra)
+{
+	struct saved *a = new_msg(30, 1500), *b = new_msg(31, 700);
+	char *more = make_body(32, extra);
+	struct dbox_attr attr;
+	struct dbox_msgloc loc;
+	struct walk w;
+	uint64_t end, bad = 0;
+	int64_t size_after_crash;
+	int pipefd[2];
+	pid_t pid;
+
+	open_fix(f, 0);
+	save_msg(f->st, DBOX_ROOT_INO, "a", "INBOX", a);
+	close_fix(f);
+
+	assert_int_equal(pipe(pipefd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct dbox_store *st = NULL;
+		struct dbox_save *save = NULL;
+
+		close(pipefd[0]);
+		CHILD_CHECK(store_open(f->store, 0, true, &st) == 0);
+		CHILD_CHECK(dbox_index_begin(st->index) == 0);
+		CHILD_CHECK(dbox_index_create(st->index, DBOX_ROOT_INO, "b", 1,
+					      DBOX_KIND_MESSAGE,
+					      S_IFREG | 0600, 0, 0,
+					      dbox_now_ns(), &attr) == 0);
+		CHILD_CHECK(dbox_save_begin(st, attr.ino, "INBOX", &save) ==
+			    0);
+		CHILD_CHECK(dbox_save_write(save, b->body, b->len, 0) == 0);
+		CHILD_CHECK(dbox_save_finish(save, b->received, false,
+					     &b->loc) == 0);
+		CHILD_CHECK(dbox_index_commit(st->index, false) == 0);
+		/* A write after the close: WRITING again, then more bytes
+		   at the body's end, over the metadata block. */
+		CHILD_CHECK(dbox_index_begin(st->index) == 0);
+		CHILD_CHECK(dbox_save_reopen(save) == 0);
+		CHILD_CHECK(dbox_index_commit(st->index, false) == 0);
+		CHILD_CHECK(dbox_save_write(save, more, extra, b->len) == 0);
+		b->ino = attr.ino;
+		CHILD_CHECK(write(pipefd[1], b, sizeof(*b)) ==
+			    (ssize_t)sizeof(*b));
+		_exit(0); /* no finish, no free, no close */
+	}
+	close(pipefd[1]);
+	{
+		char *body = b->body;
+
+		assert_int_equal(read(pipefd[0], b, sizeof(*b)), sizeof(*b));
+		b->body = body;
+	}
+	close(pipefd[0]);
+	wait_child(pid);
+	free(more);
+
+	/* The child appended b to m.1 (adopted), right after a. */
+	end = a->loc.offset + a->loc.record_size;
+	assert_int_equal(b->loc.file_id, 1);
+	assert_int_equal(b->loc.offset, end);
+	end = b->loc.offset + b->loc.record_size;
+	size_after_crash = mfile_size(f, 1);
+	if (extra < 16)
+		assert_int_equal(size_after_crash, (int64_t)end);
+	else
+		assert_true(size_after_crash > (int64_t)end);
+
+	errors_reset();
+	open_fix(f, 0);
+	/* The open found (and logged) the damaged record. */
+	assert_true(error_count >= 1);
+	assert_non_null(strstr(last_error, "m.1 offset"));
+	/* b is gone; m.1 ends at its committed end, which still holds
+	   b's damaged record; a is intact. */
+	assert_int_equal(dbox_index_lookup(f->st->index, DBOX_ROOT_INO, "b", 1,
+					   &attr), -ENOENT);
+	assert_int_equal(dbox_index_msg_get(f->st->index, b->ino, &loc),
+			 -ENOENT);
+	assert_int_equal(committed_end(f->st, 1), end);
+	assert_int_equal(mfile_size(f, 1), (int64_t)end);
+	expect_content(f->st, a, 4096);
+	{
+		char *path = store_file(f, "storage/m.1");
+		int fd = open(path, O_RDONLY);
+
+		free(path);
+		assert_true(fd >= 0);
+		memset(&w, 0, sizeof(w));
+		assert_int_equal(dbox_file_walk(fd, 1, walk_cb, &w, &bad), -1);
+		close(fd);
+	}
+	assert_int_equal(bad, b->loc.offset);
+	assert_int_equal(w.count, 1);
+	expect_record(&w.rec[0], a, "INBOX");
+
+	/* So m.1 is not adopted: the next message starts a new file. */
+	assert_int_equal(f->st->append_count, 0);
+	struct saved *c = new_msg(33, 300);
+	save_msg(f->st, DBOX_ROOT_INO, "c", "INBOX", c);
+	assert_int_equal(c->loc.file_id, 2);
+	assert_int_equal(mfile_size(f, 1), (int64_t)end);
+	walk_mfile(f, 2, &w);
+	assert_int_equal(w.count, 1);
+	expect_record(&w.rec[0], c, "INBOX");
+
+	/* After a reopen m.2 is the last file and takes the next one. */
+	close_fix(f);
+	open_fix(f, 0);
+	struct saved *d = new_msg(34, 300);
+	save_msg(f->st, DBOX_ROOT_INO, "d", "INBOX", d);
+	assert_int_equal(d->loc.file_id, 2);
+	assert_int_equal(d->loc.offset, c->loc.offset + c->loc.record_size);
+	assert_int_equal(mfile_size(f, 1), (int64_t)end);
+	walk_mfile(f, 2, &w);
+	assert_int_equal(w.count, 2);
+	expect_record(&w.rec[0], c, "INBOX");
+	expect_record(&w.rec[1], d, "INBOX");
+	expect_content(f->st, a, 512);
+	expect_content(f->st, c, 512);
+	expect_content(f->st, d, 512);
+	free_msg(a);
+	free_msg(b);
+	free_msg(c);
+	free_msg(d);
+}
+
+static void test_crash_while_rewriting(void **state)
+{
+	/* The record grows past the committed end: recovery cuts it back
+	   to there, through b's body. */
+	crash_while_rewriting(*state, 5000);
+}
+
+static void test_crash_while_rewriting_in_place(void **state)
+{
+	/* A few bytes over the metadata magic: the file does not grow. */
+	crash_while_rewriting(*state, 4);
 }
 
 /* Plain files unlinked while open are removed at the next open. */
@@ -1297,6 +1588,8 @@ int main(void)
 		T(test_rotate),
 		T(test_crash_recovery),
 		T(test_crash_before_commit),
+		T(test_crash_while_rewriting),
+		T(test_crash_while_rewriting_in_place),
 		T(test_recover_plain_files),
 	};
 
