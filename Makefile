@@ -5,6 +5,9 @@
 #   make check-asan the same tests against an ASan+UBSan build (build-asan/)
 #   make demo       a sample store mounted on demo/mnt
 #   make bench      benchmarks against native maildir (tools/bench/)
+#   make install    dboxfs, dboxadm and their man pages under PREFIX (/usr/local);
+#                   DESTDIR stages the tree elsewhere (GNU conventions)
+#   make uninstall  remove exactly what install put there
 
 CC      ?= cc
 BUILD   ?= build
@@ -73,6 +76,41 @@ check-asan: deps
 
 demo: deps all
 	@tools/demo $(abspath $(BUILD))
+
+# --- install -----------------------------------------------------------------
+
+# GNU directory variables; PREFIX (the usual spelling) sets prefix.  dboxadm
+# goes to bin, not sbin: users run it on their own stores, without root.
+PREFIX      ?= /usr/local
+prefix      ?= $(PREFIX)
+exec_prefix ?= $(prefix)
+bindir      ?= $(exec_prefix)/bin
+datarootdir ?= $(prefix)/share
+mandir      ?= $(datarootdir)/man
+man1dir     ?= $(mandir)/man1
+man8dir     ?= $(mandir)/man8
+INSTALL         ?= install
+INSTALL_PROGRAM ?= $(INSTALL)
+INSTALL_DATA    ?= $(INSTALL) -m 644
+
+# The install tests lint the man pages (groff) and verify the README's
+# systemd units (systemd-analyze).
+TEST_DEBS += groff-base systemd
+
+install: all
+	$(INSTALL) -d $(DESTDIR)$(bindir) $(DESTDIR)$(man1dir) $(DESTDIR)$(man8dir)
+	$(INSTALL_PROGRAM) $(BUILD)/dboxfs $(BUILD)/dboxadm $(DESTDIR)$(bindir)/
+	$(INSTALL_DATA) man/dboxfs.1 $(DESTDIR)$(man1dir)/
+	$(INSTALL_DATA) man/dboxadm.8 $(DESTDIR)$(man8dir)/
+
+install-strip:
+	$(MAKE) INSTALL_PROGRAM='$(INSTALL_PROGRAM) -s' install
+
+uninstall:
+	rm -f $(DESTDIR)$(bindir)/dboxfs $(DESTDIR)$(bindir)/dboxadm \
+	      $(DESTDIR)$(man1dir)/dboxfs.1 $(DESTDIR)$(man8dir)/dboxadm.8
+
+.PHONY: install install-strip uninstall
 
 clean:
 	rm -rf build build-asan

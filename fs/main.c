@@ -76,6 +76,7 @@ static int opt_proc(void *data, const char *arg, int key,
 		exit(0);
 	case KEY_VERSION:
 		printf("dboxfs %s\n", DBOXFS_VERSION);
+		fflush(stdout); /* before fusermount3 --version writes */
 		fuse_lowlevel_version();
 		exit(0);
 	}

@@ -12,7 +12,7 @@
  *   ADM_EXIT_USAGE   bad command line, or the store was refused (locked,
  *                    not a store, unreadable)
  * Every message goes to stderr as "dboxadm: ..."; stdout is for the
- * verb's output only (stats, dump).
+ * verb's output only (stats, dump).  --json output follows json.h.
  */
 
 #include <stdbool.h>

@@ -19,6 +19,7 @@
  * bytes are clamped at 0).
  */
 #include "dboxadm.h"
+#include "json.h"
 
 #include "index/index-stats.h"
 #include "index/index.h"
@@ -171,41 +172,6 @@ static double ratio(const struct stats *s)
 		(double)s->ix.plain_bytes / (double)s->ix.body_bytes;
 }
 
-/* A JSON string: escapes quotes, backslashes and control characters;
-   bytes that are not valid UTF-8 are written as \u00XX (Latin-1). */
-static void json_string(FILE *out, const char *str)
-{
-	const unsigned char *p = (const unsigned char *)str;
-
-	fputc('"', out);
-	while (*p != '\0') {
-		size_t len = 0;
-
-		if (*p < 0x80)
-			len = 1;
-		else if ((*p & 0xe0) == 0xc0 && (p[1] & 0xc0) == 0x80 && *p >= 0xc2)
-			len = 2;
-		else if ((*p & 0xf0) == 0xe0 && (p[1] & 0xc0) == 0x80 &&
-			 (p[2] & 0xc0) == 0x80)
-			len = 3;
-		else if ((*p & 0xf8) == 0xf0 && *p <= 0xf4 &&
-			 (p[1] & 0xc0) == 0x80 && (p[2] & 0xc0) == 0x80 &&
-			 (p[3] & 0xc0) == 0x80)
-			len = 4;
-		if (len == 0 || (len == 1 && (*p < 0x20 || *p == 0x7f))) {
-			fprintf(out, "\\u%04x", *p);
-			p++;
-		} else if (*p == '"' || *p == '\\') {
-			fprintf(out, "\\%c", *p);
-			p++;
-		} else {
-			fwrite(p, 1, len, out);
-			p += len;
-		}
-	}
-	fputc('"', out);
-}
-
 static void print_json(const struct stats *s)
 {
 	printf("{\n"
@@ -244,7 +210,7 @@ static void print_json(const struct stats *s)
 	       (unsigned long long)s->ix.dirs);
 	for (size_t i = 0; i < s->nfolders; i++) {
 		printf("%s\n    ", i == 0 ? "" : ",");
-		json_string(stdout, s->folders[i].name);
+		adm_json_string(stdout, s->folders[i].name);
 		printf(": %llu", (unsigned long long)s->folders[i].count);
 	}
 	printf("%s}\n}\n", s->nfolders > 0 ? "\n  " : "");
