@@ -1,0 +1,251 @@
+"""Mounting the standard ways, with the installed programs.
+
+- `mount -t fuse.dboxfs STORE MNT -o defaults,_netdev` goes through
+  mount.fuse3, which finds dboxfs by its default PATH (/usr/local/bin
+  among it); `umount MNT` ends the daemon.  The same from an fstab line
+  with `mount --fstab FILE MNT` (the real /etc/fstab is never touched),
+  and with `setuid=USER`, which runs the daemon as that user (a user's
+  mail mounted at boot).  These run in a private mount namespace where the
+  DESTDIR install is bind-mounted on /usr/local/bin.
+- An ordinary user mounts with dboxfs (fusermount3 underneath), delivers
+  and reads mail, unmounts with `fusermount3 -u` and with `umount`; root
+  cannot look in (no allow_other).
+- allow_other: refused for a user without `user_allow_other` in
+  /etc/fuse.conf, and with it other users get in, the kernel still
+  checking modes (default_permissions).
+
+Non-root mounts need /dev/fuse open to users (Debian's 0666; containers
+often have 0600): the tests that need it set it, and /etc/fuse.conf, under
+a lock and restore both in teardown (sysenv.system_settings).
+"""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import DBOXADM, DBOXFS, is_mounted, unmount
+from sysenv import (MountNamespace, as_user, install, mount_options, need_root,
+                    sample_maildir, store_released, system_settings,
+                    unprivileged_user, user_scratch)
+
+pytestmark = pytest.mark.skipif(shutil.which("mount.fuse3") is None,
+                                reason="fuse3 (mount.fuse3) not installed")
+
+LETTER = (b"From: Alice <alice@example.org>\nTo: bob@example.org\n"
+          b"Subject: delivered through the mount\n\nHello Bob.\n")
+
+
+@pytest.fixture(scope="module")
+def bindir(tmp_path_factory):
+    need_root()
+    d = tmp_path_factory.mktemp("destdir")
+    r = install(d)
+    assert r.returncode == 0, r.stderr
+    return d / "usr/local/bin"
+
+
+@pytest.fixture
+def user():
+    need_root()
+    return unprivileged_user()
+
+
+@pytest.fixture
+def scratch(user):
+    """A /tmp directory the test user owns; mounts in it are undone and it
+    is removed in teardown."""
+    d = user_scratch(user[0], "dboxfs-mounting-")
+    try:
+        yield d
+    finally:
+        for mnt in d.glob("*mnt*"):
+            unmount(mnt)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def namespace(bindir, scratch):
+    ns = MountNamespace(scratch, bindir=bindir)
+    try:
+        yield ns
+    finally:
+        ns.close()
+
+
+def deliver(mnt, name, data, user=None):
+    """Maildir delivery through the mount: write in tmp/, rename to new/."""
+    script = ("import os,sys\n"
+              "tmp=os.path.join(sys.argv[1],'tmp',sys.argv[2])\n"
+              "with open(tmp,'wb') as f:\n"
+              "    f.write(sys.stdin.buffer.read()); f.flush(); os.fsync(f.fileno())\n"
+              "os.rename(tmp, os.path.join(sys.argv[1],'new',sys.argv[2]))\n")
+    cmd = ["/usr/bin/python3", "-c", script, str(mnt), name]
+    if user is not None:
+        cmd = ["runuser", "-u", user, "--"] + cmd
+    r = subprocess.run(cmd, input=data, capture_output=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+
+
+def test_mount_type_fuse_dboxfs_and_umount(namespace, scratch):
+    src = sample_maildir(scratch / "Maildir")
+    store, mnt = scratch / "store", scratch / "mnt"
+    mnt.mkdir()
+    r = subprocess.run([str(DBOXADM), "import", str(store), str(src)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+    r = namespace.run(["mount", "-t", "fuse.dboxfs", store, mnt, "-o", "defaults,_netdev"])
+    assert r.returncode == 0, r.stderr
+    fstype, opts = mount_options(namespace.mounts_file, mnt)
+    assert fstype == "fuse.dboxfs" and "default_permissions" in opts
+    assert not is_mounted(mnt)  # only inside the namespace
+    r = namespace.run(["diff", "-r", src, mnt])
+    assert r.returncode == 0, r.stdout[-2000:]
+
+    r = namespace.run(["umount", mnt])
+    assert r.returncode == 0, r.stderr
+    assert mount_options(namespace.mounts_file, mnt) is None
+    assert store_released(store), "the daemon did not exit after umount"
+
+
+def test_fstab_line_mount_by_mountpoint(namespace, scratch):
+    store, mnt = scratch / "store", scratch / "mnt"
+    mnt.mkdir()
+    fstab = scratch / "fstab"
+    fstab.write_text(f"# dboxfs test\n{store}  {mnt}  fuse.dboxfs  defaults,_netdev  0 0\n")
+
+    r = namespace.run(["mount", "--fstab", fstab, mnt])
+    assert r.returncode == 0, r.stderr
+    assert mount_options(namespace.mounts_file, mnt)[0] == "fuse.dboxfs"
+    # A new store is an empty INBOX; deliver to it, then read it back after
+    # a second mount from the same line.
+    r = namespace.run(["ls", mnt])
+    assert r.stdout.split() == ["cur", "new", "tmp"]
+    namespace.run(["sh", "-c", f'cat > "{mnt}/tmp/m1" && mv "{mnt}/tmp/m1" "{mnt}/new/m1"'],
+                  input=LETTER.decode(), check=True)
+    r = namespace.run(["umount", mnt])
+    assert r.returncode == 0, r.stderr
+    assert store_released(store)
+
+    r = namespace.run(["mount", "--fstab", fstab, mnt])
+    assert r.returncode == 0, r.stderr
+    assert namespace.run(["cat", mnt / "new/m1"]).stdout == LETTER.decode()
+    assert namespace.run(["umount", mnt]).returncode == 0
+    assert store_released(store)
+
+
+def test_fstab_setuid_runs_the_daemon_as_the_user(namespace, scratch, user):
+    name, uid, gid = user
+    src = sample_maildir(scratch / "Maildir", owner=name, messages=20)
+    store, mnt = scratch / "store", scratch / "mnt"
+    mnt.mkdir()
+    shutil.chown(mnt, name, name)
+    r = as_user(name, [DBOXADM, "import", store, src])
+    assert r.returncode == 0, r.stderr
+    fstab = scratch / "fstab"
+    fstab.write_text(f"{store}  {mnt}  fuse.dboxfs  setuid={name},_netdev  0 0\n")
+
+    with system_settings() as settings:
+        settings.users_may_mount()
+        r = namespace.run(["mount", "--fstab", fstab, mnt])
+        try:
+            assert r.returncode == 0, r.stderr
+            fstype, opts = mount_options(namespace.mounts_file, mnt)
+            assert f"user_id={uid}" in opts, opts
+            # The user's mount: the user reads it, root is kept out.
+            r = namespace.run(["diff", "-r", src, mnt], user=name)
+            assert r.returncode == 0, r.stdout[-2000:]
+            r = namespace.run(["ls", mnt])
+            assert r.returncode != 0 and "Permission denied" in r.stderr
+            deliver_cmd = f'cat > "{mnt}/tmp/m1" && mv "{mnt}/tmp/m1" "{mnt}/new/m1" && stat -c %u "{mnt}/new/m1"'
+            r = namespace.run(["sh", "-c", deliver_cmd], user=name, input=LETTER.decode())
+            assert r.returncode == 0 and r.stdout.strip() == str(uid), r.stderr
+        finally:
+            r = namespace.run(["umount", mnt])
+        assert r.returncode == 0, r.stderr
+        assert store_released(store)
+    # Store files stay the user's.
+    assert {(p.stat().st_uid) for p in store.rglob("*")} == {uid}
+
+
+def test_ordinary_user_mounts_uses_and_unmounts(scratch, user):
+    name, uid, gid = user
+    src = sample_maildir(scratch / "Maildir", owner=name, messages=20)
+    store, mnt = scratch / "store", scratch / "mnt"
+    r = as_user(name, ["mkdir", mnt])
+    assert r.returncode == 0, r.stderr
+    r = as_user(name, [DBOXADM, "import", store, src])
+    assert r.returncode == 0, r.stderr
+
+    with system_settings() as settings:
+        settings.users_may_mount()
+        r = as_user(name, [DBOXFS, store, mnt])
+        assert r.returncode == 0, r.stderr
+        try:
+            assert is_mounted(mnt)
+            r = as_user(name, ["diff", "-r", src, mnt])
+            assert r.returncode == 0, r.stdout[-2000:]
+            deliver(mnt, "m1", LETTER, user=name)
+            r = as_user(name, ["stat", "-c", "%u %s", mnt / "new/m1"])
+            assert r.stdout.split() == [str(uid), str(len(LETTER))]
+            with pytest.raises(PermissionError):
+                os.listdir(mnt)  # root too: the mount is the user's alone
+            r = as_user(name, ["fusermount3", "-u", mnt])
+            assert r.returncode == 0, r.stderr
+            assert not is_mounted(mnt)
+            assert store_released(store)
+
+            # Again, ended with umount(8) as the user this time.
+            r = as_user(name, [DBOXFS, store, mnt])
+            assert r.returncode == 0, r.stderr
+            r = as_user(name, ["cat", mnt / "new/m1"], text=False)
+            assert r.stdout == LETTER
+            r = as_user(name, ["umount", mnt])
+            assert r.returncode == 0, r.stderr
+            assert not is_mounted(mnt)
+            assert store_released(store)
+        finally:
+            unmount(mnt)
+
+
+def test_allow_other_needs_user_allow_other(scratch, user):
+    name, uid, gid = user
+    src = sample_maildir(scratch / "Maildir", owner=name, messages=10)
+    # The user's mail is private: messages 0600, folders 0700 below a
+    # world-readable root.
+    for p in src.rglob("*"):
+        p.chmod(0o700 if p.is_dir() else 0o600)
+    src.chmod(0o755)
+    store, mnt = scratch / "store", scratch / "mnt"
+    as_user(name, ["mkdir", mnt], check=True)
+    r = as_user(name, [DBOXADM, "import", store, src])
+    assert r.returncode == 0, r.stderr
+    message = Path("cur") / next((src / "cur").iterdir()).name
+
+    with system_settings() as settings:
+        settings.users_may_mount()
+        settings.user_allow_other(False)
+        r = as_user(name, [DBOXFS, "-o", "allow_other", store, mnt])
+        try:
+            assert r.returncode != 0
+            assert "user_allow_other" in r.stderr, r.stderr
+            assert not is_mounted(mnt)
+            assert store_released(store)
+
+            settings.user_allow_other(True)
+            r = as_user(name, [DBOXFS, "-o", "allow_other", store, mnt])
+            assert r.returncode == 0, r.stderr
+            assert "allow_other" in mount_options("/proc/mounts", mnt)[1]
+            # root gets in, and reads what the user stored.
+            assert sorted(os.listdir(mnt)) == sorted(os.listdir(src))
+            assert (mnt / message).read_bytes() == (src / message).read_bytes()
+            # Another ordinary user gets in too, but the modes still hold.
+            r = as_user("nobody", ["ls", mnt])
+            assert r.returncode == 0 and "cur" in r.stdout.split(), r.stderr
+            r = as_user("nobody", ["ls", mnt / "cur"])
+            assert r.returncode != 0 and "Permission denied" in r.stderr
+        finally:
+            unmount(mnt)
+    assert store_released(store)
