@@ -48,15 +48,15 @@ def install(destdir, prefix="/usr/local", target="install"):
         capture_output=True, text=True, timeout=600)
 
 
-def fuse_mounts(mounts_file, under):
+def fuse_mounts(mounts_file, under="/"):
     """Mount points of FUSE filesystems in mounts_file below directory under."""
-    under = os.path.realpath(under)
+    under = os.path.realpath(under).rstrip("/") + "/"
     out = []
     with open(mounts_file) as f:
         for line in f:
             fields = line.split()
-            if fields[2].startswith("fuse") and (
-                    fields[1] == under or fields[1].startswith(under + "/")):
+            fuse = fields[2] in ("fuse", "fuseblk") or fields[2].startswith("fuse.")
+            if fuse and (fields[1] + "/").startswith(under):
                 out.append(fields[1])
     return out
 
@@ -102,6 +102,12 @@ class MountNamespace:
         else:
             self.close()
             raise RuntimeError("unshare did not enter a new mount namespace")
+        # The namespace starts with copies of every mount, other people's
+        # FUSE mounts too; a copy would keep such a filesystem alive after
+        # its owner unmounts it, so detach them here (the originals are
+        # not touched).
+        for mnt in fuse_mounts(self.mounts_file):
+            self.run(["umount", "-l", mnt])
         if bindir is not None:
             self.run(["mount", "--bind", "-o", "ro", str(bindir), "/usr/local/bin"],
                      check=True)
