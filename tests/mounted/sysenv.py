@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import BUILD
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +37,6 @@ SYSTEM_LOCK = Path("/tmp/.dboxfs-tests-system.lock")
 
 
 def need_root():
-    import pytest
     if os.geteuid() != 0:
         pytest.skip("needs root (installs, mount namespaces, useradd, runuser)")
 

@@ -14,7 +14,6 @@ documentation agreeing with the code.
 - The systemd units in the README pass `systemd-analyze verify`.
 """
 import json
-import os
 import re
 import shutil
 import stat
