@@ -106,6 +106,7 @@ struct imp {
 	char *conf;
 	uid_t owner_uid;
 	gid_t owner_gid;
+	bool zlib;               /* load Dovecot's zlib plugin */
 	struct progress progress;
 
 	struct rec *recs;
@@ -143,15 +144,20 @@ static void fatal(struct imp *imp, const char *what, int err)
 
 /* The temporary dovecot.conf doveadm runs with: the root as its only
    namespace, '/' as separator, doveadm's privileges = the owner of the
-   root (doveadm drops to them when run as root). */
+   root (doveadm drops to them when run as root), and the zlib plugin, so
+   that compressed mail is read as Dovecot wrote it (without it Dovecot
+   takes a compressed body for a broken one and drops cached sizes). */
 static int write_config(struct imp *imp)
 {
 	FILE *f;
 
-	if (mkdtemp(imp->tmpdir) == NULL)
-		return -errno;
-	imp->tmpdir_made = true;
-	if (asprintf(&imp->conf, "%s/dovecot.conf", imp->tmpdir) < 0) {
+	if (!imp->tmpdir_made) {
+		if (mkdtemp(imp->tmpdir) == NULL)
+			return -errno;
+		imp->tmpdir_made = true;
+	}
+	if (imp->conf == NULL &&
+	    asprintf(&imp->conf, "%s/dovecot.conf", imp->tmpdir) < 0) {
 		imp->conf = NULL;
 		return -ENOMEM;
 	}
@@ -169,13 +175,15 @@ static int write_config(struct imp *imp)
 		"mail_gid = %u\n"
 		"first_valid_uid = %u\n"
 		"first_valid_gid = %u\n"
+		"%s"
 		"namespace inbox {\n"
 		"  inbox = yes\n"
 		"  separator = /\n"
 		"}\n",
 		imp->location, imp->tmpdir, imp->tmpdir,
 		(unsigned)imp->owner_uid, (unsigned)imp->owner_gid,
-		(unsigned)imp->owner_uid, (unsigned)imp->owner_gid);
+		(unsigned)imp->owner_uid, (unsigned)imp->owner_gid,
+		imp->zlib ? "mail_plugins = zlib\n" : "");
 	if (fclose(f) != 0)
 		return -errno;
 	/* doveadm chdirs to its home (this directory) as the owner. */
@@ -918,6 +926,15 @@ static int run(struct imp *imp)
 	if ((ret = dbox_index_begin(imp->index)) < 0)
 		return ret;
 	ret = run_doveadm(imp, status_args, status_cols, 4, status_cb);
+	if (ret == -EIO && imp->zlib && imp->nfolders == 0) {
+		adm_warning("retrying without Dovecot's zlib plugin; "
+			    "compressed mail may not be adopted");
+		imp->warnings++;
+		imp->zlib = false;
+		if ((ret = write_config(imp)) == 0)
+			ret = run_doveadm(imp, status_args, status_cols, 4,
+					  status_cb);
+	}
 	if (ret == 0 && !imp->fatal)
 		ret = run_doveadm(imp, fetch_args, fetch_cols, 8, fetch_cb);
 	if (ret == 0 && !imp->fatal)
@@ -974,7 +991,8 @@ static int import_dovecot_main(int argc, char **argv)
 		{ 0 },
 	};
 	struct dbox_store_settings set = { .create = true };
-	struct imp imp = { .doveadm = "doveadm", .storage_dfd = -1 };
+	struct imp imp = { .doveadm = "doveadm", .storage_dfd = -1,
+			   .zlib = true };
 	const char *location = NULL;
 	char *root_real;
 	struct stat sb;
