@@ -482,13 +482,17 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 		for (size_t i = 0; i < set->only_count && ret == 0; i++)
 			ret = collect_cb(&c, set->only[i], 0);
 	}
+	unlock(&p);
 	/* Seal every file to purge before copying anything, so no copy goes
-	   to a file that is purged later in this run. */
+	   to a file that is purged later in this run.  The lock is taken per
+	   file: the mount keeps serving between them. */
 	for (size_t i = 0; ret == 0 && i < c.count; i++) {
+		lock(&p);
 		r = wanted(&p, c.ids[i]);
 		if (r == 1)
-			r = dbox_store_mfile_seal(st, c.ids[i]);
-		else if (r == 0)
+			r = dbox_store_mfile_seal(st, c.ids[i]) < 0 ? -EBUSY : 1;
+		unlock(&p);
+		if (r == 0)
 			continue;
 		if (r == -EBUSY)
 			res_r->files_busy++;
@@ -497,7 +501,6 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 		else
 			c.ids[n++] = c.ids[i];
 	}
-	unlock(&p);
 
 	for (size_t i = 0; ret == 0 && i < n; i++) {
 		r = purge_file(&p, c.ids[i]);
