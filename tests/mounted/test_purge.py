@@ -200,6 +200,14 @@ def test_purge_online_with_open_files(tmp_path, make_mount):
     assert rounds[0] > 2
     # m.1 is gone from storage/ while the descriptors still read it.
     assert not (store / "storage" / "m.1").exists()
+    # The space came back: all dead bytes but those of the message still
+    # open (stats counts a message without a name as dead; purge moved it).
+    ghost_size = where[unlinked_name][1]
+    mid = stats(store)
+    assert mid["dead_bytes"] == ghost_size
+    assert mid["mfile_bytes"] == disk_bytes(store)
+    assert (before["mfile_bytes"] - mid["mfile_bytes"]
+            == before["dead_bytes"] - ghost_size + before["header_bytes"] - mid["header_bytes"])
     for fd, n in ((held, held_name), (ghost, unlinked_name)):
         drop_cache(fd)
         assert os.pread(fd, len(data[n]) + 10, 0) == data[n]
