@@ -213,8 +213,8 @@ def copy_fixture(fixture, root):
 
 
 def test_adopt_live_dovecot(dovecot_tmp, make_mount):
-    """A store made here by doveadm: several folders (one with a non-ASCII
-    name holding '.' and '&'), every flag, keywords, copies to two and
+    """A store made here by doveadm: several folders (non-ASCII names, one
+    outside the BMP, one holding '.', one '&'), every flag, keywords, copies to two and
     three mailboxes, expunges of a single and of a copied message; then
     Dovecot reading the mount as maildir sees the same UIDs and flags."""
     tmp_path = dovecot_tmp
@@ -223,11 +223,11 @@ def test_adopt_live_dovecot(dovecot_tmp, make_mount):
     assert len(mails) == 12
     root, store = tmp_path / "mdbox", tmp_path / "store"
     dv = Mdbox(root, tmp_path / "dovecot")
-    odd, dotted = "Ärger & Co", "Ärger.2024"
-    for mb in ("Lists", "Lists/Kernel", odd, dotted):
+    odd, dotted, astral = "Ärger & Co", "Ärger.2024", "Lists/Post 📬"
+    for mb in ("Lists", "Lists/Kernel", odd, dotted, astral):
         dv.doveadm("mailbox", "create", mb)
     for i, p in enumerate(mails):
-        mb = ["INBOX"] * 6 + ["Lists"] * 3 + ["Lists/Kernel"] * 1 + [odd, dotted]
+        mb = ["INBOX"] * 6 + ["Lists"] * 3 + [astral] + [odd, dotted]
         dv.save(mb[i], p.read_bytes())
     fl = lambda op, flags, mb, uids: dv.doveadm("flags", op, flags, "mailbox", mb, "uid", uids)
     fl("add", "\\Seen", "INBOX", "1")
@@ -256,6 +256,7 @@ def test_adopt_live_dovecot(dovecot_tmp, make_mount):
     assert set(read_keywords(m.mnt).values()) == {"$Label1", "Work", "$Forwarded"}
     assert read_keywords(m.mnt / ".Lists") == {0: "Work"}
     assert folder_dir(odd) == ".&AMQ-rger &- Co"
+    assert folder_dir(astral) == ".Lists.Post &2D3c7A-"   # a surrogate pair
     assert folder_dir(dotted) == ".&AMQ-rger&AC4-2024"
     assert (m.mnt / folder_dir(odd)).is_dir() and (m.mnt / folder_dir(dotted)).is_dir()
 
