@@ -52,7 +52,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libdbox.a
 
 # Debian packages the tests drive; installed when missing (needs root).
 TEST_DEBS := fuse3 libfuse3-dev libsqlite3-dev zlib1g-dev uuid-dev pkg-config \
-             libcmocka-dev python3-pytest neomutt rsync sqlite3
+             libcmocka-dev python3-pytest neomutt rsync sqlite3 dovecot-core
 
 deps:
 	@tools/install-deps $(TEST_DEBS)

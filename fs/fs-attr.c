@@ -4,6 +4,7 @@
  * directory and file operations.
  */
 #include "fs.h"
+#include "fs-purge.h"
 
 #include "storage/log.h"
 
@@ -98,12 +99,16 @@ int fs_entry(struct fs *fs, const struct dbox_attr *attr,
    Inside the caller's transaction. */
 static int delete_inode(struct fs *fs, uint64_t ino)
 {
+	struct dbox_msgloc loc;
 	struct dbox_attr attr;
 	char name[24];
 	int ret;
 
 	if ((ret = dbox_index_getattr(fs->st->index, ino, &attr)) < 0)
 		return ret == -ENOENT ? 0 : ret;
+	if (attr.kind == DBOX_KIND_MESSAGE &&
+	    dbox_index_msg_get(fs->st->index, ino, &loc) == 0)
+		fs_purge_note(fs, loc.file_id); /* its record is garbage */
 	if ((ret = dbox_index_delete_inode(fs->st->index, ino)) < 0)
 		return ret;
 	if (attr.kind == DBOX_KIND_FILE) {

@@ -12,6 +12,7 @@
  * Plain files are pread/pwrite on STORE/files/<ino>.
  */
 #include "fs.h"
+#include "fs-purge.h"
 
 #include "storage/dbox-read.h"
 #include "storage/log.h"
@@ -116,10 +117,12 @@ static int message_begin_write(struct fs *fs, struct fs_inode *inode,
 			break;
 		off += n;
 	}
-	if (ret < 0)
+	if (ret < 0) {
 		dbox_save_free(&inode->save);
-	else
+	} else {
 		__atomic_add_fetch(&inode->gen, 1, __ATOMIC_RELEASE);
+		fs_purge_note(fs, loc.file_id); /* the old record is garbage */
+	}
 out:
 	dbox_reader_free(&reader);
 	free(mailbox);

@@ -26,6 +26,7 @@ struct fs_options {
 	uint64_t rotate_size;    /* -o rotate_size=BYTES */
 	double entry_timeout;    /* -o entry_timeout=SECONDS */
 	double attr_timeout;     /* -o attr_timeout=SECONDS */
+	unsigned int purge_threshold; /* -o purge_threshold=PERCENT (0 off) */
 	int foreground, debug;
 };
 
@@ -34,6 +35,7 @@ struct fs {
 	struct fs_inode_table inodes;
 	struct fs_options opts;
 	struct fuse_session *se;
+	struct fs_purge *purge;    /* background purge (fs-purge.h) */
 };
 
 /* An open file: fi->fh points at one. */

@@ -5,6 +5,9 @@
  *   dboxfs STORE MOUNTPOINT [-f] [-d] [-s] [-o opt,...]
  */
 #include "fs.h"
+#include "fs-purge.h"
+
+#include "index/purge.h"
 
 #include "storage/log.h"
 
@@ -29,6 +32,7 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FS_OPT("rotate_size=%lu", rotate_size),
 	FS_OPT("entry_timeout=%lf", entry_timeout),
 	FS_OPT("attr_timeout=%lf", attr_timeout),
+	FS_OPT("purge_threshold=%u", purge_threshold),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -46,6 +50,8 @@ static void usage(const char *prog)
 	       "    -o rotate_size=BYTES   start a new storage/m.N past this size (10485760)\n"
 	       "    -o entry_timeout=SECS  kernel name cache time (3600)\n"
 	       "    -o attr_timeout=SECS   kernel attribute cache time (3600)\n"
+	       "    -o purge_threshold=PCT purge a sealed m.N by itself once this\n"
+	       "                           share of it is dead (50; 0 = never)\n"
 	       "\n"
 	       "general options:\n"
 	       "    -f                     stay in the foreground, log to stderr too\n"
@@ -152,6 +158,7 @@ int main(int argc, char *argv[])
 			.rotate_size = DBOX_DEFAULT_ROTATE_SIZE,
 			.entry_timeout = 3600,
 			.attr_timeout = 3600,
+			.purge_threshold = DBOX_PURGE_DEFAULT_THRESHOLD,
 		},
 	};
 	char *index_path = NULL;
@@ -175,6 +182,11 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	log_debug = cmd.debug;
+	if (fs.opts.purge_threshold > 100) {
+		dbox_warning("purge_threshold=%u is above 100%%; using 100",
+			     fs.opts.purge_threshold);
+		fs.opts.purge_threshold = 100;
+	}
 	raise_nofile();
 
 	/* Open the store before mounting, so a refusal (locked, not a
@@ -206,6 +218,9 @@ int main(int argc, char *argv[])
 	    dbox_store_index_resume(fs.st) < 0)
 		goto out_unmount;
 	log_to_stderr = cmd.foreground;
+	/* Without the purge thread the mount still works; only purging
+	   it on request or by itself does not. */
+	fs_purge_start(&fs);
 
 	if (cmd.singlethread) {
 		ret = fuse_session_loop(fs.se);
@@ -219,6 +234,7 @@ int main(int argc, char *argv[])
 	}
 	ret = ret != 0;
 out_unmount:
+	fs_purge_stop(&fs);
 	fuse_session_unmount(fs.se);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);

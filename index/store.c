@@ -623,6 +623,15 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 
 	if (fd < 0)
 		return fd;
+	/* The reader reads through a descriptor of its own, so a purge may
+	   unlink the m.N and close the store's descriptor under it. */
+	if ((fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+		int err = errno;
+
+		dbox_error("%s/storage/m.%u: dup: %s", st->path, loc->file_id,
+			   strerror(err));
+		return err == EMFILE || err == ENFILE ? -err : -EIO;
+	}
 	n = pread(fd, hdr, sizeof(hdr), loc->offset);
 	if (n != sizeof(hdr) || dbox_msg_header_parse(hdr, &body_size) < 0 ||
 	    body_size != loc->body_size) {
@@ -632,11 +641,17 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 			   n < 0 ? strerror(errno) :
 			   n != sizeof(hdr) ? "truncated" : "corrupt or wrong size",
 			   (unsigned long long)loc->body_size);
+		close(fd);
 		return -EIO;
 	}
 	if (dbox_reader_open(fd, loc->offset + DBOX_MSG_HEADER_SIZE,
-			     loc->body_size, plain_size, reader_r) < 0)
-		return -errno;
+			     loc->body_size, plain_size, reader_r) < 0) {
+		int err = errno;
+
+		close(fd);
+		return -err;
+	}
+	dbox_reader_own_fd(*reader_r);
 	return 0;
 }
 
@@ -647,7 +662,7 @@ int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc
 	int fd, ret = 0;
 
 	dbox_file_name(name, loc->file_id);
-	fd = openat(st->storage_fd, name, O_WRONLY | O_CLOEXEC);
+	fd = openat(st->storage_fd, name, O_RDWR | O_CLOEXEC);
 	if (fd < 0 || dbox_record_set_received(fd, loc->file_id, loc->offset,
 					       received) < 0) {
 		ret = -errno;
@@ -660,4 +675,39 @@ int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc
 	if (fd >= 0)
 		close(fd);
 	return ret;
+}
+
+int dbox_store_mfile_acquire(struct dbox_store *st, struct dbox_mfile **mf_r)
+{
+	return mfile_acquire(st, mf_r);
+}
+
+void dbox_store_mfile_release(struct dbox_store *st, struct dbox_mfile *mf)
+{
+	mfile_release(st, mf);
+}
+
+int dbox_store_mfile_seal(struct dbox_store *st, uint32_t file_id)
+{
+	for (size_t i = 0; i < st->append_count; i++) {
+		struct dbox_mfile *mf = st->append[i];
+
+		if (mf->file_id != file_id)
+			continue;
+		if (mf->busy)
+			return -EBUSY;
+		st->append[i] = st->append[--st->append_count];
+		close(mf->fd);
+		free(mf);
+		return 0;
+	}
+	return 0;
+}
+
+void dbox_store_read_fd_forget(struct dbox_store *st, uint32_t file_id)
+{
+	if (file_id < st->read_fds_size && st->read_fds[file_id] >= 0) {
+		close(st->read_fds[file_id]);
+		st->read_fds[file_id] = -1;
+	}
 }

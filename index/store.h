@@ -147,10 +147,28 @@ void dbox_save_free(struct dbox_save **save);
 
 /* Read plaintext of a committed message: a thin wrapper that opens a
    reader (storage/dbox-read.h) on the right m.N after checking the record
-   header against the index.  Needs st->lock (released by the caller before
-   reading).  Returns 0 and *reader_r, or -EIO (logged). */
+   header against the index.  The reader holds a descriptor of its own
+   (closed by dbox_reader_free), so it goes on reading the same bytes
+   after a purge moved the message and removed the m.N.  Needs st->lock
+   (released by the caller before reading).  Returns 0 and *reader_r,
+   -EMFILE/-ENFILE when out of descriptors, or -EIO (logged). */
 struct dbox_reader;
 int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 			   uint64_t plain_size, struct dbox_reader **reader_r);
+
+/* For purge (index/purge.h), needs st->lock:
+   acquire: an m.N of the append pool with room (or a new one), now owned
+   (busy) by the caller, who may append at mf->size and must keep mf->size
+   at the end of what it wrote; 0 or a negative errno.
+   release: give it back (a full one leaves the pool).
+   seal: take m.<file_id> out of the append pool, so nothing is appended
+   to it any more; 0 (also when it was not in the pool), -EBUSY when a
+   save owns it now.
+   read_fd_forget: close the cached read descriptor of m.<file_id> (after
+   the file was removed); readers keep their own. */
+int dbox_store_mfile_acquire(struct dbox_store *st, struct dbox_mfile **mf_r);
+void dbox_store_mfile_release(struct dbox_store *st, struct dbox_mfile *mf);
+int dbox_store_mfile_seal(struct dbox_store *st, uint32_t file_id);
+void dbox_store_read_fd_forget(struct dbox_store *st, uint32_t file_id);
 
 #endif

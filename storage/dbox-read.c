@@ -32,6 +32,7 @@
 
 struct dbox_reader {
 	int fd;
+	bool own_fd;           /* close fd at free (dbox_reader_own_fd) */
 	uint64_t body_offset, body_size, plain_size;
 	enum dbox_compression compression;
 
@@ -315,6 +316,13 @@ void dbox_reader_free(struct dbox_reader **reader)
 		return;
 	if ((*reader)->zs_init)
 		inflateEnd(&(*reader)->zs);
+	if ((*reader)->own_fd)
+		close((*reader)->fd);
 	free(*reader);
 	*reader = NULL;
+}
+
+void dbox_reader_own_fd(struct dbox_reader *reader)
+{
+	reader->own_fd = true;
 }

@@ -42,7 +42,14 @@ int dbox_reader_open(int fd, uint64_t body_offset, uint64_t body_size,
 ssize_t dbox_reader_pread(struct dbox_reader *reader, void *buf, size_t len,
 			  uint64_t off);
 
-/* Free the reader and set *reader to NULL.  Safe on NULL. */
+/* Hand the reader's fd over to the reader: dbox_reader_free() closes it.
+   Used with a dup()ed descriptor, so the reader keeps reading its m.N
+   even after the file is unlinked and the store's own descriptor closed
+   (purge). */
+void dbox_reader_own_fd(struct dbox_reader *reader);
+
+/* Free the reader (closing its fd if it owns it) and set *reader to NULL.
+   Safe on NULL. */
 void dbox_reader_free(struct dbox_reader **reader);
 
 #endif

@@ -24,6 +24,7 @@
 
 static const struct adm_verb *const verbs[] = {
 	&adm_verb_import, &adm_verb_export, &adm_verb_stats, &adm_verb_dump,
+	&adm_verb_purge, &adm_verb_import_dovecot,
 };
 #define N_VERBS (sizeof(verbs) / sizeof(verbs[0]))
 
@@ -36,7 +37,7 @@ static void usage(FILE *out)
 		"Administer a dboxfs store (a Dovecot multi-dbox store with a SQLite\n"
 		"index).  Verbs:\n");
 	for (size_t i = 0; i < N_VERBS; i++)
-		fprintf(out, "  %-8s %s\n", verbs[i]->name, verbs[i]->summary);
+		fprintf(out, "  %-15s %s\n", verbs[i]->name, verbs[i]->summary);
 	fprintf(out,
 		"\n"
 		"'dboxadm VERB --help' describes a verb.  Exit status: 0 done, 1 some\n"

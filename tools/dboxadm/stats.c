@@ -12,6 +12,8 @@
  *                 mount, or leftovers of a crash cut at the next open
  *   plaintext vs stored body bytes (the compression ratio)
  *   messages per folder (the Dovecot mailbox name of their cur/new/tmp)
+ *   purge runs so far and what they gave back (index meta, index/purge.h)
+ *   with --files, each m.N: bytes, live and dead bytes, dead share
  *
  * Works while the store is mounted: the index is opened without the store
  * lock and read inside one snapshot.  The storage/ listing is taken after
@@ -21,8 +23,10 @@
 #include "dboxadm.h"
 #include "json.h"
 
+#include "index/index-purge.h"
 #include "index/index-stats.h"
 #include "index/index.h"
+#include "index/purge.h"
 #include "storage/dbox-file.h"
 
 #include <dirent.h>
@@ -43,6 +47,14 @@ struct disk {
 	uint64_t files, bytes, blocks_bytes, header_bytes, pending_bytes;
 };
 
+/* One m.N, for --files: on disk, and what the index says of it. */
+struct mfile {
+	uint32_t id;
+	uint64_t bytes, header_bytes;
+	bool in_index;
+	struct dbox_file_usage usage;
+};
+
 struct stats {
 	struct dbox_index *index;
 	struct dbox_index_stats ix;
@@ -50,6 +62,9 @@ struct stats {
 	uint64_t dead_bytes;
 	struct folder *folders;
 	size_t nfolders, folders_size;
+	struct mfile *mfiles;       /* by id, with --files */
+	size_t nmfiles, mfiles_size;
+	int64_t purge_runs, purge_freed, purge_files, purge_end_ns;
 };
 
 static int add_folder(struct stats *s, const char *name, uint64_t count)
@@ -121,6 +136,69 @@ static bool mfile_id(const char *name, uint32_t *id_r)
 	return true;
 }
 
+static int add_mfile(struct stats *s, uint32_t id, uint64_t bytes,
+		     uint64_t header_bytes)
+{
+	struct mfile *m;
+
+	if (s->nmfiles == s->mfiles_size) {
+		size_t size = s->mfiles_size == 0 ? 64 : s->mfiles_size * 2;
+
+		if ((m = realloc(s->mfiles, size * sizeof(*m))) == NULL)
+			return -ENOMEM;
+		s->mfiles = m;
+		s->mfiles_size = size;
+	}
+	m = &s->mfiles[s->nmfiles++];
+	memset(m, 0, sizeof(*m));
+	m->id = id;
+	m->bytes = bytes;
+	m->header_bytes = header_bytes;
+	return 0;
+}
+
+static int mfile_cmp(const void *a, const void *b)
+{
+	uint32_t x = ((const struct mfile *)a)->id;
+	uint32_t y = ((const struct mfile *)b)->id;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The index's view of each m.N, joined to the files on disk. */
+static int usage_cb(void *ctx, const struct dbox_file_usage *u)
+{
+	struct stats *s = ctx;
+	struct mfile key = { .id = u->file_id }, *m;
+
+	m = bsearch(&key, s->mfiles, s->nmfiles, sizeof(*m), mfile_cmp);
+	if (m == NULL) {
+		/* Known to the index, missing on disk. */
+		if (add_mfile(s, u->file_id, 0, 0) < 0)
+			return -ENOMEM;
+		m = &s->mfiles[s->nmfiles - 1];
+		m->usage = *u;
+		m->in_index = true;
+		qsort(s->mfiles, s->nmfiles, sizeof(*s->mfiles), mfile_cmp);
+		return 0;
+	}
+	m->usage = *u;
+	m->in_index = true;
+	return 0;
+}
+
+/* Dead bytes of one m.N: committed bytes after the header that no
+   message row uses (all of it when the index does not know the file). */
+static uint64_t mfile_dead(const struct mfile *m)
+{
+	uint64_t used;
+
+	if (!m->in_index)
+		return m->bytes > m->header_bytes ? m->bytes - m->header_bytes : 0;
+	used = m->header_bytes + m->usage.live_bytes;
+	return m->usage.committed > used ? m->usage.committed - used : 0;
+}
+
 /* What storage/ holds on disk, compared with the committed ends the index
    knows. */
 static int scan_storage(struct stats *s, const char *store)
@@ -151,11 +229,18 @@ static int scan_storage(struct stats *s, const char *store)
 		s->disk.files++;
 		s->disk.bytes += (uint64_t)sb.st_size;
 		s->disk.blocks_bytes += (uint64_t)sb.st_blocks * 512;
+		header_len = 0;
 		fd = openat(dfd, de->d_name, O_RDONLY | O_CLOEXEC);
 		if (fd >= 0) {
 			if (dbox_file_read_header(fd, &header_len) == 0)
 				s->disk.header_bytes += header_len;
+			else
+				header_len = 0;
 			close(fd);
+		}
+		if (add_mfile(s, id, (uint64_t)sb.st_size, header_len) < 0) {
+			closedir(d);
+			return -ENOMEM;
 		}
 		/* An m.N the index does not know is all dead. */
 		if (dbox_index_mfile_get(s->index, id, &committed) == 0 &&
@@ -172,7 +257,7 @@ static double ratio(const struct stats *s)
 		(double)s->ix.plain_bytes / (double)s->ix.body_bytes;
 }
 
-static void print_json(const struct stats *s)
+static void print_json(const struct stats *s, bool files)
 {
 	printf("{\n"
 	       "  \"mfiles\": %llu,\n"
@@ -191,6 +276,10 @@ static void print_json(const struct stats *s)
 	       "  \"compression_ratio\": %.4f,\n"
 	       "  \"plain_files\": %llu,\n"
 	       "  \"directories\": %llu,\n"
+	       "  \"purge_runs\": %lld,\n"
+	       "  \"purge_bytes_freed\": %lld,\n"
+	       "  \"purge_files_removed\": %lld,\n"
+	       "  \"purge_last_end_ns\": %lld,\n"
 	       "  \"folders\": {",
 	       (unsigned long long)s->disk.files,
 	       (unsigned long long)s->disk.bytes,
@@ -207,13 +296,34 @@ static void print_json(const struct stats *s)
 	       (unsigned long long)s->ix.body_bytes,
 	       ratio(s),
 	       (unsigned long long)s->ix.files,
-	       (unsigned long long)s->ix.dirs);
+	       (unsigned long long)s->ix.dirs,
+	       (long long)s->purge_runs, (long long)s->purge_freed,
+	       (long long)s->purge_files, (long long)s->purge_end_ns);
 	for (size_t i = 0; i < s->nfolders; i++) {
 		printf("%s\n    ", i == 0 ? "" : ",");
 		adm_json_string(stdout, s->folders[i].name);
 		printf(": %llu", (unsigned long long)s->folders[i].count);
 	}
-	printf("%s}\n}\n", s->nfolders > 0 ? "\n  " : "");
+	printf("%s}", s->nfolders > 0 ? "\n  " : "");
+	if (files) {
+		printf(",\n  \"files\": [");
+		for (size_t i = 0; i < s->nmfiles; i++) {
+			const struct mfile *m = &s->mfiles[i];
+
+			printf("%s\n    {\"file\": \"m.%u\", \"bytes\": %llu, "
+			       "\"committed\": %llu, \"live_bytes\": %llu, "
+			       "\"dead_bytes\": %llu, \"records\": %llu, "
+			       "\"in_index\": %s}", i == 0 ? "" : ",", m->id,
+			       (unsigned long long)m->bytes,
+			       (unsigned long long)m->usage.committed,
+			       (unsigned long long)m->usage.live_bytes,
+			       (unsigned long long)mfile_dead(m),
+			       (unsigned long long)m->usage.records,
+			       m->in_index ? "true" : "false");
+		}
+		printf("%s]", s->nmfiles > 0 ? "\n  " : "");
+	}
+	printf("\n}\n");
 }
 
 static const char *human(uint64_t bytes, char buf[32])
@@ -230,7 +340,7 @@ static const char *human(uint64_t bytes, char buf[32])
 	return buf;
 }
 
-static void print_text(const struct stats *s)
+static void print_text(const struct stats *s, bool files)
 {
 	char h[32];
 
@@ -259,17 +369,42 @@ static void print_text(const struct stats *s)
 	       ratio(s));
 	printf("plain files         %llu\n", (unsigned long long)s->ix.files);
 	printf("directories         %llu\n", (unsigned long long)s->ix.dirs);
+	if (s->purge_runs > 0)
+		printf("purged              %lld runs: %lld files removed, "
+		       "%lld bytes freed\n", (long long)s->purge_runs,
+		       (long long)s->purge_files, (long long)s->purge_freed);
 	printf("messages per folder\n");
 	for (size_t i = 0; i < s->nfolders; i++)
 		printf("  %10llu  %s\n", (unsigned long long)s->folders[i].count,
 		       s->folders[i].name);
+	if (!files)
+		return;
+	printf("storage files       %12s %12s %12s %5s %8s\n", "bytes",
+	       "live", "dead", "dead%", "messages");
+	for (size_t i = 0; i < s->nmfiles; i++) {
+		const struct mfile *m = &s->mfiles[i];
+		uint64_t dead = mfile_dead(m);
+		uint64_t data = m->bytes > m->header_bytes ?
+			m->bytes - m->header_bytes : 0;
+		char name[24];
+
+		snprintf(name, sizeof(name), "m.%u", m->id);
+		printf("  %-17s %12llu %12llu %12llu %4llu%% %8llu%s\n", name,
+		       (unsigned long long)m->bytes,
+		       (unsigned long long)m->usage.live_bytes,
+		       (unsigned long long)dead,
+		       (unsigned long long)(data > 0 ? dead * 100 / data : 0),
+		       (unsigned long long)m->usage.records,
+		       !m->in_index ? "  (not in the index)" :
+		       m->bytes == 0 ? "  (missing)" : "");
+	}
 }
 
 static int stats_main(int argc, char **argv)
 {
-	static const char *const flags[] = { "--json", NULL };
+	static const char *const flags[] = { "--json", "--files", NULL };
 	struct stats s = { 0 };
-	bool json = false, *flag_r[] = { &json };
+	bool json = false, files = false, *flag_r[] = { &json, &files };
 	uint64_t used;
 	int npos, ret;
 
@@ -287,6 +422,19 @@ static int stats_main(int argc, char **argv)
 		ret = dbox_index_stats_per_dir(s.index, dir_count_cb, &s);
 	if (ret == 0)
 		ret = scan_storage(&s, argv[0]);
+	if (ret == 0 && s.nmfiles > 1)
+		qsort(s.mfiles, s.nmfiles, sizeof(*s.mfiles), mfile_cmp);
+	if (ret == 0 && files)
+		ret = dbox_index_file_usage_all(s.index, usage_cb, &s);
+	if (ret == 0) {
+		dbox_index_meta_get(s.index, DBOX_META_PURGE_RUNS, &s.purge_runs);
+		dbox_index_meta_get(s.index, DBOX_META_PURGE_FREED,
+				    &s.purge_freed);
+		dbox_index_meta_get(s.index, DBOX_META_PURGE_FILES,
+				    &s.purge_files);
+		dbox_index_meta_get(s.index, DBOX_META_PURGE_END,
+				    &s.purge_end_ns);
+	}
 	dbox_index_snapshot_end(s.index);
 	if (ret == 0) {
 		used = s.disk.header_bytes + s.ix.live_record_bytes +
@@ -296,15 +444,16 @@ static int stats_main(int argc, char **argv)
 			qsort(s.folders, s.nfolders, sizeof(*s.folders),
 			      folder_cmp);
 		if (json)
-			print_json(&s);
+			print_json(&s, files);
 		else
-			print_text(&s);
+			print_text(&s, files);
 	} else {
 		adm_error("%s: reading the store: %s", argv[0], strerror(-ret));
 	}
 	for (size_t i = 0; i < s.nfolders; i++)
 		free(s.folders[i].name);
 	free(s.folders);
+	free(s.mfiles);
 	dbox_index_close(&s.index);
 	if (ret == 0 && fflush(stdout) != 0) {
 		adm_error("writing the output: %s", strerror(errno));
@@ -317,14 +466,16 @@ const struct adm_verb adm_verb_stats = {
 	.name = "stats",
 	.summary = "what a store holds, live and dead bytes (mounted or not)",
 	.usage =
-	"usage: dboxadm stats STORE [--json]\n"
+	"usage: dboxadm stats STORE [--json] [--files]\n"
 	"\n"
 	"Print the storage/m.N files and their bytes on disk, the messages, live\n"
 	"bytes (records of messages that have a name), dead bytes (m.N bytes no\n"
 	"live record uses: expunged or overwritten messages, reclaimable by\n"
 	"purge), plaintext vs stored body bytes (compression ratio), and the\n"
-	"messages per folder.  Works while STORE is mounted.\n"
+	"messages per folder, and what purges gave back so far.  Works while\n"
+	"STORE is mounted.\n"
 	"\n"
-	"  --json   one JSON object instead of text\n",
+	"  --json   one JSON object instead of text\n"
+	"  --files  also each m.N: bytes, live and dead bytes, messages\n",
 	.run = stats_main,
 };

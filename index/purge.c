@@ -1,0 +1,558 @@
+/*
+ * purge.c: copying the live records of m.N files with dead bytes to m.N
+ * files of the append pool, switching the index to the copies, removing
+ * the old files (see purge.h).
+ *
+ * Invariants:
+ *  - an m.N being purged is out of the append pool (sealed) before its
+ *    record list is read, so no record is added to it afterwards;
+ *  - copies are written only past the end of pool files this purge owns
+ *    (busy), so nobody else writes there; a purge that does not switch
+ *    truncates them back, so the pool files hold only whole records;
+ *  - the switch re-checks every row under st->lock (dbox_index_msg_move)
+ *    and refuses to forget a file that still has rows;
+ *  - the old m.N is unlinked only after the switch is durable.
+ */
+#include "purge.h"
+
+#include "index/index-purge.h"
+#include "storage/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Bytes copied per pread/pwrite. */
+#define COPY_SIZE (1024 * 1024)
+/* dbox offsets are 32-bit in Dovecot's map: an m.N stays below 4 GiB. */
+#define MFILE_MAX ((uint64_t)UINT32_MAX)
+
+/* A pool file taking copies, and where it ended before this file's
+   copies (to cut them off again when the switch does not happen). */
+struct dest {
+	struct dbox_mfile *mf;
+	uint64_t start_size;
+};
+
+struct purge {
+	struct dbox_store *st;
+	const struct dbox_purge_settings *set;
+	struct dbox_purge_result *res;
+	char *buf;                  /* COPY_SIZE */
+	struct dest *dests;
+	size_t ndests, dests_size;
+};
+
+static void lock(struct purge *p)
+{
+	pthread_mutex_lock(&p->st->lock);
+}
+
+static void unlock(struct purge *p)
+{
+	pthread_mutex_unlock(&p->st->lock);
+}
+
+static bool cancelled(const struct purge *p)
+{
+	return p->set->cancel != NULL && *p->set->cancel;
+}
+
+static bool in_pool(const struct dbox_store *st, uint32_t file_id)
+{
+	for (size_t i = 0; i < st->append_count; i++)
+		if (st->append[i]->file_id == file_id)
+			return true;
+	return false;
+}
+
+/* The pool file to copy a record of record_size bytes to: the current
+   one while it has room, else a new one from the pool (locked). */
+static int dest_for(struct purge *p, uint64_t record_size, struct dest **d_r)
+{
+	struct dest *d = p->ndests > 0 ? &p->dests[p->ndests - 1] : NULL;
+	struct dbox_mfile *mf;
+	int ret;
+
+	if (d != NULL && d->mf->size < p->st->rotate_size &&
+	    d->mf->size + record_size <= MFILE_MAX) {
+		*d_r = d;
+		return 0;
+	}
+	if (p->ndests == p->dests_size) {
+		size_t size = p->dests_size == 0 ? 4 : p->dests_size * 2;
+		struct dest *n = realloc(p->dests, size * sizeof(*n));
+
+		if (n == NULL)
+			return -ENOMEM;
+		p->dests = n;
+		p->dests_size = size;
+	}
+	lock(p);
+	ret = dbox_store_mfile_acquire(p->st, &mf);
+	unlock(p);
+	if (ret < 0)
+		return ret;
+	d = &p->dests[p->ndests++];
+	d->mf = mf;
+	d->start_size = mf->size;
+	*d_r = d;
+	return 0;
+}
+
+/* Give the pool files back; keep=false first cuts off what was copied to
+   them.  Needs st->lock. */
+static void dests_release(struct purge *p, bool keep)
+{
+	for (size_t i = 0; i < p->ndests; i++) {
+		struct dest *d = &p->dests[i];
+
+		if (!keep && d->mf->size != d->start_size) {
+			if (ftruncate(d->mf->fd, d->start_size) < 0)
+				dbox_error("%s/storage/m.%u: cutting purge copies "
+					   "at %llu: %s (recovery cuts them at "
+					   "the next open)", p->st->path,
+					   d->mf->file_id,
+					   (unsigned long long)d->start_size,
+					   strerror(errno));
+			d->mf->size = d->start_size;
+		}
+		dbox_store_mfile_release(p->st, d->mf);
+	}
+	p->ndests = 0;
+}
+
+/* Copy len bytes from in at in_off to out at out_off. */
+static int copy_range(struct purge *p, int in, uint64_t in_off, int out,
+		      uint64_t out_off, uint64_t len)
+{
+	while (len > 0) {
+		size_t want = len < COPY_SIZE ? (size_t)len : COPY_SIZE;
+		ssize_t n = pread(in, p->buf, want, (off_t)in_off), w;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		for (ssize_t done = 0; done < n; done += w) {
+			w = pwrite(out, p->buf + done, n - done,
+				   (off_t)(out_off + done));
+			if (w < 0) {
+				if (errno != EINTR)
+					return -errno;
+				w = 0;
+			}
+		}
+		in_off += n;
+		out_off += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* Copy the records to pool files and sync them; fills moves[]. */
+static int copy_records(struct purge *p, uint32_t file_id, int fd,
+			const struct dbox_file_rec *recs, size_t nrecs,
+			struct dbox_msg_move *moves)
+{
+	for (size_t i = 0; i < nrecs; i++) {
+		const struct dbox_file_rec *r = &recs[i];
+		struct dbox_metadata md = { 0 };
+		uint64_t body_size, record_size;
+		struct dest *d;
+		int ret;
+
+		if (cancelled(p))
+			return -ECANCELED;
+		/* Copy only what reads as the record the index knows: a
+		   damaged one stays where it is, with its file. */
+		ret = dbox_record_read(fd, file_id, r->offset, r->body_size,
+				       &body_size, &md, &record_size);
+		dbox_metadata_clear(&md);
+		if (ret < 0 || record_size != r->record_size) {
+			dbox_error("%s/storage/m.%u offset %llu: record %s; "
+				   "the file is not purged", p->st->path,
+				   file_id, (unsigned long long)r->offset,
+				   ret < 0 ? "unreadable" :
+				   "size differs from the index");
+			return -EIO;
+		}
+		if ((ret = dest_for(p, record_size, &d)) < 0)
+			return ret;
+		ret = copy_range(p, fd, r->offset, d->mf->fd, d->mf->size,
+				 record_size);
+		if (ret < 0) {
+			dbox_error("%s/storage/m.%u -> m.%u: copying the record "
+				   "at %llu: %s", p->st->path, file_id,
+				   d->mf->file_id, (unsigned long long)r->offset,
+				   strerror(-ret));
+			return ret;
+		}
+		moves[i] = (struct dbox_msg_move){
+			.ino = r->ino, .old_offset = r->offset,
+			.record_size = record_size,
+			.new_file_id = d->mf->file_id,
+			.new_offset = d->mf->size, .mtime_ns = r->mtime_ns,
+		};
+		d->mf->size += record_size;
+	}
+	for (size_t i = 0; i < p->ndests; i++) {
+		if (fdatasync(p->dests[i].mf->fd) < 0) {
+			int ret = -errno;
+
+			dbox_error("%s/storage/m.%u: fdatasync: %s", p->st->path,
+				   p->dests[i].mf->file_id, strerror(errno));
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/* The file descriptor a copy went to. */
+static int dest_fd(const struct purge *p, uint32_t file_id)
+{
+	for (size_t i = 0; i < p->ndests; i++)
+		if (p->dests[i].mf->file_id == file_id)
+			return p->dests[i].mf->fd;
+	return -1;
+}
+
+/* One durable transaction: rows to their copies, the pool files' new
+   committed ends, the old file forgotten.  Needs st->lock.  Returns 0
+   when committed and on disk; 1 when committed but the sync failed (the
+   copies are in use, but the old file must stay until a later sync);
+   -EAGAIN when rows are left in the old file (nothing switched), or
+   another negative errno (nothing switched). */
+static int switch_file(struct purge *p, uint32_t file_id,
+		       struct dbox_msg_move *moves, size_t nmoves)
+{
+	struct dbox_index *index = p->st->index;
+	uint64_t left;
+	int ret;
+
+	if ((ret = dbox_index_begin(index)) < 0)
+		return ret;
+	ret = dbox_index_msg_move(index, file_id, moves, nmoves, &left);
+	if (ret == 0 && left > 0) {
+		dbox_error("%s/storage/m.%u: %llu records appeared in it during "
+			   "the purge; the file is kept", p->st->path, file_id,
+			   (unsigned long long)left);
+		ret = -EAGAIN;
+	}
+	for (size_t i = 0; ret == 0 && i < p->ndests; i++)
+		ret = dbox_index_mfile_set(index, p->dests[i].mf->file_id,
+					   p->dests[i].mf->size);
+	if (ret == 0)
+		ret = dbox_index_mfile_delete(index, file_id);
+	if (ret < 0 || (ret = dbox_index_commit(index, false)) < 0) {
+		dbox_index_rollback(index);
+		return ret;
+	}
+	if (dbox_index_sync(index) < 0) {
+		dbox_error("%s/storage/m.%u: purge switched but the index is "
+			   "not on disk; the file stays until a later purge",
+			   p->st->path, file_id);
+		return 1;
+	}
+	return 0;
+}
+
+/* After the switch: the R of a copy follows a received date set while it
+   was copied (the index has it; see dbox_store_set_received).  Needs
+   st->lock. */
+static void fix_received(struct purge *p, const struct dbox_file_rec *recs,
+			 const struct dbox_msg_move *moves, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		int fd;
+
+		if (!moves[i].moved || moves[i].mtime_ns == recs[i].mtime_ns)
+			continue;
+		fd = dest_fd(p, moves[i].new_file_id);
+		if (fd >= 0 &&
+		    dbox_record_set_received(fd, moves[i].new_file_id,
+					     moves[i].new_offset,
+					     moves[i].mtime_ns / 1000000000) < 0 &&
+		    errno != ERANGE)
+			dbox_warning("%s/storage/m.%u offset %llu: received "
+				     "date not updated: %s", p->st->path,
+				     moves[i].new_file_id,
+				     (unsigned long long)moves[i].new_offset,
+				     strerror(errno));
+	}
+}
+
+/* Purge one sealed m.N. */
+static int purge_file(struct purge *p, uint32_t file_id)
+{
+	struct dbox_store *st = p->st;
+	struct dbox_file_rec *recs = NULL;
+	struct dbox_msg_move *moves = NULL;
+	struct stat sb;
+	size_t nrecs = 0;
+	char name[16];
+	int fd, ret;
+
+	lock(p);
+	fd = dbox_store_read_fd(st, file_id);
+	if (fd >= 0)
+		fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0) {
+		unlock(p);
+		return -EIO; /* logged by dbox_store_read_fd */
+	}
+	ret = dbox_index_file_records(st->index, file_id, &recs, &nrecs);
+	unlock(p);
+	if (ret == 0 && fstat(fd, &sb) < 0)
+		ret = -errno;
+	if (ret == 0 && nrecs > 0 &&
+	    (moves = calloc(nrecs, sizeof(*moves))) == NULL)
+		ret = -ENOMEM;
+	if (ret == 0)
+		ret = copy_records(p, file_id, fd, recs, nrecs, moves);
+	if (ret == 0 && p->set->after_copy != NULL)
+		p->set->after_copy(p->set->hook_ctx, file_id);
+
+	lock(p);
+	if (ret == 0)
+		ret = switch_file(p, file_id, moves, nrecs);
+	if (ret >= 0) {
+		fix_received(p, recs, moves, nrecs);
+		dbox_store_read_fd_forget(st, file_id);
+		dbox_file_name(name, file_id);
+		/* Not durable (1): the old file stays, as garbage that a
+		   later full purge removes. */
+		if (ret == 0 && unlinkat(st->storage_fd, name, 0) < 0 &&
+		    errno != ENOENT)
+			dbox_error("%s/storage/%s: unlink after purge: %s "
+				   "(the next full purge removes it)", st->path,
+				   name, strerror(errno));
+		for (size_t i = 0; i < nrecs; i++) {
+			if (moves[i].moved) {
+				p->res->records_moved++;
+				p->res->bytes_moved += moves[i].record_size;
+			} else {
+				p->res->records_dropped++;
+			}
+		}
+		if (ret == 0) {
+			p->res->files_purged++;
+			p->res->bytes_freed += (uint64_t)sb.st_size;
+			dbox_info("%s/storage/%s: purged: %zu records moved, "
+				  "%llu bytes freed", st->path, name, nrecs,
+				  (unsigned long long)sb.st_size);
+		}
+		dests_release(p, true);
+		ret = ret == 1 ? -EIO : 0;
+	} else {
+		dests_release(p, false);
+	}
+	unlock(p);
+	close(fd);
+	free(recs);
+	free(moves);
+	return ret;
+}
+
+/* The N of a file name "m.N", or false when it is no m.N. */
+static bool mfile_name_id(const char *name, uint32_t *file_id_r)
+{
+	char *end;
+	unsigned long id;
+
+	if (strncmp(name, "m.", 2) != 0 || name[2] < '1' || name[2] > '9')
+		return false;
+	errno = 0;
+	id = strtoul(name + 2, &end, 10);
+	if (*end != '\0' || errno != 0 || id > UINT32_MAX)
+		return false;
+	*file_id_r = (uint32_t)id;
+	return true;
+}
+
+/* Remove m.N files that the index does not know, that no save owns and
+   that no message row points into: a file left after a crash between a
+   purge's switch and its unlink (recovery cut it to its header), or after
+   an import batch that never committed.  Needs st->lock. */
+static void remove_garbage_files(struct purge *p)
+{
+	struct dbox_store *st = p->st;
+	DIR *dir = fdopendir(dup(st->storage_fd));
+	struct dirent *de;
+	uint64_t size;
+	uint32_t id;
+
+	if (dir == NULL)
+		return;
+	rewinddir(dir);
+	while ((de = readdir(dir)) != NULL) {
+		struct stat sb;
+
+		if (!mfile_name_id(de->d_name, &id) ||
+		    dbox_index_mfile_get(st->index, id, &size) != -ENOENT ||
+		    in_pool(st, id) ||
+		    dbox_index_file_has_records(st->index, id) != 0 ||
+		    fstatat(st->storage_fd, de->d_name, &sb, 0) < 0)
+			continue;
+		dbox_store_read_fd_forget(st, id);
+		if (unlinkat(st->storage_fd, de->d_name, 0) == 0) {
+			dbox_info("%s/storage/%s: not in the index; removed",
+				  st->path, de->d_name);
+			p->res->garbage_files++;
+			p->res->bytes_freed += (uint64_t)sb.st_size;
+		}
+	}
+	closedir(dir);
+}
+
+struct candidates {
+	uint32_t *ids;
+	size_t count, size;
+};
+
+static int collect_cb(void *ctx, uint32_t file_id, uint64_t size)
+{
+	struct candidates *c = ctx;
+
+	if (c->count == c->size) {
+		size_t n = c->size == 0 ? 64 : c->size * 2;
+		uint32_t *ids = realloc(c->ids, n * sizeof(*ids));
+
+		if (ids == NULL)
+			return -ENOMEM;
+		c->ids = ids;
+		c->size = n;
+	}
+	c->ids[c->count++] = file_id;
+	return 0;
+}
+
+/* Does m.<file_id> need a purge under the settings?  Needs st->lock.
+   Returns 1 yes, 0 no, -EBUSY when a save owns it, or an error. */
+static int wanted(struct purge *p, uint32_t file_id)
+{
+	struct dbox_store *st = p->st;
+	struct dbox_file_usage u;
+	uint64_t dead, data;
+	size_t header_len;
+	int fd, ret;
+
+	if ((ret = dbox_index_file_usage(st->index, file_id, &u)) < 0)
+		return ret == -ENOENT ? 0 : ret;
+	if (u.writing > 0)
+		return -EBUSY;
+	if (p->set->sealed_only && in_pool(st, file_id))
+		return 0;
+	if ((fd = dbox_store_read_fd(st, file_id)) < 0)
+		return fd;
+	if (dbox_file_read_header(fd, &header_len) < 0) {
+		dbox_error("%s/storage/m.%u: unreadable file header; not "
+			   "purged", st->path, file_id);
+		return -EIO;
+	}
+	data = u.committed > header_len ? u.committed - header_len : 0;
+	dead = data > u.live_bytes ? data - u.live_bytes : 0;
+	if (dead == 0 || dead * 100 < (uint64_t)p->set->threshold * data)
+		return 0;
+	return 1;
+}
+
+int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
+	       struct dbox_purge_result *res_r)
+{
+	struct purge p = { .st = st, .set = set, .res = res_r };
+	struct candidates c = { 0 };
+	size_t n = 0;
+	int ret = 0, r;
+
+	memset(res_r, 0, sizeof(*res_r));
+	res_r->start_ns = dbox_now_ns();
+	if ((p.buf = malloc(COPY_SIZE)) == NULL)
+		return -ENOMEM;
+	lock(&p);
+	if (set->only == NULL) {
+		ret = dbox_index_mfile_list(st->index, collect_cb, &c);
+		remove_garbage_files(&p);
+	} else {
+		for (size_t i = 0; i < set->only_count && ret == 0; i++)
+			ret = collect_cb(&c, set->only[i], 0);
+	}
+	unlock(&p);
+	/* Seal every file to purge before copying anything, so no copy goes
+	   to a file that is purged later in this run.  The lock is taken per
+	   file: the mount keeps serving between them. */
+	for (size_t i = 0; ret == 0 && i < c.count; i++) {
+		lock(&p);
+		r = wanted(&p, c.ids[i]);
+		if (r == 1)
+			r = dbox_store_mfile_seal(st, c.ids[i]) < 0 ? -EBUSY : 1;
+		unlock(&p);
+		if (r == 0)
+			continue;
+		if (r == -EBUSY)
+			res_r->files_busy++;
+		else if (r < 0)
+			res_r->files_failed++;
+		else
+			c.ids[n++] = c.ids[i];
+	}
+
+	for (size_t i = 0; ret == 0 && i < n; i++) {
+		r = purge_file(&p, c.ids[i]);
+		if (r == -ECANCELED) {
+			ret = r;
+		} else if (r < 0) {
+			res_r->files_failed++;
+		}
+	}
+	if (ret == 0 && res_r->files_failed > 0)
+		ret = -EIO;
+	res_r->end_ns = dbox_now_ns();
+	free(c.ids);
+	free(p.dests);
+	free(p.buf);
+	return ret;
+}
+
+static int meta_add(struct dbox_index *index, const char *key, int64_t add)
+{
+	int64_t value = 0;
+	int ret = dbox_index_meta_get(index, key, &value);
+
+	if (ret < 0 && ret != -ENOENT)
+		return ret;
+	return dbox_index_meta_set(index, key, value + add);
+}
+
+int dbox_purge_record(struct dbox_store *st,
+		      const struct dbox_purge_result *res, bool requested)
+{
+	struct dbox_index *index = st->index;
+	int ret;
+
+	pthread_mutex_lock(&st->lock);
+	if ((ret = dbox_index_begin(index)) == 0) {
+		if ((ret = meta_add(index, DBOX_META_PURGE_RUNS, 1)) == 0 &&
+		    (ret = meta_add(index, DBOX_META_PURGE_FREED,
+				    (int64_t)res->bytes_freed)) == 0 &&
+		    (ret = meta_add(index, DBOX_META_PURGE_FILES,
+				    (int64_t)(res->files_purged +
+					      res->garbage_files))) == 0 &&
+		    (ret = dbox_index_meta_set(index, DBOX_META_PURGE_END,
+					       res->end_ns)) == 0 && requested)
+			ret = dbox_index_meta_set(index,
+						  DBOX_META_PURGE_REQUEST_START,
+						  res->start_ns);
+		if (ret == 0)
+			ret = dbox_index_commit(index, true);
+		else
+			dbox_index_rollback(index);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return ret;
+}

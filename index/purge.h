@@ -1,0 +1,100 @@
+#ifndef DBOXFS_PURGE_H
+#define DBOXFS_PURGE_H
+
+/*
+ * purge: give back the bytes of expunged, overwritten (copy-on-write) and
+ * abandoned records in storage/m.N files, as Dovecot's `doveadm purge`
+ * does for mdbox (mdbox-purge.c; reference/dbox-format.md section 11).
+ *
+ * For each m.N with dead bytes: take it out of the append pool, copy its
+ * live records verbatim (header + body + metadata, no recompression) to
+ * the end of m.N files of the append pool - chosen exactly as a new save
+ * chooses them - fdatasync the copies, then in ONE durable index
+ * transaction point every message row still at its copied record to the
+ * copy and forget the old file, and only then unlink it.  A message's
+ * inode, names, size and mtime never change; only its (file, offset).
+ *
+ * Concurrency: runs beside a mounted, multithreaded dboxfs.  st->lock is
+ * taken for the index work only; bytes are copied without it.  A message
+ * expunged or rewritten while its record was being copied keeps its new
+ * state (the copy is garbage); a received date set meanwhile (dbox R
+ * rewritten in place) is written into the copy too.  Readers that opened a
+ * message before keep their own descriptor of the old m.N (see
+ * dbox_store_open_reader) and read the same bytes until they close.
+ *
+ * Crash safety: the old m.N is unlinked only after the commit that stops
+ * referring to it is on disk; copies past an m.N's committed end are cut
+ * by recovery when the switch never committed; an old m.N left behind
+ * (unknown to the index) is cut by recovery and removed by the next full
+ * purge.  Nothing is lost at any point.
+ *
+ * One purge at a time per store (the caller's job: the daemon has one
+ * purge thread, dboxadm holds the store lock).
+ */
+
+#include "index/store.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Default share of dead bytes (percent) that makes the mount purge a
+   sealed m.N by itself (-o purge_threshold). */
+#define DBOX_PURGE_DEFAULT_THRESHOLD 50
+
+struct dbox_purge_settings {
+	/* Purge an m.N when dead bytes are at least this percent of its
+	   bytes after the file header; 0 = any dead byte at all. */
+	unsigned int threshold;
+	/* Only these files (file ids), or NULL for every m.N.  A full run
+	   (NULL) also removes m.N files the index does not know and no save
+	   owns: leftovers of a crash after a switch committed. */
+	const uint32_t *only;
+	size_t only_count;
+	/* Leave files of the append pool alone (the automatic purge: a file
+	   still taking messages is not "sealed"). */
+	bool sealed_only;
+	/* Checked between records: stop (the file being purged is kept
+	   whole) when it becomes true. */
+	const volatile bool *cancel;
+	/* Test hook: called after a file's records were copied and synced,
+	   before the switch, without st->lock. */
+	void (*after_copy)(void *ctx, uint32_t file_id);
+	void *hook_ctx;
+};
+
+struct dbox_purge_result {
+	uint64_t files_purged;     /* m.N removed after their records moved */
+	uint64_t files_failed;     /* kept: unreadable record, I/O error */
+	uint64_t files_busy;       /* kept: a save owned them */
+	uint64_t garbage_files;    /* m.N unknown to the index, removed */
+	uint64_t records_moved;    /* records copied and switched */
+	uint64_t records_dropped;  /* copied, but changed meanwhile */
+	uint64_t bytes_moved;      /* bytes of the records moved */
+	uint64_t bytes_freed;      /* bytes of the removed m.N files */
+	int64_t start_ns, end_ns;  /* CLOCK_REALTIME */
+};
+
+/* Purge the store.  Takes st->lock as needed (the caller must not hold
+   it).  Returns 0 when every file was handled (purged, or skipped because
+   it needs no purge or a save owns it), -ECANCELED when cancelled, or the
+   first error (-EIO, -ENOSPC, ...) after trying the other files; *res_r
+   counts what was done in any case.  Errors are logged naming the file. */
+int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
+	       struct dbox_purge_result *res_r);
+
+/* Meta keys (dbox_index_meta_get) the purge keeps, for `dboxadm purge`
+   waiting on a mount and for `dboxadm stats`: number of runs, the end
+   (ns) of the last one, bytes freed and files removed by all runs
+   together, and the start (ns) of the last run made on request (a full
+   purge asked for by `dboxadm purge`, as opposed to an automatic one).
+   dbox_purge_record() adds a result to them in its own durable
+   transaction; it takes st->lock.  Returns 0 or -EIO. */
+#define DBOX_META_PURGE_RUNS "purge_runs"
+#define DBOX_META_PURGE_END "purge_last_end_ns"
+#define DBOX_META_PURGE_FREED "purge_bytes_freed"
+#define DBOX_META_PURGE_FILES "purge_files_removed"
+#define DBOX_META_PURGE_REQUEST_START "purge_request_start_ns"
+int dbox_purge_record(struct dbox_store *st,
+		      const struct dbox_purge_result *res, bool requested);
+
+#endif

@@ -1,0 +1,316 @@
+"""dboxadm import-dovecot: a Dovecot mdbox store adopted in place.
+
+Truth is what Dovecot says: the fixtures' expected-fetch.txt (doveadm fetch
+taken when they were made) and, for stores made here with doveadm, doveadm
+fetch itself.  After the import the mount must show every message Dovecot
+lists - in the Maildir++ folder of its mailbox, with its flags and keywords
+in the name, its received date as mtime, its size, its bytes (as
+`doveadm fetch text` reads them) - copies as one inode with st_nlink =
+refcount, and nothing Dovecot expunged.  The m.N files are hard links of
+Dovecot's (no byte copied).  A Dovecot reading the mount as maildir sees
+the same UIDs, flags and keywords.
+"""
+import base64
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from conftest import DBOXADM, SHARED, need_corpora
+from dovecot_mdbox import (Mdbox, dovecot_tmp, flags_of_name, need_dovecot,  # noqa: F401
+                           read_keywords)
+
+FIXTURES = SHARED / "fixtures" / "dovecot-mdbox"
+# Codecs dboxfs reads on this branch; the others arrive with the
+# compression work (branch dovecot), until then their bytes are xfail.
+READABLE = {"plain", "zlib-gz"}
+
+
+def adm(*args, check_rc=None):
+    r = subprocess.run([str(DBOXADM), *map(str, args)], capture_output=True, timeout=300)
+    if check_rc is not None:
+        assert r.returncode == check_rc, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
+    return r
+
+
+def mutf7(name):
+    """Maildir++ encoding of one UTF-8 mailbox name component: modified
+    UTF-7 (RFC 3501 5.1.3) with '.' encoded as well."""
+    out, run = [], []
+
+    def flush():
+        if run:
+            b = base64.b64encode("".join(run).encode("utf-16-be")).rstrip(b"=")
+            out.append("&" + b.decode().replace("/", ",") + "-")
+            run.clear()
+
+    for ch in name:
+        if ch == "&":
+            flush()
+            out.append("&-")
+        elif 0x20 <= ord(ch) <= 0x7E and ch != ".":
+            flush()
+            out.append(ch)
+        else:
+            run.append(ch)
+    flush()
+    return "".join(out)
+
+
+def folder_dir(mailbox):
+    return "" if mailbox == "INBOX" else "." + ".".join(mutf7(c) for c in mailbox.split("/"))
+
+
+def parse_expected(path):
+    rows = []
+    # doveadm's pager format: a form feed line between messages.
+    for block in re.split(r"\n\f?\n", path.read_text().strip()):
+        kv = dict(line.split(": ", 1) if ": " in line else (line.rstrip(":"), "")
+                  for line in block.splitlines())
+        rows.append({"mailbox": kv["mailbox"], "uid": int(kv["uid"]), "guid": kv["guid"],
+                     "flags": kv["flags"].split(),
+                     "received": int(kv["date.received.unixtime"]),
+                     "size": int(kv["size.physical"]), "vsize": int(kv["size.virtual"])})
+    return rows
+
+
+def find_name(folder, uid):
+    """(subdir, name) of the adopted message with this UID in folder."""
+    hits = [(sub, n) for sub in ("new", "cur") for n in os.listdir(folder / sub)
+            if re.search(rf"\.V\d+U{uid}\.dovecot-import,", n)]
+    assert len(hits) == 1, (folder, uid, hits)
+    return hits[0]
+
+
+def index_guids(store):
+    db = sqlite3.connect(f"file:{store / 'index.sqlite'}?mode=ro", uri=True)
+    try:
+        return {g for (g,) in db.execute("SELECT guid FROM message")}
+    finally:
+        db.close()
+
+
+def storage_guids(store, mfile):
+    r = adm("dump", store, mfile, check_rc=0)
+    return {line.split("\t")[2] for line in r.stdout.decode().splitlines()[1:]}
+
+
+def check_adopted(mnt, truth, text_of, codec_ok=True):
+    """The mount shows exactly the messages of truth (doveadm fetch rows).
+    Returns the number of bodies not compared (codec not readable)."""
+    by_guid = Counter(t["guid"] for t in truth)
+    ino_of_guid = {}
+    skipped = 0
+    for t in truth:
+        folder = mnt / folder_dir(t["mailbox"])
+        sub, name = find_name(folder, t["uid"])
+        imap_flags = set(t["flags"]) - {"\\Recent"}
+        # Untouched new mail stays in new/ (no info); the rest is in cur/.
+        assert sub == ("new" if set(t["flags"]) == {"\\Recent"} else "cur"), (t, name)
+        assert flags_of_name(name, read_keywords(folder)) == imap_flags, (t, name)
+        assert f",S={t['size']},W={t['vsize']}" in name
+        st = os.stat(folder / sub / name)
+        assert st.st_size == t["size"], (t, st.st_size)
+        assert st.st_mtime_ns == t["received"] * 10**9, t
+        assert st.st_nlink == by_guid[t["guid"]], (t, st.st_nlink)
+        assert ino_of_guid.setdefault(t["guid"], st.st_ino) == st.st_ino, t
+        try:
+            data = (folder / sub / name).read_bytes()
+        except OSError as e:
+            if codec_ok:
+                raise
+            assert e.errno == 5, e  # EIO: codec not readable here yet
+            skipped += 1
+            continue
+        assert data == text_of(t), t
+    # Nothing else: every name in cur/ and new/ is one of truth's.
+    names = Counter()
+    for d, dirs, files in os.walk(mnt):
+        if os.path.basename(d) in ("cur", "new"):
+            names[os.path.relpath(os.path.dirname(d), mnt)] += len(files)
+    want = Counter(folder_dir(t["mailbox"]) or "." for t in truth)
+    assert names == want
+    return skipped
+
+
+def fixture_names():
+    if not FIXTURES.is_dir():
+        return ["(no fixtures)"]
+    return sorted(p.name for p in FIXTURES.iterdir() if (p / "mdbox").is_dir())
+
+
+@pytest.mark.parametrize("fixture", fixture_names())
+def test_adopt_fixture(fixture, dovecot_tmp, make_mount):
+    """A store Dovecot wrote (fixtures), against its doveadm fetch truth."""
+    tmp_path = dovecot_tmp
+    if not (FIXTURES / fixture / "mdbox").is_dir():
+        pytest.skip("../shared/fixtures/dovecot-mdbox not present")
+    root, store = tmp_path / "mdbox", tmp_path / "store"
+    copy_fixture(fixture, root)
+    dv = Mdbox(root, tmp_path / "dovecot")
+    truth = parse_expected(FIXTURES / fixture / "expected-fetch.txt")
+    texts = {(t["mailbox"], t["uid"]): dv.text(t["mailbox"], t["uid"]) for t in truth}
+    dovecot_guids = storage_guids_in_root(root)
+
+    r = adm("import-dovecot", store, root, check_rc=0)
+    assert b"adopted 8 messages" in r.stdout, r.stdout
+    # Hard links, not copies: the same inode as Dovecot's m.1.
+    ours, theirs = os.stat(store / "storage" / "m.1"), os.stat(root / "storage" / "m.1")
+    assert (ours.st_ino, ours.st_dev) == (theirs.st_ino, theirs.st_dev)
+    assert ours.st_nlink == 2
+    # The expunged (refcount 0) message is in m.1 but not adopted.
+    expunged = dovecot_guids - {t["guid"] for t in truth}
+    assert len(expunged) == 1
+    assert not expunged & index_guids(store)
+    assert storage_guids(store, "m.1") == dovecot_guids
+
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    skipped = check_adopted(m.mnt, truth, lambda t: texts[(t["mailbox"], t["uid"])],
+                            codec_ok=fixture in READABLE)
+    assert read_keywords(m.mnt) == {0: "$Label1", 1: "Work"}
+    assert (m.mnt / ".Lists" / "maildirfolder").exists()
+    if skipped:
+        pytest.xfail(f"{skipped} {fixture} bodies: codec not readable on this branch")
+
+
+def dbox_records(path):
+    """Metadata (key letter -> value) of every record of an m.N file, read
+    by the dbox v2 layout (reference/dbox-format.md sections 2-6)."""
+    data = path.read_bytes()
+    pos = data.index(b"\n") + 1
+    out = []
+    while pos < len(data):
+        hdr = data[pos:pos + 30]
+        assert hdr[:2] == b"\x01\x02" and hdr[29:30] == b"\n", (path, pos)
+        pos += 30 + int(hdr[13:29], 16)
+        assert data[pos:pos + 4] == b"\n\x01\x03\n", (path, pos)
+        pos += 4
+        md = {}
+        while data[pos:pos + 1] != b"\n":
+            end = data.index(b"\n", pos)
+            md[chr(data[pos])] = data[pos + 1:end].decode()
+            pos = end + 1
+        pos += 1
+        out.append(md)
+    return out
+
+
+def storage_guids_in_root(root):
+    return {md["G"] for p in (root / "storage").glob("m.*") for md in dbox_records(p)}
+
+
+def copy_fixture(fixture, root):
+    shutil.copytree(FIXTURES / fixture / "mdbox", root)
+    for d, dirs, files in os.walk(root):
+        os.chmod(d, 0o700)
+        for f in files:
+            os.chmod(os.path.join(d, f), 0o600)
+
+
+def test_adopt_live_dovecot(dovecot_tmp, make_mount):
+    """A store made here by doveadm: several folders (non-ASCII names, one
+    outside the BMP, one holding '.', one '&'), every flag, keywords, copies to two and
+    three mailboxes, expunges of a single and of a copied message; then
+    Dovecot reading the mount as maildir sees the same UIDs and flags."""
+    tmp_path = dovecot_tmp
+    corpus = need_corpora() / "notmuch-lkml" / "cur"
+    mails = sorted(corpus.iterdir())[:12]
+    assert len(mails) == 12
+    root, store = tmp_path / "mdbox", tmp_path / "store"
+    dv = Mdbox(root, tmp_path / "dovecot")
+    odd, dotted, astral = "Ärger & Co", "Ärger.2024", "Lists/Post 📬"
+    for mb in ("Lists", "Lists/Kernel", odd, dotted, astral):
+        dv.doveadm("mailbox", "create", mb)
+    for i, p in enumerate(mails):
+        mb = ["INBOX"] * 6 + ["Lists"] * 3 + [astral] + [odd, dotted]
+        dv.save(mb[i], p.read_bytes())
+    fl = lambda op, flags, mb, uids: dv.doveadm("flags", op, flags, "mailbox", mb, "uid", uids)
+    fl("add", "\\Seen", "INBOX", "1")
+    fl("add", "\\Answered \\Seen", "INBOX", "2")
+    fl("add", "\\Flagged \\Draft", "INBOX", "3")
+    fl("add", "\\Deleted \\Seen", "INBOX", "4")
+    fl("add", "$Label1 Work $Forwarded", "INBOX", "5")
+    fl("add", "Work", "Lists", "1")
+    dv.doveadm("copy", "Lists", "mailbox", "INBOX", "uid", "6")
+    dv.doveadm("copy", odd, "mailbox", "INBOX", "uid", "6")
+    dv.doveadm("copy", "Lists/Kernel", "mailbox", "Lists", "uid", "2")
+    dv.doveadm("copy", "Lists/Kernel", "mailbox", "INBOX", "uid", "3")
+    fl("add", "\\Seen", "Lists", "4")          # the copy of INBOX 6 only
+    dv.doveadm("expunge", "mailbox", "INBOX", "uid", "2")   # refcount 1 -> 0
+    dv.doveadm("expunge", "mailbox", "Lists", "uid", "2")   # refcount 2 -> 1
+    truth = dv.messages()
+    assert len(truth) == 14
+    counts = Counter(t["guid"] for t in truth)
+    assert sorted(counts.values()) == [1] * 9 + [2, 3]
+    texts = {(t["mailbox"], t["uid"]): dv.text(t["mailbox"], t["uid"]) for t in truth}
+
+    adm("import-dovecot", store, root, check_rc=0)
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", "allow_other"])
+    check_adopted(m.mnt, truth, lambda t: texts[(t["mailbox"], t["uid"])])
+    # Keyword letters are per folder.
+    assert set(read_keywords(m.mnt).values()) == {"$Label1", "Work", "$Forwarded"}
+    assert read_keywords(m.mnt / ".Lists") == {0: "Work"}
+    assert folder_dir(odd) == ".&AMQ-rger &- Co"
+    assert folder_dir(astral) == ".Lists.Post &2D3c7A-"   # a surrogate pair
+    assert folder_dir(dotted) == ".&AMQ-rger&AC4-2024"
+    assert (m.mnt / folder_dir(odd)).is_dir() and (m.mnt / folder_dir(dotted)).is_dir()
+
+    # Dovecot on the mount, as maildir: same UIDs, flags and keywords.
+    for d, dirs, files in os.walk(m.mnt):
+        for n in [d, *(os.path.join(d, f) for f in files)]:
+            os.lchown(n, dv.uid, dv.gid)
+    md = Mdbox(tmp_path / "unused", tmp_path / "dovecot-maildir",
+               location=f"maildir:{m.mnt}:INDEX=MEMORY")
+    seen = {(r["mailbox"], int(r["uid"])): set(r["flags"].split()) - {"\\Recent"}
+            for r in md.tab("fetch", "uid flags mailbox", "mailbox", "*", "all")}
+    # Dovecot's maildir++ has no spelling for a '.' inside a name (it
+    # refuses to create one), so it cannot open the dotted folder.
+    want = {(t["mailbox"], t["uid"]): set(t["flags"]) - {"\\Recent"}
+            for t in truth if t["mailbox"] != dotted}
+    assert seen == want
+
+
+def test_adopt_then_purge(dovecot_tmp, make_mount):
+    """The bytes of Dovecot's expunged message are dead bytes of the
+    adopted m.N; a purge moves the live ones out and drops the store's
+    link (the Dovecot root keeps its own), and all still read the same."""
+    tmp_path = dovecot_tmp
+    if not (FIXTURES / "plain" / "mdbox").is_dir():
+        pytest.skip("../shared/fixtures/dovecot-mdbox not present")
+    root, store = tmp_path / "mdbox", tmp_path / "store"
+    copy_fixture("plain", root)
+    dv = Mdbox(root, tmp_path / "dovecot")
+    truth = parse_expected(FIXTURES / "plain" / "expected-fetch.txt")
+    texts = {(t["mailbox"], t["uid"]): dv.text(t["mailbox"], t["uid"]) for t in truth}
+    adm("import-dovecot", store, root, check_rc=0)
+    before = stats(store)
+    assert before["dead_bytes"] > 0
+    adm("purge", store, check_rc=0)
+    after = stats(store)
+    assert after["dead_bytes"] == 0
+    assert after["live_bytes"] == before["live_bytes"]
+    assert not (store / "storage" / "m.1").exists()
+    assert os.stat(root / "storage" / "m.1").st_nlink == 1
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    check_adopted(m.mnt, truth, lambda t: texts[(t["mailbox"], t["uid"])])
+
+
+def stats(store):
+    import json
+    return json.loads(adm("stats", store, "--json", check_rc=0).stdout)
+
+
+def test_adopt_refusals(tmp_path):
+    need_dovecot()
+    r = adm("import-dovecot", tmp_path / "s", tmp_path / "nope", check_rc=2)
+    assert b"nope" in r.stderr
+    (tmp_path / "notmdbox").mkdir()
+    r = adm("import-dovecot", tmp_path / "s", tmp_path / "notmdbox", check_rc=2)
+    assert b"storage" in r.stderr
+    assert adm("import-dovecot", "--help", check_rc=0).stdout.startswith(
+        b"usage: dboxadm import-dovecot")

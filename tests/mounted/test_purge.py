@@ -1,0 +1,324 @@
+"""dboxadm purge and the mount's own purge, on real mounts.
+
+Messages from the lkml corpus are written through the mount into several
+small m.N files (rotate_size), some are expunged, and the purge must give
+back exactly their bytes (stats byte counts and the file sizes on disk
+agree), while every surviving message keeps its name, inode number, size,
+mtime and bytes - also through a descriptor opened before the purge, and
+for a message unlinked while open.  Dovecot's force-resync on a copy of
+storage/ still finds every live message afterwards.
+"""
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DBOXADM, need_corpora
+from dovecot_mdbox import Mdbox, dovecot_tmp  # noqa: F401
+
+ROTATE = "rotate_size=32768"
+
+
+def adm(*args, check_rc=None):
+    r = subprocess.run([str(DBOXADM), *map(str, args)], capture_output=True, timeout=300)
+    if check_rc is not None:
+        assert r.returncode == check_rc, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
+    return r
+
+
+def stats(store):
+    return json.loads(adm("stats", store, "--json", "--files", check_rc=0).stdout)
+
+
+def index_rows(store, sql):
+    db = sqlite3.connect(f"file:{store / 'index.sqlite'}?mode=ro", uri=True)
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+def file_of(store):
+    """name -> (m.N file id, record size) of every message in cur/."""
+    rows = index_rows(store, "SELECT e.name, m.file_id, m.record_size FROM entry e"
+                             " JOIN message m ON m.ino = e.ino")
+    return {n.decode(): (f, s) for n, f, s in rows}
+
+
+def disk_bytes(store):
+    return sum(p.stat().st_size for p in (store / "storage").glob("m.*"))
+
+
+def fill(m, count=60, folder=""):
+    """Write count corpus messages into folder/cur with distinct mtimes;
+    returns name -> bytes."""
+    mails = sorted((need_corpora() / "notmuch-lkml" / "cur").iterdir())[:count]
+    assert len(mails) == count
+    cur = m.maildir(folder) / "cur" if folder else m.mnt / "cur"
+    out = {}
+    for i, p in enumerate(mails):
+        name = f"{1600000000 + i}.P{i}Q1.test:2,S"
+        data = p.read_bytes()
+        (cur / name).write_bytes(data)
+        os.utime(cur / name, ns=(1_600_000_000_000_000_000 + i * 10**9 + 7,) * 2)
+        out[name] = data
+    return out
+
+
+def snapshot(cur, names):
+    """name -> (inode, size, mtime_ns, nlink)."""
+    out = {}
+    for n in names:
+        st = os.stat(cur / n)
+        out[n] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_nlink)
+    return out
+
+
+def drop_cache(fd):
+    """Make the next read of fd go to dboxfs, not the page cache."""
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def check_bytes_kept(st_before, st_after):
+    """Purge moved bytes, nothing else: live bytes and messages equal, no
+    dead byte left, and the files on disk shrank by exactly the dead bytes
+    and the headers of files removed (less those of files created)."""
+    assert st_after["dead_bytes"] == 0
+    assert st_after["pending_bytes"] == 0
+    assert st_after["live_bytes"] == st_before["live_bytes"]
+    assert st_after["messages"] == st_before["messages"]
+    assert st_after["message_names"] == st_before["message_names"]
+    assert st_after["mfile_bytes"] == st_after["live_bytes"] + st_after["header_bytes"]
+    assert (st_before["mfile_bytes"] - st_after["mfile_bytes"]
+            == st_before["dead_bytes"] + st_before["header_bytes"] - st_after["header_bytes"])
+    assert all(f["dead_bytes"] == 0 for f in st_after["files"])
+
+
+def test_purge_offline(tmp_path, make_mount):
+    store = tmp_path / "store"
+    m = make_mount(store=store, mnt=tmp_path / "mnt",
+                   options=["-o", ROTATE + ",purge_threshold=0"])
+    data = fill(m)
+    cur = m.mnt / "cur"
+    lists = m.maildir(".Lists") / "cur"
+    names = sorted(data)
+    os.link(cur / names[1], lists / names[1])      # one message, two names
+    where = file_of(store)
+    gone = names[::3]
+    for n in gone:
+        os.unlink(cur / n)
+    kept = [n for n in names if n not in gone]
+    before_attrs = snapshot(cur, kept)
+    m.unmount()
+
+    before = stats(store)
+    assert before["dead_bytes"] == sum(where[n][1] for n in gone)
+    assert before["mfile_bytes"] == disk_bytes(store)
+    nfiles = len(before["files"])
+    assert nfiles >= 6
+    r = adm("purge", store, check_rc=0)
+    assert b"files removed" in r.stdout
+    after = stats(store)
+    check_bytes_kept(before, after)
+    assert after["mfile_bytes"] == disk_bytes(store)
+    assert after["purge_runs"] == 1
+    assert after["purge_bytes_freed"] > 0
+    # Every file that held an expunged message is gone.
+    emptied = {f"m.{where[n][0]}" for n in gone}
+    assert not emptied & {f["file"] for f in after["files"]}
+    assert all(not (store / "storage" / f).exists() for f in emptied)
+
+    m.mount()
+    assert snapshot(cur, kept) == before_attrs
+    assert sorted(os.listdir(cur)) == kept
+    for n in kept:
+        assert (cur / n).read_bytes() == data[n]
+    assert os.stat(lists / names[1]).st_ino == before_attrs[names[1]][0]
+    assert (lists / names[1]).read_bytes() == data[names[1]]
+    # Nothing more to do.
+    m.unmount()
+    r = adm("purge", store, check_rc=0)
+    assert stats(store)["mfile_bytes"] == after["mfile_bytes"]
+
+
+def test_purge_online_with_open_files(tmp_path, make_mount):
+    """dboxadm purge against the mount: descriptors opened before (one of
+    them on a message unlinked since) and readers running during the
+    purge read the right bytes throughout."""
+    store = tmp_path / "store"
+    m = make_mount(store=store, mnt=tmp_path / "mnt",
+                   options=["-o", ROTATE + ",purge_threshold=0"])
+    data = fill(m)
+    cur = m.mnt / "cur"
+    names = sorted(data)
+    where = file_of(store)
+    in_m1 = [n for n in names if where[n][0] == 1]
+    assert len(in_m1) >= 3
+    held_name, unlinked_name = in_m1[1], in_m1[2]
+    # Opened before the purge, not read yet (nothing in the page cache).
+    held = os.open(cur / held_name, os.O_RDONLY)
+    ghost = os.open(cur / unlinked_name, os.O_RDONLY)
+    os.unlink(cur / unlinked_name)
+    gone = [n for n in names[::2] if n not in (held_name, unlinked_name)]
+    for n in gone:
+        os.unlink(cur / n)
+    kept = [n for n in names if n not in gone and n != unlinked_name]
+    before_attrs = snapshot(cur, kept)
+    before = stats(store)
+    assert before["dead_bytes"] > 0
+
+    errors, rounds, stop = [], [0], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            for n in kept[:10]:
+                if (cur / n).read_bytes() != data[n]:
+                    errors.append(n)
+            for fd, n in ((held, held_name), (ghost, unlinked_name)):
+                drop_cache(fd)
+                if os.pread(fd, len(data[n]) + 10, 0) != data[n]:
+                    errors.append(n)
+            rounds[0] += 1
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        time.sleep(0.2)
+        r = adm("purge", store, check_rc=0)
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        t.join()
+    assert b"purged by the mount" in r.stdout
+    assert errors == []
+    assert rounds[0] > 2
+    # m.1 is gone from storage/ while the descriptors still read it.
+    assert not (store / "storage" / "m.1").exists()
+    # The space came back: all dead bytes but those of the message still
+    # open (stats counts a message without a name as dead; purge moved it).
+    ghost_size = where[unlinked_name][1]
+    mid = stats(store)
+    assert mid["dead_bytes"] == ghost_size
+    assert mid["mfile_bytes"] == disk_bytes(store)
+    assert (before["mfile_bytes"] - mid["mfile_bytes"]
+            == before["dead_bytes"] - ghost_size + before["header_bytes"] - mid["header_bytes"])
+    for fd, n in ((held, held_name), (ghost, unlinked_name)):
+        drop_cache(fd)
+        assert os.pread(fd, len(data[n]) + 10, 0) == data[n]
+        assert os.fstat(fd).st_size == len(data[n])
+    os.close(held)
+    os.close(ghost)
+
+    after = stats(store)
+    # (live bytes count messages with a name: the unlinked one was not
+    # counted before either; its record moved, and goes when closed.)
+    assert after["live_bytes"] == before["live_bytes"]
+    assert after["purge_runs"] == 1
+    assert snapshot(cur, kept) == before_attrs
+    for n in kept:
+        assert (cur / n).read_bytes() == data[n]
+    # After a remount, too (the switch is durable, recovery cuts nothing).
+    m.remount()
+    assert snapshot(cur, kept) == before_attrs
+    for n in kept:
+        assert (cur / n).read_bytes() == data[n]
+    m.unmount()
+    # The message unlinked while open was moved too; closed, its copy is
+    # the only dead record, and the next purge takes it.
+    st = stats(store)
+    assert st["dead_bytes"] == where[unlinked_name][1]
+    adm("purge", store, check_rc=0)
+    st = stats(store)
+    assert st["dead_bytes"] == 0
+    assert st["mfile_bytes"] == disk_bytes(store)
+
+
+def test_purge_automatic_threshold(tmp_path, make_mount):
+    """-o purge_threshold=40: a sealed m.N that loses more than 40% of its
+    bytes is purged by the mount by itself; one that loses less, and the
+    m.N still taking mail, are not."""
+    store = tmp_path / "store"
+    m = make_mount(store=store, mnt=tmp_path / "mnt",
+                   options=["-o", ROTATE + ",purge_threshold=40"])
+    data = fill(m)
+    cur = m.mnt / "cur"
+    where = file_of(store)
+    by_file = {}
+    for n, (f, size) in sorted(where.items()):
+        by_file.setdefault(f, []).append(n)
+    last = max(by_file)
+    heavy, light = 2, 3
+    assert heavy < last and light < last and len(by_file[heavy]) >= 3
+    gone = by_file[heavy][:-1] + by_file[light][:1] + by_file[last]
+    for n in gone:
+        os.unlink(cur / n)
+    kept = [n for n in sorted(data) if n not in gone]
+    before_attrs = snapshot(cur, kept)
+
+    deadline = time.time() + 20
+    while (store / "storage" / f"m.{heavy}").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert not (store / "storage" / f"m.{heavy}").exists()
+    st = stats(store)
+    files = {f["file"]: f for f in st["files"]}
+    assert f"m.{heavy}" not in files
+    assert files[f"m.{light}"]["dead_bytes"] == where[by_file[light][0]][1]
+    assert files[f"m.{last}"]["dead_bytes"] > 0        # still taking mail
+    assert st["purge_runs"] >= 1
+    assert snapshot(cur, kept) == before_attrs
+    for n in kept:
+        assert (cur / n).read_bytes() == data[n]
+
+
+def test_dovecot_resync_after_purge(dovecot_tmp, make_mount):
+    """Purge keeps storage/ a Dovecot mdbox: force-resync on a copy finds
+    every live message, in the folder its B metadata names, byte-equal,
+    and none of the expunged ones."""
+    store = dovecot_tmp / "store"
+    m = make_mount(store=store, mnt=dovecot_tmp / "mnt",
+                   options=["-o", ROTATE + ",purge_threshold=0"])
+    data = fill(m, count=30)
+    lists = fill(m, count=10, folder=".Lists")
+    names = sorted(data)
+    for n in names[::3]:
+        os.unlink(m.mnt / "cur" / n)
+        del data[n]
+    for n in sorted(lists)[::2]:
+        os.unlink(m.mnt / ".Lists" / "cur" / n)
+        del lists[n]
+    adm("purge", store, check_rc=0)
+    assert stats(store)["dead_bytes"] == 0
+    m.unmount()
+
+    live = dict(index_rows(store, "SELECT m.guid, e.name FROM message m"
+                                  " JOIN entry e ON e.ino = m.ino"))
+    root = dovecot_tmp / "mdbox"
+    (root / "storage").mkdir(parents=True)
+    for p in (store / "storage").glob("m.*"):
+        shutil.copy(p, root / "storage" / p.name)
+    dv = Mdbox(root, dovecot_tmp / "dovecot")
+    # An empty root has no INBOX to resync: create it (that already
+    # notices storage/ and rebuilds), then resync everything.
+    dv.doveadm("mailbox", "create", "INBOX", check=False)
+    dv.doveadm("force-resync", "*")
+    found = dv.messages()
+    assert sorted(t["guid"] for t in found) == sorted(live)
+    for t in found:
+        name = live[t["guid"]].decode()
+        want = data.get(name) if t["mailbox"] == "INBOX" else lists.get(name)
+        assert t["mailbox"] in ("INBOX", "Lists")
+        assert want is not None, (t, name)
+        assert dv.text(t["mailbox"], t["uid"]) == want
+    assert len(found) == len(data) + len(lists)
+
+
+def test_purge_refusals(tmp_path):
+    assert adm("purge", tmp_path / "nostore", check_rc=2).stderr.startswith(b"dboxadm: ")
+    assert adm("purge", tmp_path, "--timeout=x", check_rc=2).stderr
+    assert adm("purge", "--help", check_rc=0).stdout.startswith(b"usage: dboxadm purge")
