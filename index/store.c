@@ -647,7 +647,8 @@ int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc
 	int fd, ret = 0;
 
 	dbox_file_name(name, loc->file_id);
-	fd = openat(st->storage_fd, name, O_WRONLY | O_CLOEXEC);
+	/* Read-write: the record is read to find its R line. */
+	fd = openat(st->storage_fd, name, O_RDWR | O_CLOEXEC);
 	if (fd < 0 || dbox_record_set_received(fd, loc->file_id, loc->offset,
 					       received) < 0) {
 		ret = -errno;
