@@ -26,6 +26,7 @@ struct fs_options {
 	uint64_t rotate_size;    /* -o rotate_size=BYTES */
 	double entry_timeout;    /* -o entry_timeout=SECONDS */
 	double attr_timeout;     /* -o attr_timeout=SECONDS */
+	char *compress;          /* -o compress=none|gz[:LEVEL] */
 	int foreground, debug;
 };
 
