@@ -412,12 +412,13 @@ static void test_concatenated(void **state)
 		struct bytes body = { 0 };
 		struct body_file f;
 		struct dbox_reader *reader;
-		uint8_t *buf = malloc(300000);
+		uint8_t *buf;
 		uint64_t off = 0;
 		ssize_t ret;
 
 		if (!cases[c].concatenates)
 			continue;
+		buf = malloc(300000);
 		cases[c].compress(&body, text, 100000);
 		cases[c].compress(&body, text + 100000, 200000);
 		body_file_make(&f, &body);
