@@ -383,8 +383,14 @@ static ssize_t codec_pread(struct dbox_reader *reader, void *buf, size_t len,
 			done = reader->out_pos - off < len ?
 				(size_t)(reader->out_pos - off) : len;
 			window_get(reader, buf, done, off);
-		} else if (restart(reader) < 0) {
-			return -1;
+		} else {
+			dbox_debug("body at offset %llu: read at %llu is %llu "
+				   "bytes behind the stream; restarting it",
+				   (unsigned long long)reader->body_offset,
+				   (unsigned long long)off,
+				   (unsigned long long)(reader->out_pos - off));
+			if (restart(reader) < 0)
+				return -1;
 		}
 	}
 	if (done < len && off + done > reader->out_pos) {

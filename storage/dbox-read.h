@@ -32,7 +32,7 @@ enum dbox_compression {
 };
 
 /* Plaintext kept behind the read position of a compressed body. */
-#define DBOX_READ_WINDOW (256 * 1024)
+#define DBOX_READ_WINDOW (1024 * 1024)
 
 struct dbox_reader;
 
