@@ -11,11 +11,12 @@
 
 CC      ?= cc
 BUILD   ?= build
-PKGS    := fuse3 sqlite3 zlib uuid
+PKGS    := fuse3 sqlite3 zlib uuid liblzma libzstd liblz4
 CFLAGS  ?= -O2 -g
 override CFLAGS += -std=gnu11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
            $(shell pkg-config --cflags $(PKGS)) -I. -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64
-override LDLIBS += $(shell pkg-config --libs $(PKGS)) -lpthread
+# libbz2 has no pkg-config file in Debian.
+override LDLIBS += $(shell pkg-config --libs $(PKGS)) -lbz2 -lpthread
 
 STORAGE_SRC := $(wildcard storage/*.c)
 INDEX_SRC   := $(wildcard index/*.c)
@@ -52,7 +53,8 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libdbox.a
 
 # Debian packages the tests drive; installed when missing (needs root).
 TEST_DEBS := fuse3 libfuse3-dev libsqlite3-dev zlib1g-dev uuid-dev pkg-config \
-             libcmocka-dev python3-pytest neomutt rsync sqlite3 dovecot-core
+             libcmocka-dev python3-pytest neomutt rsync sqlite3 \
+             libbz2-dev liblzma-dev libzstd-dev liblz4-dev dovecot-core
 
 deps:
 	@tools/install-deps $(TEST_DEBS)

@@ -27,6 +27,7 @@ struct fs_options {
 	double entry_timeout;    /* -o entry_timeout=SECONDS */
 	double attr_timeout;     /* -o attr_timeout=SECONDS */
 	unsigned int purge_threshold; /* -o purge_threshold=PERCENT (0 off) */
+	char *compress;          /* -o compress=none|gz[:LEVEL] */
 	int foreground, debug;
 };
 

@@ -33,6 +33,7 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FS_OPT("entry_timeout=%lf", entry_timeout),
 	FS_OPT("attr_timeout=%lf", attr_timeout),
 	FS_OPT("purge_threshold=%u", purge_threshold),
+	FS_OPT("compress=%s", compress),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -52,6 +53,9 @@ static void usage(const char *prog)
 	       "    -o attr_timeout=SECS   kernel attribute cache time (3600)\n"
 	       "    -o purge_threshold=PCT purge a sealed m.N by itself once this\n"
 	       "                           share of it is dead (50; 0 = never)\n"
+	       "    -o compress=gz[:LEVEL] store new messages gzip-compressed, as\n"
+	       "                           Dovecot's zlib plugin (LEVEL 1-9, default 6;\n"
+	       "                           'none' is the default)\n"
 	       "\n"
 	       "general options:\n"
 	       "    -f                     stay in the foreground, log to stderr too\n"
@@ -192,6 +196,12 @@ int main(int argc, char *argv[])
 	/* Open the store before mounting, so a refusal (locked, not a
 	   store, newer format) is reported here and nothing is mounted. */
 	set.rotate_size = fs.opts.rotate_size;
+	if (fs.opts.compress != NULL &&
+	    dbox_compress_parse(fs.opts.compress, &set.compress) < 0) {
+		fprintf(stderr, "%s: compress=%s: want none, gz or gz:LEVEL "
+			"(1-9)\n", argv[0], fs.opts.compress);
+		goto out_args;
+	}
 	if (asprintf(&index_path, "%s/index.sqlite", fs.opts.store) < 0)
 		goto out_args;
 	fresh = access(index_path, F_OK) != 0;
@@ -209,7 +219,13 @@ int main(int argc, char *argv[])
 		goto out_session;
 	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0)
 		goto out_signals;
-	dbox_info("mounted %s on %s", fs.opts.store, cmd.mountpoint);
+	{
+		char spec[32];
+
+		dbox_compress_format(&set.compress, spec, sizeof(spec));
+		dbox_info("mounted %s on %s (compress=%s)", fs.opts.store,
+			  cmd.mountpoint, spec);
+	}
 	/* SQLite connections must not cross fork(): fuse_daemonize() forks
 	   and the parent exits, so the connection is closed here and opened
 	   again in the child.  The store's flock() is inherited. */
@@ -247,6 +263,7 @@ out_store:
 out_args:
 	free(cmd.mountpoint);
 	free(fs.opts.store);
+	free(fs.opts.compress);
 	fuse_opt_free_args(&args);
 	return ret;
 }

@@ -302,6 +302,7 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	pthread_mutex_init(&st->lock, NULL);
 	st->rotate_size = set->rotate_size != 0 ? set->rotate_size :
 		DBOX_DEFAULT_ROTATE_SIZE;
+	st->compress = set->compress;
 	if ((ret = open_layout(st, path, set->create)) < 0)
 		goto fail;
 	/* Absolute, so the store survives a chdir (daemons chdir to /). */
@@ -500,6 +501,7 @@ int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
 		ret = -errno;
 		goto fail;
 	}
+	dbox_body_init(&save->body, &save->ap, &st->compress);
 	save_loc(save, DBOX_MSG_WRITING, 0, &loc);
 	if ((ret = dbox_index_msg_set(st->index, ino, &loc)) < 0)
 		goto fail;
@@ -513,37 +515,33 @@ fail:
 int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,
 		    uint64_t off)
 {
-	if (dbox_append_pwrite(&save->ap, buf, len, off) < 0)
-		return -errno;
+	/* Not finished from the first attempt on: a failed write may have
+	   changed the record (dbox-body.h), so the next finish rewrites it. */
 	save->finished = false;
+	if (dbox_body_pwrite(&save->body, buf, len, off) < 0)
+		return -errno;
 	return 0;
 }
 
 int dbox_save_truncate(struct dbox_save *save, uint64_t size)
 {
-	if (dbox_append_truncate(&save->ap, size) < 0)
-		return -errno;
 	save->finished = false;
+	if (dbox_body_truncate(&save->body, size) < 0)
+		return -errno;
 	return 0;
 }
 
 ssize_t dbox_save_read(struct dbox_save *save, void *buf, size_t len,
 		       uint64_t off)
 {
-	ssize_t n;
+	ssize_t n = dbox_body_pread(&save->body, buf, len, off);
 
-	if (off >= save->ap.body_size)
-		return 0;
-	if (len > save->ap.body_size - off)
-		len = save->ap.body_size - off;
-	n = pread(save->mf->fd, buf, len,
-		  save->ap.offset + DBOX_MSG_HEADER_SIZE + off);
 	return n < 0 ? -errno : n;
 }
 
 uint64_t dbox_save_size(const struct dbox_save *save)
 {
-	return save->ap.body_size;
+	return dbox_body_size(&save->body);
 }
 
 int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
@@ -558,7 +556,7 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 		memcpy(md.guid, save->guid, sizeof(save->guid));
 		md.received = received_sec;
 		md.mailbox = save->mailbox;
-		ret = dbox_append_finish(&save->ap, &md);
+		ret = dbox_body_finish(&save->body, &md);
 		md.mailbox = NULL;
 		if (ret < 0) {
 			ret = -errno;
@@ -609,6 +607,7 @@ void dbox_save_free(struct dbox_save **savep)
 		}
 		mfile_release(save->st, save->mf);
 	}
+	dbox_body_free(&save->body);
 	free(save->mailbox);
 	free(save);
 }
@@ -662,6 +661,7 @@ int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc
 	int fd, ret = 0;
 
 	dbox_file_name(name, loc->file_id);
+	/* Read-write: the record is read to find its R line. */
 	fd = openat(st->storage_fd, name, O_RDWR | O_CLOEXEC);
 	if (fd < 0 || dbox_record_set_received(fd, loc->file_id, loc->offset,
 					       received) < 0) {

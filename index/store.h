@@ -18,6 +18,7 @@
  */
 
 #include "index/index.h"
+#include "storage/dbox-body.h"
 #include "storage/dbox-file.h"
 
 #include <pthread.h>
@@ -30,6 +31,7 @@
 struct dbox_store_settings {
 	uint64_t rotate_size; /* bytes; 0 = default */
 	bool create;          /* create STORE if it does not exist */
+	struct dbox_compress_settings compress; /* new message bodies */
 };
 
 /* An m.N open for appending.  busy while a save owns its tail. */
@@ -46,6 +48,7 @@ struct dbox_store {
 	int dir_fd, storage_fd, files_fd, lock_fd;
 	struct dbox_index *index;
 	uint64_t rotate_size;
+	struct dbox_compress_settings compress;
 	pthread_mutex_t lock;
 
 	struct dbox_mfile **append; /* files that may take more messages */
@@ -99,6 +102,7 @@ struct dbox_save {
 	struct dbox_store *st;
 	struct dbox_mfile *mf;
 	struct dbox_append ap;
+	struct dbox_body body; /* plaintext view of ap's body (compression) */
 	uint64_t ino;
 	char guid[33];
 	char *mailbox;   /* B metadata, owned */
@@ -113,25 +117,28 @@ struct dbox_save {
 int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
 		    struct dbox_save **save_r);
 
-/* Write plaintext bytes [off, off+len) of the message.  No lock needed.
-   Returns 0 or a negative errno (-ENOSPC, -EFBIG, -EIO). */
+/* Write plaintext bytes [off, off+len) of the message (compressed as
+   the store's settings say; storage/dbox-body.h).  No lock needed beyond
+   one caller per save at a time.  Returns 0 or a negative errno (-ENOSPC,
+   -EFBIG, -EIO). */
 int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,
 		    uint64_t off);
 
 /* Set the message size in bytes.  No lock needed. */
 int dbox_save_truncate(struct dbox_save *save, uint64_t size);
 
-/* Read bytes [off, off+len) of the message being saved (clipped to its
-   size).  No lock needed beyond what keeps the save alive.  Returns the
-   byte count or a negative errno. */
+/* Read plaintext bytes [off, off+len) of the message being saved (clipped
+   to its size).  May turn a body being compressed plain until the finish
+   (dbox-body.h), so it needs the same exclusion as dbox_save_write.
+   Returns the byte count or a negative errno. */
 ssize_t dbox_save_read(struct dbox_save *save, void *buf, size_t len,
 		       uint64_t off);
 
-/* Current message size in bytes. */
+/* Current message (plaintext) size in bytes. */
 uint64_t dbox_save_size(const struct dbox_save *save);
 
-/* Finish the record (metadata with GUID, received = received_sec, V, B),
-   and record it COMMITTED in the index with its sizes, inside the caller's
+/* Finish the record (metadata with GUID, received = received_sec, V, B,
+   and Z for a compressed body), and record it COMMITTED in the index with its sizes, inside the caller's
    transaction.  A no-op when nothing changed since the last finish.  With
    sync, the m.N bytes are fdatasync()ed first.  Needs st->lock.  Returns 0
    or a negative errno; *loc_r gets the location. */

@@ -1,20 +1,29 @@
 /*
  * dbox-read.c: read the plaintext of one message body (see dbox-read.h).
  *
- * A plain body is read straight with pread.  A gzip body is inflated with
- * zlib; the inflate state is kept between calls, so a sequence of forward
- * reads inflates the body once.  Invariant of a gz reader with `started`
- * set: the zlib stream has consumed compressed bytes [0, in_pos) of the
- * body (part of them may still wait in zs.next_in) and produced plaintext
- * [0, out_pos).  A read behind out_pos resets the stream to the start.
- * A read that reaches the plaintext size also runs the stream to its end,
- * so the gzip trailer (CRC32, length) is checked on every full read.
+ * A plain body is read straight with pread.  A compressed body is decoded
+ * by its codec (dbox-codec.h); the decoder state is kept between calls, so
+ * a sequence of forward reads decodes the body once.  Invariant of a
+ * compressed reader with `started` set: the decoder has been given body
+ * bytes [0, in_pos) (of which in_buf[in_next, in_next + in_len) are not
+ * consumed yet) and has produced plaintext [0, out_pos), the last win_len
+ * bytes of which are in the window ring (plaintext offset p at
+ * window[p % DBOX_READ_WINDOW]).
  *
- * Corruption (bad or truncated gzip data, a body shorter than the index
- * says) is logged once per occurrence and returned as EIO.
+ * A read behind out_pos is served from the window when it can be, else
+ * the decoder starts again from the body start.  A read that reaches the
+ * plaintext size also runs the decoder to the end of the body, so the
+ * codec's own checks (gzip CRC32 and length, xz and zstd checksums, bzip2
+ * block CRCs) run on every full read and a stream longer than the index
+ * says is caught.  A body holding several streams one after another (as
+ * gzip -d accepts concatenated members) is read as their concatenation.
+ *
+ * Corruption (bad or truncated data, a body shorter or longer than the
+ * index says) is logged once per occurrence and returned as EIO.
  */
 #include "dbox-read.h"
 
+#include "dbox-codec.h"
 #include "log.h"
 
 #include <errno.h>
@@ -23,26 +32,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
 
-/* Compressed bytes read per pread, and plaintext skipped per inflate when
-   seeking forward. */
-#define IN_BUF_SIZE (32 * 1024)
-#define SKIP_BUF_SIZE (32 * 1024)
+/* Compressed bytes read per pread, and plaintext decoded at once when
+   skipping forward. */
+#define IN_BUF_SIZE (64 * 1024)
+#define SKIP_BUF_SIZE (64 * 1024)
 
 struct dbox_reader {
 	int fd;
 	bool own_fd;           /* close fd at free (dbox_reader_own_fd) */
 	uint64_t body_offset, body_size, plain_size;
 	enum dbox_compression compression;
+	const struct dbox_codec *codec; /* NULL: plain body */
 
-	/* gz only */
-	z_stream zs;
-	bool zs_init;          /* inflateInit2 done (inflateEnd needed) */
-	bool started;          /* zs is positioned as described above */
-	bool stream_end;       /* inflate returned Z_STREAM_END */
+	/* compressed bodies only */
+	void *state;           /* decoder, from the first read on */
+	bool started;          /* the invariant above holds */
+	bool stream_end;       /* the last stream ended at the body end */
 	uint64_t in_pos, out_pos;
-	uint8_t in_buf[IN_BUF_SIZE];
+	size_t in_next, in_len;
+	uint8_t *in_buf;       /* IN_BUF_SIZE */
+	uint8_t *window;       /* DBOX_READ_WINDOW */
+	size_t win_len;
+	uint8_t *skip_buf;     /* SKIP_BUF_SIZE, when first skipping */
 };
 
 /* The magics of compression_detect_handler() (reference section 7). */
@@ -52,9 +64,9 @@ static const struct {
 	size_t len;
 } magics[] = {
 	{ DBOX_COMPRESSION_GZ, "\x1f\x8b", 2 },
-	{ DBOX_COMPRESSION_UNKNOWN, "\xfd" "7zXZ\0", 6 },         /* xz */
-	{ DBOX_COMPRESSION_UNKNOWN, "\x28\xb5\x2f\xfd", 4 },      /* zstd */
-	{ DBOX_COMPRESSION_UNKNOWN, "Dovecot-LZ4\r\x2a\x9b\xc5", 15 },
+	{ DBOX_COMPRESSION_XZ, "\xfd" "7zXZ\0", 6 },
+	{ DBOX_COMPRESSION_ZSTD, "\x28\xb5\x2f\xfd", 4 },
+	{ DBOX_COMPRESSION_LZ4, "Dovecot-LZ4\r\x2a\x9b\xc5", 15 },
 };
 
 enum dbox_compression dbox_detect_compression(const void *head, size_t len)
@@ -68,8 +80,42 @@ enum dbox_compression dbox_detect_compression(const void *head, size_t len)
 	}
 	/* bzip2: "BZh" and the block size digit */
 	if (len >= 4 && memcmp(p, "BZh", 3) == 0 && p[3] >= '1' && p[3] <= '9')
-		return DBOX_COMPRESSION_UNKNOWN;
+		return DBOX_COMPRESSION_BZ2;
 	return DBOX_COMPRESSION_NONE;
+}
+
+const struct dbox_codec *dbox_codec_get(enum dbox_compression compression)
+{
+	switch (compression) {
+	case DBOX_COMPRESSION_NONE:
+		break;
+	case DBOX_COMPRESSION_GZ:
+		return &dbox_codec_gz;
+	case DBOX_COMPRESSION_BZ2:
+		return &dbox_codec_bz2;
+	case DBOX_COMPRESSION_XZ:
+		return &dbox_codec_xz;
+	case DBOX_COMPRESSION_ZSTD:
+		return &dbox_codec_zstd;
+	case DBOX_COMPRESSION_LZ4:
+		return &dbox_codec_lz4;
+	}
+	return NULL;
+}
+
+const struct dbox_codec *dbox_codec_by_name(const char *name, size_t len)
+{
+	static const struct dbox_codec *const all[] = {
+		&dbox_codec_gz, &dbox_codec_bz2, &dbox_codec_xz,
+		&dbox_codec_zstd, &dbox_codec_lz4,
+	};
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+		if (strlen(all[i]->name) == len &&
+		    memcmp(all[i]->name, name, len) == 0)
+			return all[i];
+	}
+	return NULL;
 }
 
 /* pread up to len bytes, stopping early only at EOF. */
@@ -110,16 +156,14 @@ int dbox_reader_open(int fd, uint64_t body_offset, uint64_t body_size,
 	reader->body_size = body_size;
 	reader->plain_size = plain_size;
 	reader->compression = dbox_detect_compression(head, (size_t)len);
-	if (reader->compression == DBOX_COMPRESSION_UNKNOWN) {
-		dbox_error("body at offset %llu: compressed with a codec "
-			   "dboxfs cannot read yet",
-			   (unsigned long long)body_offset);
-		free(reader);
-		errno = EIO;
-		return -1;
-	}
+	reader->codec = dbox_codec_get(reader->compression);
 	*reader_r = reader;
 	return 0;
+}
+
+enum dbox_compression dbox_reader_compression(const struct dbox_reader *reader)
+{
+	return reader->compression;
 }
 
 static ssize_t plain_pread(struct dbox_reader *reader, void *buf, size_t len,
@@ -146,151 +190,225 @@ static ssize_t plain_pread(struct dbox_reader *reader, void *buf, size_t len,
 	return ret;
 }
 
-/* Log a corrupt gzip body and fail with EIO. */
-static int gz_corrupt(struct dbox_reader *reader, const char *what)
+/* Log a corrupt body and fail with EIO; the next read restarts. */
+static int corrupt(struct dbox_reader *reader, const char *what)
 {
-	dbox_error("body at offset %llu: corrupt gzip stream at plaintext "
+	dbox_error("body at offset %llu: corrupt %s stream at plaintext "
 		   "offset %llu: %s", (unsigned long long)reader->body_offset,
+		   reader->codec->long_name,
 		   (unsigned long long)reader->out_pos, what);
-	reader->started = false; /* restart on the next read */
+	reader->started = false;
 	errno = EIO;
 	return -1;
 }
 
-/* (Re)start inflating from the first byte of the body. */
-static int gz_restart(struct dbox_reader *reader)
+/* A failure that is not the body's fault (ENOMEM, a pread error). */
+static int failed(struct dbox_reader *reader, int err)
 {
-	int ret;
+	reader->started = false;
+	errno = err;
+	return -1;
+}
 
-	if (!reader->zs_init) {
-		ret = inflateInit2(&reader->zs, 16 + MAX_WBITS);
-		if (ret == Z_OK)
-			reader->zs_init = true;
-	} else {
-		ret = inflateReset(&reader->zs);
-	}
-	if (ret != Z_OK) {
-		errno = ret == Z_MEM_ERROR ? ENOMEM : EIO;
+/* (Re)start decoding from the first byte of the body. */
+static int restart(struct dbox_reader *reader)
+{
+	const struct dbox_codec *codec = reader->codec;
+
+	if (reader->in_buf == NULL &&
+	    (reader->in_buf = malloc(IN_BUF_SIZE)) == NULL)
 		return -1;
-	}
-	reader->zs.avail_in = 0;
-	reader->in_pos = 0;
-	reader->out_pos = 0;
+	if (reader->window == NULL &&
+	    (reader->window = malloc(DBOX_READ_WINDOW)) == NULL)
+		return -1;
+	if (reader->state == NULL ? codec->decoder_new(&reader->state) < 0 :
+	    codec->decoder_reset(reader->state) < 0)
+		return -1;
+	reader->in_pos = reader->out_pos = 0;
+	reader->in_next = reader->in_len = 0;
+	reader->win_len = 0;
 	reader->stream_end = false;
 	reader->started = true;
 	return 0;
 }
 
-/* Feed input if needed and run inflate once on zs's output window.
-   Returns 0 (progress or stream end) or -1. */
-static int gz_step(struct dbox_reader *reader)
+/* Remember plaintext [out_pos, out_pos + len) = data in the window. */
+static void window_add(struct dbox_reader *reader, const uint8_t *data,
+		       size_t len)
 {
-	z_stream *zs = &reader->zs;
-	uInt avail_out = zs->avail_out;
-	int ret;
+	uint64_t pos = reader->out_pos;
+	size_t at, n;
 
-	if (zs->avail_in == 0 && reader->in_pos < reader->body_size) {
-		uint64_t left = reader->body_size - reader->in_pos;
-		size_t want = left < IN_BUF_SIZE ? (size_t)left : IN_BUF_SIZE;
-		ssize_t got = pread_full(reader->fd, reader->in_buf, want,
-					 reader->body_offset + reader->in_pos);
-		if (got < 0)
-			return -1;
-		if ((size_t)got < want)
-			return gz_corrupt(reader, "file ends inside the body");
-		zs->next_in = reader->in_buf;
-		zs->avail_in = (uInt)got;
-		reader->in_pos += (uint64_t)got;
+	if (len > DBOX_READ_WINDOW) {
+		data += len - DBOX_READ_WINDOW;
+		pos += len - DBOX_READ_WINDOW;
+		len = DBOX_READ_WINDOW;
 	}
-
-	ret = inflate(zs, Z_NO_FLUSH);
-	reader->out_pos += avail_out - zs->avail_out;
-	switch (ret) {
-	case Z_OK:
-		return 0;
-	case Z_STREAM_END:
-		reader->stream_end = true;
-		return 0;
-	case Z_BUF_ERROR:
-		/* No progress possible: the input is used up mid-stream. */
-		if (zs->avail_in == 0 && reader->in_pos >= reader->body_size)
-			return gz_corrupt(reader, "truncated stream");
-		return 0;
-	case Z_MEM_ERROR:
-		reader->started = false;
-		errno = ENOMEM;
-		return -1;
-	default: /* Z_DATA_ERROR, Z_NEED_DICT, Z_STREAM_ERROR */
-		return gz_corrupt(reader, zs->msg != NULL ? zs->msg :
-				  "inflate failed");
-	}
+	at = (size_t)(pos % DBOX_READ_WINDOW);
+	n = DBOX_READ_WINDOW - at < len ? DBOX_READ_WINDOW - at : len;
+	memcpy(reader->window + at, data, n);
+	memcpy(reader->window, data + n, len - n);
+	reader->win_len += len;
+	if (reader->win_len > DBOX_READ_WINDOW)
+		reader->win_len = DBOX_READ_WINDOW;
 }
 
-/* Inflate exactly len plaintext bytes into out.  Returns 0 or -1. */
-static int gz_inflate(struct dbox_reader *reader, void *out, size_t len)
+/* Copy plaintext [off, off + len) from the window (it must be there). */
+static void window_get(const struct dbox_reader *reader, void *buf,
+		       size_t len, uint64_t off)
 {
-	reader->zs.next_out = out;
-	reader->zs.avail_out = (uInt)len;
-	while (reader->zs.avail_out > 0) {
-		if (reader->stream_end)
-			return gz_corrupt(reader, "stream ends before the "
-					  "plaintext size from the index");
-		if (gz_step(reader) < 0)
-			return -1;
+	size_t at = (size_t)(off % DBOX_READ_WINDOW);
+	size_t n = DBOX_READ_WINDOW - at < len ? DBOX_READ_WINDOW - at : len;
+
+	memcpy(buf, reader->window + at, n);
+	memcpy((uint8_t *)buf + n, reader->window, len - n);
+}
+
+/* Read the next compressed bytes into in_buf.  Returns 0 or -1. */
+static int refill(struct dbox_reader *reader)
+{
+	uint64_t left = reader->body_size - reader->in_pos;
+	size_t want = left < IN_BUF_SIZE ? (size_t)left : IN_BUF_SIZE;
+	ssize_t got = pread_full(reader->fd, reader->in_buf, want,
+				 reader->body_offset + reader->in_pos);
+
+	if (got < 0)
+		return failed(reader, errno);
+	if ((size_t)got < want)
+		return corrupt(reader, "file ends inside the body");
+	reader->in_next = 0;
+	reader->in_len = (size_t)got;
+	reader->in_pos += (uint64_t)got;
+	return 0;
+}
+
+/* One decoder call producing into out[0..*len); *len is reduced by what
+   was produced.  Returns 0 (progress, or the stream ended) or -1. */
+static int decode_step(struct dbox_reader *reader, uint8_t *out, size_t *len)
+{
+	struct dbox_codec_io io;
+	enum dbox_codec_ret ret;
+	size_t consumed, produced;
+
+	if (reader->in_len == 0 && reader->in_pos < reader->body_size &&
+	    refill(reader) < 0)
+		return -1;
+	io = (struct dbox_codec_io){
+		.in = reader->in_buf + reader->in_next,
+		.in_len = reader->in_len,
+		.out = out,
+		.out_len = *len,
+		.in_end = reader->in_pos == reader->body_size,
+	};
+	ret = reader->codec->decode(reader->state, &io);
+	consumed = reader->in_len - io.in_len;
+	produced = *len - io.out_len;
+	reader->in_next += consumed;
+	reader->in_len -= consumed;
+	window_add(reader, out, produced);
+	reader->out_pos += produced;
+	*len -= produced;
+
+	switch (ret) {
+	case DBOX_CODEC_ERROR:
+		return corrupt(reader, io.error != NULL ? io.error :
+			       "decoder failed");
+	case DBOX_CODEC_NOMEM:
+		return failed(reader, ENOMEM);
+	case DBOX_CODEC_END:
+		if (reader->in_len == 0 && reader->in_pos == reader->body_size) {
+			reader->stream_end = true;
+			return 0;
+		}
+		/* More bytes follow the stream: the next stream. */
+		if (reader->codec->decoder_reset(reader->state) < 0)
+			return failed(reader, errno);
+		return 0;
+	case DBOX_CODEC_OK:
+		break;
+	}
+	if (consumed == 0 && produced == 0) {
+		if (reader->in_len == 0 && reader->in_pos == reader->body_size)
+			return corrupt(reader, "truncated stream");
+		if (reader->in_len > 0 && *len > 0)
+			return corrupt(reader, "decoder stalled");
 	}
 	return 0;
 }
 
-/* All plaintext was produced: run the stream to its end, so that zlib
-   checks the gzip trailer (CRC32 and length) and extra data shows up. */
-static int gz_finish(struct dbox_reader *reader)
+/* Decode exactly len plaintext bytes into out.  Returns 0 or -1. */
+static int decode(struct dbox_reader *reader, void *out, size_t len)
+{
+	uint8_t *p = out;
+
+	while (len > 0) {
+		size_t before = len;
+
+		if (reader->stream_end)
+			return corrupt(reader, "stream ends before the "
+				       "plaintext size from the index");
+		if (decode_step(reader, p, &len) < 0)
+			return -1;
+		p += before - len;
+	}
+	return 0;
+}
+
+/* All plaintext was produced: run the decoder to the end of the body, so
+   trailers and checksums are checked and extra plaintext shows up. */
+static int decode_finish(struct dbox_reader *reader)
 {
 	uint8_t byte;
+	size_t len;
 
 	while (!reader->stream_end) {
-		reader->zs.next_out = &byte;
-		reader->zs.avail_out = 1;
-		if (gz_step(reader) < 0)
+		len = 1;
+		if (decode_step(reader, &byte, &len) < 0)
 			return -1;
-		if (reader->zs.avail_out == 0)
-			return gz_corrupt(reader, "stream is longer than the "
-					  "plaintext size from the index");
+		if (len == 0)
+			return corrupt(reader, "stream is longer than the "
+				       "plaintext size from the index");
 	}
 	return 0;
 }
 
-static ssize_t gz_pread(struct dbox_reader *reader, void *buf, size_t len,
-			uint64_t off)
+static ssize_t codec_pread(struct dbox_reader *reader, void *buf, size_t len,
+			   uint64_t off)
 {
-	if ((!reader->started || off < reader->out_pos) &&
-	    gz_restart(reader) < 0)
+	size_t done = 0;
+
+	if (!reader->started && restart(reader) < 0)
 		return -1;
-
-	if (off > reader->out_pos) {
-		char *skip = malloc(SKIP_BUF_SIZE);
-
-		if (skip == NULL)
+	if (off < reader->out_pos) {
+		if (off >= reader->out_pos - reader->win_len) {
+			done = reader->out_pos - off < len ?
+				(size_t)(reader->out_pos - off) : len;
+			window_get(reader, buf, done, off);
+		} else {
+			dbox_debug("body at offset %llu: read at %llu is %llu "
+				   "bytes behind the stream; restarting it",
+				   (unsigned long long)reader->body_offset,
+				   (unsigned long long)off,
+				   (unsigned long long)(reader->out_pos - off));
+			if (restart(reader) < 0)
+				return -1;
+		}
+	}
+	if (done < len && off + done > reader->out_pos) {
+		if (reader->skip_buf == NULL &&
+		    (reader->skip_buf = malloc(SKIP_BUF_SIZE)) == NULL)
 			return -1;
-		while (off > reader->out_pos) {
-			uint64_t gap = off - reader->out_pos;
+		while (off + done > reader->out_pos) {
+			uint64_t gap = off + done - reader->out_pos;
 			size_t n = gap < SKIP_BUF_SIZE ? (size_t)gap
 						       : SKIP_BUF_SIZE;
-			if (gz_inflate(reader, skip, n) < 0) {
-				free(skip);
+			if (decode(reader, reader->skip_buf, n) < 0)
 				return -1;
-			}
 		}
-		free(skip);
 	}
-	/* avail_out is a uInt: inflate in pieces that fit. */
-	for (size_t done = 0; done < len; ) {
-		size_t n = len - done < UINT32_MAX / 2 ? len - done
-						       : UINT32_MAX / 2;
-		if (gz_inflate(reader, (char *)buf + done, n) < 0)
-			return -1;
-		done += n;
-	}
-	if (reader->out_pos == reader->plain_size && gz_finish(reader) < 0)
+	if (done < len && decode(reader, (uint8_t *)buf + done, len - done) < 0)
+		return -1;
+	if (reader->out_pos == reader->plain_size && decode_finish(reader) < 0)
 		return -1;
 	return (ssize_t)len;
 }
@@ -305,20 +423,26 @@ ssize_t dbox_reader_pread(struct dbox_reader *reader, void *buf, size_t len,
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
 
-	if (reader->compression == DBOX_COMPRESSION_GZ)
-		return gz_pread(reader, buf, len, off);
+	if (reader->codec != NULL)
+		return codec_pread(reader, buf, len, off);
 	return plain_pread(reader, buf, len, off);
 }
 
 void dbox_reader_free(struct dbox_reader **reader)
 {
+	struct dbox_reader *r;
+
 	if (reader == NULL || *reader == NULL)
 		return;
-	if ((*reader)->zs_init)
-		inflateEnd(&(*reader)->zs);
-	if ((*reader)->own_fd)
-		close((*reader)->fd);
-	free(*reader);
+	r = *reader;
+	if (r->state != NULL)
+		r->codec->decoder_free(r->state);
+	free(r->in_buf);
+	free(r->window);
+	free(r->skip_buf);
+	if (r->own_fd)
+		close(r->fd);
+	free(r);
 	*reader = NULL;
 }
 
