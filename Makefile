@@ -49,7 +49,8 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libdbox.a
 
 # Debian packages the tests drive; installed when missing (needs root).
 TEST_DEBS := fuse3 libfuse3-dev libsqlite3-dev zlib1g-dev uuid-dev pkg-config \
-             libcmocka-dev python3-pytest neomutt rsync sqlite3
+             libcmocka-dev python3-pytest neomutt rsync sqlite3 \
+             mutt isync notmuch dovecot-core procmail maildrop strace
 
 deps:
 	@tools/install-deps $(TEST_DEBS)
