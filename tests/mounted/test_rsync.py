@@ -15,6 +15,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from conftest import DBOXADM, need_corpora
 from maildir_tools import message_paths, need, run_traced, tree
 
@@ -132,3 +134,30 @@ def test_cp_a_in_and_out(mount, tmp_path):
         for d in ("cur", "new"):
             if (src / d).is_dir():
                 assert os.stat(out / d).st_mtime_ns == os.stat(src / d).st_mtime_ns
+
+
+def test_symlinks_are_refused_with_eperm(mount, tmp_path):
+    """The mount stores no symlinks: symlink() fails with EPERM (never
+    ENOSYS), and rsync -a / cp -a of a tree holding one report that entry
+    and copy everything else."""
+    need("rsync")
+    src = tmp_path / "src"
+    subprocess.run(["cp", "-a", str(need_corpora() / "notmuch-lkml"), str(src)],
+                   check=True)
+    subprocess.run(["chmod", "-R", "u+w", str(src)], check=True)
+    os.symlink("cur", src / "link-to-cur")
+    with pytest.raises(PermissionError):
+        os.symlink("cur", mount.mnt / "link")
+    assert not os.path.lexists(mount.mnt / "link")
+
+    r = subprocess.run(["rsync", "-a", f"{src}/", str(mount.mnt / "r")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 23, r.stderr  # "some files were not transferred"
+    assert "Operation not permitted" in r.stderr
+    r = subprocess.run(["cp", "-a", str(src), str(mount.mnt / "c")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Operation not permitted" in r.stderr
+    want = {k: v for k, v in tree(src).items() if k != "link-to-cur"}
+    for dest in (mount.mnt / "r", mount.mnt / "c"):
+        assert tree(dest) == want
+        assert not os.path.lexists(dest / "link-to-cur")
