@@ -137,8 +137,19 @@ SYSCALL = re.compile(r"^(?:\[pid\s+)?(\d+)\]?\s*(\w+)\((.*)\)\s+=\s+(-?\d+)(?:\s
 def run_traced(cmd, log, syscalls, **kwargs):
     """Run cmd (a list) under strace -f, tracing the named syscalls.
     Returns (CompletedProcess, [(syscall, args, result, errno name)])."""
-    r = subprocess.run(["strace", "-f", "-qq", "-s", "4096", "-o", str(log), "-e",
-                        "trace=" + ",".join(syscalls), *cmd], **kwargs)
+    r = subprocess.run(strace_prefix(log, syscalls) + list(cmd), **kwargs)
+    return r, parse_strace(log)
+
+
+def strace_prefix(log, syscalls):
+    """The strace command line that runs a command with the named syscalls
+    traced into log (follows forks, full strings)."""
+    return ["strace", "-f", "-qq", "-s", "4096", "-o", str(log), "-e",
+            "trace=" + ",".join(syscalls)]
+
+
+def parse_strace(log):
+    """[(syscall, args, result, errno name)] from an strace -f log."""
     calls, pending = [], {}
     with open(log) as fp:
         for line in fp:
@@ -155,7 +166,7 @@ def run_traced(cmd, log, syscalls, **kwargs):
             if m:
                 calls.append((m.group(2), m.group(3), int(m.group(4)),
                               m.group(5) or ""))
-    return r, calls
+    return calls
 
 
 def corpus_messages(corpus_dir, n):

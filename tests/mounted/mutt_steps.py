@@ -12,7 +12,8 @@ import re
 
 from conftest import need_corpora
 from maildir_tools import (content_view, copy_corpus, messages, names,
-                           run_in_terminal, split_name)
+                           parse_strace, run_in_terminal, split_name,
+                           strace_prefix)
 
 # Options both mutt and NeoMutt know.  header_cache is set per run.
 MUTTRC = """set mbox_type=Maildir
@@ -58,11 +59,20 @@ def write_rc(path, folder, hcache=""):
     return path
 
 
-def run(prog, rc, mailbox, keys, timeout=120):
-    """Open mailbox with prog, type keys, quit."""
+# The syscalls a maildir commit and a flag change use.
+COMMIT_CALLS = ["link", "linkat", "rename", "renameat", "renameat2",
+                "unlink", "unlinkat"]
+
+
+def run(prog, rc, mailbox, keys, timeout=120, trace=None):
+    """Open mailbox with prog, type keys, quit.  trace: a log file; the
+    commit syscalls are traced into it and returned."""
     cmd = (f"{prog} -n -F {rc} -f {mailbox} "
            f"-e 'push \"{keys}<quit>\"'")
-    return run_in_terminal(cmd, timeout=timeout)
+    if trace is not None:
+        cmd = " ".join(strace_prefix(trace, COMMIT_CALLS)) + " " + cmd
+    run_in_terminal(cmd, timeout=timeout)
+    return parse_strace(trace) if trace is not None else None
 
 
 def copy_all(prog, rc, mailbox, out):
@@ -81,10 +91,12 @@ def created_view(root):
 def run_steps(prog, rc_mount, rc_native, mount_root, native_root, folder):
     """Run STEPS on mount_root/folder and native_root/folder; after each,
     the names (flags, cur/new) and bytes of the two trees must be equal.
-    Returns the list of name lists on the mount, one per step."""
+    Returns, per step, the names on the mount and the commit syscalls
+    the step made there."""
     seen = []
     for what, keys in STEPS:
-        run(prog, rc_mount, mount_root / folder, keys)
+        calls = run(prog, rc_mount, mount_root / folder, keys,
+                    trace=mount_root.parent / "strace.log")
         run(prog, rc_native, native_root / folder, keys)
         # The folder itself keeps its names; new folders (.Saved) get
         # names with time and a random part.
@@ -93,7 +105,7 @@ def run_steps(prog, rc_mount, rc_native, mount_root, native_root, folder):
         m, n = messages(mount_root / folder), messages(native_root / folder)
         assert m == n, what
         assert created_view(mount_root) == created_view(native_root), what
-        seen.append(got)
+        seen.append((got, calls))
     return seen
 
 
@@ -133,8 +145,8 @@ def check_steps(prog, mount, tmp_path):
     rc_m = write_rc(tmp_path / "muttrc-mount", mount.mnt)
     rc_n = write_rc(tmp_path / "muttrc-native", native_root)
 
-    after = run_steps(prog, rc_m, rc_n, mount.mnt, native_root,
-                                 ".lkml")
+    steps = run_steps(prog, rc_m, rc_n, mount.mnt, native_root, ".lkml")
+    after = [names for names, _ in steps]
     base = {os.path.basename(p): split_name(os.path.basename(p))[0]
             for p in subj}
     cifs, cache = matching(subj, "cifs"), matching(subj, "cache")
@@ -168,3 +180,13 @@ def check_steps(prog, mount, tmp_path):
     saved = messages(mount.mnt / ".Saved")
     assert len(saved) == len(rfc - semi)
     assert os.listdir(mount.mnt / ".Saved" / "tmp") == []
+    # Each was committed with link() from tmp/ into cur/ or new/, then the
+    # tmp/ name unlinked; link() never failed, rename() was not needed.
+    calls = steps[4][1]
+    links = [c for c in calls if c[0] in ("link", "linkat")]
+    assert len(links) == len(saved) and all(c[2] == 0 for c in links)
+    assert all("/.Saved/tmp/" in c[1] for c in links)
+    assert not [c for c in calls if c[0].startswith("rename")]
+    # And flag changes were renames (step 1: one per cifs message).
+    renames = [c for c in steps[0][1] if c[0].startswith("rename")]
+    assert len(renames) == len(cifs) and all(c[2] == 0 for c in renames)

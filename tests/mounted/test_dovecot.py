@@ -8,7 +8,8 @@ doveadm then changes flags and keywords, COPYs (Dovecot copies with
 link()), expunges, and creates, renames and deletes folders.  After each
 step `doveadm fetch` of every message (mailbox, uid, flags, body) and the
 mailbox status on the mount equal those of the native user, and so do the
-message names and bytes on disk.
+message names and bytes on disk.  Four dovecot-lda processes delivering
+into one mailbox at once get unique UIDs on the mount as natively.
 
 Dovecot refuses to run mail processes as root: the mail user is Debian's
 `mail`, the mount uses `-o allow_other`, and everything lives in a
@@ -19,6 +20,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -87,11 +89,21 @@ class Dovecot:
 
 
 @pytest.fixture
-def dovecot(make_mount):
+def dovecot_base():
+    """A world-traversable temporary directory, removed after the mount
+    in it is gone (this fixture is torn down after make_mount)."""
+    base = Path(tempfile.mkdtemp(prefix="dboxfs-test-dovecot-"))
+    os.chmod(base, 0o755)
+    yield base
+    if not is_mounted(base / "mount"):
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def dovecot(dovecot_base, make_mount):
     need("dovecot", "doveadm", LDA)
     mail = pwd.getpwnam("mail")
-    base = Path(tempfile.mkdtemp(prefix="dboxfs-dovecot-"))
-    os.chmod(base, 0o755)
+    base = dovecot_base
     dv = Dovecot(base)
     dv.mount = None
     started = False
@@ -117,10 +129,7 @@ def dovecot(make_mount):
                 if not pidfile.exists():
                     break
                 time.sleep(0.05)
-        if dv.mount is not None:
-            dv.mount.unmount()
-        if not is_mounted(base / "mount"):
-            shutil.rmtree(base, ignore_errors=True)
+        # make_mount unmounts next, then dovecot_base removes the files.
 
 
 def fetch(dv, user):
@@ -209,6 +218,29 @@ def test_dovecot_on_the_mount(dovecot, tmp_path):
 
     step("delete folder with mail",
          ("mailbox", "delete", "-r", "Projects"))
+
+    # Parallel deliveries into one mailbox: dovecot-lda processes take the
+    # dovecot-uidlist.lock dotlock (O_EXCL create, rename over) in turn.
+    def parallel_lda(user):
+        def one(k):
+            for i, data in enumerate(msgs[k::4]):
+                dv.deliver(user, data, "Parallel")
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # One record per message, separated by form feeds; the UIDs
+        # depend on who got the lock first, so they are compared as a set.
+        out = dv.doveadm(user, "fetch", "uid text", "mailbox", "Parallel", "all")
+        records = [r.lstrip("\n") for r in out.split("\f")]
+        uids = sorted(r.split("\n", 1)[0] for r in records if r)
+        texts = sorted(r.split("\n", 1)[1] for r in records if r)
+        return uids, texts
+
+    got, want = parallel_lda("mount"), parallel_lda("native")
+    assert got == want
+    assert got[0] == sorted(f"uid: {i}" for i in range(1, len(msgs) + 1))
 
     # Dovecot's index and uidlist on the mount survive a remount.
     before = state(dv, "mount")

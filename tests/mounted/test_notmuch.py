@@ -5,7 +5,8 @@ work on a native maildir as reference.
 Steps: `notmuch new` on the notmuch test corpus, `notmuch insert` (tmp/,
 fsync, rename() into new/, then fsync of the new/ directory), tag changes
 synced to maildir flags (rename(), new/ -> cur/), a folder renamed away and
-back (notmuch detects file renames and keeps the tags), files removed.
+back (notmuch detects file renames and keeps the tags), files removed,
+`notmuch compact` (a new database, swapped in by directory renames).
 After each step the reports of notmuch, its tags (`notmuch dump`), its
 file list and the names on disk equal the native run's.
 """
@@ -117,6 +118,12 @@ def test_notmuch_database_inside_mount(mount, tmp_path):
         # A folder removed: its messages leave the database.
         subprocess.run(["rm", "-r", str(root / "foo" / "baz")], check=True)
         steps.append(("removed", nm.new(), nm.state(), nm.disk()))
+
+        # notmuch compact writes a new database beside the old one and
+        # swaps the directories with rename().
+        nm.run("compact")
+        steps.append(("compact", nm.new(), nm.state(), nm.disk()))
+        assert sorted(os.listdir(root / ".notmuch")) == ["xapian"]
         runs[where] = steps
 
     for got, want in zip(runs["mount"], runs["native"]):
