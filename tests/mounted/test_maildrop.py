@@ -37,7 +37,7 @@ def unique(base):
 def test_maildrop_delivers_with_link(make_mount, tmp_path):
     need("maildrop", "maildirmake", "strace")
     mount = make_mount(options=["-o", "allow_other"])
-    msgs = corpus_messages(need_corpora() / "notmuch-lkml", 80)
+    msgs = corpus_messages(need_corpora() / "notmuch-lkml", 50)
     native = tmp_path / "native"
     native.mkdir()
     names = {}

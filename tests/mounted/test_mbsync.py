@@ -31,11 +31,11 @@ FOLDERS = ["", ".Sent", ".Lists.debian"]  # INBOX is the store's root
 CONFIG = """MaildirStore {name}-far
 Inbox {far}
 SubFolders Maildir++
-
+{extra}
 MaildirStore {name}-near
 Inbox {near}
 SubFolders Maildir++
-
+{extra}
 Channel {name}
 Far :{name}-far:
 Near :{name}-near:
@@ -50,10 +50,11 @@ Sync All
 class Pair:
     """One channel: a far and a near Maildir++ store and its config."""
 
-    def __init__(self, name, far, near, cfgdir):
+    def __init__(self, name, far, near, cfgdir, extra=""):
         self.name, self.far, self.near = name, Path(far), Path(near)
         self.config = Path(cfgdir) / f"mbsyncrc-{name}"
-        self.config.write_text(CONFIG.format(name=name, far=far, near=near))
+        self.config.write_text(CONFIG.format(name=name, far=far, near=near,
+                                             extra=extra))
         self.sleeps = []
 
     def sync(self):
@@ -140,7 +141,7 @@ def state_files(root):
 def test_mbsync_both_directions(mount, tmp_path):
     need("mbsync")
     src = tmp_path / "corpus"
-    subprocess.run([str(GEN_CORPUS), str(src), "--messages", "240", "--seed",
+    subprocess.run([str(GEN_CORPUS), str(src), "--messages", "150", "--seed",
                     "7", "--folders", "INBOX,Sent,Lists.debian"], check=True)
     n_msgs = len(messages(src))
     pairs = []
@@ -264,3 +265,37 @@ def test_mbsync_both_directions(mount, tmp_path):
     state = {f: read_bytes(f) for f in pairs[0].near.rglob(".mbsyncstate")}
     mount.remount()
     assert {f: read_bytes(f) for f in pairs[0].near.rglob(".mbsyncstate")} == state
+
+
+def test_mbsync_altmap_uid_database_inside_mount(mount, tmp_path):
+    """`AltMap yes`: UIDs kept in a Berkeley DB file (.isyncuidmap.db: mmap,
+    fcntl locks, random writes) in each folder instead of in the names."""
+    need("mbsync")
+    src = tmp_path / "corpus"
+    subprocess.run([str(GEN_CORPUS), str(src), "--messages", "60", "--seed",
+                    "8", "--folders", "INBOX,Sent"], check=True)
+    pairs = []
+    for name, near in (("alt", mount.mnt / "near"), ("altref", tmp_path / "r-near")):
+        far = tmp_path / f"{name}-far"
+        subprocess.run(["cp", "-a", str(src), str(far)], check=True)
+        pairs.append(Pair(name, far, near, tmp_path, extra="AltMap yes\n"))
+    for p in pairs:
+        p.sync()
+        for folder in ("", ".Sent"):
+            for uid, path in sorted(by_uid(p.near, folder).items()):
+                assert uid is None  # UIDs are not in the names
+            names = sorted(os.listdir(p.near / folder / "cur"))
+            for n in names[::4]:
+                set_flags(p.near / folder / "cur" / n, add="F")
+        settle()
+        p.sync()
+    for which in ("far", "near"):
+        assert view(pairs[0].side(which)) == view(pairs[1].side(which))
+    flagged = [k for k in view(pairs[0].far) if "F" in k[3]]
+    assert len(flagged) >= 15
+    for folder in ("", ".Sent"):
+        assert (mount.mnt / "near" / folder / ".isyncuidmap.db").stat().st_size > 0
+    before = tree(pairs[0].near)
+    settle()
+    pairs[0].sync()
+    assert tree(pairs[0].near) == before
