@@ -109,7 +109,6 @@ def run_steps(prog, rc_mount, rc_native, mount_root, native_root, folder):
     return seen
 
 
-
 def message_ids(maildir):
     ids = []
     for sub in ("cur", "new"):
@@ -146,7 +145,7 @@ def check_steps(prog, mount, tmp_path):
     rc_n = write_rc(tmp_path / "muttrc-native", native_root)
 
     steps = run_steps(prog, rc_m, rc_n, mount.mnt, native_root, ".lkml")
-    after = [names for names, _ in steps]
+    after = [paths for paths, _ in steps]
     base = {os.path.basename(p): split_name(os.path.basename(p))[0]
             for p in subj}
     cifs, cache = matching(subj, "cifs"), matching(subj, "cache")
@@ -154,8 +153,8 @@ def check_steps(prog, mount, tmp_path):
     rfc = matching(subj, "rfc")
     assert cifs and cache & cifs and fscache and semi and rfc
 
-    def flagged(names, flag):
-        return {base_of(p) for p in names
+    def flagged(paths, flag):
+        return {base_of(p) for p in paths
                 if flag in split_name(os.path.basename(p))[1]}
 
     def base_of(p):
@@ -187,6 +186,9 @@ def check_steps(prog, mount, tmp_path):
     assert len(links) == len(saved) and all(c[2] == 0 for c in links)
     assert all("/.Saved/tmp/" in c[1] for c in links)
     assert not [c for c in calls if c[0].startswith("rename")]
+    unlinks = [c for c in calls if c[0].startswith("unlink") and
+               "/.Saved/tmp/" in c[1]]
+    assert len(unlinks) == len(saved) and all(c[2] == 0 for c in unlinks)
     # And flag changes were renames (step 1: one per cifs message).
     renames = [c for c in steps[0][1] if c[0].startswith("rename")]
     assert len(renames) == len(cifs) and all(c[2] == 0 for c in renames)

@@ -7,7 +7,6 @@ stores one copy and hard-links it into the others.  The syscalls are traced
 to show link() is what ran (and succeeded) on the mount.
 """
 import os
-import subprocess
 
 from conftest import need_corpora
 from maildir_tools import (content_view, corpus_messages, need, run_traced,

@@ -6,7 +6,8 @@ directory and rename()s it to its name: in cur/ and new/ the temporary is a
 plain dot-file and becomes a message at the rename (dboxadm stats counts
 them as messages, not plain files).  Trees must be equal: names, bytes,
 mtimes (nanoseconds) and permission bits; a second rsync transfers
-nothing; a flag rename in the source plus `rsync -a --delete` follows it.
+nothing; a flag rename in the source plus `rsync -a --delete` follows it,
+an edited message is replaced, hard links survive `rsync -aH` and `cp -a`.
 """
 import json
 import os
@@ -107,17 +108,39 @@ def test_rsync_in_and_out(mount, tmp_path):
     assert sum(l.startswith("*deleting") for l in items) == len(renamed)
     assert tree(mount.mnt / "r0") == tree(gen)
 
+    # A message whose bytes changed under the same name: rsync's delta
+    # transfer reads the old message and renames a new temporary over it.
+    edited = cur / sorted(os.listdir(cur))[0]
+    edited.write_bytes(edited.read_bytes() + b"\nedited\n")
+    items, _ = rsync(gen, mount.mnt / "r0")
+    assert len([l for l in items if l.startswith(">f")]) == 1
+    assert tree(mount.mnt / "r0") == tree(gen)
+
+    # Hard links (a Dovecot COPY, a procmail multi-folder delivery) stay
+    # hard links with rsync -aH, in and out.
+    os.link(edited, gen / ".Archive" / "cur" / edited.name)
+    rsync(gen, mount.mnt / "r0", "-H")
+    a = os.stat(mount.mnt / "r0" / "cur" / edited.name)
+    b = os.stat(mount.mnt / "r0" / ".Archive" / "cur" / edited.name)
+    assert a.st_ino == b.st_ino and a.st_nlink == 2
+
     # Back out of the mount, after a remount.
     mount.remount()
     for i, src in enumerate(srcs):
         out = tmp_path / f"out-r{i}"
-        rsync(mount.mnt / f"r{i}", out)
+        rsync(mount.mnt / f"r{i}", out, "-H")
         assert tree(out) == tree(src)
         assert modes(out) == modes(src)
+    out = tmp_path / "out-r0"
+    assert os.stat(out / "cur" / edited.name).st_ino == \
+        os.stat(out / ".Archive" / "cur" / edited.name).st_ino
 
 
 def test_cp_a_in_and_out(mount, tmp_path):
     srcs = sources(tmp_path)
+    # A hard link between folders: cp -a keeps it (link() on the mount).
+    first = sorted(os.listdir(srcs[0] / "cur"))[0]
+    os.link(srcs[0] / "cur" / first, srcs[0] / ".Sent" / "cur" / first)
     for i, src in enumerate(srcs):
         dest, ref = mount.mnt / f"c{i}", tmp_path / f"native-c{i}"
         subprocess.run(["cp", "-a", str(src), str(dest)], check=True)
@@ -130,6 +153,11 @@ def test_cp_a_in_and_out(mount, tmp_path):
         subprocess.run(["cp", "-a", str(mount.mnt / f"c{i}"), str(out)], check=True)
         assert tree(out) == tree(src)
         assert modes(out) == modes(src)
+        if i == 0:
+            for root in (mount.mnt / "c0", out):
+                a = os.stat(root / "cur" / first)
+                b = os.stat(root / ".Sent" / "cur" / first)
+                assert a.st_ino == b.st_ino and a.st_nlink == 2
         # Directory mtimes are kept too (cp -a sets them last).
         for d in ("cur", "new"):
             if (src / d).is_dir():
