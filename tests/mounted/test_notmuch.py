@@ -114,6 +114,11 @@ def test_notmuch_database_inside_mount(mount, tmp_path):
         steps.append(("away", nm.new(), nm.state(), nm.disk()))
         os.rename(root / "bar-away", root / "bar")
         steps.append(("back", nm.new(), nm.state(), nm.disk()))
+        # Out of the mail root and back before notmuch looks: the
+        # directory mtimes changed, the rescan finds the same files.
+        os.rename(root / "foo", root.parent / "foo-outside")
+        os.rename(root.parent / "foo-outside", root / "foo")
+        steps.append(("out and back", nm.new(), nm.state(), nm.disk()))
 
         # A folder removed: its messages leave the database.
         subprocess.run(["rm", "-r", str(root / "foo" / "baz")], check=True)
@@ -141,6 +146,8 @@ def test_notmuch_database_inside_mount(mount, tmp_path):
     assert renamed > 0 and steps["back"][0]["renamed"] == renamed
     assert steps["away"][0]["removed"] == steps["away"][0]["added"] == 0
     assert steps["back"][1][0] == dump  # tags kept across the renames
+    assert steps["out and back"][0] == {"added": 0, "removed": 0, "renamed": 0}
+    assert steps["out and back"][1] == steps["back"][1]
     assert steps["removed"][0]["removed"] > 0
 
     # The database on the mount survives a remount.
