@@ -225,6 +225,17 @@ static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	reply_entry_or_err(req, ret, &e);
 }
 
+/* Symbolic links are not stored: no maildir client makes one
+   (reference/maildir-clients.md).  EPERM is what symlink(2) returns on a
+   filesystem that does not support them, and what rsync and cp report and
+   go on after; without this handler libfuse answers ENOSYS, which programs
+   take for a missing system call. */
+static void fs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+		       const char *name)
+{
+	fuse_reply_err(req, EPERM);
+}
+
 static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = req_fs(req);
@@ -419,6 +430,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.rmdir = fs_rmdir,
 	.rename = fs_rename,
 	.link = fs_link,
+	.symlink = fs_symlink,
 	.open = fs_open,
 	.read = fs_read,
 	.write = fs_write,
