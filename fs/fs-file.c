@@ -62,7 +62,10 @@ static int open_backing(struct fs *fs, uint64_t ino, int flags)
 	int fd;
 
 	fs_file_name(name, ino);
-	fd = openat(fs->st->files_fd, name, flags | O_RDWR | O_CLOEXEC, 0600);
+	/* O_NOFOLLOW: files/ holds files by inode number, never a symlink
+	   out of the store (ELOOP -> EIO). */
+	fd = openat(fs->st->files_fd, name, flags | O_RDWR | O_NOFOLLOW |
+		    O_CLOEXEC, 0600);
 	if (fd < 0) {
 		int err = errno;
 
@@ -646,7 +649,8 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 		if (to_set & FUSE_SET_ATTR_MTIME)
 			times[1] = to_set & FUSE_SET_ATTR_MTIME_NOW ?
 				(struct timespec){ .tv_nsec = UTIME_NOW } : in->st_mtim;
-		if (utimensat(fs->st->files_fd, name, times, 0) < 0) {
+		if (utimensat(fs->st->files_fd, name, times,
+			      AT_SYMLINK_NOFOLLOW) < 0) {
 			ret = -errno;
 			goto out;
 		}

@@ -146,8 +146,8 @@ int dbox_save_reopen(struct dbox_save *save);
 void dbox_save_free(struct dbox_save **save);
 
 /* Read plaintext of a committed message: a thin wrapper that opens a
-   reader (storage/dbox-read.h) on the right m.N after checking the record
-   header against the index.  Needs st->lock (released by the caller before
+   reader (storage/dbox-read.h) on the right m.N after checking the whole
+   record (header, body size, metadata block, GUID) against the index.  Needs st->lock (released by the caller before
    reading).  Returns 0 and *reader_r, or -EIO (logged). */
 struct dbox_reader;
 int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,

@@ -36,7 +36,8 @@ struct adm_verb {
 };
 
 extern const struct adm_verb adm_verb_import, adm_verb_export,
-	adm_verb_stats, adm_verb_dump, adm_verb_check;
+	adm_verb_stats, adm_verb_dump, adm_verb_check,
+	adm_verb_rebuild;
 
 /* Print "dboxadm: <message>\n" on stderr (after erasing a progress line).
    adm_warning prefixes "warning: ". */
