@@ -7,7 +7,8 @@
  * is finished - metadata written, index row COMMITTED - at flush (close)
  * and fsync; a write after that reopens it.  A write to a committed
  * message starts a new save with a copy of its bytes (copy-on-write): the
- * old record becomes garbage for purge.
+ * index keeps the old record until the copy is finished, and the old
+ * record becomes garbage for purge then.
  *
  * Plain files are pread/pwrite on STORE/files/<ino>.
  */
@@ -106,6 +107,14 @@ static int message_begin_write(struct fs *fs, struct fs_inode *inode,
 				   mailbox != NULL ? mailbox : "INBOX",
 				   &inode->save)) < 0)
 		goto out;
+	/* Until the copy is finished, the index keeps the old record: a
+	   crash in between leaves the message as it was (recovery cuts the
+	   unfinished copy), instead of dropping it with all its names. */
+	if (loc.state == DBOX_MSG_COMMITTED &&
+	    (ret = dbox_index_msg_set(st->index, inode->ino, &loc)) < 0) {
+		dbox_save_free(&inode->save);
+		goto out;
+	}
 	while (off < copy_bytes) {
 		size_t want = copy_bytes - off < sizeof(buf) ?
 			copy_bytes - off : sizeof(buf);

@@ -208,10 +208,12 @@ static void recover_unknown_mfiles(struct dbox_store *st)
 	closedir(dir);
 }
 
-/* Recovery of files/: a backing file that belongs to no plain file was
-   created by a transaction that never committed (the create of a plain
-   file cut by a crash: always empty, as the client only writes after the
-   create returned; or an import batch).  SQLite hands its number out
+/* Recovery of files/: a backing file of an inode that is no plain file
+   any more was turned into a message (its unlink cut by the crash) and
+   goes.  One that belongs to no inode was created by a transaction that
+   never committed (the create of a plain file cut by a crash: always
+   empty, as the client only writes after the create returned; or an
+   import batch).  SQLite hands its number out
    again, and the next create of a plain file would find the name taken.
    An empty one is removed; one with bytes is kept for 'dboxadm check' and
    'rebuild' (lost+found/), and its number is never handed out. */
@@ -237,8 +239,19 @@ static int recover_files(struct dbox_store *st)
 		    fstatat(st->files_fd, d->d_name, &stbuf, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		ret = dbox_index_getattr(st->index, ino, &attr);
-		if (ret == 0 || ret != -ENOENT)
+		if (ret == 0 && attr.kind != DBOX_KIND_FILE) {
+			/* A plain file renamed to a message name became a
+			   message (its bytes are in an m.N now); the crash
+			   came before its backing file was removed. */
+			dbox_info("%s/files/%s: left over from a plain file "
+				  "turned into a message; removed", st->path,
+				  d->d_name);
+			unlinkat(st->files_fd, d->d_name, 0);
+		}
+		if (ret != -ENOENT) {
+			ret = ret == 0 ? 0 : ret;
 			continue;
+		}
 		ret = 0;
 		if (S_ISREG(stbuf.st_mode) && stbuf.st_size == 0) {
 			dbox_info("%s/files/%s: empty and of no plain file (a "

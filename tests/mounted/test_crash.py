@@ -355,3 +355,48 @@ def test_crash_cycles(tmp_path):
         m.kill() if m.proc is not None else m.unmount()
         print(f"crash harness: {passed} of {CYCLES} kill cycles passed, "
               f"{len(ledger.done)} deliveries checked, seed {SEED}")
+
+
+def test_crash_while_rewriting_a_message(tmp_path):
+    """A client rewriting a delivered message (open O_RDWR or O_TRUNC and
+    write: a new copy, DESIGN.md section 4) when the daemon dies: the
+    message is still there after recovery, whole - the old bytes, as the
+    rewrite never reached a close or fsync - under all its names."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    old = content("old.rewrite")
+    try:
+        md = m.mount().maildir()
+        other = m.maildir(".Other")
+        for name in ("a:2,S", "b:2,S", "c:2,S"):
+            (md / "tmp" / name).write_bytes(old + name.encode())
+            os.rename(md / "tmp" / name, md / "cur" / name)
+        os.link(md / "cur" / "a:2,S", other / "cur" / "a:2,S")
+        ino = os.stat(md / "cur" / "a:2,S").st_ino
+        fds = [os.open(md / "cur" / "a:2,S", os.O_RDWR),
+               os.open(md / "cur" / "b:2,S", os.O_WRONLY | os.O_TRUNC),
+               os.open(md / "cur" / "c:2,S", os.O_WRONLY | os.O_APPEND)]
+        os.pwrite(fds[0], b"NEW", 100)
+        os.write(fds[1], b"new content")
+        os.write(fds[2], b"appended")
+        m.kill()  # while all three are open for writing
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        m.mount()
+        for name in ("a:2,S", "b:2,S", "c:2,S"):
+            assert (md / "cur" / name).read_bytes() == old + name.encode(), name
+        assert (other / "cur" / "a:2,S").read_bytes() == old + b"a:2,S"
+        st = os.stat(md / "cur" / "a:2,S")
+        assert (st.st_ino, st.st_nlink) == (ino, 2)
+        # And rewriting works again, through to the next mount.
+        with open(md / "cur" / "b:2,S", "wb") as f:
+            f.write(b"rewritten\n")
+        m.unmount()
+        rc, out = dboxadm_check(m.store)
+        assert rc == 0, out
+        m.mount()
+        assert (md / "cur" / "b:2,S").read_bytes() == b"rewritten\n"
+    finally:
+        m.kill() if m.proc is not None else m.unmount()

@@ -441,6 +441,22 @@ static void test_recover_stray_backing_files(void **state)
 					   0, dbox_now_ns(), &next), 0);
 	assert_true(next.ino > attr.ino);
 	assert_int_equal(dbox_index_commit(st->index, false), 0);
+
+	/* The backing file of a plain file turned into a message (renamed
+	   to a message name), whose removal the crash cut: it goes. */
+	assert_int_equal(dbox_index_begin(st->index), 0);
+	assert_int_equal(dbox_index_create(st->index, DBOX_ROOT_INO, "msg", 3,
+					   DBOX_KIND_MESSAGE, S_IFREG | 0600, 0,
+					   0, dbox_now_ns(), &next), 0);
+	assert_int_equal(dbox_index_commit(st->index, false), 0);
+	snprintf(name, sizeof(name), "%llu", (unsigned long long)next.ino);
+	fd = openat(st->files_fd, name, O_CREAT | O_EXCL | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "converted", 9), 9);
+	close(fd);
+	dbox_store_close(&st);
+	assert_int_equal(dbox_store_open(f->path, &set, &st), 0);
+	assert_int_equal(faccessat(st->files_fd, name, F_OK, 0), -1);
 	dbox_store_close(&st);
 }
 

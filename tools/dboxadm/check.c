@@ -655,6 +655,7 @@ static void check_files_dir(struct check *c)
 	rewinddir(d);
 	while ((de = readdir(d)) != NULL) {
 		unsigned long long ino;
+		struct dbox_attr attr;
 		struct stat sb;
 		char *end;
 
@@ -667,7 +668,11 @@ static void check_files_dir(struct check *c)
 			continue;
 		if (!c->offline)
 			continue; /* may be a plain file being created */
-		if (fstatat(c->files_fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+		if (*end == '\0' && dbox_index_getattr(c->index, ino, &attr) == 0)
+			note(c, "files/%s belongs to inode %s, which is no plain "
+			     "file (a plain file turned into a message; the next "
+			     "mount removes it)", de->d_name, de->d_name);
+		else if (fstatat(c->files_fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
 		    S_ISREG(sb.st_mode) && sb.st_size == 0 && *end == '\0')
 			note(c, "files/%s is empty and belongs to no plain file "
 			     "(a create cut by a crash; the next mount removes "
