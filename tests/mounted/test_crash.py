@@ -17,6 +17,10 @@ checks the promise DESIGN.md section 6 makes:
   - `dboxadm check` finds the store clean, and a cycle of unmount and
     mount leaves nothing for recovery to do.
 
+A rewriter saves messages of one folder again with the same bytes (a
+copy-on-write of the whole message, or a piece in place), so a kill
+during a rewrite must leave each such message whole too.
+
 Actors log what they do to files outside the mount, and fsync each line
 before their next step: "A" (about to do the final step) before a rename
 or link, "D" (done) once it returned 0.  The log is therefore never behind
@@ -42,7 +46,11 @@ from conftest import DBOXADM, Mount
 
 CYCLES = int(os.environ.get("DBOXFS_CRASH_CYCLES", "30"))
 SEED = int(os.environ.get("DBOXFS_CRASH_SEED", str(random.randrange(1 << 30))))
-FOLDERS = ("", ".Lists")  # INBOX and one Maildir++ folder
+# INBOX and two Maildir++ folders; the messages in .Drafts are rewritten
+# (and so not read while that happens: a reader may see a rewrite half
+# done, as on any filesystem).
+FOLDERS = ("", ".Lists", ".Drafts")
+READ_FOLDERS = ("", ".Lists")
 DELIVERERS = 4
 # The errors a syscall on the mount gets once the daemon is dead (the
 # kernel aborts the connection) or the mount was detached.
@@ -171,7 +179,7 @@ def actor_read(ctx):
     rng = random.Random(ctx["seed"])
     mnt, log = Path(ctx["mnt"]), ctx["out"]
     while True:
-        folder = mnt / rng.choice(FOLDERS)
+        folder = mnt / rng.choice(READ_FOLDERS)
         sub = rng.choice(("new", "cur"))
         names = os.listdir(folder / sub)
         for n in rng.sample(names, min(10, len(names))):
@@ -189,11 +197,51 @@ def actor_read(ctx):
                           f"st_size {size}, want {len(want)}, equal={data == want}")
 
 
-# The actors of one cycle: (name, function, how many).
+def actor_rewrite(ctx):
+    """A mail editor saving messages in .Drafts again with the same bytes:
+    open O_TRUNC and write it all (a new copy of the message), or open
+    O_RDWR and overwrite a piece in place.  Whatever the kill interrupts,
+    the bytes stay those of content()."""
+    rng = random.Random(ctx["seed"])
+    folder = Path(ctx["mnt"]) / ".Drafts"
+    while True:
+        names = [f"{sub}/{n}" for sub in ("new", "cur") for n in os.listdir(folder / sub)]
+        if not names:
+            time.sleep(0.01)
+            continue
+        name = rng.choice(names)
+        data = content(name.split("/")[1].split(":")[0])
+        try:
+            if rng.random() < 0.5:
+                fd = os.open(folder / name, os.O_WRONLY | os.O_TRUNC)
+                try:
+                    write_all(fd, data, rng)
+                    if rng.random() < 0.3:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+            else:
+                fd = os.open(folder / name, os.O_RDWR)
+                try:
+                    off = rng.randrange(len(data))
+                    os.pwrite(fd, data[off:off + 4096], off)
+                finally:
+                    os.close(fd)
+        except FileNotFoundError:
+            if not os.path.isdir(folder / "cur"):
+                raise  # the mount is gone
+            # renamed by the flag actor meanwhile
+
+
+# The actors of one cycle: (name, function, how many).  A purge actor
+# (`dboxadm purge STORE` in a loop, issue #4) is one more line here once
+# purge exists:
+#     ("purge", actor_purge, 1),
 ACTORS = (
     ("deliver", actor_deliver, DELIVERERS),
     ("flags", actor_flags, 1),
     ("read", actor_read, 1),
+    ("rewrite", actor_rewrite, 1),
 )
 
 

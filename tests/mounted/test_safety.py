@@ -701,3 +701,36 @@ def test_check_while_delivering(mount):
     for out in runs:
         assert out["mounted"] is True and out["problems"] == [], out
     assert runs[-1]["messages"] > runs[0]["messages"] or count[0] > 0
+
+
+# --- the commands ---------------------------------------------------------------------
+
+def test_check_and_rebuild_command_line(mount, tmp_path):
+    r = adm("--help")
+    assert b"check" in r.stdout and b"rebuild" in r.stdout
+    for verb in ("check", "rebuild"):
+        r = adm(verb, "--help")
+        assert r.returncode == 0 and r.stdout.startswith(b"usage: dboxadm " + verb.encode())
+        assert adm(verb).returncode == 2
+        assert adm(verb, mount.store, "--bogus").returncode == 2
+        assert adm(verb, tmp_path / "nonexistent").returncode == 2
+    deliver(mount.maildir(), "a.host", b"a\n")
+    r = adm("check", mount.store)
+    assert r.returncode == 0 and r.stderr == b"", r  # no progress when piped
+    assert b"0 problems" in r.stdout and b"mounted" in r.stdout
+
+
+def test_progress_on_a_terminal(mount):
+    """check and rebuild draw a progress line when stderr is a terminal
+    (run under script(1), which gives them one)."""
+    md = mount.maildir()
+    for i in range(50):
+        deliver(md, f"{i}.host", message(i, 2000))
+    mount.unmount()
+    for verb, word in (("check", b"checked"), ("rebuild", b"scanned")):
+        r = subprocess.run(["script", "-qec", f"{DBOXADM} {verb} {mount.store}",
+                            "/dev/null"], capture_output=True, timeout=120)
+        assert r.returncode == 0, r.stdout
+        assert word + b" 50 messages" in r.stdout, r.stdout
+    r = adm("check", mount.store)
+    assert b"checked" not in r.stderr
