@@ -333,12 +333,10 @@ static int guid_cmp(const char *a, const char *b)
 	return strncmp(a, b, sizeof(((struct dbox_msgloc *)0)->guid) - 1);
 }
 
-static struct rrec *sort_recs;
-
-static int by_guid_cmp(const void *a, const void *b)
+static int by_guid_cmp(const void *a, const void *b, void *recs)
 {
-	const struct rrec *x = &sort_recs[*(const size_t *)a],
-			  *y = &sort_recs[*(const size_t *)b];
+	const struct rrec *x = (const struct rrec *)recs + *(const size_t *)a,
+			  *y = (const struct rrec *)recs + *(const size_t *)b;
 	int c = guid_cmp(x->guid, y->guid);
 
 	if (c != 0)
@@ -395,9 +393,9 @@ static int match_old(struct rebuild *rb)
 		return -ENOMEM;
 	for (size_t i = 0; i < rb->nrecs; i++)
 		rb->by_guid[i] = i;
-	sort_recs = rb->recs;
 	if (rb->nrecs > 1)
-		qsort(rb->by_guid, rb->nrecs, sizeof(*rb->by_guid), by_guid_cmp);
+		qsort_r(rb->by_guid, rb->nrecs, sizeof(*rb->by_guid), by_guid_cmp,
+			rb->recs);
 	/* Exact locations first, so a GUID-only match cannot take a
 	   record another message sits on. */
 	for (size_t i = 0; i < old->nmsgs; i++) {
