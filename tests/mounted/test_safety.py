@@ -734,3 +734,40 @@ def test_progress_on_a_terminal(mount):
         assert word + b" 50 messages" in r.stdout, r.stdout
     r = adm("check", mount.store)
     assert b"checked" not in r.stderr
+
+
+def test_rebuild_cut_short_is_run_again(make_mount):
+    """A rebuild that died before its new index was in place leaves no
+    index.sqlite (the mount refuses) and maybe a partial
+    index.sqlite.rebuilding; running rebuild again reads the kept old
+    index and keeps every name."""
+    m = make_mount()
+    msgs, plain = rich_store(m)
+    before = tree(m.mnt)
+    m.unmount()
+    assert adm("rebuild", m.store).returncode == 0
+    # As if that rebuild had died just before its rename:
+    (m.store / "index.sqlite").unlink()
+    (m.store / "index.sqlite.rebuilding").write_bytes(b"half a database")
+    r = adm("rebuild", m.store)
+    assert r.returncode == 0, r.stderr
+    assert not (m.store / "index.sqlite.rebuilding").exists()
+    assert b"0 restored with new names" in r.stdout, r.stdout
+    assert_clean(m.store)
+    m.mount()
+    assert tree(m.mnt) == before
+
+
+def test_check_notes_an_empty_unknown_mfile(make_mount):
+    """A crash right after a new m.N was created (before its header was
+    written and its creation committed) leaves an empty file: a note, not
+    a problem; the store mounts and takes mail."""
+    m = make_mount()
+    deliver(m.maildir(), "a.host", b"a\n")
+    m.unmount()
+    (m.store / "storage" / "m.9").write_bytes(b"")
+    out = check_json(m.store)
+    assert out["problems"] == [] and any("m.9" in n for n in out["notes"]), out
+    m.mount()
+    assert (m.mnt / "cur" / "a.host").read_bytes() == b"a\n"
+    deliver(m.maildir(), "b.host", b"b\n")

@@ -404,6 +404,11 @@ static int scan_one(struct check *c)
 			     "(being created by the mount?); not checked", name);
 			return 0;
 		}
+		if (f->size == 0) {
+			note(c, "storage/%s is empty and not in the index (a new "
+			     "file whose creation a crash cut)", name);
+			return 0;
+		}
 		end = f->size;
 	} else if (f->size < f->committed) {
 		problem(c, "storage/%s is %llu bytes, shorter than its committed "
