@@ -3,6 +3,8 @@
 #   make            build dboxfs and dboxadm into build/
 #   make check      install test dependencies (Debian, as root), build, run all tests
 #   make check-asan the same tests against an ASan+UBSan build (build-asan/)
+#   make check-tsan the concurrency tests against a ThreadSanitizer build
+#   make fuzz       fuzz the dbox parser for FUZZ_TIME seconds (libFuzzer)
 #   make demo       a sample store mounted on demo/mnt
 #   make bench      benchmarks against native maildir (tools/bench/)
 #   make install    dboxfs, dboxadm and their man pages under PREFIX (/usr/local);
@@ -11,7 +13,9 @@
 
 CC      ?= cc
 BUILD   ?= build
-PKGS    := fuse3 sqlite3 zlib uuid liblzma libzstd liblz4
+# storage/ needs the codecs and libuuid; index/ SQLite; fs/ libfuse3.
+STORAGE_PKGS := zlib uuid liblzma libzstd liblz4
+PKGS    := fuse3 sqlite3 $(STORAGE_PKGS)
 CFLAGS  ?= -O2 -g
 override CFLAGS += -std=gnu11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
            $(shell pkg-config --cflags $(PKGS)) -I. -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64
@@ -55,7 +59,8 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libdbox.a
 TEST_DEBS := fuse3 libfuse3-dev libsqlite3-dev zlib1g-dev uuid-dev pkg-config \
              libcmocka-dev python3-pytest neomutt rsync sqlite3 \
              libbz2-dev liblzma-dev libzstd-dev liblz4-dev dovecot-core \
-             mutt isync notmuch procmail maildrop strace
+             mutt isync notmuch procmail maildrop strace \
+             clang libclang-rt-14-dev
 
 deps:
 	@tools/install-deps $(TEST_DEBS)
@@ -71,9 +76,54 @@ mounted: all
 check: deps
 	$(MAKE) unit
 	$(MAKE) mounted
+	$(MAKE) fuzz FUZZ_TIME=20
 
+# The whole suite against ASan+UBSan; the mounted tests read the daemon's
+# stderr and fail on any sanitizer report (LeakSanitizer at unmount too).
 check-asan: deps
 	$(MAKE) BUILD=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" unit mounted
+
+# The tests that run threads and processes against one daemon, against a
+# ThreadSanitizer build (the daemon's loop is multithreaded).
+TSAN_TESTS := tests/mounted/test_semantics.py::test_concurrent_writers \
+              tests/mounted/test_semantics.py::test_racing_flag_renames \
+              tests/mounted/test_semantics.py::test_big_directory_listing_during_renames \
+              tests/mounted/test_semantics.py::test_open_readers_see_writes_to_message \
+              tests/mounted/test_safety.py::test_check_while_delivering \
+              tests/mounted/test_crash.py
+check-tsan: deps
+	$(MAKE) BUILD=build-tsan CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" all
+	DBOXFS_BUILD=$(abspath build-tsan) DBOXFS_CRASH_CYCLES=5 \
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" \
+	setarch -R $(PYTEST) -q -p no:cacheprovider $(TSAN_TESTS) $(PYTEST_ARGS)
+
+# --- fuzzing -----------------------------------------------------------------
+
+# libFuzzer (clang) over the dbox parser: tests/fuzz/fuzz-dbox.c, seeds
+# from tests/fuzz/gen-seeds.c.  The corpus grows in build-fuzz/corpus.
+FUZZ_TIME  ?= 300
+FUZZ_BUILD := build-fuzz
+FUZZ_CFLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer \
+               -fno-sanitize-recover=undefined
+
+$(FUZZ_BUILD)/fuzz-dbox: tests/fuzz/fuzz-dbox.c $(STORAGE_SRC) $(wildcard storage/*.h)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -std=gnu11 -Wall -Wextra -Wno-unused-parameter -I. \
+		-D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 $(shell pkg-config --cflags $(STORAGE_PKGS)) \
+		-o $@ tests/fuzz/fuzz-dbox.c $(STORAGE_SRC) \
+		$(shell pkg-config --libs $(STORAGE_PKGS)) -lbz2
+
+$(FUZZ_BUILD)/gen-seeds: tests/fuzz/gen-seeds.c $(BUILD)/libdbox.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+fuzz: $(FUZZ_BUILD)/fuzz-dbox $(FUZZ_BUILD)/gen-seeds
+	rm -rf $(FUZZ_BUILD)/seeds
+	$(FUZZ_BUILD)/gen-seeds $(FUZZ_BUILD)/seeds
+	@mkdir -p $(FUZZ_BUILD)/corpus
+	$(FUZZ_BUILD)/fuzz-dbox -max_total_time=$(FUZZ_TIME) -max_len=65536 -timeout=10 \
+		-rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/ \
+		$(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/seeds
 
 # --- demo --------------------------------------------------------------------
 
@@ -116,6 +166,6 @@ uninstall:
 .PHONY: install install-strip uninstall
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan build-fuzz
 
-.PHONY: all deps unit mounted check check-asan demo clean
+.PHONY: all deps unit mounted check check-asan check-tsan fuzz demo clean

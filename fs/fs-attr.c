@@ -60,8 +60,12 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 		struct stat backing;
 
 		fs_file_name(name, attr->ino);
-		if (fstatat(fs->st->files_fd, name, &backing, 0) < 0) {
+		/* Never through a symlink planted in files/. */
+		if (fstatat(fs->st->files_fd, name, &backing,
+			    AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(backing.st_mode)) {
 			dbox_error("%s/files/%s: %s", fs->st->path, name,
+				   S_ISLNK(backing.st_mode) ?
+				   "a symbolic link (not followed)" :
 				   strerror(errno));
 			return -EIO;
 		}
@@ -185,7 +189,8 @@ int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent)
 	int fd, ret;
 
 	fs_file_name(name, ino);
-	if ((fd = openat(st->files_fd, name, O_RDONLY | O_CLOEXEC)) < 0 ||
+	if ((fd = openat(st->files_fd, name, O_RDONLY | O_NOFOLLOW |
+			 O_CLOEXEC)) < 0 ||
 	    fstat(fd, &backing) < 0) {
 		ret = -errno;
 		goto out;

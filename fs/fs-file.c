@@ -7,7 +7,8 @@
  * is finished - metadata written, index row COMMITTED - at flush (close)
  * and fsync; a write after that reopens it.  A write to a committed
  * message starts a new save with a copy of its bytes (copy-on-write): the
- * old record becomes garbage for purge.
+ * index keeps the old record until the copy is finished, and the old
+ * record becomes garbage for purge then.
  *
  * Plain files are pread/pwrite on STORE/files/<ino>.
  */
@@ -63,7 +64,10 @@ static int open_backing(struct fs *fs, uint64_t ino, int flags)
 	int fd;
 
 	fs_file_name(name, ino);
-	fd = openat(fs->st->files_fd, name, flags | O_RDWR | O_CLOEXEC, 0600);
+	/* O_NOFOLLOW: files/ holds files by inode number, never a symlink
+	   out of the store (ELOOP -> EIO). */
+	fd = openat(fs->st->files_fd, name, flags | O_RDWR | O_NOFOLLOW |
+		    O_CLOEXEC, 0600);
 	if (fd < 0) {
 		int err = errno;
 
@@ -104,6 +108,14 @@ static int message_begin_write(struct fs *fs, struct fs_inode *inode,
 				   mailbox != NULL ? mailbox : "INBOX",
 				   &inode->save)) < 0)
 		goto out;
+	/* Until the copy is finished, the index keeps the old record: a
+	   crash in between leaves the message as it was (recovery cuts the
+	   unfinished copy), instead of dropping it with all its names. */
+	if (loc.state == DBOX_MSG_COMMITTED &&
+	    (ret = dbox_index_msg_set(st->index, inode->ino, &loc)) < 0) {
+		dbox_save_free(&inode->save);
+		goto out;
+	}
 	while (off < copy_bytes) {
 		size_t want = copy_bytes - off < sizeof(buf) ?
 			copy_bytes - off : sizeof(buf);
@@ -649,7 +661,8 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 		if (to_set & FUSE_SET_ATTR_MTIME)
 			times[1] = to_set & FUSE_SET_ATTR_MTIME_NOW ?
 				(struct timespec){ .tv_nsec = UTIME_NOW } : in->st_mtim;
-		if (utimensat(fs->st->files_fd, name, times, 0) < 0) {
+		if (utimensat(fs->st->files_fd, name, times,
+			      AT_SYMLINK_NOFOLLOW) < 0) {
 			ret = -errno;
 			goto out;
 		}

@@ -29,7 +29,8 @@ struct dbox_index {
 /* The statement for id, reset and with bindings cleared. */
 sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id);
 
-/* Log a SQLite failure (what, plus sqlite3_errmsg) and return -EIO. */
+/* Log a SQLite failure (what, plus sqlite3_errmsg) and return -EIO, or
+   -ENOSPC when SQLite found the disk full. */
 int index_sql_error(struct dbox_index *index, const char *what);
 
 /* Reset stmt (ending its read of the database: a statement left on a row

@@ -99,7 +99,9 @@ int index_sql_error(struct dbox_index *index, const char *what)
 {
 	dbox_error("index %s: %s: %s", index->path, what,
 		   sqlite3_errmsg(index->db));
-	return -EIO;
+	/* A full disk is the client's to know (ENOSPC), not an I/O error. */
+	return (sqlite3_errcode(index->db) & 0xff) == SQLITE_FULL ? -ENOSPC :
+		-EIO;
 }
 
 sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id)

@@ -22,7 +22,7 @@
  * Return convention: 0 (or a count / 1 = found) on success, a negative
  * errno on failure: -ENOENT, -EEXIST, -ENOTEMPTY, -ENOTDIR, -EISDIR,
  * -EINVAL as POSIX has them for the operation, -EIO for any SQLite error
- * (logged with the SQLite message).  Callers bracket each client-visible
+ * (logged with the SQLite message; -ENOSPC when the disk is full).  Callers bracket each client-visible
  * operation in dbox_index_begin()/dbox_index_commit(); the functions here
  * do not start transactions of their own.
  *

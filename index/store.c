@@ -13,6 +13,7 @@
  */
 #include "store.h"
 
+#include "index/index-rebuild.h"
 #include "storage/dbox-read.h"
 #include "storage/guid.h"
 #include "storage/log.h"
@@ -81,7 +82,8 @@ static int open_layout(struct dbox_store *st, const char *path, bool create)
 		dbox_error("%s: no store here", path);
 		return -ENOENT;
 	}
-	st->lock_fd = openat(st->dir_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	st->lock_fd = openat(st->dir_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW |
+			     O_CLOEXEC, 0600);
 	if (st->lock_fd < 0)
 		return -errno;
 	if (flock(st->lock_fd, LOCK_EX | LOCK_NB) < 0) {
@@ -145,7 +147,7 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 	int fd;
 
 	dbox_file_name(name, file_id);
-	fd = openat(st->storage_fd, name, O_RDWR | O_CLOEXEC);
+	fd = openat(st->storage_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		dbox_error("%s/storage/%s: %s; its messages will fail with EIO "
 			   "(run 'dboxadm check')", st->path, name, strerror(errno));
@@ -186,7 +188,8 @@ static void recover_unknown_mfiles(struct dbox_store *st)
 		if (!mfile_name_id(d->d_name, &id) ||
 		    dbox_index_mfile_get(st->index, id, &size) != -ENOENT)
 			continue;
-		fd = openat(st->storage_fd, d->d_name, O_RDWR | O_CLOEXEC);
+		fd = openat(st->storage_fd, d->d_name, O_RDWR | O_NOFOLLOW |
+			    O_CLOEXEC);
 		if (fd < 0)
 			continue;
 		if (fstat(fd, &stbuf) == 0 &&
@@ -203,6 +206,73 @@ static void recover_unknown_mfiles(struct dbox_store *st)
 		close(fd);
 	}
 	closedir(dir);
+}
+
+/* Recovery of files/: a backing file of an inode that is no plain file
+   any more was turned into a message (its unlink cut by the crash) and
+   goes.  One that belongs to no inode was created by a transaction that
+   never committed (the create of a plain file cut by a crash: always
+   empty, as the client only writes after the create returned; or an
+   import batch).  SQLite hands its number out
+   again, and the next create of a plain file would find the name taken.
+   An empty one is removed; one with bytes is kept for 'dboxadm check' and
+   'rebuild' (lost+found/), and its number is never handed out. */
+static int recover_files(struct dbox_store *st)
+{
+	DIR *dir = fdopendir(dup(st->files_fd));
+	struct dirent *d;
+	int ret = 0;
+
+	if (dir == NULL)
+		return 0;
+	rewinddir(dir); /* the dup shares files_fd's offset */
+	while ((d = readdir(dir)) != NULL && ret == 0) {
+		unsigned long long ino;
+		struct dbox_attr attr;
+		struct stat stbuf;
+		char *end;
+
+		errno = 0;
+		ino = strtoull(d->d_name, &end, 10);
+		if (*end != '\0' || errno != 0 || d->d_name[0] < '1' ||
+		    d->d_name[0] > '9' ||
+		    fstatat(st->files_fd, d->d_name, &stbuf, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		ret = dbox_index_getattr(st->index, ino, &attr);
+		if (ret == 0 && attr.kind != DBOX_KIND_FILE) {
+			/* A plain file renamed to a message name became a
+			   message (its bytes are in an m.N now); the crash
+			   came before its backing file was removed. */
+			dbox_info("%s/files/%s: left over from a plain file "
+				  "turned into a message; removed", st->path,
+				  d->d_name);
+			unlinkat(st->files_fd, d->d_name, 0);
+		}
+		if (ret != -ENOENT) {
+			ret = ret == 0 ? 0 : ret;
+			continue;
+		}
+		ret = 0;
+		if (S_ISREG(stbuf.st_mode) && stbuf.st_size == 0) {
+			dbox_info("%s/files/%s: empty and of no plain file (a "
+				  "create cut by a crash); removed", st->path,
+				  d->d_name);
+			unlinkat(st->files_fd, d->d_name, 0);
+			continue;
+		}
+		dbox_warning("%s/files/%s: belongs to no plain file; kept "
+			     "('dboxadm rebuild' puts it in lost+found/)",
+			     st->path, d->d_name);
+		if ((ret = dbox_index_begin(st->index)) == 0) {
+			ret = dbox_index_reserve_ino(st->index, ino);
+			if (ret == 0)
+				ret = dbox_index_commit(st->index, true);
+			else
+				dbox_index_rollback(st->index);
+		}
+	}
+	closedir(dir);
+	return ret;
 }
 
 static int recover(struct dbox_store *st)
@@ -224,7 +294,8 @@ static int recover(struct dbox_store *st)
 	if (writing > 0 || orphans > 0)
 		dbox_info("%s: recovery: dropped %u unfinished deliveries and "
 			  "%u unlinked files", st->path, writing, orphans);
-	if ((ret = dbox_index_mfile_list(st->index, recover_mfile, st)) < 0)
+	if ((ret = dbox_index_mfile_list(st->index, recover_mfile, st)) < 0 ||
+	    (ret = recover_files(st)) < 0)
 		return ret;
 	recover_unknown_mfiles(st);
 	return 0;
@@ -250,7 +321,7 @@ static void adopt_mfile(struct dbox_store *st, uint32_t file_id)
 	    size >= st->rotate_size)
 		return;
 	dbox_file_name(name, file_id);
-	fd = openat(st->storage_fd, name, O_RDWR | O_CLOEXEC);
+	fd = openat(st->storage_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return;
 	/* Recovery cut the file to its committed end; anything else means
@@ -398,7 +469,7 @@ int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)
 	if (st->read_fds[file_id] >= 0)
 		return st->read_fds[file_id];
 	dbox_file_name(name, file_id);
-	fd = openat(st->storage_fd, name, O_RDONLY | O_CLOEXEC);
+	fd = openat(st->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		dbox_error("%s/storage/%s: %s", st->path, name, strerror(errno));
 		return -EIO;
@@ -615,9 +686,8 @@ void dbox_save_free(struct dbox_save **savep)
 int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 			   uint64_t plain_size, struct dbox_reader **reader_r)
 {
-	uint8_t hdr[DBOX_MSG_HEADER_SIZE];
-	uint64_t body_size;
-	ssize_t n;
+	struct dbox_metadata md;
+	uint64_t body_size, record_size;
 	int fd = dbox_store_read_fd(st, loc->file_id);
 
 	if (fd < 0)
@@ -631,18 +701,31 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 			   strerror(err));
 		return err == EMFILE || err == ENFILE ? -err : -EIO;
 	}
-	n = pread(fd, hdr, sizeof(hdr), loc->offset);
-	if (n != sizeof(hdr) || dbox_msg_header_parse(hdr, &body_size) < 0 ||
-	    body_size != loc->body_size) {
-		dbox_error("%s/storage/m.%u offset %llu: message header %s "
-			   "(index says body %llu bytes)", st->path, loc->file_id,
-			   (unsigned long long)loc->offset,
-			   n < 0 ? strerror(errno) :
-			   n != sizeof(hdr) ? "truncated" : "corrupt or wrong size",
-			   (unsigned long long)loc->body_size);
+	/* The whole record, not just its header: a damaged metadata block
+	   or a body size field that does not fit means the bytes at this
+	   offset are not (all) the message the index knows; so does another
+	   GUID (the index keeps its first 32 characters). */
+	memset(&md, 0, sizeof(md));
+	if (dbox_record_read(fd, loc->file_id, loc->offset, loc->body_size,
+			     &body_size, &md, &record_size) < 0) {
+		/* Corruption was logged, naming file and offset. */
+		if (errno != EIO)
+			dbox_error("%s/storage/m.%u offset %llu: %s", st->path,
+				   loc->file_id, (unsigned long long)loc->offset,
+				   strerror(errno));
 		close(fd);
 		return -EIO;
 	}
+	if (strncmp(md.guid, loc->guid, sizeof(loc->guid) - 1) != 0) {
+		dbox_error("%s/storage/m.%u offset %llu: record has GUID '%s', "
+			   "the index says '%s'; run 'dboxadm check'", st->path,
+			   loc->file_id, (unsigned long long)loc->offset,
+			   md.guid, loc->guid);
+		dbox_metadata_clear(&md);
+		close(fd);
+		return -EIO;
+	}
+	dbox_metadata_clear(&md);
 	if (dbox_reader_open(fd, loc->offset + DBOX_MSG_HEADER_SIZE,
 			     loc->body_size, plain_size, reader_r) < 0) {
 		int err = errno;
@@ -662,7 +745,7 @@ int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc
 
 	dbox_file_name(name, loc->file_id);
 	/* Read-write: the record is read to find its R line. */
-	fd = openat(st->storage_fd, name, O_RDWR | O_CLOEXEC);
+	fd = openat(st->storage_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 || dbox_record_set_received(fd, loc->file_id, loc->offset,
 					       received) < 0) {
 		ret = -errno;

@@ -153,12 +153,13 @@ int dbox_save_reopen(struct dbox_save *save);
 void dbox_save_free(struct dbox_save **save);
 
 /* Read plaintext of a committed message: a thin wrapper that opens a
-   reader (storage/dbox-read.h) on the right m.N after checking the record
-   header against the index.  The reader holds a descriptor of its own
-   (closed by dbox_reader_free), so it goes on reading the same bytes
-   after a purge moved the message and removed the m.N.  Needs st->lock
-   (released by the caller before reading).  Returns 0 and *reader_r,
-   -EMFILE/-ENFILE when out of descriptors, or -EIO (logged). */
+   reader (storage/dbox-read.h) on the right m.N after checking the whole
+   record (header, body size, metadata block, GUID) against the index.
+   The reader holds a descriptor of its own (closed by dbox_reader_free),
+   so it goes on reading the same bytes after a purge moved the message
+   and removed the m.N.  Needs st->lock (released by the caller before
+   reading).  Returns 0 and *reader_r, -EMFILE/-ENFILE when out of
+   descriptors, or -EIO (logged). */
 struct dbox_reader;
 int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 			   uint64_t plain_size, struct dbox_reader **reader_r);

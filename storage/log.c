@@ -25,6 +25,11 @@ void dbox_log_set_sink(dbox_log_sink_t *sink)
 	log_sink = sink != NULL ? sink : stderr_sink;
 }
 
+dbox_log_sink_t *dbox_log_get_sink(void)
+{
+	return log_sink;
+}
+
 void dbox_log(enum dbox_log_level level, const char *fmt, ...)
 {
 	va_list args;

@@ -26,6 +26,9 @@ typedef void dbox_log_sink_t(enum dbox_log_level level, const char *fmt,
    Not thread-safe: call before starting threads. */
 void dbox_log_set_sink(dbox_log_sink_t *sink);
 
+/* The sink installed now (never NULL), e.g. to restore it later. */
+dbox_log_sink_t *dbox_log_get_sink(void);
+
 /* Log one message (printf-style, no trailing newline needed). */
 void dbox_log(enum dbox_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

@@ -4,8 +4,15 @@ Every mount made here is unmounted in teardown, also when the test fails;
 a session finalizer unmounts anything still left under the test's temp
 directory (lazy unmount as the last resort), so no FUSE mount outlives
 the test run.
+
+The daemon runs in the foreground (-f) as a child of the test, with its
+stderr in a log file next to the mount point (Mount.log), so tests can
+read its log lines, and sanitizer reports (ASan, LSan at exit, UBSan,
+TSan) are not lost to the /dev/null of a daemon: unmount() waits for the
+daemon to exit and fails the test if the log holds such a report.
 """
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -37,6 +44,18 @@ def unmount(path):
             time.sleep(0.1)
 
 
+# What a sanitizer prints when it finds something (ASan, LSan, UBSan, TSan).
+SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                     "runtime error:", "WARNING: ThreadSanitizer",
+                     "ERROR: ThreadSanitizer")
+
+
+def sanitizer_report(text):
+    """The sanitizer report lines in a daemon log, or []."""
+    return [line for line in text.splitlines()
+            if any(tag in line for tag in SANITIZER_REPORTS)]
+
+
 class Mount:
     """A dboxfs mount of `store` on `mnt`, started with extra `options`."""
 
@@ -45,21 +64,65 @@ class Mount:
         self.mnt = Path(mnt)
         self.options = list(options)
         self.mnt.mkdir(parents=True, exist_ok=True)
+        self.log = self.mnt.parent / (self.mnt.name + ".dboxfs.log")
+        self.proc = None
+        self._log_start = 0
 
     def mount(self):
-        subprocess.run([str(DBOXFS), str(self.store), str(self.mnt), *self.options],
-                       check=True, timeout=30)
-        assert is_mounted(self.mnt)
+        """Start dboxfs -f in the background; return once mounted."""
+        self._log_start = self.log.stat().st_size if self.log.exists() else 0
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [str(DBOXFS), str(self.store), str(self.mnt), "-f", *self.options],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        deadline = time.monotonic() + 30
+        while not is_mounted(self.mnt):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                self.proc.wait()
+                self.proc = None
+                raise subprocess.CalledProcessError(
+                    1, "dboxfs", output=self.log_text()[-4000:])
+            time.sleep(0.01)
         return self
 
-    def unmount(self):
-        unmount(self.mnt)
-        # The daemon exits after unmount; wait until it released the store lock.
+    def log_text(self):
+        """What the daemon logged since the last mount()."""
+        if not self.log.exists():
+            return ""
+        with open(self.log, "rb") as f:
+            f.seek(self._log_start)
+            return f.read().decode(errors="replace")
+
+    def kill(self):
+        """SIGKILL the daemon (a crash) and take the dead mount away."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None
+        subprocess.run(["fusermount3", "-uz", str(self.mnt)], stderr=subprocess.DEVNULL)
         for _ in range(100):
-            r = subprocess.run(["flock", "-n", str(self.store / "lock"), "true"])
-            if r.returncode == 0:
+            if not is_mounted(self.mnt):
                 return
-            time.sleep(0.05)
+            time.sleep(0.02)
+
+    def unmount(self):
+        """Unmount, wait for the daemon to exit (and release the store
+        lock), and fail if it reported a sanitizer error or a bad exit."""
+        unmount(self.mnt)
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"dboxfs did not exit after unmount; log: {self.log}")
+        reports = sanitizer_report(self.log_text())
+        assert not reports, f"sanitizer report in {self.log}:\n" + \
+            "\n".join(reports[:20])
+        assert rc == 0, f"dboxfs exited with {rc}; log: {self.log}"
 
     def remount(self):
         self.unmount()
@@ -110,6 +173,9 @@ def no_mount_left_behind():
     yield
     for m in _all_mounts:
         unmount(m.mnt)
+        if m.proc is not None:
+            m.proc.kill()
+            m.proc.wait()
 
 
 def need_corpora():

@@ -111,7 +111,7 @@ static int mfile_fd(struct export *ex, uint32_t file_id)
 	if (ex->storage_fd < 0)
 		return -ENOENT;
 	dbox_file_name(name, file_id);
-	fd = openat(ex->storage_fd, name, O_RDONLY | O_CLOEXEC);
+	fd = openat(ex->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	ex->mfds[file_id] = fd;
@@ -237,7 +237,8 @@ static void export_file(struct export *ex, int dirfd, const char *name,
 
 	snprintf(backing, sizeof(backing), "%llu", (unsigned long long)attr->ino);
 	if (ex->files_fd < 0 ||
-	    (in = openat(ex->files_fd, backing, O_RDONLY | O_CLOEXEC)) < 0 ||
+	    (in = openat(ex->files_fd, backing, O_RDONLY | O_NOFOLLOW |
+			 O_CLOEXEC)) < 0 ||
 	    fstat(in, &sb) < 0) {
 		ret = ex->files_fd < 0 ? ENOENT : errno;
 		adm_error("%s: %s/files/%s: %s", ex->path.buf, ex->store, backing,
@@ -308,6 +309,14 @@ static void export_entry(struct export *ex, int dirfd, const char *name,
 {
 	struct inomap_entry *link;
 
+	/* A damaged or hostile index must not make us write outside DIR:
+	   a name is one path component. */
+	if (name[0] == '\0' || strchr(name, '/') != NULL ||
+	    strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+		item_failed(ex, "not a valid file name in the index; skipped",
+			    EINVAL);
+		return;
+	}
 	if (attr->kind == DBOX_KIND_DIR) {
 		export_subdir(ex, dirfd, name, attr);
 		return;

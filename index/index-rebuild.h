@@ -1,0 +1,98 @@
+#ifndef DBOXFS_INDEX_REBUILD_H
+#define DBOXFS_INDEX_REBUILD_H
+
+/*
+ * index-rebuild: what `dboxadm rebuild` needs from the index layer:
+ *
+ *  - salvage: read whatever rows can still be read from an old, possibly
+ *    corrupt index.sqlite (names, inodes, where messages were), without
+ *    trusting it to be whole;
+ *  - writing a new index with given inode numbers, so that a rebuilt
+ *    store keeps the inode numbers of everything the old index still
+ *    knew (clients order by them; plain files live in files/<ino>).
+ *
+ * Never reads m.N files.  The writer functions run inside the caller's
+ * transaction (dbox_index_begin/commit), on an index no mount uses.
+ * Return convention as in index.h.
+ */
+
+#include "index.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One inode, one name and one message row read from an old index. */
+struct dbox_salvage_entry {
+	uint64_t id;          /* entry.id: readdir order within parent */
+	uint64_t parent, ino;
+	char *name;           /* not NUL-terminated; namelen bytes */
+	size_t namelen;
+};
+
+struct dbox_salvage_msg {
+	uint64_t ino;
+	uint32_t file_id;
+	uint64_t offset;
+	enum dbox_msg_state state;
+	char guid[33];        /* as struct dbox_msgloc has it */
+};
+
+/* Everything salvaged; arrays sorted by ino (inodes, msgs) and by
+   (parent, name) (entries).  complete is true when every table was read
+   to its end without an error and SQLite's quick check found nothing:
+   then the old index is whole, and a record of storage/ it does not
+   know is an expunged message waiting for purge. */
+struct dbox_salvage {
+	struct dbox_attr *inodes;
+	size_t ninodes;
+	struct dbox_salvage_entry *entries;
+	size_t nentries;
+	struct dbox_salvage_msg *msgs;
+	size_t nmsgs;
+	int64_t uidvalidity;   /* 0 when unreadable */
+	bool opened;           /* SQLite could open it as a database */
+	bool complete;
+	unsigned int read_errors; /* tables or row ranges that failed */
+};
+
+/* Salvage the index at path (which nobody uses), reading each table in
+   rowid order and, at a damaged page, going on after it where SQLite
+   can find later rows.  The file is not changed (the WAL next to it,
+   path + "-wal", is read but never checkpointed into it).  Returns 0
+   and *salvage_r (possibly empty when nothing was readable), or -ENOMEM.
+   Problems found are logged as warnings. */
+int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r);
+
+/* Free a salvage and set *salvage to NULL.  Safe on NULL. */
+void dbox_index_salvage_free(struct dbox_salvage **salvage);
+
+/* Insert inode attr->ino with all of attr (kind, mode, uid, gid, nlink,
+   size, mtime, ctime); the root (DBOX_ROOT_INO), which a new index
+   already has, is updated instead.  Later dbox_index_create() calls
+   number above every inode inserted so.  Returns 0, -EEXIST when the
+   number is taken. */
+int dbox_index_rebuild_inode(struct dbox_index *index,
+			     const struct dbox_attr *attr);
+
+/* Insert the name parent/name for ino, without touching link counts or
+   times.  Returns 0, -EEXIST (name taken), -ENAMETOOLONG, -EINVAL (not a
+   valid name: empty, ".", "..", with '/' or NUL). */
+int dbox_index_rebuild_entry(struct dbox_index *index, uint64_t parent,
+			     const char *name, size_t namelen, uint64_t ino);
+
+/* Set meta key to value (e.g. "uidvalidity"). */
+int dbox_index_set_meta(struct dbox_index *index, const char *key,
+			int64_t value);
+
+/* Make inode numbers handed out later (dbox_index_create) larger than
+   ino, e.g. when STORE/files/<ino> exists for no inode: a transaction
+   that created it was rolled back, and SQLite would hand the number out
+   again.  In the caller's transaction.  Returns 0 or -EIO. */
+int dbox_index_reserve_ino(struct dbox_index *index, uint64_t ino);
+
+/* Make every link count match the names (non-directories: names;
+   directories: 2 + subdirectories).  Returns 0 or -EIO. */
+int dbox_index_rebuild_nlinks(struct dbox_index *index);
+
+#endif

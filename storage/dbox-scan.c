@@ -1,0 +1,212 @@
+/*
+ * dbox-scan.c: find every whole record of a possibly damaged m.N (see
+ * dbox-scan.h).
+ *
+ * Invariant: the scan position only moves forward, to the end of a whole
+ * record or to the next candidate found by the search, so a scan of a
+ * file of n bytes reads each byte a bounded number of times and always
+ * ends, whatever the bytes are.
+ */
+#include "dbox-scan.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Bytes searched per pread when looking for the next record. */
+#define SCAN_CHUNK (64 * 1024)
+
+static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	char *p = buf;
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t ret = pread(fd, p + done, len - done, (off_t)(off + done));
+
+		if (ret < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (ret == 0)
+			break;
+		done += (size_t)ret;
+	}
+	return (ssize_t)done;
+}
+
+/* Is there plausibly a record at `offset`: a message header that parses
+   and, right after its body, the metadata magic?  Cheap, silent checks
+   before dbox_record_read (which logs what it finds wrong).  Returns 1,
+   0, or -1 with errno on a read error. */
+static int candidate(int fd, uint64_t offset, uint64_t end)
+{
+	uint8_t header[DBOX_MSG_HEADER_SIZE];
+	char magic[DBOX_MAGIC_POST_LEN];
+	uint64_t body_size, pos;
+	ssize_t n;
+
+	if (end - offset < DBOX_MSG_HEADER_SIZE + DBOX_MAGIC_POST_LEN)
+		return 0;
+	n = pread_full(fd, header, sizeof(header), offset);
+	if (n < 0)
+		return -1;
+	if ((size_t)n < sizeof(header) ||
+	    dbox_msg_header_parse(header, &body_size) < 0 ||
+	    body_size > end - offset - DBOX_MSG_HEADER_SIZE - DBOX_MAGIC_POST_LEN)
+		return 0;
+	pos = offset + DBOX_MSG_HEADER_SIZE + body_size;
+	n = pread_full(fd, magic, sizeof(magic), pos);
+	if (n < 0)
+		return -1;
+	return (size_t)n == sizeof(magic) &&
+		memcmp(magic, DBOX_MAGIC_POST, DBOX_MAGIC_POST_LEN) == 0;
+}
+
+/* Try to read a whole record at offset, ending at or before end.  Returns
+   1 (filled), 0 (none there), or -1 with errno on a read error. */
+static int record_at(int fd, uint32_t file_id, uint64_t offset, uint64_t end,
+		     uint64_t *body_size_r, struct dbox_metadata *md_r,
+		     uint64_t *record_size_r)
+{
+	int ret = candidate(fd, offset, end);
+
+	if (ret <= 0)
+		return ret;
+	if (dbox_record_read(fd, file_id, offset, UINT64_MAX, body_size_r,
+			     md_r, record_size_r) < 0)
+		return errno == EIO ? 0 : -1;
+	if (*record_size_r > end - offset) {
+		dbox_metadata_clear(md_r);
+		return 0;
+	}
+	return 1;
+}
+
+/* The first offset in [from, end) where a whole record starts, or end. */
+static int find_next(int fd, uint32_t file_id, uint64_t from, uint64_t end,
+		     uint64_t *next_r)
+{
+	char *buf = malloc(SCAN_CHUNK);
+	uint64_t pos = from;
+
+	if (buf == NULL)
+		return -1;
+	while (pos < end) {
+		size_t want = end - pos < SCAN_CHUNK ? (size_t)(end - pos) :
+			SCAN_CHUNK;
+		ssize_t n = pread_full(fd, buf, want, pos);
+		size_t i = 0;
+
+		if (n < 0)
+			goto fail;
+		if (n == 0)
+			break;
+		while (i + 1 < (size_t)n) {
+			char *hit = memchr(buf + i, 0x01, (size_t)n - i - 1);
+			int ret;
+
+			if (hit == NULL)
+				break;
+			i = (size_t)(hit - buf);
+			if (hit[1] == 0x02) {
+				ret = candidate(fd, pos + i, end);
+				if (ret < 0)
+					goto fail;
+				if (ret > 0) {
+					struct dbox_metadata md;
+					uint64_t body_size, record_size;
+
+					ret = record_at(fd, file_id, pos + i, end,
+							&body_size, &md,
+							&record_size);
+					if (ret < 0)
+						goto fail;
+					if (ret > 0) {
+						dbox_metadata_clear(&md);
+						free(buf);
+						*next_r = pos + i;
+						return 0;
+					}
+				}
+			}
+			i++;
+		}
+		/* The last byte may be the 0x01 of a magic split by the
+		   chunk boundary: look at it again. */
+		pos += (size_t)n > 1 ? (size_t)n - 1 : (size_t)n;
+	}
+	free(buf);
+	*next_r = end;
+	return 0;
+fail:
+	free(buf);
+	return -1;
+}
+
+int dbox_file_scan(int fd, uint32_t file_id, uint64_t end,
+		   dbox_walk_cb_t *cb, dbox_bad_cb_t *bad_cb, void *ctx,
+		   bool *header_ok_r)
+{
+	struct dbox_metadata md;
+	struct stat st;
+	size_t header_len;
+	uint64_t pos, body_size, record_size, next;
+	int ret;
+
+	if (fstat(fd, &st) < 0)
+		return -1;
+	if (end > (uint64_t)st.st_size)
+		end = (uint64_t)st.st_size;
+	if (dbox_file_read_header(fd, &header_len) == 0) {
+		pos = header_len < end ? header_len : end;
+		if (header_ok_r != NULL)
+			*header_ok_r = true;
+	} else {
+		if (errno != EIO)
+			return -1;
+		dbox_error("m.%u offset 0: not a dbox v2 file header", file_id);
+		pos = 0;
+		if (header_ok_r != NULL)
+			*header_ok_r = false;
+	}
+	while (pos < end) {
+		/* Where a record should start, read it the logging way, so
+		   the log says what is wrong with it. */
+		ret = 0;
+		if (pos != 0 && dbox_record_read(fd, file_id, pos, UINT64_MAX,
+						 &body_size, &md,
+						 &record_size) == 0) {
+			if (record_size <= end - pos) {
+				ret = 1;
+			} else {
+				dbox_metadata_clear(&md);
+				dbox_error("m.%u offset %llu: the record runs "
+					   "past the end (%llu)", file_id,
+					   (unsigned long long)pos,
+					   (unsigned long long)end);
+			}
+		} else if (pos != 0 && errno != EIO) {
+			return -1;
+		}
+		if (ret > 0) {
+			ret = cb(ctx, pos, body_size, &md, record_size);
+			dbox_metadata_clear(&md);
+			if (ret != 0)
+				return ret;
+			pos += record_size;
+			continue;
+		}
+		if (find_next(fd, file_id, pos + 1, end, &next) < 0)
+			return -1;
+		if (bad_cb != NULL && (ret = bad_cb(ctx, pos, next)) != 0)
+			return ret;
+		pos = next;
+	}
+	return 0;
+}

@@ -1,0 +1,458 @@
+"""Crash harness: SIGKILL the daemon while mail is being delivered.
+
+Each cycle mounts the store (dboxfs -f, a child of the test), starts the
+actors below as separate processes against the mount - so the kill hits
+them in the middle of system calls -, waits a random time, SIGKILLs the
+daemon, takes the dead mount away (fusermount3 -uz), mounts again and
+checks the promise DESIGN.md section 6 makes:
+
+  - every delivery whose final rename() or link() returned 0 is present
+    exactly once, byte for byte, under its name (or under the name a flag
+    rename that returned 0 gave it; a rename running at the kill may have
+    happened or not);
+  - nothing else is in new/ or cur/: a delivery that was running at the
+    kill is there complete or not at all; tmp/ holds only complete
+    messages whose final step did not return (or the tmp/ name a
+    link()-style delivery had not unlinked yet);
+  - `dboxadm check` finds no problem in what the crash left (only notes
+    on what recovery will clean up), nor after recovery; and a cycle of
+    unmount and mount leaves nothing for recovery to do.
+
+A rewriter saves messages of one folder again with the same bytes (a
+copy-on-write of the whole message, or a piece in place), so a kill
+during a rewrite must leave each such message whole too.
+
+Actors log what they do to files outside the mount, and fsync each line
+before their next step: "A" (about to do the final step) before a rename
+or link, "D" (done) once it returned 0.  The log is therefore never behind
+the filesystem: whatever is on the mount, the log explains.
+
+Every actor is one function `actor_NAME(ctx)` listed in ACTORS, run in a
+process of its own until the mount goes away.  A purge actor (`dboxadm
+purge STORE` in a loop during the kill) is one more such function once
+purge exists (issue #4).
+
+DBOXFS_CRASH_CYCLES sets the number of kill cycles (default 30, about a
+minute); DBOXFS_CRASH_SEED the random seed (default: a new one, printed).
+"""
+import errno
+import multiprocessing
+import os
+import random
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import DBOXADM, Mount
+
+CYCLES = int(os.environ.get("DBOXFS_CRASH_CYCLES", "30"))
+SEED = int(os.environ.get("DBOXFS_CRASH_SEED", str(random.randrange(1 << 30))))
+# INBOX and two Maildir++ folders; the messages in .Drafts are rewritten
+# (and so not read while that happens: a reader may see a rewrite half
+# done, as on any filesystem).
+FOLDERS = ("", ".Lists", ".Drafts")
+READ_FOLDERS = ("", ".Lists")
+DELIVERERS = 4
+# The errors a syscall on the mount gets once the daemon is dead (the
+# kernel aborts the connection) or the mount was detached.
+GONE = (errno.ENOTCONN, errno.ECONNABORTED, errno.ENOENT)
+# What the daemon logs when recovery at mount had something to do.
+RECOVERY_WORDS = ("recovery", "cutting", "unknown to the index")
+
+
+def content(base):
+    """The bytes of the message with unique name `base`: derived from the
+    name, so any reader can check them.  Mostly mail-sized, some large."""
+    rng = random.Random(base)
+    r = rng.random()
+    size = (rng.randrange(300, 6000) if r < 0.80 else
+            rng.randrange(6000, 48000) if r < 0.98 else
+            rng.randrange(100_000, 300_000))
+    head = (f"From: crash@example.org\nSubject: {base}\n"
+            f"Message-ID: <{base}@crash>\n\n").encode()
+    return head + rng.randbytes(size)
+
+
+class ActorLog:
+    """Append-only log of one actor, each line on disk before the next step."""
+
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+    def write(self, *fields):
+        os.write(self.fd, ("\t".join(map(str, fields)) + "\n").encode())
+        os.fsync(self.fd)
+
+
+def run_actor(func, ctx):
+    """Process body: run func until the mount goes; log unexpected errors."""
+    log = ActorLog(ctx["log"])
+    ctx["out"] = log
+    try:
+        func(ctx)
+    except OSError as e:
+        # ENOENT is the mount gone only when it is gone (detached, or
+        # ENOTCONN now): from a live daemon it is a bug.
+        if e.errno not in GONE or (e.errno == errno.ENOENT and
+                                   os.path.isdir(Path(ctx["mnt"]) / "cur")):
+            log.write("X", f"{type(e).__name__}: {e}")
+    except Exception as e:  # reported by the test
+        log.write("X", f"{type(e).__name__}: {e}")
+    os._exit(0)
+
+
+def write_all(fd, data, rng):
+    """write() in uneven pieces, so the kill can fall between them."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view[:rng.choice((512, 4096, 16384, 65536))])
+        view = view[n:]
+
+
+def actor_deliver(ctx):
+    """A maildir delivery agent: create in tmp/, write, fsync, close, then
+    rename() (even k, as Dovecot and mbsync do) or link() + unlink() (odd
+    k, as qmail and Postfix do) into new/, or sometimes cur/ with flags."""
+    rng = random.Random(ctx["seed"])
+    mnt, k, log = Path(ctx["mnt"]), ctx["k"], ctx["out"]
+    for i in range(1_000_000):
+        base = f"{ctx['cycle']}.{k}_{i}.crash"
+        key = rng.choice(FOLDERS)
+        folder = mnt / key
+        name = base if rng.random() < 0.8 else base + ":2,S"
+        sub = "new" if ":" not in name else "cur"
+        data = content(base)
+        fd = os.open(folder / "tmp" / base, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            write_all(fd, data, rng)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        log.write("A", base, key or "INBOX", f"{sub}/{name}")
+        if k % 2 == 0:
+            os.rename(folder / "tmp" / base, folder / sub / name)
+            log.write("D", base, key or "INBOX", f"{sub}/{name}")
+        else:
+            os.link(folder / "tmp" / base, folder / sub / name)
+            log.write("D", base, key or "INBOX", f"{sub}/{name}")
+            os.unlink(folder / "tmp" / base)
+        if rng.random() < 0.05:  # as notmuch insert does: fsync(new/)
+            dfd = os.open(folder / sub, os.O_RDONLY | os.O_DIRECTORY)
+            os.fsync(dfd)
+            os.close(dfd)
+
+
+def flagged(name):
+    """A new name for a message: new/x -> cur/x:2,S; in cur/, one of F, R, S
+    toggled (flags kept in ASCII order, as the maildir spec wants)."""
+    sub, base = name.split("/")
+    if sub == "new":
+        return "cur/" + base.split(":")[0] + ":2,S"
+    uniq, _, flags = base.partition(":2,")
+    flip = random.choice("FRS")
+    flags = set(flags) ^ {flip}
+    return f"cur/{uniq}:2,{''.join(sorted(flags))}"
+
+
+def actor_flags(ctx):
+    """A mail reader marking mail: renames messages in new/ and cur/."""
+    random.seed(ctx["seed"])
+    mnt, log = Path(ctx["mnt"]), ctx["out"]
+    while True:
+        key = random.choice(FOLDERS)
+        folder = mnt / key
+        names = [f"{sub}/{n}" for sub in ("new", "cur") for n in os.listdir(folder / sub)]
+        if not names:
+            time.sleep(0.01)
+            continue
+        for old in random.sample(names, min(20, len(names))):
+            new = flagged(old)
+            log.write("A", old.split("/")[1].split(":")[0], key or "INBOX", old, new)
+            try:
+                os.rename(folder / old, folder / new)
+            except FileNotFoundError:
+                if not os.path.isdir(folder / "cur"):
+                    raise
+                log.write("N", old)  # cannot happen: only we rename
+                continue
+            log.write("D", old.split("/")[1].split(":")[0], key or "INBOX", old, new)
+
+
+def actor_read(ctx):
+    """A mail reader: reads messages and checks every byte (and st_size)."""
+    rng = random.Random(ctx["seed"])
+    mnt, log = Path(ctx["mnt"]), ctx["out"]
+    while True:
+        folder = mnt / rng.choice(READ_FOLDERS)
+        sub = rng.choice(("new", "cur"))
+        names = os.listdir(folder / sub)
+        for n in rng.sample(names, min(10, len(names))):
+            try:
+                with open(folder / sub / n, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    data = f.read()
+            except FileNotFoundError:
+                if not os.path.isdir(folder / sub):
+                    raise
+                continue  # renamed meanwhile
+            want = content(n.split(":")[0])
+            if data != want or size != len(want):
+                log.write("X", f"read {folder.name}/{sub}/{n}: {len(data)} bytes, "
+                          f"st_size {size}, want {len(want)}, equal={data == want}")
+
+
+def actor_rewrite(ctx):
+    """A mail editor saving messages in .Drafts again with the same bytes:
+    open O_TRUNC and write it all (a new copy of the message), or open
+    O_RDWR and overwrite a piece in place.  Whatever the kill interrupts,
+    the bytes stay those of content()."""
+    rng = random.Random(ctx["seed"])
+    folder = Path(ctx["mnt"]) / ".Drafts"
+    while True:
+        names = [f"{sub}/{n}" for sub in ("new", "cur") for n in os.listdir(folder / sub)]
+        if not names:
+            time.sleep(0.01)
+            continue
+        name = rng.choice(names)
+        data = content(name.split("/")[1].split(":")[0])
+        try:
+            if rng.random() < 0.5:
+                fd = os.open(folder / name, os.O_WRONLY | os.O_TRUNC)
+                try:
+                    write_all(fd, data, rng)
+                    if rng.random() < 0.3:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+            else:
+                fd = os.open(folder / name, os.O_RDWR)
+                try:
+                    off = rng.randrange(len(data))
+                    os.pwrite(fd, data[off:off + 4096], off)
+                finally:
+                    os.close(fd)
+        except FileNotFoundError:
+            if not os.path.isdir(folder / "cur"):
+                raise  # the mount is gone
+            # renamed by the flag actor meanwhile
+
+
+# The actors of one cycle: (name, function, how many).  A purge actor
+# (`dboxadm purge STORE` in a loop, issue #4) is one more line here once
+# purge exists:
+#     ("purge", actor_purge, 1),
+ACTORS = (
+    ("deliver", actor_deliver, DELIVERERS),
+    ("flags", actor_flags, 1),
+    ("read", actor_read, 1),
+    ("rewrite", actor_rewrite, 1),
+)
+
+
+class Ledger:
+    """What the actor logs say must (and may) be on the mount."""
+
+    def __init__(self):
+        self.where = {}      # base -> folder: "INBOX" or ".Name"
+        self.done = set()    # bases whose final rename/link returned 0
+        self.tried = set()   # bases whose final step was started
+        self.names = {}      # base -> set of names it may have now
+        self.tmp = set()     # bases seen complete in tmp/ (never renamed)
+        self.errors = []
+
+    def read(self, path):
+        actor = path.name.split("-")[1]
+        for line in path.read_text().splitlines():
+            f = line.split("\t")
+            if f[0] == "X":
+                self.errors.append(f"{path.name}: {f[1]}")
+            elif actor == "deliver":
+                base, folder, name = f[1], f[2], f[3]
+                self.where[base] = folder
+                self.tried.add(base)
+                if f[0] == "D":
+                    self.done.add(base)
+                    self.names[base] = {name}
+                else:
+                    self.names.setdefault(base, set()).add(name)
+            elif actor == "flags" and f[0] in ("A", "D"):
+                base, old, new = f[1], f[3], f[4]
+                if f[0] == "A":
+                    self.names.setdefault(base, set()).update((old, new))
+                else:
+                    self.names[base] = {new}
+            elif f[0] == "N":
+                self.errors.append(f"{path.name}: rename source vanished: {f[1]}")
+
+    def settle(self, present):
+        """After a check: what is on the mount now is the truth (a pending
+        step either happened or not), for the next cycle's logs."""
+        for base, name in present.items():
+            self.names[base] = {name}
+            self.done.add(base)
+
+
+def listing(mnt):
+    """{(folder, "new/x" | "cur/x" | "tmp/x")} of the mount."""
+    out = []
+    for folder in FOLDERS:
+        for sub in ("new", "cur", "tmp"):
+            out += [(folder or "INBOX", f"{sub}/{n}")
+                    for n in os.listdir(mnt / folder / sub)]
+    return out
+
+
+def path(folder):
+    return "" if folder == "INBOX" else folder
+
+
+def verify(mnt, ledger, cycle, read_all):
+    """Check the mount against the ledger; returns {base: name} of new/cur."""
+    present, seen = {}, {}
+    problems = []
+    for folder, name in listing(mnt):
+        base = name.split("/")[1].split(":")[0]
+        if name.startswith("tmp/"):
+            # Left in tmp/: the final step never returned (or a link()
+            # delivery's unlink did not happen).  It was fsync'ed: whole.
+            if base not in ledger.where and not base.startswith(f"{cycle}.") \
+                    and base not in ledger.tmp:
+                problems.append(f"unknown tmp/ file {folder}/{name}")
+            elif (mnt / path(folder) / name).read_bytes() != content(base):
+                problems.append(f"tmp/ file not whole: {folder}/{name}")
+            ledger.tmp.add(base)
+            continue
+        if base in seen:
+            problems.append(f"{base} twice: {seen[base]} and {folder}/{name}")
+            continue
+        seen[base] = f"{folder}/{name}"
+        present[base] = name
+        if base not in ledger.tried:
+            problems.append(f"{folder}/{name} was never delivered")
+            continue
+        if folder != ledger.where[base]:
+            problems.append(f"{base} in {folder!r}, delivered to {ledger.where[base]!r}")
+        if name not in ledger.names.get(base, ()):
+            problems.append(f"{base} is {name}, may be only {sorted(ledger.names[base])}")
+        if read_all or base.startswith(f"{cycle}.") or len(ledger.names[base]) > 1:
+            data = (mnt / path(folder) / name).read_bytes()
+            if data != content(base):
+                problems.append(f"{folder}/{name}: bytes differ "
+                                f"({len(data)} vs {len(content(base))})")
+    for base in ledger.done:
+        if base not in present:
+            problems.append(f"{base} delivered ({sorted(ledger.names[base])}) but gone")
+    return present, problems
+
+
+def dboxadm_check(store):
+    r = subprocess.run([str(DBOXADM), "check", str(store)], capture_output=True,
+                       timeout=300)
+    return r.returncode, (r.stdout + r.stderr).decode(errors="replace")
+
+
+def test_crash_cycles(tmp_path):
+    print(f"crash harness: {CYCLES} cycles, seed {SEED}")
+    rng = random.Random(SEED)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    m = Mount(tmp_path / "store", tmp_path / "mnt", ["-o", "rotate_size=262144"])
+    ctxs = multiprocessing.get_context("fork")
+    ledger = Ledger()
+    passed = 0
+    try:
+        m.mount()
+        for folder in FOLDERS[1:]:
+            m.maildir(folder)
+            (m.mnt / folder / "maildirfolder").write_bytes(b"")
+        for cycle in range(1, CYCLES + 1):
+            procs, paths = [], []
+            for name, func, count in ACTORS:
+                for k in range(count):
+                    path = logs / f"c{cycle}-{name}-{k}.log"
+                    ctx = {"mnt": str(m.mnt), "store": str(m.store), "cycle": cycle,
+                           "k": k, "log": str(path), "seed": rng.randrange(1 << 30)}
+                    p = ctxs.Process(target=run_actor, args=(func, ctx))
+                    p.start()
+                    procs.append(p)
+                    paths.append(path)
+            time.sleep(rng.uniform(0.05, 0.8))
+            m.kill()
+            for p in procs:
+                p.join(timeout=30)
+                assert p.exitcode is not None, "an actor hangs after the kill"
+            for path in paths:
+                if path.exists():
+                    ledger.read(path)
+            assert ledger.errors == [], ledger.errors[:10]
+            # What a crash leaves is consistent: only what recovery will
+            # clean up (notes), no problem.
+            rc, out = dboxadm_check(m.store)
+            assert rc == 0, f"cycle {cycle}: dboxadm check after the kill: {out[-4000:]}"
+
+            m.mount()  # recovery
+            present, problems = verify(m.mnt, ledger, cycle,
+                                       read_all=cycle == CYCLES or cycle % 10 == 0)
+            assert problems == [], (f"cycle {cycle} (seed {SEED}): "
+                                    f"{len(problems)} problems", problems[:20])
+            ledger.settle(present)
+            if cycle % 5 == 0 or cycle == CYCLES:
+                # Offline: check finds nothing wrong, and after a clean
+                # unmount the next mount has nothing to recover.
+                m.unmount()
+                rc, out = dboxadm_check(m.store)
+                assert rc == 0, f"cycle {cycle}: dboxadm check: {out[-4000:]}"
+                m.mount()
+                assert not any(w in m.log_text() for w in RECOVERY_WORDS), \
+                    m.log_text()[-2000:]
+            passed += 1
+        assert len(ledger.done) > CYCLES * DELIVERERS, len(ledger.done)
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
+        print(f"crash harness: {passed} of {CYCLES} kill cycles passed, "
+              f"{len(ledger.done)} deliveries checked, seed {SEED}")
+
+
+def test_crash_while_rewriting_a_message(tmp_path):
+    """A client rewriting a delivered message (open O_RDWR or O_TRUNC and
+    write: a new copy, DESIGN.md section 4) when the daemon dies: the
+    message is still there after recovery, whole - the old bytes, as the
+    rewrite never reached a close or fsync - under all its names."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    old = content("old.rewrite")
+    try:
+        md = m.mount().maildir()
+        other = m.maildir(".Other")
+        for name in ("a:2,S", "b:2,S", "c:2,S"):
+            (md / "tmp" / name).write_bytes(old + name.encode())
+            os.rename(md / "tmp" / name, md / "cur" / name)
+        os.link(md / "cur" / "a:2,S", other / "cur" / "a:2,S")
+        ino = os.stat(md / "cur" / "a:2,S").st_ino
+        fds = [os.open(md / "cur" / "a:2,S", os.O_RDWR),
+               os.open(md / "cur" / "b:2,S", os.O_WRONLY | os.O_TRUNC),
+               os.open(md / "cur" / "c:2,S", os.O_WRONLY | os.O_APPEND)]
+        os.pwrite(fds[0], b"NEW", 100)
+        os.write(fds[1], b"new content")
+        os.write(fds[2], b"appended")
+        m.kill()  # while all three are open for writing
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        m.mount()
+        for name in ("a:2,S", "b:2,S", "c:2,S"):
+            assert (md / "cur" / name).read_bytes() == old + name.encode(), name
+        assert (other / "cur" / "a:2,S").read_bytes() == old + b"a:2,S"
+        st = os.stat(md / "cur" / "a:2,S")
+        assert (st.st_ino, st.st_nlink) == (ino, 2)
+        # And rewriting works again, through to the next mount.
+        with open(md / "cur" / "b:2,S", "wb") as f:
+            f.write(b"rewritten\n")
+        m.unmount()
+        rc, out = dboxadm_check(m.store)
+        assert rc == 0, out
+        m.mount()
+        assert (md / "cur" / "b:2,S").read_bytes() == b"rewritten\n"
+    finally:
+        m.kill() if m.proc is not None else m.unmount()

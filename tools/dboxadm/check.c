@@ -1,0 +1,914 @@
+/*
+ * check.c: dboxadm check STORE [--json] - verify a store and report every
+ * problem, without changing anything:
+ *
+ *   index.sqlite  SQLite's integrity check; the namespace invariants
+ *                 (index-check.h): names, link counts, directories,
+ *                 message rows, committed ends
+ *   storage/m.N   every file scanned record by record (dbox-scan.h):
+ *                 bytes that are no whole record are reported; each
+ *                 committed message of the index must have its record at
+ *                 its offset with the same body size, record size, GUID,
+ *                 V (virtual size) and plaintext size (Z, or the body size
+ *                 of an uncompressed body); files shorter than their
+ *                 committed end; m.N files the index does not know
+ *   files/        every plain file of the index has its regular file
+ *                 STORE/files/<ino> (not a symlink), and every file there
+ *                 belongs to a plain file
+ *
+ * Offline (nobody holds the store lock), check takes the lock shared, so
+ * no mount starts meanwhile, and everything is checked.  While the store
+ * is mounted it reads one snapshot of the index and each m.N up to the
+ * committed end of that snapshot; what a live mount is in the middle of
+ * (messages being written, m.N files and plain files being created) is
+ * not checked.  States crash recovery cleans up at the next mount are
+ * notes, not problems.
+ *
+ * Output: one "problem: ..." line per problem on stdout, notes as
+ * "note: ...", then a summary line; with --json one JSON object.  Exit
+ * status 0 clean, 1 problems found, 2 usage error or no store.
+ */
+#include "dboxadm.h"
+#include "progress.h"
+
+#include "index/index-check.h"
+#include "index/index-stats.h"
+#include "index/index.h"
+#include "storage/dbox-read.h"
+#include "storage/dbox-scan.h"
+#include "storage/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* One whole record found in an m.N. */
+struct rec {
+	uint64_t offset, body_size, record_size;
+	uint64_t vsize, plain_size;
+	bool has_vsize, has_plain_size;
+	char guid[DBOX_GUID_HEX_LEN * 2 + 1];
+};
+
+/* A region of an m.N that is no whole record, and why. */
+struct bad {
+	uint64_t start, end;
+	char *reason;
+	bool used;             /* a message of the index has its record here */
+};
+
+/* One m.N, as the index and the disk know it. */
+struct mfile {
+	uint32_t id;
+	bool known;            /* in the index's mfile table */
+	bool exists;           /* a regular file in storage/ */
+	uint64_t committed;    /* the index's committed end */
+	uint64_t size;         /* on disk */
+	bool scanned;
+	struct rec *recs;
+	size_t nrecs, recs_size;
+	struct bad *bads;
+	size_t nbads;
+};
+
+struct strs {
+	char **v;
+	size_t n, size;
+};
+
+struct check {
+	const char *store;
+	struct dbox_index *index;
+	bool offline;          /* we hold the store lock (shared) */
+	bool json;
+	int storage_fd, files_fd;
+	struct progress progress;
+	struct strs problems, notes;
+	struct mfile *files;
+	size_t nfiles, files_size;
+	size_t next_scan;      /* files[] below this are scanned */
+	uint64_t *file_inos;   /* plain-file inodes, ascending */
+	size_t nfile_inos, file_inos_size;
+	uint64_t messages, records, record_bytes;
+};
+
+/* The log sink while scanning: storage/ says why a record is bad; keep
+   the first reason for the problem line instead of printing it. */
+static char *captured;
+static bool capturing;
+static dbox_log_sink_t *saved_sink;
+
+static void capture_sink(enum dbox_log_level level, const char *fmt,
+			 va_list args)
+{
+	if (!capturing || level > DBOX_LOG_WARNING) {
+		va_list copy;
+
+		va_copy(copy, args);
+		progress_clear();
+		fputs(level == DBOX_LOG_WARNING ? "dboxadm: warning: " :
+		      "dboxadm: ", stderr);
+		vfprintf(stderr, fmt, copy);
+		fputc('\n', stderr);
+		va_end(copy);
+		return;
+	}
+	if (captured == NULL && vasprintf(&captured, fmt, args) < 0)
+		captured = NULL;
+}
+
+static void capture_begin(void)
+{
+	free(captured);
+	captured = NULL;
+	capturing = true;
+}
+
+/* The first reason logged since capture_begin (owned by the caller), or
+   NULL. */
+static char *capture_end(void)
+{
+	char *reason = captured;
+
+	captured = NULL;
+	capturing = false;
+	return reason;
+}
+
+static void strs_add(struct strs *s, const char *text)
+{
+	char *copy = strdup(text);
+
+	if (copy == NULL)
+		return;
+	if (s->n == s->size) {
+		size_t size = s->size == 0 ? 16 : s->size * 2;
+		char **v = realloc(s->v, size * sizeof(*v));
+
+		if (v == NULL) {
+			free(copy);
+			return;
+		}
+		s->v = v;
+		s->size = size;
+	}
+	s->v[s->n++] = copy;
+}
+
+static void strs_free(struct strs *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->v[i]);
+	free(s->v);
+}
+
+static void problem(struct check *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void note(struct check *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void vadd(struct check *c, struct strs *s, const char *prefix,
+		 const char *fmt, va_list args)
+{
+	char text[2048];
+
+	vsnprintf(text, sizeof(text), fmt, args);
+	strs_add(s, text);
+	if (!c->json) {
+		progress_clear();
+		printf("%s: %s\n", prefix, text);
+	}
+}
+
+static void problem(struct check *c, const char *fmt, ...)
+{
+	va_list args;
+
+	va_start(args, fmt);
+	vadd(c, &c->problems, "problem", fmt, args);
+	va_end(args);
+}
+
+static void note(struct check *c, const char *fmt, ...)
+{
+	va_list args;
+
+	va_start(args, fmt);
+	vadd(c, &c->notes, "note", fmt, args);
+	va_end(args);
+}
+
+static void index_problem_cb(void *ctx, const char *text)
+{
+	problem(ctx, "%s", text);
+}
+
+/* --- m.N files --------------------------------------------------------- */
+
+static struct mfile *file_get(struct check *c, uint32_t id, bool add)
+{
+	for (size_t i = 0; i < c->nfiles; i++)
+		if (c->files[i].id == id)
+			return &c->files[i];
+	if (!add)
+		return NULL;
+	if (c->nfiles == c->files_size) {
+		size_t size = c->files_size == 0 ? 64 : c->files_size * 2;
+		struct mfile *f = realloc(c->files, size * sizeof(*f));
+
+		if (f == NULL)
+			return NULL;
+		c->files = f;
+		c->files_size = size;
+	}
+	memset(&c->files[c->nfiles], 0, sizeof(c->files[0]));
+	c->files[c->nfiles].id = id;
+	return &c->files[c->nfiles++];
+}
+
+static int known_cb(void *ctx, uint32_t file_id, uint64_t size)
+{
+	struct mfile *f = file_get(ctx, file_id, true);
+
+	if (f == NULL)
+		return -ENOMEM;
+	f->known = true;
+	f->committed = size;
+	return 0;
+}
+
+/* "m.<N>" with N a decimal without leading zeros. */
+static bool mfile_id(const char *name, uint32_t *id_r)
+{
+	char *end;
+	unsigned long id;
+
+	if (strncmp(name, "m.", 2) != 0 || name[2] < '1' || name[2] > '9')
+		return false;
+	errno = 0;
+	id = strtoul(name + 2, &end, 10);
+	if (*end != '\0' || errno != 0 || id > UINT32_MAX)
+		return false;
+	*id_r = (uint32_t)id;
+	return true;
+}
+
+/* What storage/ holds. */
+static int list_storage(struct check *c)
+{
+	DIR *d = fdopendir(dup(c->storage_fd));
+	struct dirent *de;
+
+	if (d == NULL)
+		return -errno;
+	rewinddir(d);
+	while ((de = readdir(d)) != NULL) {
+		struct stat sb;
+		struct mfile *f;
+		uint32_t id;
+
+		if (!mfile_id(de->d_name, &id))
+			continue;
+		if (fstatat(c->storage_fd, de->d_name, &sb,
+			    AT_SYMLINK_NOFOLLOW) < 0)
+			continue; /* gone since readdir (a purge) */
+		if (!S_ISREG(sb.st_mode)) {
+			problem(c, "storage/%s is not a regular file (%s); "
+				"dboxfs never follows it", de->d_name,
+				S_ISLNK(sb.st_mode) ? "a symbolic link" :
+				"a special file");
+			continue;
+		}
+		if ((f = file_get(c, id, true)) == NULL) {
+			closedir(d);
+			return -ENOMEM;
+		}
+		f->exists = true;
+		f->size = (uint64_t)sb.st_size;
+	}
+	closedir(d);
+	return 0;
+}
+
+static int file_cmp(const void *a, const void *b)
+{
+	uint32_t x = ((const struct mfile *)a)->id,
+		 y = ((const struct mfile *)b)->id;
+
+	return x < y ? -1 : x > y;
+}
+
+static int rec_cb(void *ctx, uint64_t offset, uint64_t body_size,
+		  const struct dbox_metadata *md, uint64_t record_size)
+{
+	struct check *c = ctx;
+	struct mfile *f = &c->files[c->next_scan];
+	struct rec *r;
+
+	if (f->nrecs == f->recs_size) {
+		size_t size = f->recs_size == 0 ? 64 : f->recs_size * 2;
+
+		r = realloc(f->recs, size * sizeof(*r));
+		if (r == NULL)
+			return -ENOMEM;
+		f->recs = r;
+		f->recs_size = size;
+	}
+	r = &f->recs[f->nrecs++];
+	r->offset = offset;
+	r->body_size = body_size;
+	r->record_size = record_size;
+	r->vsize = md->vsize;
+	r->has_vsize = md->has_vsize;
+	r->plain_size = md->plain_size;
+	r->has_plain_size = md->has_plain_size;
+	memcpy(r->guid, md->guid, sizeof(r->guid));
+	c->records++;
+	c->record_bytes += record_size;
+	progress_add(&c->progress, 1, record_size);
+	return 0;
+}
+
+static int bad_cb(void *ctx, uint64_t start, uint64_t end)
+{
+	struct check *c = ctx;
+	struct mfile *f = &c->files[c->next_scan];
+	struct bad *b = realloc(f->bads, (f->nbads + 1) * sizeof(*b));
+	char *reason = capture_end();
+
+	capture_begin();
+	if (b == NULL) {
+		free(reason);
+		return -ENOMEM;
+	}
+	f->bads = b;
+	b[f->nbads].start = start;
+	b[f->nbads].end = end;
+	b[f->nbads].reason = reason;
+	b[f->nbads].used = false;
+	f->nbads++;
+	return 0;
+}
+
+/* Report the damaged regions of a scanned file whose messages were all
+   verified: damage where a message of the index (or of no index, for an
+   unknown file) lives is a problem; damage in bytes no message uses (a
+   record a crash cut while it was being rewritten) loses nothing. */
+static void report_bads(struct check *c, const struct mfile *f)
+{
+	for (size_t i = 0; i < f->nbads; i++) {
+		const struct bad *b = &f->bads[i];
+		const char *reason = b->reason != NULL ? b->reason : "";
+
+		if (b->used || !f->known)
+			problem(c, "storage/m.%u: bytes [%llu, %llu) are no whole "
+				"record%s%s", f->id, (unsigned long long)b->start,
+				(unsigned long long)b->end, *reason ? ": " : "",
+				reason);
+		else
+			note(c, "storage/m.%u: bytes [%llu, %llu) are damaged but "
+			     "hold no message of the index%s%s", f->id,
+			     (unsigned long long)b->start,
+			     (unsigned long long)b->end, *reason ? ": " : "",
+			     reason);
+	}
+}
+
+/* Scan files[next_scan] and report what is wrong with it as a file. */
+static int scan_one(struct check *c)
+{
+	struct mfile *f = &c->files[c->next_scan];
+	char name[16];
+	uint64_t end;
+	bool header_ok = true;
+	int fd, ret;
+
+	f->scanned = true;
+	dbox_file_name(name, f->id);
+	if (!f->exists) {
+		/* Messages in it are reported one by one; without any the
+		   file is no loss. */
+		note(c, "the index knows storage/%s, which is not there", name);
+		return 0;
+	}
+	if (!f->known) {
+		if (!c->offline) {
+			note(c, "storage/%s is not in this snapshot of the index "
+			     "(being created by the mount?); not checked", name);
+			return 0;
+		}
+		if (f->size == 0) {
+			note(c, "storage/%s is empty and not in the index (a new "
+			     "file whose creation a crash cut)", name);
+			return 0;
+		}
+		end = f->size;
+	} else if (f->size < f->committed) {
+		problem(c, "storage/%s is %llu bytes, shorter than its committed "
+			"end %llu: its end is lost", name,
+			(unsigned long long)f->size,
+			(unsigned long long)f->committed);
+		end = f->size;
+	} else {
+		if (f->size > f->committed && c->offline)
+			note(c, "storage/%s: %llu bytes after the committed end "
+			     "%llu, an unfinished write (the next mount cuts "
+			     "them)", name,
+			     (unsigned long long)(f->size - f->committed),
+			     (unsigned long long)f->committed);
+		end = f->committed;
+	}
+	fd = openat(c->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		problem(c, "storage/%s: %s", name, strerror(errno));
+		return 0;
+	}
+	capture_begin();
+	ret = dbox_file_scan(fd, f->id, end, rec_cb, bad_cb, c, &header_ok);
+	free(capture_end());
+	if (ret < 0 && errno != ENOMEM) {
+		problem(c, "storage/%s: reading: %s", name, strerror(errno));
+		ret = 0;
+	}
+	if (!header_ok)
+		problem(c, "storage/%s: the file header line is not \"2 M1e "
+			"C...\"", name);
+	else if (!f->known && (f->nrecs > 0 || f->nbads > 0))
+		problem(c, "storage/%s is not in the index: its %zu records "
+			"cannot be read ('dboxadm rebuild' adds them)", name,
+			f->nrecs);
+	else if (!f->known)
+		note(c, "storage/%s is not in the index and holds no record (a "
+		     "new file whose creation a crash cut)", name);
+	close(fd);
+	return ret < 0 ? -ENOMEM : ret;
+}
+
+/* Scan every file up to and including id (all when id is UINT32_MAX). */
+static int scan_upto(struct check *c, uint32_t id)
+{
+	int ret;
+
+	while (c->next_scan < c->nfiles && c->files[c->next_scan].id <= id) {
+		if (c->next_scan > 0)
+			report_bads(c, &c->files[c->next_scan - 1]);
+		if ((ret = scan_one(c)) != 0)
+			return ret;
+		c->next_scan++;
+	}
+	if (id == UINT32_MAX && c->next_scan > 0)
+		report_bads(c, &c->files[c->next_scan - 1]);
+	return 0;
+}
+
+/* --- messages ---------------------------------------------------------- */
+
+static const struct rec *rec_at(const struct mfile *f, uint64_t offset)
+{
+	size_t lo = 0, hi = f->nrecs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (f->recs[mid].offset == offset)
+			return &f->recs[mid];
+		if (f->recs[mid].offset < offset)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+static const struct bad *bad_at(const struct mfile *f, uint64_t offset)
+{
+	for (size_t i = 0; i < f->nbads; i++)
+		if (offset >= f->bads[i].start && offset < f->bads[i].end)
+			return &f->bads[i];
+	return NULL;
+}
+
+/* Is the body at offset compressed (so its size says nothing)? */
+static bool body_compressed(struct check *c, const struct mfile *f,
+			    uint64_t offset)
+{
+	char name[16], head[16];
+	ssize_t n = -1;
+	int fd;
+
+	dbox_file_name(name, f->id);
+	fd = openat(c->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0) {
+		n = pread(fd, head, sizeof(head), (off_t)(offset +
+							 DBOX_MSG_HEADER_SIZE));
+		close(fd);
+	}
+	return n > 0 && dbox_detect_compression(head, (size_t)n) !=
+		DBOX_COMPRESSION_NONE;
+}
+
+static void msg_problem(struct check *c, const struct dbox_check_msg *m,
+			const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void msg_problem(struct check *c, const struct dbox_check_msg *m,
+			const char *fmt, ...)
+{
+	char what[1024], *path = NULL;
+	va_list args;
+
+	va_start(args, fmt);
+	vsnprintf(what, sizeof(what), fmt, args);
+	va_end(args);
+	dbox_index_check_path(c->index, m->ino, &path);
+	problem(c, "message %s (inode %llu, m.%u offset %llu): %s",
+		path != NULL ? path : "?", (unsigned long long)m->ino,
+		m->loc.file_id, (unsigned long long)m->loc.offset, what);
+	free(path);
+}
+
+static int msg_cb(void *ctx, const struct dbox_check_msg *m)
+{
+	struct check *c = ctx;
+	const struct rec *r;
+	const struct bad *b;
+	struct mfile *f;
+	int ret;
+
+	if (m->loc.state != DBOX_MSG_COMMITTED)
+		return 0; /* being written: counted as pending */
+	if ((ret = scan_upto(c, m->loc.file_id)) != 0)
+		return ret;
+	c->messages++;
+	f = file_get(c, m->loc.file_id, false);
+	if (f == NULL || !f->known)
+		return 0; /* reported by the namespace check */
+	if (!f->exists) {
+		msg_problem(c, m, "storage/m.%u is missing: unreadable (EIO)",
+			    m->loc.file_id);
+		return 0;
+	}
+	if ((r = rec_at(f, m->loc.offset)) == NULL) {
+		b = bad_at(f, m->loc.offset);
+		if (b != NULL)
+			((struct bad *)b)->used = true;
+		if (m->loc.offset >= f->size)
+			msg_problem(c, m, "the record is past the end of the "
+				    "file: unreadable (EIO)");
+		else if (b != NULL)
+			msg_problem(c, m, "the record is damaged%s%s: "
+				    "unreadable (EIO)", b->reason != NULL ?
+				    ": " : "", b->reason != NULL ? b->reason : "");
+		else
+			msg_problem(c, m, "no record starts at this offset");
+		return 0;
+	}
+	if (r->body_size != m->loc.body_size)
+		msg_problem(c, m, "body size %llu, the index says %llu",
+			    (unsigned long long)r->body_size,
+			    (unsigned long long)m->loc.body_size);
+	if (r->record_size != m->loc.record_size)
+		msg_problem(c, m, "record size %llu, the index says %llu",
+			    (unsigned long long)r->record_size,
+			    (unsigned long long)m->loc.record_size);
+	/* The index keeps a GUID's first 32 characters (foreign GUIDs may
+	   be longer). */
+	if (strncmp(r->guid, m->loc.guid, sizeof(m->loc.guid) - 1) != 0)
+		msg_problem(c, m, "GUID '%s', the index says '%s'", r->guid,
+			    m->loc.guid);
+	if (r->has_vsize && r->vsize != m->loc.vsize)
+		msg_problem(c, m, "virtual size (V) %llu, the index says %llu",
+			    (unsigned long long)r->vsize,
+			    (unsigned long long)m->loc.vsize);
+	if (r->has_plain_size ? r->plain_size != m->size :
+	    r->body_size != m->size && !body_compressed(c, f, r->offset))
+		msg_problem(c, m, "plaintext size %llu, the index says %llu",
+			    (unsigned long long)(r->has_plain_size ?
+						 r->plain_size : r->body_size),
+			    (unsigned long long)m->size);
+	return 0;
+}
+
+/* --- plain files ------------------------------------------------------- */
+
+static int file_ino_cb(void *ctx, uint64_t ino)
+{
+	struct check *c = ctx;
+	char name[24], *path = NULL;
+	const char *what;
+	struct stat sb;
+
+	if (c->nfile_inos == c->file_inos_size) {
+		size_t size = c->file_inos_size == 0 ? 64 : c->file_inos_size * 2;
+		uint64_t *v = realloc(c->file_inos, size * sizeof(*v));
+
+		if (v == NULL)
+			return -ENOMEM;
+		c->file_inos = v;
+		c->file_inos_size = size;
+	}
+	c->file_inos[c->nfile_inos++] = ino;
+	snprintf(name, sizeof(name), "%llu", (unsigned long long)ino);
+	if (c->files_fd < 0)
+		return 0;
+	if (fstatat(c->files_fd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+		what = errno == ENOENT ? "is missing" : strerror(errno);
+	else if (S_ISLNK(sb.st_mode))
+		what = "is a symbolic link (never followed)";
+	else if (!S_ISREG(sb.st_mode))
+		what = "is not a regular file";
+	else
+		return 0;
+	dbox_index_check_path(c->index, ino, &path);
+	problem(c, "plain file %s (inode %llu): files/%s %s", path != NULL ?
+		path : "?", (unsigned long long)ino, name, what);
+	free(path);
+	return 0;
+}
+
+static bool is_file_ino(const struct check *c, uint64_t ino)
+{
+	size_t lo = 0, hi = c->nfile_inos;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (c->file_inos[mid] == ino)
+			return true;
+		if (c->file_inos[mid] < ino)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+/* Files in files/ that no plain file of the index owns. */
+static void check_files_dir(struct check *c)
+{
+	DIR *d = fdopendir(dup(c->files_fd));
+	struct dirent *de;
+
+	if (d == NULL)
+		return;
+	rewinddir(d);
+	while ((de = readdir(d)) != NULL) {
+		unsigned long long ino;
+		struct dbox_attr attr;
+		struct stat sb;
+		char *end;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		errno = 0;
+		ino = strtoull(de->d_name, &end, 10);
+		if (*end == '\0' && errno == 0 && de->d_name[0] != '0' &&
+		    is_file_ino(c, ino))
+			continue;
+		if (!c->offline)
+			continue; /* may be a plain file being created */
+		if (*end == '\0' && dbox_index_getattr(c->index, ino, &attr) == 0)
+			note(c, "files/%s belongs to inode %s, which is no plain "
+			     "file (a plain file turned into a message; the next "
+			     "mount removes it)", de->d_name, de->d_name);
+		else if (fstatat(c->files_fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(sb.st_mode) && sb.st_size == 0 && *end == '\0')
+			note(c, "files/%s is empty and belongs to no plain file "
+			     "(a create cut by a crash; the next mount removes "
+			     "it)", de->d_name);
+		else
+			problem(c, "files/%s belongs to no plain file of the "
+				"index", de->d_name);
+	}
+	closedir(d);
+}
+
+/* --- output ------------------------------------------------------------ */
+
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s != '\0'; s++) {
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			printf("\\u%04x", (unsigned char)*s);
+		else
+			putchar(*s);
+	}
+	putchar('"');
+}
+
+static void json_strs(const char *key, const struct strs *s)
+{
+	printf("  \"%s\": [", key);
+	for (size_t i = 0; i < s->n; i++) {
+		printf("%s\n    ", i == 0 ? "" : ",");
+		json_str(s->v[i]);
+	}
+	printf("%s],\n", s->n > 0 ? "\n  " : "");
+}
+
+static void print_result(struct check *c)
+{
+	if (c->json) {
+		printf("{\n  \"store\": ");
+		json_str(c->store);
+		printf(",\n  \"mounted\": %s,\n", c->offline ? "false" : "true");
+		json_strs("problems", &c->problems);
+		json_strs("notes", &c->notes);
+		printf("  \"messages\": %llu,\n  \"mfiles\": %zu,\n"
+		       "  \"records\": %llu,\n  \"plain_files\": %zu\n}\n",
+		       (unsigned long long)c->messages, c->nfiles,
+		       (unsigned long long)c->records, c->nfile_inos);
+		return;
+	}
+	printf("%s: %llu messages, %zu m.N files (%llu records), %zu plain "
+	       "files checked%s: %zu problem%s\n", c->store,
+	       (unsigned long long)c->messages, c->nfiles,
+	       (unsigned long long)c->records, c->nfile_inos,
+	       c->offline ? "" : " (mounted: one snapshot)", c->problems.n,
+	       c->problems.n == 1 ? "" : "s");
+}
+
+/* --- main -------------------------------------------------------------- */
+
+/* Take the store lock shared when nobody holds it.  Returns the lock fd
+   (or -1 when there is no lock file) and sets c->offline. */
+static int lock_store(struct check *c, int dir_fd)
+{
+	int fd = openat(dir_fd, "lock", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+	c->offline = true;
+	if (fd < 0)
+		return -1;
+	if (flock(fd, LOCK_SH | LOCK_NB) < 0)
+		c->offline = false;
+	return fd;
+}
+
+/* Open the index; a missing or unreadable one is a problem (exit 1)
+   when storage/ is there, else there is no store (exit 2). */
+static int open_index(struct check *c, int dir_fd)
+{
+	char *path;
+	int ret;
+
+	if (asprintf(&path, "%s/index.sqlite", c->store) < 0)
+		return ADM_EXIT_FAILED;
+	ret = dbox_index_open(path, false, &c->index);
+	free(path);
+	if (ret == 0 && (ret = dbox_index_reader_setup(c->index)) < 0)
+		dbox_index_close(&c->index);
+	if (ret == 0)
+		return ADM_EXIT_OK;
+	if (faccessat(dir_fd, "storage", F_OK, 0) < 0) {
+		adm_error("%s: not a dbox store (no index.sqlite, no storage/)",
+			  c->store);
+		return ADM_EXIT_USAGE;
+	}
+	if (ret == -EPROTO) {
+		adm_error("%s: the index is from a newer dboxfs; this dboxadm "
+			  "cannot check it", c->store);
+		return ADM_EXIT_USAGE;
+	}
+	problem(c, "index.sqlite is %s: 'dboxadm rebuild %s' recreates it "
+		"from storage/", ret == -ENOENT ? "missing" : "unreadable",
+		c->store);
+	return ADM_EXIT_FAILED;
+}
+
+static int run_check(struct check *c)
+{
+	uint64_t writing = 0, unnamed = 0;
+	int ret;
+
+	if ((ret = dbox_index_snapshot_begin(c->index)) < 0)
+		return ret;
+	if ((ret = dbox_index_check_integrity(c->index, index_problem_cb, c)) < 0 ||
+	    (ret = dbox_index_check_namespace(c->index, index_problem_cb, c)) < 0 ||
+	    (ret = dbox_index_check_pending(c->index, &writing, &unnamed)) < 0 ||
+	    (ret = dbox_index_mfile_list(c->index, known_cb, c)) < 0)
+		goto out;
+	if (writing > 0)
+		note(c, "%llu messages %s", (unsigned long long)writing,
+		     c->offline ? "were being written when the store was last "
+		     "used: the next mount drops them (crash recovery)" :
+		     "are being written");
+	if (unnamed > 0 && c->offline)
+		note(c, "%llu files have no name left (unlinked while open "
+		     "when the store was last used): the next mount deletes "
+		     "them", (unsigned long long)unnamed);
+	if (c->storage_fd >= 0 && (ret = list_storage(c)) < 0)
+		goto out;
+	if (c->nfiles > 1)
+		qsort(c->files, c->nfiles, sizeof(*c->files), file_cmp);
+	if ((ret = dbox_index_check_messages(c->index, msg_cb, c)) != 0 ||
+	    (ret = scan_upto(c, UINT32_MAX)) != 0)
+		goto out;
+	if ((ret = dbox_index_check_files(c->index, file_ino_cb, c)) != 0)
+		goto out;
+	if (c->files_fd >= 0)
+		check_files_dir(c);
+out:
+	dbox_index_snapshot_end(c->index);
+	return ret;
+}
+
+static int check_main(int argc, char **argv)
+{
+	static const char *const flags[] = { "--json", NULL };
+	struct check c = { .storage_fd = -1, .files_fd = -1 };
+	bool *flag_r[] = { &c.json };
+	int npos, dir_fd, lock_fd, ret;
+
+	if ((ret = adm_parse_args(&adm_verb_check, argc, argv, flags, flag_r,
+				  &npos)) != 0)
+		return ret;
+	if (npos != 1)
+		return adm_usage_error(&adm_verb_check, "check: need STORE");
+	c.store = argv[0];
+	dir_fd = open(c.store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir_fd < 0) {
+		adm_error("%s: %s", c.store, strerror(errno));
+		return ADM_EXIT_USAGE;
+	}
+	saved_sink = dbox_log_get_sink();
+	dbox_log_set_sink(capture_sink);
+	lock_fd = lock_store(&c, dir_fd);
+	ret = open_index(&c, dir_fd);
+	if (ret == ADM_EXIT_OK) {
+		c.storage_fd = openat(dir_fd, "storage", O_RDONLY | O_DIRECTORY |
+				      O_CLOEXEC);
+		c.files_fd = openat(dir_fd, "files", O_RDONLY | O_DIRECTORY |
+				    O_CLOEXEC);
+		if (c.storage_fd < 0)
+			problem(&c, "storage/: %s", strerror(errno));
+		progress_init(&c.progress, "checked");
+		ret = run_check(&c);
+		progress_finish(&c.progress);
+		if (ret < 0)
+			adm_error("%s: checking stopped: %s", c.store,
+				  strerror(-ret));
+		ret = ret < 0 ? ADM_EXIT_USAGE : ADM_EXIT_OK;
+	}
+	if (ret != ADM_EXIT_USAGE) {
+		print_result(&c);
+		if (c.problems.n > 0)
+			ret = ADM_EXIT_FAILED;
+	}
+	dbox_log_set_sink(saved_sink);
+	dbox_index_close(&c.index);
+	for (size_t i = 0; i < c.nfiles; i++) {
+		free(c.files[i].recs);
+		for (size_t j = 0; j < c.files[i].nbads; j++)
+			free(c.files[i].bads[j].reason);
+		free(c.files[i].bads);
+	}
+	free(c.files);
+	free(c.file_inos);
+	strs_free(&c.problems);
+	strs_free(&c.notes);
+	if (c.storage_fd >= 0)
+		close(c.storage_fd);
+	if (c.files_fd >= 0)
+		close(c.files_fd);
+	if (lock_fd >= 0)
+		close(lock_fd);
+	close(dir_fd);
+	if (fflush(stdout) != 0)
+		return ADM_EXIT_USAGE;
+	return ret;
+}
+
+const struct adm_verb adm_verb_check = {
+	.name = "check",
+	.summary = "verify the index against storage/ and files/ (mounted or not)",
+	.usage =
+	"usage: dboxadm check STORE [--json]\n"
+	"\n"
+	"Verify STORE without changing it: SQLite's integrity check of\n"
+	"index.sqlite; the namespace (names, link counts, directories); every\n"
+	"storage/m.N record by record, and every message of the index against its\n"
+	"record (offset, body and record size, GUID, V, plaintext size); m.N files\n"
+	"missing, shorter than their committed end, or unknown to the index; and\n"
+	"files/ against the plain files of the index.  Each problem is printed as\n"
+	"a line 'problem: ...'; states the next mount's crash recovery cleans up\n"
+	"are 'note: ...' lines.\n"
+	"\n"
+	"Works while STORE is mounted (one snapshot of the index; what the mount\n"
+	"is writing at that moment is not checked).  Offline it holds the store\n"
+	"lock shared, so the store cannot be mounted until it is done.\n"
+	"\n"
+	"  --json   one JSON object (problems, notes, counts) instead of text\n"
+	"\n"
+	"Exit status: 0 no problem, 1 problems found (a missing or unreadable\n"
+	"index is one: 'dboxadm rebuild' recreates it), 2 usage error or no store.\n",
+	.run = check_main,
+};
