@@ -27,10 +27,12 @@ before their next step: "A" (about to do the final step) before a rename
 or link, "D" (done) once it returned 0.  The log is therefore never behind
 the filesystem: whatever is on the mount, the log explains.
 
+A purger runs `dboxadm purge STORE` in a loop: the mount moves the live
+messages of m.N files with dead bytes (the rewriter's old copies) to new
+files and deletes the old ones, so kills also fall inside a purge.
+
 Every actor is one function `actor_NAME(ctx)` listed in ACTORS, run in a
-process of its own until the mount goes away.  A purge actor (`dboxadm
-purge STORE` in a loop during the kill) is one more such function once
-purge exists (issue #4).
+process of its own until the mount goes away.
 
 DBOXFS_CRASH_CYCLES sets the number of kill cycles (default 30, about a
 minute); DBOXFS_CRASH_SEED the random seed (default: a new one, printed).
@@ -237,15 +239,26 @@ def actor_rewrite(ctx):
             # renamed by the flag actor meanwhile
 
 
-# The actors of one cycle: (name, function, how many).  A purge actor
-# (`dboxadm purge STORE` in a loop, issue #4) is one more line here once
-# purge exists:
-#     ("purge", actor_purge, 1),
+def actor_purge(ctx):
+    """The administrator's purge, asked of the mount again and again."""
+    mnt, log = Path(ctx["mnt"]), ctx["out"]
+    while os.path.isdir(mnt / "cur"):
+        r = subprocess.run([str(DBOXADM), "purge", ctx["store"], "--timeout=20"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            time.sleep(0.5)  # a kill just now: let the mount go first
+            if os.path.isdir(mnt / "cur"):
+                log.write("X", f"dboxadm purge: exit {r.returncode}: {r.stderr[-500:]}")
+        time.sleep(0.02)
+
+
+# The actors of one cycle: (name, function, how many).
 ACTORS = (
     ("deliver", actor_deliver, DELIVERERS),
     ("flags", actor_flags, 1),
     ("read", actor_read, 1),
     ("rewrite", actor_rewrite, 1),
+    ("purge", actor_purge, 1),
 )
 
 

@@ -441,9 +441,13 @@ static int scan_one(struct check *c)
 		problem(c, "storage/%s: the file header line is not \"2 M1e "
 			"C...\"", name);
 	else if (!f->known && (f->nrecs > 0 || f->nbads > 0))
-		problem(c, "storage/%s is not in the index: its %zu records "
-			"cannot be read ('dboxadm rebuild' adds them)", name,
-			f->nrecs);
+		/* What the next mount's recovery does with it: a file whose
+		   creation never committed holds only uncommitted records. */
+		note(c, "storage/%s is not in the index: its %zu records are "
+		     "uncommitted writes (an interrupted purge, import or "
+		     "delivery), which the next mount cuts off; if the index "
+		     "is older than storage/ (restored from a backup), run "
+		     "'dboxadm rebuild' first to keep them", name, f->nrecs);
 	else if (!f->known)
 		note(c, "storage/%s is not in the index and holds no record (a "
 		     "new file whose creation a crash cut)", name);
