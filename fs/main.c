@@ -12,6 +12,7 @@
 #include "storage/log.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,7 +245,10 @@ int main(int argc, char *argv[])
 		loop = fuse_loop_cfg_create();
 		fuse_loop_cfg_set_clone_fd(loop, cmd.clone_fd);
 		fuse_loop_cfg_set_max_threads(loop, cmd.max_threads);
-		fuse_loop_cfg_set_idle_threads(loop, cmd.max_idle_threads);
+		/* libfuse 3.14 leaves max_idle_threads at UINT_MAX unless -o
+		   max_idle_threads= was given, and warns about that value. */
+		if (cmd.max_idle_threads != UINT_MAX)
+			fuse_loop_cfg_set_idle_threads(loop, cmd.max_idle_threads);
 		ret = fuse_session_loop_mt(fs.se, loop);
 		fuse_loop_cfg_destroy(loop);
 	}
