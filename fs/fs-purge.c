@@ -32,7 +32,7 @@ struct fs_purge {
 	struct fs *fs;
 	pthread_t thread;
 	int efd;
-	volatile bool stop;
+	bool stop;  /* set by fs_purge_stop, read atomically */
 
 	pthread_mutex_t lock;        /* guards the fields below */
 	uint32_t dirty[MAX_DIRTY];
@@ -162,7 +162,7 @@ static void *purge_thread(void *arg)
 	/* Signals go to the other threads (libfuse's handlers). */
 	sigfillset(&set);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	while (!p->stop) {
+	while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
 		struct pollfd pfd = { .fd = p->efd, .events = POLLIN };
 		int64_t first, wait_ms = -1;
 		uint64_t count;
@@ -180,7 +180,7 @@ static void *purge_thread(void *arg)
 		    poll(&pfd, 1, (int)wait_ms) > 0 &&
 		    read(p->efd, &count, sizeof(count)) < 0 && errno != EAGAIN)
 			dbox_warning("purge thread: eventfd: %s", strerror(errno));
-		if (p->stop)
+		if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
 			break;
 		if (purge_requested) {
 			purge_requested = 0;
@@ -258,7 +258,7 @@ void fs_purge_stop(struct fs *fs)
 		return;
 	write_pid(fs->st, 0);
 	signal(SIGUSR1, SIG_IGN);
-	p->stop = true;
+	__atomic_store_n(&p->stop, true, __ATOMIC_RELEASE);
 	wake(p->efd);
 	pthread_join(p->thread, NULL);
 	fs->purge = NULL;

@@ -60,7 +60,8 @@ static void unlock(struct purge *p)
 
 static bool cancelled(const struct purge *p)
 {
-	return p->set->cancel != NULL && *p->set->cancel;
+	return p->set->cancel != NULL &&
+		__atomic_load_n(p->set->cancel, __ATOMIC_ACQUIRE);
 }
 
 static bool in_pool(const struct dbox_store *st, uint32_t file_id)

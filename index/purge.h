@@ -55,7 +55,7 @@ struct dbox_purge_settings {
 	bool sealed_only;
 	/* Checked between records: stop (the file being purged is kept
 	   whole) when it becomes true. */
-	const volatile bool *cancel;
+	const bool *cancel; /* read atomically; set by another thread */
 	/* Test hook: called after a file's records were copied and synced,
 	   before the switch, without st->lock. */
 	void (*after_copy)(void *ctx, uint32_t file_id);
