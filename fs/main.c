@@ -152,6 +152,47 @@ static int create_inbox(struct dbox_store *st)
 	return dbox_index_commit(st->index, true);
 }
 
+/* Refuse mount points that cannot work: a dead mount still there (its
+   daemon was killed; stat says ENOTCONN), and a store inside the mount
+   point (every access to the store would go through the mount being
+   set up, and hang).  Returns 0 or -1 (reported). */
+static int check_mountpoint(const char *prog, const char *store,
+			    const char *mnt)
+{
+	char *abs_store = realpath(store, NULL), *parent = NULL;
+	struct stat stbuf;
+	size_t len = strlen(mnt);
+	int ret = 0;
+
+	if (stat(mnt, &stbuf) < 0 && errno == ENOTCONN) {
+		fprintf(stderr, "%s: %s: a dead mount is still there (its "
+			"daemon died); run 'fusermount3 -u %s' first\n",
+			prog, mnt, mnt);
+		return -1;
+	}
+	if (abs_store == NULL) {
+		/* A new store: where it will be is below its parent. */
+		char *slash;
+
+		parent = strdup(store);
+		slash = parent != NULL ? strrchr(parent, '/') : NULL;
+		if (slash != NULL)
+			*slash = '\0';
+		abs_store = realpath(slash == NULL ? "." :
+				     parent[0] == '\0' ? "/" : parent, NULL);
+	}
+	if (abs_store != NULL && strncmp(abs_store, mnt, len) == 0 &&
+	    (abs_store[len] == '\0' || abs_store[len] == '/' ||
+	     strcmp(mnt, "/") == 0)) {
+		fprintf(stderr, "%s: the store %s is inside the mount point "
+			"%s; put it elsewhere\n", prog, store, mnt);
+		ret = -1;
+	}
+	free(parent);
+	free(abs_store);
+	return ret;
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -193,6 +234,8 @@ int main(int argc, char *argv[])
 		fs.opts.purge_threshold = 100;
 	}
 	raise_nofile();
+	if (check_mountpoint(argv[0], fs.opts.store, cmd.mountpoint) < 0)
+		goto out_args;
 
 	/* Open the store before mounting, so a refusal (locked, not a
 	   store, newer format) is reported here and nothing is mounted. */
@@ -203,21 +246,23 @@ int main(int argc, char *argv[])
 			"(1-9)\n", argv[0], fs.opts.compress);
 		goto out_args;
 	}
-	if (asprintf(&index_path, "%s/index.sqlite", fs.opts.store) < 0)
+	/* The session first: it rejects unknown -o options before the
+	   store is created or opened. */
+	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
+	if (fs.se == NULL)
 		goto out_args;
+	if (asprintf(&index_path, "%s/index.sqlite", fs.opts.store) < 0)
+		goto out_session;
 	fresh = access(index_path, F_OK) != 0;
 	free(index_path);
 	if (dbox_store_open(fs.opts.store, &set, &fs.st) < 0)
-		goto out_args;
+		goto out_session;
 	if (fresh && create_inbox(fs.st) < 0)
 		goto out_store;
 	if (fs_inode_table_init(&fs.inodes) < 0)
 		goto out_store;
-	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
-	if (fs.se == NULL)
-		goto out_inodes;
 	if (fuse_set_signal_handlers(fs.se) != 0)
-		goto out_session;
+		goto out_inodes;
 	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0)
 		goto out_signals;
 	{
@@ -258,12 +303,12 @@ out_unmount:
 	fuse_session_unmount(fs.se);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);
-out_session:
-	fuse_session_destroy(fs.se);
 out_inodes:
 	fs_inode_table_deinit(&fs.inodes);
 out_store:
 	dbox_store_close(&fs.st);
+out_session:
+	fuse_session_destroy(fs.se);
 out_args:
 	free(cmd.mountpoint);
 	free(fs.opts.store);
