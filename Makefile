@@ -125,6 +125,22 @@ fuzz: $(FUZZ_BUILD)/fuzz-dbox $(FUZZ_BUILD)/gen-seeds
 		-rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/ \
 		$(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/seeds
 
+# --- benchmarks --------------------------------------------------------------
+
+# What the benchmarks drive besides the test packages (tools/bench/).
+BENCH_DEBS := python3 gnuplot-nox dovecot-imapd neomutt bsdutils procps findutils
+
+bench-deps:
+	@tools/install-deps $(TEST_DEBS) $(BENCH_DEBS)
+
+# Full run (about 25 minutes here) and a quick one (under 5): both write
+# bench/results.md, bench/results.png and bench/results.json.
+bench: bench-deps all
+	/usr/bin/python3 tools/bench/bench.py $(BENCH_ARGS)
+
+bench-quick: bench-deps all
+	/usr/bin/python3 tools/bench/bench.py --quick $(BENCH_ARGS)
+
 # --- demo --------------------------------------------------------------------
 
 demo: deps all
@@ -168,4 +184,5 @@ uninstall:
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
 
-.PHONY: all deps unit mounted check check-asan check-tsan fuzz demo clean
+.PHONY: all deps unit mounted check check-asan check-tsan fuzz demo clean \
+        bench bench-deps bench-quick
