@@ -69,6 +69,22 @@ check: deps
 check-asan: deps
 	$(MAKE) BUILD=build-asan CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" unit mounted
 
+# --- benchmarks --------------------------------------------------------------
+
+# What the benchmarks drive besides the test packages (tools/bench/).
+BENCH_DEBS := python3 gnuplot-nox dovecot-imapd neomutt bsdutils procps findutils
+
+bench-deps:
+	@tools/install-deps $(TEST_DEBS) $(BENCH_DEBS)
+
+# Full run (about 25 minutes here) and a quick one (under 5): both write
+# bench/results.md, bench/results.png and bench/results.json.
+bench: bench-deps all
+	/usr/bin/python3 tools/bench/bench.py $(BENCH_ARGS)
+
+bench-quick: bench-deps all
+	/usr/bin/python3 tools/bench/bench.py --quick $(BENCH_ARGS)
+
 # --- demo --------------------------------------------------------------------
 
 demo: deps all
@@ -77,4 +93,4 @@ demo: deps all
 clean:
 	rm -rf build build-asan
 
-.PHONY: all deps unit mounted check check-asan demo clean
+.PHONY: all deps unit mounted check check-asan demo clean bench bench-deps bench-quick

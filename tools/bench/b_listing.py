@@ -1,0 +1,48 @@
+"""Listing and stat of a big cur/ (`ls -f`, `ls -l`, warm caches after
+one untimed listing of each side), and flag changes the maildir way:
+rename cur/<unique>:2,<flags> to the same unique with a flag added, as
+mail clients do (a different slice of messages every repeat)."""
+import os
+import time
+
+from benchlib import Row, log, paired, sh_time
+
+
+def renames(cur, names):
+    t = time.monotonic()
+    for name in names:
+        base, flags = name.split(":2,")
+        os.rename(os.path.join(cur, name),
+                  os.path.join(cur, f"{base}:2,{''.join(sorted(flags + 'T'))}"))
+    return len(names) / (time.monotonic() - t)
+
+
+def run(ctx):
+    n = ctx.list_count
+    nat, mnt = ctx.list_native / "cur", ctx.list_mount / "cur"
+    for d in (nat, mnt):  # warm up: names and attributes cached once
+        sh_time(f"ls -l {d} > /dev/null")
+    rows = []
+    for cmd in ("ls -f", "ls -l"):
+        row = Row(f"`{cmd}` of {n // 1000}k folder", "time", "s",
+                  ("<=", 1.5, False) if cmd == "ls -l" else None)
+        for r in range(ctx.repeats):
+            dbx, nt = paired(r, lambda: sh_time(f"{cmd} {nat} > /dev/null"),
+                             lambda: sh_time(f"{cmd} {mnt} > /dev/null"))
+            row.add(dbx, nt)
+        log(f"{row.name}: ratio {row.ratio():.2f}")
+        rows.append(row)
+
+    m = ctx.n("renames")
+    row = Row(f"flag renames in {n // 1000}k folder", "rate", "renames/s",
+              (">=", 1.0, False), f"{m} renames per run")
+    names_nat, names_mnt = sorted(os.listdir(nat)), sorted(os.listdir(mnt))
+    if names_nat != names_mnt:
+        raise RuntimeError("the native and mounted folders differ")
+    for r in range(ctx.repeats):
+        part = names_nat[r * m:(r + 1) * m]
+        dbx, nt = paired(r, lambda: renames(nat, part), lambda: renames(mnt, part))
+        row.add(dbx, nt)
+    log(f"{row.name}: ratio {row.ratio():.2f}")
+    rows.append(row)
+    return rows

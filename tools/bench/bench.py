@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""bench: dboxfs against a native ext4 maildir, side by side.
+
+    bench.py [--quick] [--only NAMES] [--repeats N] [--out DIR]
+
+Runs the benchmarks of issue #5 (delivery, imap, hcache, read, space,
+listing, scale), each repeating native and dboxfs in alternating order,
+and writes OUT/results.md (Markdown table), OUT/results.png (gnuplot
+chart) and OUT/results.json (every sample).  Scratch data lives in
+OUT/tmp/ (generated corpora are kept there between runs; delete it to
+free the space).  Needs root (drop_caches, Dovecot as user mail) and the
+packages of `make bench-deps`.  --only runs a subset and writes
+OUT/tmp/results-only.md instead.
+"""
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import benchlib  # noqa: E402
+from benchlib import (Mount, Row, corpus, corpus_messages, count_inodes,  # noqa: E402
+                      du_bytes, fresh_dir, import_store, log, tiny_maildir)
+import report  # noqa: E402
+
+# Sizes: full run / quick run.
+SIZES = {
+    "corpus": (50000, 5000),        # hcache, read, space; delivery bytes
+    "list": (100000, 20000),        # ls -f, ls -l, renames
+    "scale": (1000000, 100000),
+    "delivery_fsync": (2000, 400),
+    "delivery": (5000, 1000),
+    "imap_seconds": (10, 3),
+    "renames": (10000, 2000),
+}
+ORDER = ["delivery", "imap", "hcache", "read", "space", "listing", "scale"]
+
+
+class Context:
+    def __init__(self, quick, repeats, out):
+        self.quick = quick
+        self.repeats = repeats
+        self.out = Path(out)
+        self.tmp = self.out / "tmp"
+        self.tmp.mkdir(parents=True, exist_ok=True)
+
+    def n(self, what):
+        return SIZES[what][1 if self.quick else 0]
+
+
+def setup_work(ctx, stack):
+    """An empty mounted store and an empty native root for writers."""
+    ctx.native_root = fresh_dir(ctx.tmp / "work-native")
+    store = ctx.tmp / "work-store"
+    fresh_dir(store).rmdir()
+    m = Mount(store, ctx.tmp / "work-mnt")
+    stack.append(m)
+    m.mount()
+    ctx.mnt = m.mnt
+
+
+def setup_corpus(ctx, stack):
+    """The corpus natively and as an imported, mounted store."""
+    ctx.hc_count = ctx.n("corpus")
+    ctx.hc_native = corpus(ctx.tmp, ctx.hc_count)
+    ctx.messages = corpus_messages(ctx.hc_native)
+    store = import_store(ctx.tmp / "corpus-store", ctx.hc_native)
+    ctx.hc_store_size_snapshot = {"du": du_bytes(store), "inodes": count_inodes(store)}
+    m = Mount(store, ctx.tmp / "corpus-mnt")
+    stack.append(m)
+    m.mount()
+    ctx.hc_mount = m.mnt
+
+
+def setup_list(ctx, stack):
+    ctx.list_count = ctx.n("list")
+    log(f"listing: writing {ctx.list_count} native messages and importing them")
+    ctx.list_native = fresh_dir(ctx.tmp / "list-native")
+    tiny_maildir(ctx.list_native, ctx.list_count)
+    store = import_store(ctx.tmp / "list-store", ctx.list_native)
+    m = Mount(store, ctx.tmp / "list-mnt")
+    stack.append(m)
+    m.mount()
+    ctx.list_mount = m.mnt
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (bench-quick)")
+    ap.add_argument("--repeats", type=int, help="repeats per benchmark (5 full, 3 quick)")
+    ap.add_argument("--only", help="comma-separated subset of " + ",".join(ORDER))
+    ap.add_argument("--out", default=str(benchlib.ROOT / "bench"))
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench: needs root (drop_caches, Dovecot running as mail)")
+    for exe in (benchlib.DBOXFS, benchlib.DBOXADM):
+        if not exe.exists():
+            sys.exit(f"bench: {exe} missing: run make first")
+    only = args.only.split(",") if args.only else ORDER
+    for name in only:
+        if name not in ORDER:
+            sys.exit(f"bench: unknown benchmark {name}")
+    ctx = Context(args.quick, args.repeats or (3 if args.quick else 5), args.out)
+    meta = report.meta_now("quick" if args.quick else "full", ctx.repeats)
+    log(f"{meta['mode']} run, {ctx.repeats} repeats, load {meta['load']}")
+
+    import b_delivery, b_imap, b_hcache, b_read, b_space, b_listing, b_scale  # noqa: E401
+    modules = {"delivery": b_delivery, "imap": b_imap, "hcache": b_hcache,
+               "read": b_read, "space": b_space, "listing": b_listing,
+               "scale": b_scale}
+    rows, stack = [], []
+    try:
+        if {"delivery", "imap", "hcache", "read", "space"} & set(only):
+            setup_corpus(ctx, stack)
+        if {"delivery", "imap"} & set(only):
+            setup_work(ctx, stack)
+        if "listing" in only:
+            setup_list(ctx, stack)
+        for name in ORDER:
+            if name in only:
+                log(f"== {name}")
+                rows += modules[name].run(ctx)
+    finally:
+        for m in stack:
+            m.unmount()
+
+    md = report.markdown(rows, meta)
+    print(md)
+    if args.only:
+        (ctx.tmp / "results-only.md").write_text(md)
+        return 0
+    out = Path(args.out)
+    (out / "results.md").write_text(md)
+    (out / "results.json").write_text(json.dumps(
+        {"meta": meta, "rows": [r.to_json() for r in rows]}, indent=1) + "\n")
+    report.chart(rows, meta, out / "results.png", ctx.tmp)
+    log(f"wrote {out}/results.md, results.png, results.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

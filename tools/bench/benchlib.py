@@ -1,0 +1,314 @@
+"""benchlib: what every benchmark shares.
+
+- Row: one line of the results table: samples of dboxfs and of native
+  maildir taken side by side in the same run, and the target the ratio
+  dboxfs / native is held to (or an absolute limit).
+- Mount: a dboxfs mount of a store, always unmounted (even on error).
+- timing, repeating (native and dboxfs alternate inside every repeat, so
+  a noisy neighbour hurts both alike), dropping caches, small corpora.
+
+Never leaves a FUSE mount behind: every mount goes through Mount, whose
+registry is unmounted at exit (atexit) as the last resort.
+"""
+import atexit
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("DBOXFS_BUILD", ROOT / "build"))
+DBOXFS = BUILD / "dboxfs"
+DBOXADM = BUILD / "dboxadm"
+GEN_CORPUS = ROOT / "tools" / "gen-corpus"
+PYTHON = "/usr/bin/python3"
+
+
+def log(*args):
+    print("[bench]", *args, file=sys.stderr, flush=True)
+
+
+# --- results ---------------------------------------------------------------
+
+class Row:
+    """One benchmark result.
+
+    kind: "time" (seconds, lower is better), "rate" (per second, higher is
+    better), "bytes", "count".  dbox and native are lists of samples
+    taken in pairs (sample i of both in the same repeat), so ratio i =
+    dbox[i] / native[i].  target: (op, value, absolute) where op is "<="
+    or ">="; absolute=True compares the dboxfs median itself (mount time,
+    RSS), else the median of the paired ratios.
+    """
+
+    def __init__(self, name, kind, unit, target=None, note=""):
+        self.name, self.kind, self.unit = name, kind, unit
+        self.target, self.note = target, note
+        self.dbox, self.native = [], []
+        self.skipped = None
+
+    def add(self, dbox, native=None):
+        self.dbox.append(dbox)
+        if native is not None:
+            self.native.append(native)
+
+    def ratios(self):
+        return [d / n for d, n in zip(self.dbox, self.native) if n]
+
+    def ratio(self):
+        r = self.ratios()
+        return statistics.median(r) if r else None
+
+    def value(self):
+        """What the target is checked against."""
+        if self.target is None:
+            return None
+        if self.target[2]:
+            return statistics.median(self.dbox) if self.dbox else None
+        return self.ratio()
+
+    def met(self):
+        v = self.value()
+        if v is None:
+            return None
+        op, limit = self.target[0], self.target[1]
+        return v <= limit if op == "<=" else v >= limit
+
+    def to_json(self):
+        return {"name": self.name, "kind": self.kind, "unit": self.unit,
+                "target": self.target, "note": self.note, "dbox": self.dbox,
+                "native": self.native, "skipped": self.skipped}
+
+    @classmethod
+    def from_json(cls, d):
+        row = cls(d["name"], d["kind"], d["unit"],
+                  tuple(d["target"]) if d["target"] else None, d["note"])
+        row.dbox, row.native, row.skipped = d["dbox"], d["native"], d["skipped"]
+        return row
+
+
+def skipped(name, why, target=None):
+    row = Row(name, "time", "s", target)
+    row.skipped = why
+    return row
+
+
+# --- running things --------------------------------------------------------
+
+def run(args, **kw):
+    """subprocess.run with check=True and text output captured."""
+    kw.setdefault("check", True)
+    return subprocess.run([str(a) for a in args], **kw)
+
+
+def timed(fn, *args, **kw):
+    """(seconds, result) of fn(*args, **kw), monotonic wall time."""
+    t = time.monotonic()
+    res = fn(*args, **kw)
+    return time.monotonic() - t, res
+
+
+def sh_time(cmd, cwd=None):
+    """Wall seconds of a shell command (output thrown away)."""
+    t = time.monotonic()
+    subprocess.run(cmd, shell=True, check=True, cwd=cwd,
+                   stdout=subprocess.DEVNULL)
+    return time.monotonic() - t
+
+
+def drop_caches():
+    """Write back and drop the page, dentry and inode caches (root)."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def fmt_num(v, unit):
+    if v is None:
+        return "-"
+    if unit == "B":
+        for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if v >= s:
+                return f"{v / s:.1f} {u}"
+        return f"{v:.0f} B"
+    if unit == "s":
+        return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
+    if v >= 100:
+        return f"{v:,.0f} {unit}".strip()
+    return f"{v:.3g} {unit}".strip()
+
+
+# --- mounts ----------------------------------------------------------------
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+_mounts = []
+
+
+class Mount:
+    """dboxfs STORE MNT [-o options]: mounted on enter, unmounted on exit."""
+
+    def __init__(self, store, mnt, options=("allow_other",)):
+        self.store, self.mnt = Path(store), Path(mnt)
+        self.options = list(options)
+        self.mount_seconds = None
+
+    def mount(self):
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        args = [DBOXFS, self.store, self.mnt]
+        if self.options:
+            args += ["-o", ",".join(self.options)]
+        _mounts.append(self)
+        # dboxfs returns once the store is open and the mount is up.
+        self.mount_seconds, _ = timed(run, args)
+        if not is_mounted(self.mnt):
+            raise RuntimeError(f"dboxfs did not mount {self.mnt}")
+        return self
+
+    def pid(self):
+        """PID of the daemon serving this mount (by its command line)."""
+        store = str(self.store)
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"dboxfs") and store.encode() in argv:
+                return int(d)
+        return None
+
+    def rss_bytes(self):
+        pid = self.pid()
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return None
+
+    def unmount(self):
+        for args in (["fusermount3", "-u", self.mnt], ["fusermount3", "-uz", self.mnt]):
+            if not is_mounted(self.mnt):
+                break
+            subprocess.run([str(a) for a in args], stderr=subprocess.DEVNULL)
+            for _ in range(100):
+                if not is_mounted(self.mnt):
+                    break
+                time.sleep(0.05)
+        # The daemon exits after the unmount; wait for the store lock.
+        for _ in range(200):
+            r = subprocess.run(["flock", "-n", str(self.store / "lock"), "true"])
+            if r.returncode == 0:
+                break
+            time.sleep(0.05)
+
+    def __enter__(self):
+        return self.mount()
+
+    def __exit__(self, *exc):
+        self.unmount()
+
+
+@atexit.register
+def _unmount_all():
+    for m in _mounts:
+        if is_mounted(m.mnt):
+            m.unmount()
+
+
+# --- corpora ---------------------------------------------------------------
+
+def fresh_dir(path):
+    path = Path(path)
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def corpus(tmp, n, seed=1):
+    """A flat gen-corpus maildir of n realistic messages (all in cur/),
+    cached in tmp across runs: the seed fixes its bytes."""
+    path = Path(tmp) / f"corpus-{n}-seed{seed}"
+    done = path / ".complete"
+    if not done.exists():
+        log(f"generating a {n}-message corpus (seed {seed})")
+        if path.exists():
+            shutil.rmtree(path)
+        run([PYTHON, GEN_CORPUS, path, "--messages", n, "--seed", seed,
+             "--flat", "--folders", "INBOX"])
+        done.touch()
+    return path
+
+
+def corpus_messages(path):
+    """Bytes of every message of a flat corpus, in name order."""
+    cur = Path(path) / "cur"
+    return [(cur / name).read_bytes() for name in sorted(os.listdir(cur))]
+
+
+def tiny_maildir(path, n, start=1_790_000_000):
+    """A maildir whose cur/ holds n small messages (about 300 bytes) with
+    maildir names and flags: for listing and scale, where sizes do not
+    matter and n is large.  Written straight with os calls (fast)."""
+    path = Path(path)
+    for sub in ("cur", "new", "tmp"):
+        (path / sub).mkdir(parents=True, exist_ok=True)
+    cur = os.open(path / "cur", os.O_RDONLY | os.O_DIRECTORY)
+    flags = ("S", "RS", "FS", "S", "")
+    try:
+        for i in range(n):
+            when = start - i * 29
+            name = f"{when}.M{i % 1000000}P{1000 + i % 9000}Q{i}.bench.example.org:2,{flags[i % 5]}"
+            body = (f"From: bench{i % 97}@example.org\nTo: user@example.org\n"
+                    f"Subject: message {i}\nMessage-ID: <{i}.{when}@bench.example.org>\n"
+                    f"Date: Thu, 1 Jan 2026 00:00:00 +0000\n\nBody of message {i}.\n").encode()
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=cur)
+            os.write(fd, body)
+            os.close(fd)
+            os.utime(name, (when, when), dir_fd=cur)
+    finally:
+        os.close(cur)
+    return path
+
+
+def import_store(store, maildir):
+    """A new store holding maildir (dboxadm import)."""
+    store = Path(store)
+    if store.exists():
+        shutil.rmtree(store)
+    run([DBOXADM, "import", store, maildir], stdout=subprocess.DEVNULL)
+    return store
+
+
+def du_bytes(path):
+    """Bytes on disk (du -s -B1: allocated blocks) of a tree."""
+    out = run(["du", "-s", "-B1", path], capture_output=True, text=True).stdout
+    return int(out.split()[0])
+
+
+def count_inodes(path):
+    """Files and directories in a tree, path itself included."""
+    n = 1
+    for _, dirs, files in os.walk(path):
+        n += len(dirs) + len(files)
+    return n
+
+
+def paired(r, native_fn, dbox_fn):
+    """Run one repeat of both sides; the side that goes first alternates
+    with the repeat number r.  Returns (dbox result, native result)."""
+    if r % 2 == 0:
+        nat = native_fn()
+        dbx = dbox_fn()
+    else:
+        dbx = dbox_fn()
+        nat = native_fn()
+    return dbx, nat

@@ -1,0 +1,126 @@
+"""report: the results table as Markdown and the chart as a PNG (gnuplot).
+
+Columns: benchmark, dboxfs, native, ratio, target, met?.  Values are
+medians with (min-max) over the repeats; the ratio is the median of the
+paired per-repeat ratios dboxfs / native, with their min-max."""
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+
+def machine():
+    cpu = "?"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024 // 1024
+    try:
+        deb = Path("/etc/debian_version").read_text().strip()
+    except OSError:
+        deb = "?"
+    fs = "?"
+    root = os.path.realpath(Path(__file__).resolve().parents[2])
+    best = ""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        f = line.split()
+        if root.startswith(f[1]) and len(f[1]) > len(best):
+            best, fs = f[1], f[2]
+    return (f"{cpu}, {os.cpu_count()} cores, {mem} GiB RAM, Debian {deb}, "
+            f"Linux {platform.release()}, {fs}")
+
+
+def _cell(row, values, with_range=True):
+    from benchlib import fmt_num
+    if not values:
+        return "-"
+    s = sorted(values)
+    med = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    if len(s) == 1 or not with_range:
+        return fmt_num(med, row.unit)
+    return f"{fmt_num(med, row.unit)} ({fmt_num(s[0], row.unit)}-{fmt_num(s[-1], row.unit)})"
+
+
+def _target(row):
+    if row.target is None:
+        return "-"
+    op, v, absolute = row.target
+    op = "≤" if op == "<=" else "≥"
+    if absolute:
+        from benchlib import fmt_num
+        return f"{op} {fmt_num(v, row.unit)}"
+    return f"{op} {v:g} x"
+
+
+def markdown(rows, meta):
+    out = [f"Machine: {meta['machine']}  ",
+           f"Date: {meta['date']}; mode: {meta['mode']}, {meta['repeats']} repeats; "
+           f"load average at start: {meta['load']}  ",
+           "Each cell: median (min-max) over the repeats; ratio = dboxfs / native "
+           "measured side by side in each repeat.", "",
+           "| benchmark | dboxfs | native | ratio | target | met? |",
+           "|---|---|---|---|---|---|"]
+    notes = []
+    for row in rows:
+        if row.skipped:
+            out.append(f"| {row.name} | - | - | - | {_target(row)} | skipped |")
+            notes.append(f"- {row.name}: {row.skipped}")
+            continue
+        r = row.ratios()
+        ratio = "-"
+        if r:
+            s = sorted(r)
+            ratio = f"{row.ratio():.2f} ({s[0]:.2f}-{s[-1]:.2f})" if len(s) > 1 else f"{s[0]:.2f}"
+        met = row.met()
+        out.append(f"| {row.name} | {_cell(row, row.dbox)} | {_cell(row, row.native)} | "
+                   f"{ratio} | {_target(row)} | "
+                   f"{'-' if met is None else ('yes' if met else '**no**')} |")
+        if row.note:
+            notes.append(f"- {row.name}: {row.note}")
+    if notes:
+        out += ["", *notes]
+    return "\n".join(out) + "\n"
+
+
+def chart(rows, meta, png, workdir):
+    """Bar chart of the ratio rows (median, min-max error bars, target
+    marks), drawn by gnuplot into png."""
+    data = Path(workdir) / "chart.dat"
+    lines = []
+    i = 0
+    for row in rows:
+        if row.skipped or not row.ratios() or row.target is None or row.target[2]:
+            continue
+        r = sorted(row.ratios())
+        label = row.name.replace('"', "'").replace("`", "")
+        lines.append(f'{i} {row.ratio():.4f} {r[0]:.4f} {r[-1]:.4f} {row.target[1]:.4f} '
+                     f'{1 if row.met() else 0} "{label}"')
+        i += 1
+    data.write_text("\n".join(lines) + "\n")
+    script = f"""
+set terminal pngcairo size 1400,800 font "sans,10"
+set output "{png}"
+set title "dboxfs / native maildir, same run (median, min-max); {meta['date']}\\n{meta['machine']}" noenhanced
+set ylabel "ratio dboxfs / native (rates: higher is better; times: lower is better)"
+set logscale y
+set grid ytics
+set style fill solid 0.6 border -1
+set boxwidth 0.6
+set xtics rotate by -35 noenhanced font ",9"
+set bmargin 12
+set key top left
+set xrange [-0.7:{i - 0.3}]
+plot "{data}" using 1:2:($6 > 0 ? 0x2ca02c : 0xd62728):xtic(7) with boxes lc rgb variable title "ratio (green: target met)", \\
+     "" using 1:2:3:4 with yerrorbars lc rgb "black" pt -1 title "min-max", \\
+     "" using 1:5 with points pt 9 ps 2 lc rgb "#1f3fbf" title "target"
+"""
+    (Path(workdir) / "chart.gp").write_text(script)
+    subprocess.run(["gnuplot", str(Path(workdir) / "chart.gp")], check=True)
+
+
+def meta_now(mode, repeats):
+    return {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+            "mode": mode, "repeats": repeats,
+            "load": " ".join(Path("/proc/loadavg").read_text().split()[:3])}
