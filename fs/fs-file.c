@@ -253,6 +253,7 @@ void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	fi->fh = (uintptr_t)h;
 	fi->keep_cache = 1;
+	fi->noflush = !h->writer;
 	fuse_reply_create(req, &e, fi);
 }
 
@@ -347,6 +348,9 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	fi->fh = (uintptr_t)h;
 	fi->keep_cache = 1;
+	/* Only a message writer does work at close (fs_flush): other
+	   handles spare the kernel the FLUSH round trip. */
+	fi->noflush = !h->writer;
 	fuse_reply_open(req, fi);
 }
 
