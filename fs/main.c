@@ -6,6 +6,7 @@
  */
 #include "fs.h"
 
+#include "index/checkpoint.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -205,6 +206,9 @@ int main(int argc, char *argv[])
 	    dbox_store_index_resume(fs.st) < 0)
 		goto out_unmount;
 	log_to_stderr = cmd.foreground;
+	/* WAL checkpoints in a thread of their own, off the request path
+	   (falls back to checkpoints inside commits when it cannot start). */
+	dbox_index_checkpointer_start(fs.st->index);
 
 	if (cmd.singlethread) {
 		ret = fuse_session_loop(fs.se);
