@@ -4,11 +4,12 @@ the full run).  The store is made by dboxadm import of the native tree
 the mount answers, a fresh daemon each repeat), the time to list all
 names (`ls -f | wc -l`) against native, and the daemon's RSS after
 listing and stat-ing every message (`ls -l`)."""
+import hashlib
 import subprocess
 import time
 from pathlib import Path
 
-from benchlib import (Mount, Row, import_store, log, paired, run as run_cmd,
+from benchlib import (DBOXADM, Mount, Row, import_store, log, paired, run as run_cmd,
                       tiny_maildir, timed)
 
 
@@ -29,11 +30,20 @@ def run(ctx):
         tiny_maildir(native, n)
         (native / ".complete").touch()
     store = tmp / "scale-store"
-    secs, _ = timed(import_store, store, native)
+    # The import takes minutes: a store imported by this very dboxadm
+    # from this tree is kept between runs (nothing here changes it).
+    key = f"{n} {hashlib.sha256(DBOXADM.read_bytes()).hexdigest()}\n"
+    stamp = tmp / "scale-store.key"
     imp = Row(f"dboxadm import of {n // 1000}k messages", "rate", "msg/s", None,
               "informational")
-    imp.add(n / secs)
-    log(f"scale: import {n / secs:.0f} msg/s")
+    if stamp.exists() and stamp.read_text() == key and store.exists():
+        imp.skipped = "store kept from an earlier run with the same dboxadm"
+    else:
+        stamp.unlink(missing_ok=True)
+        secs, _ = timed(import_store, store, native)
+        stamp.write_text(key)
+        imp.add(n / secs)
+        log(f"scale: import {n / secs:.0f} msg/s")
 
     mount_row = Row(f"mount, {n // 1000}k-message folder", "time", "s", ("<=", 1.0, True))
     list_row = Row(f"list all names, {n // 1000}k folder", "time", "s", ("<=", 2.0, False))
