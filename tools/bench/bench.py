@@ -4,7 +4,7 @@
     bench.py [--quick] [--only NAMES] [--repeats N] [--out DIR]
 
 Runs the benchmarks of issue #5 (delivery, imap, hcache, read, space,
-listing, scale), each repeating native and dboxfs in alternating order,
+listing, scale) and the cost of one FUSE request (roundtrip), each repeating native and dboxfs in alternating order,
 and writes OUT/results.md (Markdown table), OUT/results.png (gnuplot
 chart) and OUT/results.json (every sample).  Scratch data lives in
 OUT/tmp/ (generated corpora are kept there between runs; delete it to
@@ -34,9 +34,10 @@ SIZES = {
     "delivery": (5000, 1000),
     "imap_seconds": (10, 3),
     "renames": (10000, 2000),
+    "roundtrip": (20000, 5000),
 }
 HEAVY = {"hcache", "read", "scale"}
-ORDER = ["delivery", "imap", "hcache", "read", "space", "listing", "scale"]
+ORDER = ["roundtrip", "delivery", "imap", "hcache", "read", "space", "listing", "scale"]
 
 
 class Context:
@@ -118,7 +119,8 @@ def main():
     log(f"{meta['mode']} run, {ctx.repeats} repeats, load {meta['load']}")
 
     import b_delivery, b_imap, b_hcache, b_read, b_space, b_listing, b_scale  # noqa: E401
-    modules = {"delivery": b_delivery, "imap": b_imap, "hcache": b_hcache,
+    import b_roundtrip
+    modules = {"roundtrip": b_roundtrip, "delivery": b_delivery, "imap": b_imap, "hcache": b_hcache,
                "read": b_read, "space": b_space, "listing": b_listing,
                "scale": b_scale}
     rows, stack = [], []
