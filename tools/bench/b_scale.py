@@ -29,11 +29,11 @@ def run(ctx):
         subprocess.run(["rm", "-rf", str(native)], check=True)
         tiny_maildir(native, n)
         (native / ".complete").touch()
-    store = tmp / "scale-store"
+    store = tmp / f"scale-store-{n}"
     # The import takes minutes: a store imported by this very dboxadm
     # from this tree is kept between runs (nothing here changes it).
     key = f"{n} {hashlib.sha256(DBOXADM.read_bytes()).hexdigest()}\n"
-    stamp = tmp / "scale-store.key"
+    stamp = tmp / f"scale-store-{n}.key"
     imp = Row(f"dboxadm import of {n // 1000}k messages", "rate", "msg/s", None,
               "informational")
     if stamp.exists() and stamp.read_text() == key and store.exists():
