@@ -268,6 +268,7 @@ void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	fi->fh = (uintptr_t)h;
 	fi->keep_cache = 1;
+	fi->noflush = !h->writer;
 	fuse_reply_create(req, &e, fi);
 }
 
@@ -362,6 +363,9 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	fi->fh = (uintptr_t)h;
 	fi->keep_cache = 1;
+	/* Only a message writer does work at close (fs_flush): other
+	   handles spare the kernel the FLUSH round trip. */
+	fi->noflush = !h->writer;
 	fuse_reply_open(req, fi);
 }
 
