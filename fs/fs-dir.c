@@ -5,6 +5,7 @@
  */
 #include "fs.h"
 
+#include "index/wal-sync.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -380,11 +381,14 @@ static void fs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 			struct fuse_file_info *fi)
 {
 	struct fs *fs = req_fs(req);
+	uint64_t seq;
 	int ret;
 
+	/* Every index change made so far, synced by group commit. */
 	fs_lock(fs);
-	ret = dbox_index_sync(fs->st->index);
+	seq = dbox_index_commit_seq(fs->st->index);
 	fs_unlock(fs);
+	ret = dbox_index_sync_upto(fs->st->index, seq);
 	fuse_reply_err(req, -ret);
 }
 

@@ -16,6 +16,7 @@
 #include "fs-purge.h"
 
 #include "storage/dbox-read.h"
+#include "index/wal-sync.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -538,6 +539,65 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, 0);
 }
 
+/* fsync of a message.  Its m.N bytes are fdatasync()ed and its index
+   row committed and synced before the reply, in that order (a durable
+   index row never points at bytes that are not), but without holding the
+   store lock across either sync: the record is sealed under the lock, its
+   bytes synced outside it, the row committed under it, and the WAL synced
+   by group commit with every other fsync in flight (wal-sync.h).  Only a
+   writer's handle keeps the save alive outside the lock; other cases, and
+   a write that lands between the steps, sync under the lock. */
+static int message_fsync(struct fs *fs, struct fs_handle *h)
+{
+	struct dbox_index *index = fs->st->index;
+	struct fs_inode *inode = h->inode;
+	struct dbox_save *save;
+	struct dbox_attr attr;
+	uint64_t seq;
+	int fd, ret;
+
+	fs_lock(fs);
+	save = inode->save;
+	if (save == NULL) {
+		/* Committed earlier without sync: its record and the index. */
+		struct dbox_msgloc loc;
+
+		ret = dbox_index_msg_get(index, inode->ino, &loc);
+		fd = ret < 0 ? ret : dbox_store_read_fd(fs->st, loc.file_id);
+		seq = dbox_index_commit_seq(index);
+		fs_unlock(fs);
+		if (fd < 0)
+			return fd;
+		if (fdatasync(fd) < 0)
+			return -errno;
+		return dbox_index_sync_upto(index, seq);
+	}
+	if (!h->writer) {
+		ret = message_finish(fs, inode, true);
+		fs_unlock(fs);
+		return ret;
+	}
+	ret = dbox_index_getattr(index, inode->ino, &attr);
+	if (ret == 0)
+		ret = dbox_save_seal(save, attr.mtime_ns / 1000000000);
+	fd = save->mf->fd;
+	fs_unlock(fs);
+	if (ret < 0)
+		return ret;
+	if (fdatasync(fd) < 0) {
+		ret = -errno;
+		dbox_error("%s/storage/m.%u: fdatasync: %s", fs->st->path,
+			   save->mf->file_id, strerror(errno));
+		return ret;
+	}
+	fs_lock(fs);
+	/* Written to since the seal: those bytes are not synced yet. */
+	ret = message_finish(fs, inode, !save->sealed);
+	seq = dbox_index_commit_seq(index);
+	fs_unlock(fs);
+	return ret < 0 ? ret : dbox_index_sync_upto(index, seq);
+}
+
 void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	      struct fuse_file_info *fi)
 {
@@ -551,22 +611,7 @@ void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	fs_lock(fs);
-	if (h->inode->save != NULL) {
-		ret = message_finish(fs, h->inode, true);
-	} else {
-		struct dbox_msgloc loc;
-		int fd;
-
-		/* Committed earlier without sync: its record and the index. */
-		ret = dbox_index_msg_get(fs->st->index, ino, &loc);
-		if (ret == 0 && (fd = dbox_store_read_fd(fs->st, loc.file_id)) >= 0 &&
-		    fdatasync(fd) < 0)
-			ret = -errno;
-		if (ret == 0)
-			ret = dbox_index_sync(fs->st->index);
-	}
-	fs_unlock(fs);
+	ret = message_fsync(fs, h);
 	fuse_reply_err(req, -ret);
 }
 
@@ -596,8 +641,10 @@ static void set_received(struct fs *fs, const struct dbox_attr *attr)
 	struct fs_inode *inode = fs_inode_get(&fs->inodes, attr->ino);
 	struct dbox_msgloc loc;
 
-	if (inode != NULL && inode->save != NULL && !inode->save->finished)
+	if (inode != NULL && inode->save != NULL && !inode->save->finished) {
+		inode->save->sealed = false; /* R is written at the finish */
 		return;
+	}
 	if (dbox_index_msg_get(fs->st->index, attr->ino, &loc) == 0)
 		dbox_store_set_received(fs->st, &loc, attr->mtime_ns / 1000000000);
 }

@@ -5,7 +5,9 @@
 
 #include "index.h"
 
+#include <pthread.h>
 #include <sqlite3.h>
+#include <sys/types.h>
 
 /* Every statement the index runs, prepared once at open (index.c). */
 enum index_stmt {
@@ -20,10 +22,23 @@ enum index_stmt {
 	ST_COUNT
 };
 
+/* Group commit state (wal-sync.c). */
+struct index_wal_sync {
+	pthread_mutex_t mutex;
+	pthread_cond_t cond;
+	uint64_t synced;   /* commits known durable */
+	bool syncing;      /* a leader runs fdatasync */
+	int fd;            /* the WAL, or -1 */
+	ino_t ino;
+	dev_t dev;
+};
+
 struct dbox_index {
 	sqlite3 *db;
 	char *path;
 	sqlite3_stmt *stmt[ST_COUNT];
+	uint64_t commits;  /* successful commits (atomic: read by wal-sync) */
+	struct index_wal_sync wal_sync;
 };
 
 /* The statement for id, reset and with bindings cleared. */

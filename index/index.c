@@ -234,6 +234,9 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 		free(index);
 		return -ENOMEM;
 	}
+	index->wal_sync.fd = -1;
+	pthread_mutex_init(&index->wal_sync.mutex, NULL);
+	pthread_cond_init(&index->wal_sync.cond, NULL);
 	if (sqlite3_open_v2(path, &index->db, flags, NULL) != SQLITE_OK) {
 		ret = index_sql_error(index, "open");
 		goto fail;
@@ -274,6 +277,10 @@ void dbox_index_close(struct dbox_index **indexp)
 	for (int i = 0; i < ST_COUNT; i++)
 		sqlite3_finalize(index->stmt[i]);
 	sqlite3_close(index->db);
+	if (index->wal_sync.fd >= 0)
+		close(index->wal_sync.fd);
+	pthread_mutex_destroy(&index->wal_sync.mutex);
+	pthread_cond_destroy(&index->wal_sync.cond);
 	free(index->path);
 	free(index);
 }
@@ -312,6 +319,7 @@ int dbox_index_commit(struct dbox_index *index, bool durable)
 		dbox_index_rollback(index);
 		return ret;
 	}
+	__atomic_add_fetch(&index->commits, 1, __ATOMIC_RELEASE);
 	return durable ? index_sync(index) : 0;
 }
 

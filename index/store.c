@@ -589,6 +589,7 @@ int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,
 	/* Not finished from the first attempt on: a failed write may have
 	   changed the record (dbox-body.h), so the next finish rewrites it. */
 	save->finished = false;
+	save->sealed = false;
 	if (dbox_body_pwrite(&save->body, buf, len, off) < 0)
 		return -errno;
 	return 0;
@@ -597,6 +598,7 @@ int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,
 int dbox_save_truncate(struct dbox_save *save, uint64_t size)
 {
 	save->finished = false;
+	save->sealed = false;
 	if (dbox_body_truncate(&save->body, size) < 0)
 		return -errno;
 	return 0;
@@ -615,14 +617,14 @@ uint64_t dbox_save_size(const struct dbox_save *save)
 	return dbox_body_size(&save->body);
 }
 
-int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
-		     struct dbox_msgloc *loc_r)
+/* Write the record's metadata and header for the body as it stands. */
+static int save_write_record(struct dbox_save *save, time_t received_sec)
 {
 	struct dbox_store *st = save->st;
 	struct dbox_metadata md;
 	int ret;
 
-	if (!save->finished) {
+	if (!save->sealed) {
 		memset(&md, 0, sizeof(md));
 		memcpy(md.guid, save->guid, sizeof(save->guid));
 		md.received = received_sec;
@@ -640,7 +642,24 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 		}
 		save->vsize = md.vsize;
 		dbox_metadata_clear(&md);
+		save->sealed = true;
 	}
+	return 0;
+}
+
+int dbox_save_seal(struct dbox_save *save, time_t received_sec)
+{
+	return save_write_record(save, received_sec);
+}
+
+int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
+		     struct dbox_msgloc *loc_r)
+{
+	struct dbox_store *st = save->st;
+	int ret;
+
+	if ((ret = save_write_record(save, received_sec)) < 0)
+		return ret;
 	if (sync && fdatasync(save->mf->fd) < 0) {
 		ret = -errno;
 		dbox_error("%s/storage/m.%u: fdatasync: %s", st->path,

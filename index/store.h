@@ -108,6 +108,8 @@ struct dbox_save {
 	char *mailbox;   /* B metadata, owned */
 	uint64_t vsize;  /* V of the last finish */
 	bool finished;   /* the record on disk matches the index */
+	bool sealed;     /* metadata and header written for the body as it
+			    stands (finished implies sealed) */
 };
 
 /* Start saving the message of inode ino (saved to folder mailbox, copied)
@@ -144,6 +146,13 @@ uint64_t dbox_save_size(const struct dbox_save *save);
    or a negative errno; *loc_r gets the location. */
 int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 		     struct dbox_msgloc *loc_r);
+
+/* Write the record's metadata and header for the body as it stands (the
+   bytes dbox_save_finish would write) without touching the index, so
+   they can be fdatasync()ed outside the store lock before the index
+   commit.  Writes after it undo it.  Needs st->lock.  Returns 0 or a
+   negative errno. */
+int dbox_save_seal(struct dbox_save *save, time_t received_sec);
 
 /* Mark the index row WRITING again (the first write after a finish). */
 int dbox_save_reopen(struct dbox_save *save);

@@ -1,0 +1,34 @@
+#ifndef DBOXFS_WAL_SYNC_H
+#define DBOXFS_WAL_SYNC_H
+
+/*
+ * wal-sync: group commit for the index.  An index commit (WAL mode,
+ * synchronous=NORMAL) is written to STORE/index.sqlite-wal but not synced;
+ * it is durable once the WAL file is.  Threads that need their commits on
+ * disk (fsync, fsyncdir) note the commit sequence number under the store
+ * lock and then wait here WITHOUT the lock: one of them fdatasync()s the
+ * WAL for all commits made so far while the others wait for it, and the
+ * store stays usable meanwhile.  SQLite's own syncs (checkpoints) are
+ * unaffected: we only add syncs of a file it wrote.
+ *
+ * Thread-safe (its own mutex); dbox_index_commit_seq needs the store
+ * lock like every other index call.
+ */
+
+#include <stdint.h>
+
+struct dbox_index;
+
+/* Number of transactions committed on this connection so far: the value
+   to pass to dbox_index_sync_upto for "everything I committed".  Needs
+   the store lock. */
+uint64_t dbox_index_commit_seq(struct dbox_index *index);
+
+/* Return once the first seq commits of this connection are on disk:
+   by one fdatasync of the WAL shared with concurrent callers (group
+   commit).  Needs no lock, and must be called without the store lock for
+   the grouping to work.  Returns 0, or -EIO when the WAL cannot be synced
+   (logged). */
+int dbox_index_sync_upto(struct dbox_index *index, uint64_t seq);
+
+#endif
