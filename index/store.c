@@ -275,7 +275,7 @@ static int recover_files(struct dbox_store *st)
 	return ret;
 }
 
-static int recover(struct dbox_store *st)
+static int recover(struct dbox_store *st, unsigned int *writing_r)
 {
 	unsigned int writing, orphans;
 	uint64_t *files;
@@ -291,6 +291,7 @@ static int recover(struct dbox_store *st)
 		unlinkat(st->files_fd, name, 0);
 	}
 	free(files);
+	*writing_r = writing;
 	if (writing > 0 || orphans > 0)
 		dbox_info("%s: recovery: dropped %u unfinished deliveries and "
 			  "%u unlinked files", st->path, writing, orphans);
@@ -308,8 +309,10 @@ static int adopt_walk_cb(void *ctx, uint64_t offset, uint64_t body_size,
 }
 
 /* Put the last m.N back into the append pool if it has room, so every
-   mount does not start a new file. */
-static void adopt_mfile(struct dbox_store *st, uint32_t file_id)
+   mount does not start a new file.  walk: check that its records are
+   whole first (needed only when recovery dropped messages that were
+   being written: one of them may have been rewritten in place). */
+static void adopt_mfile(struct dbox_store *st, uint32_t file_id, bool walk)
 {
 	struct dbox_mfile *mf, **append;
 	struct stat stbuf;
@@ -335,7 +338,7 @@ static void adopt_mfile(struct dbox_store *st, uint32_t file_id)
 	   by recovery, but its record is inside the committed end, possibly
 	   damaged; new records after it would be out of reach of any walk
 	   of the file (dump, rebuild, Dovecot). */
-	if (dbox_file_walk(fd, file_id, adopt_walk_cb, NULL, &bad) != 0) {
+	if (walk && dbox_file_walk(fd, file_id, adopt_walk_cb, NULL, &bad) != 0) {
 		dbox_info("%s/storage/%s: record at %llu unreadable; new "
 			  "messages go to a new file", st->path, name,
 			  (unsigned long long)bad);
@@ -364,6 +367,7 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	struct dbox_store *st;
 	char *index_path = NULL;
 	uint32_t max_index;
+	unsigned int writing = 0;
 	int ret;
 
 	st = calloc(1, sizeof(*st));
@@ -391,7 +395,7 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 				   "storage/", path, path);
 		goto fail;
 	}
-	if ((ret = recover(st)) < 0 ||
+	if ((ret = recover(st, &writing)) < 0 ||
 	    (ret = dbox_index_mfile_max(st->index, &max_index)) < 0)
 		goto fail;
 	st->next_file_id = max_file_on_disk(st->storage_fd);
@@ -399,7 +403,7 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 		st->next_file_id = max_index;
 	st->next_file_id++;
 	if (max_index != 0)
-		adopt_mfile(st, max_index);
+		adopt_mfile(st, max_index, writing > 0);
 	st->index_path = index_path;
 	*st_r = st;
 	return 0;
