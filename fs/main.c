@@ -7,8 +7,8 @@
 #include "fs.h"
 #include "fs-purge.h"
 
+#include "index/checkpoint.h"
 #include "index/purge.h"
-
 #include "storage/log.h"
 
 #include <errno.h>
@@ -283,6 +283,9 @@ int main(int argc, char *argv[])
 	/* Without the purge thread the mount still works; only purging
 	   it on request or by itself does not. */
 	fs_purge_start(&fs);
+	/* WAL checkpoints in a thread of their own, off the request path
+	   (falls back to checkpoints inside commits when it cannot start). */
+	dbox_index_checkpointer_start(fs.st->index);
 
 	if (cmd.singlethread) {
 		ret = fuse_session_loop(fs.se);

@@ -33,12 +33,22 @@ struct index_wal_sync {
 	dev_t dev;
 };
 
+/* WAL checkpointer thread (checkpoint.c). */
+struct index_checkpointer {
+	pthread_mutex_t mutex;
+	pthread_cond_t cond;
+	pthread_t thread;
+	sqlite3 *db;       /* its own connection */
+	bool running, stop, wanted;
+};
+
 struct dbox_index {
 	sqlite3 *db;
 	char *path;
 	sqlite3_stmt *stmt[ST_COUNT];
 	uint64_t commits;  /* successful commits (atomic: read by wal-sync) */
 	struct index_wal_sync wal_sync;
+	struct index_checkpointer ckpt;
 };
 
 /* The statement for id, reset and with bindings cleared. */

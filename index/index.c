@@ -7,6 +7,7 @@
  * else in the index prepares SQL at run time.
  */
 #include "index-private.h"
+#include "checkpoint.h"
 
 #include "storage/log.h"
 
@@ -260,6 +261,8 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 	index->wal_sync.fd = -1;
 	pthread_mutex_init(&index->wal_sync.mutex, NULL);
 	pthread_cond_init(&index->wal_sync.cond, NULL);
+	pthread_mutex_init(&index->ckpt.mutex, NULL);
+	pthread_cond_init(&index->ckpt.cond, NULL);
 	if (sqlite3_open_v2(path, &index->db, flags, NULL) != SQLITE_OK) {
 		ret = index_sql_error(index, "open");
 		goto fail;
@@ -298,6 +301,7 @@ void dbox_index_close(struct dbox_index **indexp)
 	if (index == NULL)
 		return;
 	*indexp = NULL;
+	dbox_index_checkpointer_stop(index);
 	for (int i = 0; i < ST_COUNT; i++)
 		sqlite3_finalize(index->stmt[i]);
 	sqlite3_close(index->db);
@@ -305,6 +309,8 @@ void dbox_index_close(struct dbox_index **indexp)
 		close(index->wal_sync.fd);
 	pthread_mutex_destroy(&index->wal_sync.mutex);
 	pthread_cond_destroy(&index->wal_sync.cond);
+	pthread_mutex_destroy(&index->ckpt.mutex);
+	pthread_cond_destroy(&index->ckpt.cond);
 	free(index->path);
 	free(index);
 }

@@ -1,0 +1,106 @@
+/*
+ * checkpoint.c: the WAL checkpointer thread (see checkpoint.h).
+ *
+ * The main connection's WAL hook (run inside each commit, under the store
+ * lock) records the WAL size and wakes the thread; the thread never
+ * touches the main connection, only its own.  Invariant: while the
+ * checkpointer runs, index->ckpt.db is its connection and the WAL hook of
+ * the main connection is wal_hook(); after stop, the default
+ * auto-checkpoint hook is back.
+ */
+#include "index-private.h"
+#include "checkpoint.h"
+
+#include "storage/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
+{
+	struct dbox_index *index = arg;
+	struct index_checkpointer *ck = &index->ckpt;
+
+	if (pages >= DBOX_CHECKPOINT_INLINE_PAGES) {
+		/* The thread is behind: do it here, as SQLite would. */
+		sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE,
+					  NULL, NULL);
+		return SQLITE_OK;
+	}
+	if (pages >= DBOX_CHECKPOINT_PAGES) {
+		pthread_mutex_lock(&ck->mutex);
+		ck->wanted = true;
+		pthread_cond_signal(&ck->cond);
+		pthread_mutex_unlock(&ck->mutex);
+	}
+	return SQLITE_OK;
+}
+
+static void *checkpointer(void *arg)
+{
+	struct dbox_index *index = arg;
+	struct index_checkpointer *ck = &index->ckpt;
+	int rc, log_pages, done;
+
+	pthread_mutex_lock(&ck->mutex);
+	for (;;) {
+		while (!ck->wanted && !ck->stop)
+			pthread_cond_wait(&ck->cond, &ck->mutex);
+		if (ck->stop)
+			break;
+		ck->wanted = false;
+		pthread_mutex_unlock(&ck->mutex);
+		rc = sqlite3_wal_checkpoint_v2(ck->db, NULL, SQLITE_CHECKPOINT_PASSIVE,
+					       &log_pages, &done);
+		if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+			dbox_warning("index %s: checkpoint: %s", index->path,
+				     sqlite3_errmsg(ck->db));
+		pthread_mutex_lock(&ck->mutex);
+	}
+	pthread_mutex_unlock(&ck->mutex);
+	return NULL;
+}
+
+int dbox_index_checkpointer_start(struct dbox_index *index)
+{
+	struct index_checkpointer *ck = &index->ckpt;
+
+	if (ck->running)
+		return 0;
+	if (sqlite3_open_v2(index->path, &ck->db,
+			    SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+			    NULL) != SQLITE_OK) {
+		dbox_error("index %s: checkpointer: %s", index->path,
+			   ck->db != NULL ? sqlite3_errmsg(ck->db) : "out of memory");
+		sqlite3_close(ck->db);
+		ck->db = NULL;
+		return -EIO;
+	}
+	sqlite3_busy_timeout(ck->db, 5000);
+	ck->stop = ck->wanted = false;
+	if (pthread_create(&ck->thread, NULL, checkpointer, index) != 0) {
+		sqlite3_close(ck->db);
+		ck->db = NULL;
+		return -ENOMEM;
+	}
+	ck->running = true;
+	sqlite3_wal_hook(index->db, wal_hook, index);
+	return 0;
+}
+
+void dbox_index_checkpointer_stop(struct dbox_index *index)
+{
+	struct index_checkpointer *ck = &index->ckpt;
+
+	if (!ck->running)
+		return;
+	sqlite3_wal_autocheckpoint(index->db, DBOX_CHECKPOINT_PAGES);
+	pthread_mutex_lock(&ck->mutex);
+	ck->stop = true;
+	pthread_cond_signal(&ck->cond);
+	pthread_mutex_unlock(&ck->mutex);
+	pthread_join(ck->thread, NULL);
+	sqlite3_close(ck->db);
+	ck->db = NULL;
+	ck->running = false;
+}

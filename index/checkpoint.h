@@ -1,0 +1,36 @@
+#ifndef DBOXFS_CHECKPOINT_H
+#define DBOXFS_CHECKPOINT_H
+
+/*
+ * checkpoint: WAL checkpoints off the request path.  By default SQLite
+ * checkpoints inside the COMMIT that pushes the WAL past 1000 pages: that
+ * commit then copies the WAL into index.sqlite and fsyncs both, while the
+ * caller holds the store lock.  With a checkpointer started, commits only
+ * note the WAL size; a thread with its own connection to the index runs
+ * PASSIVE checkpoints (copy what no reader needs, never block writers)
+ * once the WAL passes DBOX_CHECKPOINT_PAGES.  A WAL that grows past
+ * DBOX_CHECKPOINT_INLINE_PAGES anyway (the thread cannot keep up) is
+ * checkpointed by the committing thread as before.
+ *
+ * Durability is SQLite's: a checkpoint syncs the WAL before copying and
+ * the database after, so no commit depends on the thread being alive.
+ */
+
+#include <stdint.h>
+
+#define DBOX_CHECKPOINT_PAGES 1000
+#define DBOX_CHECKPOINT_INLINE_PAGES 16000
+
+struct dbox_index;
+
+/* Start the checkpointer of index (opened read-write).  Returns 0, or a
+   negative errno (-EIO when its connection cannot be opened; logged): the
+   index then keeps checkpointing inline.  Call once per open index, and
+   only in the process that goes on using it (not before fork()). */
+int dbox_index_checkpointer_start(struct dbox_index *index);
+
+/* Stop the checkpointer and close its connection (waits for a running
+   checkpoint).  Safe when none was started.  dbox_index_close calls it. */
+void dbox_index_checkpointer_stop(struct dbox_index *index);
+
+#endif
