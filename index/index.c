@@ -272,7 +272,7 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 	if ((ret = exec_sql(index, "PRAGMA journal_mode=WAL;"
 				   "PRAGMA synchronous=NORMAL;"
 				   "PRAGMA foreign_keys=OFF;"
-				   "PRAGMA cache_size=-65536;")) < 0)
+				   "PRAGMA cache_size=-32768;")) < 0)
 		goto fail;
 	if (is_new && (ret = create_schema(index)) < 0)
 		goto fail;
