@@ -301,8 +301,6 @@ static int open_message(struct fs *fs, struct fs_inode *inode,
 			const struct dbox_attr *attr, int flags,
 			struct fs_handle *h)
 {
-	struct dbox_store *st = fs->st;
-	struct dbox_msgloc loc;
 	int ret;
 
 	if ((flags & O_ACCMODE) != O_RDONLY) {
@@ -318,12 +316,10 @@ static int open_message(struct fs *fs, struct fs_inode *inode,
 		inode->nwriters++;
 		return 0;
 	}
-	if (inode->save != NULL)
-		return 0; /* reads go to the save */
-	if ((ret = dbox_index_msg_get(st->index, inode->ino, &loc)) < 0)
-		return ret == -ENOENT ? -EIO : ret;
-	h->reader_gen = inode->gen;
-	return dbox_store_open_reader(st, &loc, attr->size, &h->reader);
+	/* The reader is opened at the first READ (fs_read), which also
+	   reads from a save in progress: an open whose data the kernel
+	   still has cached (keep_cache) costs no message lookup. */
+	return 0;
 }
 
 void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
