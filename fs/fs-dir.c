@@ -252,7 +252,13 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	fi->cache_readdir = 0;
+	/* The kernel may keep listings: every change to a directory goes
+	   through this mount, and the kernel drops its cached listing when
+	   it sees the directory change (iversion, mtime).  A listing cached
+	   while it is read is left for the daemon's own (entry.id cookies)
+	   when the directory changes meanwhile. */
+	fi->cache_readdir = 1;
+	fi->keep_cache = 1;
 	fuse_reply_open(req, fi);
 }
 
