@@ -549,7 +549,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	struct fs_inode *inode = h->inode;
 	struct dbox_save *save;
 	struct dbox_attr attr;
-	uint64_t seq;
+	uint64_t seq, seals;
 	int fd, ret;
 
 	fs_lock(fs);
@@ -577,6 +577,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	if (ret == 0)
 		ret = dbox_save_seal(save, attr.mtime_ns / 1000000000);
 	fd = save->mf->fd;
+	seals = save->seals;
 	fs_unlock(fs);
 	if (ret < 0)
 		return ret;
@@ -587,8 +588,9 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		return ret;
 	}
 	fs_lock(fs);
-	/* Written to since the seal: those bytes are not synced yet. */
-	ret = message_finish(fs, inode, !save->sealed);
+	/* Written to (and maybe finished by a flush) since the seal: those
+	   bytes are not synced yet. */
+	ret = message_finish(fs, inode, !save->sealed || save->seals != seals);
 	seq = dbox_index_commit_seq(index);
 	fs_unlock(fs);
 	return ret < 0 ? ret : dbox_index_sync_upto(index, seq);

@@ -647,6 +647,7 @@ static int save_write_record(struct dbox_save *save, time_t received_sec)
 		save->vsize = md.vsize;
 		dbox_metadata_clear(&md);
 		save->sealed = true;
+		save->seals++;
 	}
 	return 0;
 }

@@ -110,6 +110,8 @@ struct dbox_save {
 	bool finished;   /* the record on disk matches the index */
 	bool sealed;     /* metadata and header written for the body as it
 			    stands (finished implies sealed) */
+	uint64_t seals;  /* times the record was written (dbox_save_seal
+			    callers compare it to see a reseal meanwhile) */
 };
 
 /* Start saving the message of inode ino (saved to folder mailbox, copied)
