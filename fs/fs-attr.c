@@ -93,6 +93,7 @@ int fs_entry(struct fs *fs, const struct dbox_attr *attr,
 	if ((inode = fs_inode_add(&fs->inodes, attr->ino)) == NULL)
 		return -ENOMEM;
 	inode->nlookup++;
+	inode->kind = attr->kind;
 	e->ino = attr->ino;
 	e->attr_timeout = fs->opts.attr_timeout;
 	e->entry_timeout = fs->opts.entry_timeout;
@@ -211,6 +212,12 @@ int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent)
 	if ((ret = dbox_save_finish(save, backing.st_mtim.tv_sec, false, &loc)) < 0)
 		goto out;
 	attr.kind = DBOX_KIND_MESSAGE;
+	{
+		struct fs_inode *inode = fs_inode_get(&fs->inodes, ino);
+
+		if (inode != NULL)
+			inode->kind = 0; /* known again at the next lookup */
+	}
 	attr.size = off;
 	attr.mtime_ns = (int64_t)backing.st_mtim.tv_sec * 1000000000 +
 			backing.st_mtim.tv_nsec;

@@ -311,6 +311,7 @@ static int add_entry(struct readdir_ctx *ctx, const char *name,
 		if (inode == NULL)
 			return -ENOMEM;
 		inode->nlookup++;
+		inode->kind = attr->kind;
 	}
 	return 0;
 }

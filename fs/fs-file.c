@@ -297,8 +297,7 @@ void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fuse_reply_entry(req, &e);
 }
 
-static int open_message(struct fs *fs, struct fs_inode *inode,
-			const struct dbox_attr *attr, int flags,
+static int open_message(struct fs *fs, struct fs_inode *inode, int flags,
 			struct fs_handle *h)
 {
 	int ret;
@@ -328,19 +327,31 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fs_inode *inode;
 	struct dbox_attr attr;
 	struct fs_handle *h = NULL;
-	int ret;
+	enum dbox_kind kind;
+	int ret = 0;
 
 	fs_lock(fs);
-	ret = dbox_index_getattr(fs->st->index, ino, &attr);
-	if (ret == 0 && attr.kind == DBOX_KIND_DIR)
+	/* The kernel opens what it looked up: the kind is usually known
+	   from the lookup, sparing an index query per open. */
+	inode = fs_inode_get(&fs->inodes, ino);
+	if (inode != NULL && inode->kind != 0) {
+		kind = inode->kind;
+	} else {
+		ret = dbox_index_getattr(fs->st->index, ino, &attr);
+		kind = ret == 0 ? attr.kind : DBOX_KIND_FILE;
+	}
+	if (ret == 0 && kind == DBOX_KIND_DIR)
 		ret = -EISDIR;
 	if (ret == 0 && (inode = fs_inode_add(&fs->inodes, ino)) == NULL)
 		ret = -ENOMEM;
-	if (ret == 0 && (h = handle_new(attr.kind, inode)) == NULL)
-		ret = -ENOMEM;
 	if (ret == 0) {
-		if (attr.kind == DBOX_KIND_MESSAGE) {
-			ret = open_message(fs, inode, &attr, fi->flags, h);
+		inode->kind = kind;
+		if ((h = handle_new(kind, inode)) == NULL)
+			ret = -ENOMEM;
+	}
+	if (ret == 0) {
+		if (kind == DBOX_KIND_MESSAGE) {
+			ret = open_message(fs, inode, fi->flags, h);
 		} else {
 			h->fd = ret = open_backing(fs, ino, 0);
 			if (ret >= 0 && (fi->flags & O_TRUNC) &&

@@ -25,6 +25,9 @@ struct fs_inode {
 	uint32_t nopen;          /* open file handles */
 	uint32_t nwriters;       /* of those, open for writing a message */
 	bool unlinked;           /* no names left: delete when unreferenced */
+	uint8_t kind;            /* enum dbox_kind as the index has it, or 0
+				    when not known; whoever changes an
+				    inode's kind in the index updates it */
 	struct dbox_save *save;  /* the message being written, or NULL */
 	uint64_t gen;            /* bumped when the message gets a new record
 				    (copy-on-write): readers of the old one
