@@ -383,6 +383,7 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct fs *fs = req_fs(req);
 	struct fs_handle *h = handle_of(fi);
 	char *buf = malloc(size);
+	bool opened = false;
 	ssize_t n;
 
 	if (buf == NULL) {
@@ -405,9 +406,10 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			if (h->inode->save != NULL) {
 				n = dbox_save_read(h->inode->save, buf, size, off);
 			} else {
-				/* Opened while being written, or the message
-				   was rewritten (copy-on-write) since: read
-				   its current record. */
+				/* The first read of this handle, or opened
+				   while being written, or the message was
+				   rewritten (copy-on-write) since: read its
+				   current record. */
 				struct dbox_msgloc loc;
 				struct dbox_attr attr;
 
@@ -419,13 +421,16 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				if (n == 0)
 					n = dbox_store_open_reader(fs->st, &loc, attr.size,
 								   &h->reader);
-				if (n == 0) {
-					n = dbox_reader_pread(h->reader, buf, size, off);
-					if (n < 0)
-						n = -EIO;
-				}
+				opened = n == 0; /* read below, unlocked */
 			}
 			fs_unlock(fs);
+			/* The reader is the handle's (read_lock): reading
+			   the m.N, possibly from disk, holds up no one. */
+			if (opened) {
+				n = dbox_reader_pread(h->reader, buf, size, off);
+				if (n < 0)
+					n = -EIO;
+			}
 		}
 		pthread_mutex_unlock(&h->read_lock);
 	}
