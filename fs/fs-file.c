@@ -761,13 +761,19 @@ out:
 
 void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
-	/* READDIRPLUS: ls -l and NeoMutt's stat of every message come with
-	   the listing.  Messages are immutable once committed and every
-	   change goes through this daemon, so the page cache may be kept
-	   (keep_cache at open). */
+	/* READDIRPLUS in the kernel's adaptive mode: the first batch of a
+	   listing comes with attributes, the rest only while the reader
+	   stats the entries it gets (ls -l, NeoMutt).  A reader of names
+	   alone (ls -f, scandir) gets plain READDIR, which the kernel caches
+	   (cache_readdir) and which makes no inode per entry: always-plus
+	   made listing a 1,000,000-message folder 19 s instead of 3 s, and
+	   ls -l of 100,000 no faster.  Messages are immutable once
+	   committed and every change goes through this daemon, so the page
+	   cache may be kept (keep_cache at open). */
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
-	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	if (conn->capable & FUSE_CAP_READDIRPLUS_AUTO)
+		conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
 }
