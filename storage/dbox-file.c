@@ -61,6 +61,24 @@ void dbox_file_name(char *buf, uint32_t file_id)
 	snprintf(buf, 16, "m.%u", file_id);
 }
 
+bool dbox_mfile_parse_name(const char *name, uint32_t *file_id_r)
+{
+	int saved_errno = errno;
+	unsigned long id;
+	bool ok;
+	char *end;
+
+	if (strncmp(name, "m.", 2) != 0 || name[2] < '1' || name[2] > '9')
+		return false;
+	errno = 0;
+	id = strtoul(name + 2, &end, 10);
+	ok = *end == '\0' && errno == 0 && id <= UINT32_MAX;
+	errno = saved_errno;
+	if (ok)
+		*file_id_r = (uint32_t)id;
+	return ok;
+}
+
 int dbox_file_create(int dirfd, uint32_t file_id, uint64_t *size_r)
 {
 	char name[16], header[DBOX_FILE_HEADER_MAX];

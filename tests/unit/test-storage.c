@@ -790,6 +790,34 @@ static void test_fixture_lz4(void **state)
 	check_compressed_fixture("zlib-lz4", DBOX_COMPRESSION_LZ4);
 }
 
+/* m.N names: only "m." and a decimal file_id without leading zeros. */
+static void test_mfile_parse_name(void **state)
+{
+	static const char *const bad[] = {
+		"m.", "m.0", "m.01", "m.4294967296", "m.99999999999999999999",
+		"m.1.broken", "m.1.lock", "m.1x", "m.+1", "m.-1", "m. 1",
+		"m1", "M.1", "x.1", ".temp.1", "",
+	};
+	uint32_t id;
+
+	(void)state;
+	assert_true(dbox_mfile_parse_name("m.1", &id));
+	assert_int_equal(id, 1);
+	assert_true(dbox_mfile_parse_name("m.4294967295", &id));
+	assert_int_equal(id, 4294967295u);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		id = 7;
+		errno = EBADF;
+		assert_false(dbox_mfile_parse_name(bad[i], &id));
+		assert_int_equal(id, 7);
+		assert_int_equal(errno, EBADF);
+	}
+	errno = EBADF;
+	assert_true(dbox_mfile_parse_name("m.120", &id));
+	assert_int_equal(id, 120);
+	assert_int_equal(errno, EBADF);
+}
+
 /* --- appending -------------------------------------------------------- */
 
 static void test_create(void **state)
@@ -1466,6 +1494,7 @@ int main(void)
 		cmocka_unit_test(test_fixture_bz2),
 		cmocka_unit_test(test_fixture_zstd),
 		cmocka_unit_test(test_fixture_lz4),
+		cmocka_unit_test(test_mfile_parse_name),
 		TMP_TEST(test_create),
 		TMP_TEST(test_append_two_records),
 		TMP_TEST(test_append_nonsequential),

@@ -38,6 +38,7 @@
 
 #include "index/index-rebuild.h"
 #include "index/index.h"
+#include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
 #include "storage/dbox-scan.h"
 #include "storage/log.h"
@@ -104,21 +105,6 @@ struct rebuild {
 };
 
 /* --- scanning storage/ ------------------------------------------------- */
-
-static bool mfile_id(const char *name, uint32_t *id_r)
-{
-	char *end;
-	unsigned long id;
-
-	if (strncmp(name, "m.", 2) != 0 || name[2] < '1' || name[2] > '9')
-		return false;
-	errno = 0;
-	id = strtoul(name + 2, &end, 10);
-	if (*end != '\0' || errno != 0 || id > UINT32_MAX)
-		return false;
-	*id_r = (uint32_t)id;
-	return true;
-}
 
 /* Plaintext size and virtual size of a body without Z or V, by reading
    it through the reader the mount uses (every codec).  A compressed body
@@ -228,7 +214,7 @@ static int scan_storage(struct rebuild *rb)
 		return -errno;
 	rewinddir(d);
 	while ((de = readdir(d)) != NULL) {
-		if (!mfile_id(de->d_name, &id))
+		if (!dbox_mfile_parse_name(de->d_name, &id))
 			continue;
 		if (nids == size) {
 			uint32_t *v = realloc(ids, (size = size ? size * 2 : 64) *
