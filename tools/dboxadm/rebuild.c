@@ -47,6 +47,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,16 +387,23 @@ static int match_old(struct rebuild *rb)
 
 /* --- the tree of the old index ----------------------------------------- */
 
-static size_t old_inode(const struct rebuild *rb, uint64_t ino)
+/* Binary search of n elements of `size` bytes at base, sorted by the
+   uint64_t ino at byte ino_off of each, for ino.  Returns its index or
+   SIZE_MAX. */
+static size_t find_ino(const void *base, size_t n, size_t size,
+		       size_t ino_off, uint64_t ino)
 {
-	size_t lo = 0, hi = rb->old->ninodes;
+	size_t lo = 0, hi = n;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
+		uint64_t at;
 
-		if (rb->old->inodes[mid].ino == ino)
+		memcpy(&at, (const char *)base + mid * size + ino_off,
+		       sizeof(at));
+		if (at == ino)
 			return mid;
-		if (rb->old->inodes[mid].ino < ino)
+		if (at < ino)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -403,21 +411,18 @@ static size_t old_inode(const struct rebuild *rb, uint64_t ino)
 	return SIZE_MAX;
 }
 
+static size_t old_inode(const struct rebuild *rb, uint64_t ino)
+{
+	return find_ino(rb->old->inodes, rb->old->ninodes,
+			sizeof(rb->old->inodes[0]),
+			offsetof(struct dbox_attr, ino), ino);
+}
+
 static size_t old_msg(const struct rebuild *rb, uint64_t ino)
 {
-	size_t lo = 0, hi = rb->old->nmsgs;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (rb->old->msgs[mid].ino == ino)
-			return mid;
-		if (rb->old->msgs[mid].ino < ino)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return SIZE_MAX;
+	return find_ino(rb->old->msgs, rb->old->nmsgs,
+			sizeof(rb->old->msgs[0]),
+			offsetof(struct dbox_salvage_msg, ino), ino);
 }
 
 static bool backing_file_ok(const struct rebuild *rb, uint64_t ino)
