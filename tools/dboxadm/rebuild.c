@@ -282,6 +282,19 @@ static void copy_guid(struct dbox_msgloc *loc, const char *guid)
 	loc->guid[len] = '\0';
 }
 
+/* The index location of record r, as a committed message. */
+static void rrec_loc(const struct rrec *r, struct dbox_msgloc *loc_r)
+{
+	memset(loc_r, 0, sizeof(*loc_r));
+	loc_r->file_id = r->file_id;
+	loc_r->offset = r->offset;
+	loc_r->body_size = r->body_size;
+	loc_r->record_size = r->record_size;
+	loc_r->vsize = r->vsize;
+	loc_r->state = DBOX_MSG_COMMITTED;
+	copy_guid(loc_r, r->guid);
+}
+
 /* GUIDs compared as the index keeps them. */
 static int guid_cmp(const char *a, const char *b)
 {
@@ -463,14 +476,7 @@ static int place_inode(struct rebuild *rb, size_t i)
 		}
 		r = &rb->recs[rb->msg_rec[m]];
 		attr.size = r->plain_size;
-		memset(&loc, 0, sizeof(loc));
-		loc.file_id = r->file_id;
-		loc.offset = r->offset;
-		loc.body_size = r->body_size;
-		loc.record_size = r->record_size;
-		loc.vsize = r->vsize;
-		loc.state = DBOX_MSG_COMMITTED;
-		copy_guid(&loc, r->guid);
+		rrec_loc(r, &loc);
 		if ((ret = dbox_index_rebuild_inode(rb->index, &attr)) < 0 ||
 		    (ret = dbox_index_msg_set(rb->index, oi->ino, &loc)) < 0)
 			return ret;
@@ -701,14 +707,7 @@ static int restore(struct rebuild *rb, struct rrec *r)
 		return ret;
 	attr.size = r->plain_size;
 	attr.mtime_ns = (int64_t)when * 1000000000;
-	memset(&loc, 0, sizeof(loc));
-	loc.file_id = r->file_id;
-	loc.offset = r->offset;
-	loc.body_size = r->body_size;
-	loc.record_size = r->record_size;
-	loc.vsize = r->vsize;
-	loc.state = DBOX_MSG_COMMITTED;
-	copy_guid(&loc, r->guid);
+	rrec_loc(r, &loc);
 	if ((ret = dbox_index_setattr(rb->index, &attr)) < 0 ||
 	    (ret = dbox_index_msg_set(rb->index, attr.ino, &loc)) < 0)
 		return ret;
