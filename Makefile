@@ -26,7 +26,8 @@ STORAGE_SRC := $(wildcard storage/*.c)
 INDEX_SRC   := $(wildcard index/*.c)
 FS_SRC      := $(wildcard fs/*.c)
 ADM_SRC     := $(wildcard tools/dboxadm/*.c)
-UNIT_SRC    := $(wildcard tests/unit/test-*.c)
+# test-common.c holds the tests' shared helpers; it is linked into each.
+UNIT_SRC    := $(filter-out tests/unit/test-common.c,$(wildcard tests/unit/test-*.c))
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
 LIB_OBJ  := $(call obj,$(STORAGE_SRC) $(INDEX_SRC))
@@ -47,7 +48,8 @@ $(BUILD)/dboxfs: $(call obj,$(FS_SRC)) $(BUILD)/libdbox.a
 $(BUILD)/dboxadm: $(call obj,$(ADM_SRC)) $(BUILD)/libdbox.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libdbox.a
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/tests/unit/test-common.o \
+		  $(BUILD)/libdbox.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
 

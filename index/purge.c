@@ -360,22 +360,6 @@ static int purge_file(struct purge *p, uint32_t file_id)
 	return ret;
 }
 
-/* The N of a file name "m.N", or false when it is no m.N. */
-static bool mfile_name_id(const char *name, uint32_t *file_id_r)
-{
-	char *end;
-	unsigned long id;
-
-	if (strncmp(name, "m.", 2) != 0 || name[2] < '1' || name[2] > '9')
-		return false;
-	errno = 0;
-	id = strtoul(name + 2, &end, 10);
-	if (*end != '\0' || errno != 0 || id > UINT32_MAX)
-		return false;
-	*file_id_r = (uint32_t)id;
-	return true;
-}
-
 /* Remove m.N files that the index does not know, that no save owns and
    that no message row points into: a file left after a crash between a
    purge's switch and its unlink (recovery cut it to its header), or after
@@ -394,7 +378,7 @@ static void remove_garbage_files(struct purge *p)
 	while ((de = readdir(dir)) != NULL) {
 		struct stat sb;
 
-		if (!mfile_name_id(de->d_name, &id) ||
+		if (!dbox_mfile_parse_name(de->d_name, &id) ||
 		    dbox_index_mfile_get(st->index, id, &size) != -ENOENT ||
 		    in_pool(st, id) ||
 		    dbox_index_file_has_records(st->index, id) != 0 ||

@@ -107,17 +107,7 @@ static int open_layout(struct dbox_store *st, const char *path, bool create)
 /* The N of a file name "m.N", or false when it is no m.N. */
 static bool mfile_name_id(const char *name, uint32_t *file_id_r)
 {
-	char *end;
-	unsigned long id;
-
-	if (strncmp(name, "m.", 2) != 0 || name[2] < '1' || name[2] > '9')
-		return false;
-	errno = 0;
-	id = strtoul(name + 2, &end, 10);
-	if (*end != '\0' || errno != 0 || id > UINT32_MAX)
-		return false;
-	*file_id_r = id;
-	return true;
+	return dbox_mfile_parse_name(name, file_id_r);
 }
 
 /* Highest N of the storage/m.N files on disk. */

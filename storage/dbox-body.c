@@ -23,6 +23,7 @@
 #include "dbox-body.h"
 
 #include "dbox-codec.h"
+#include "io.h"
 #include "log.h"
 
 #include <errno.h>
@@ -77,26 +78,6 @@ void dbox_compress_format(const struct dbox_compress_settings *set, char *buf,
 			 set->level : codec->default_level);
 }
 
-/* pread up to len bytes, stopping early only at EOF. */
-static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-	char *p = buf;
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t ret = pread(fd, p + done, len - done, (off_t)(off + done));
-		if (ret < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		if (ret == 0)
-			break;
-		done += (size_t)ret;
-	}
-	return (ssize_t)done;
-}
-
 /* File offset of body byte off. */
 static uint64_t body_pos(const struct dbox_body *body, uint64_t off)
 {
@@ -107,7 +88,8 @@ static uint64_t body_pos(const struct dbox_body *body, uint64_t off)
 static int body_read(const struct dbox_body *body, void *buf, size_t len,
 		     uint64_t off)
 {
-	ssize_t ret = pread_full(body->ap->fd, buf, len, body_pos(body, off));
+	ssize_t ret = dbox_pread_full(body->ap->fd, buf, len,
+				      body_pos(body, off));
 
 	if (ret < 0)
 		return -1;

@@ -16,6 +16,7 @@
  */
 #include "dbox-file.h"
 
+#include "io.h"
 #include "log.h"
 
 #include <errno.h>
@@ -55,30 +56,27 @@ static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-/* pread up to len bytes, stopping early only at EOF.  Returns the byte
-   count or -1 with errno. */
-static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-	char *p = buf;
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t ret = pread(fd, p + done, len - done, (off_t)(off + done));
-		if (ret < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		if (ret == 0)
-			break;
-		done += (size_t)ret;
-	}
-	return (ssize_t)done;
-}
-
 void dbox_file_name(char *buf, uint32_t file_id)
 {
 	snprintf(buf, 16, "m.%u", file_id);
+}
+
+bool dbox_mfile_parse_name(const char *name, uint32_t *file_id_r)
+{
+	int saved_errno = errno;
+	unsigned long id;
+	bool ok;
+	char *end;
+
+	if (strncmp(name, "m.", 2) != 0 || name[2] < '1' || name[2] > '9')
+		return false;
+	errno = 0;
+	id = strtoul(name + 2, &end, 10);
+	ok = *end == '\0' && errno == 0 && id <= UINT32_MAX;
+	errno = saved_errno;
+	if (ok)
+		*file_id_r = (uint32_t)id;
+	return ok;
 }
 
 int dbox_file_create(int dirfd, uint32_t file_id, uint64_t *size_r)
@@ -109,7 +107,7 @@ static int read_header(int fd, const uint32_t *file_id, size_t *header_len_r)
 	char buf[FILE_HEADER_READ];
 	unsigned int msg_header_size;
 	time_t created;
-	ssize_t len = pread_full(fd, buf, sizeof(buf), 0);
+	ssize_t len = dbox_pread_full(fd, buf, sizeof(buf), 0);
 
 	if (len < 0)
 		return -1;
@@ -214,7 +212,8 @@ static int body_vsize(const struct dbox_append *ap, uint64_t *vsize_r)
 	while (off < ap->body_size) {
 		uint64_t left = ap->body_size - off;
 		size_t want = left < IO_CHUNK ? (size_t)left : IO_CHUNK;
-		ssize_t ret = pread_full(ap->fd, buf, want, body_pos(ap, off));
+		ssize_t ret = dbox_pread_full(ap->fd, buf, want,
+					      body_pos(ap, off));
 
 		if (ret <= 0) {
 			if (ret == 0)
@@ -285,7 +284,7 @@ static int metadata_read(int fd, uint32_t file_id, uint64_t offset,
 			return -1;
 		}
 		buf = p;
-		got = pread_full(fd, buf + len, size - len, pos + len);
+		got = dbox_pread_full(fd, buf + len, size - len, pos + len);
 		if (got < 0) {
 			free(buf);
 			return -1;
@@ -347,7 +346,7 @@ int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,
 	unsigned long long off = offset;
 	uint64_t body_size;
 	size_t block_len;
-	ssize_t ret = pread_full(fd, header, sizeof(header), offset);
+	ssize_t ret = dbox_pread_full(fd, header, sizeof(header), offset);
 
 	if (ret < 0)
 		return -1;
@@ -425,13 +424,14 @@ int dbox_record_set_received(int fd, uint32_t file_id, uint64_t offset,
 	size_t line;
 	int width;
 
-	if (pread_full(fd, header, sizeof(header), offset) != sizeof(header) ||
+	if (dbox_pread_full(fd, header, sizeof(header), offset) !=
+	    sizeof(header) ||
 	    dbox_msg_header_parse(header, &body_size) < 0) {
 		errno = EIO;
 		return -1;
 	}
 	pos = offset + DBOX_MSG_HEADER_SIZE + body_size;
-	len = pread_full(fd, block, sizeof(block), pos);
+	len = dbox_pread_full(fd, block, sizeof(block), pos);
 	if (len < DBOX_MAGIC_POST_LEN ||
 	    memcmp(block, DBOX_MAGIC_POST, DBOX_MAGIC_POST_LEN) != 0) {
 		errno = EIO;

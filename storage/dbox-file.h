@@ -26,6 +26,13 @@ int dbox_file_create(int dirfd, uint32_t file_id, uint64_t *size_r);
 /* Format "m.<file_id>" into buf (at least 16 bytes). */
 void dbox_file_name(char *buf, uint32_t file_id);
 
+/* Parse the name of a storage/ entry as an m.N file: "m." and then a
+   file_id in decimal from 1 to UINT32_MAX, without leading zeros, sign or
+   anything after it ("m.0", "m.01", "m.1.broken" are no m.N).  Returns true
+   and sets *file_id_r, or false (*file_id_r untouched).  errno is kept.
+   Source: reference/dbox-format.md section 1 ("m." + decimal file_id). */
+bool dbox_mfile_parse_name(const char *name, uint32_t *file_id_r);
+
 /* Read and check the header line of an open m.N.  Returns 0 and sets
    *header_len_r, or -1 with errno EIO (corrupt header) or the read error. */
 int dbox_file_read_header(int fd, size_t *header_len_r);

@@ -24,6 +24,7 @@
 #include "dbox-read.h"
 
 #include "dbox-codec.h"
+#include "io.h"
 #include "log.h"
 
 #include <errno.h>
@@ -118,32 +119,12 @@ const struct dbox_codec *dbox_codec_by_name(const char *name, size_t len)
 	return NULL;
 }
 
-/* pread up to len bytes, stopping early only at EOF. */
-static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-	char *p = buf;
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t ret = pread(fd, p + done, len - done, (off_t)(off + done));
-		if (ret < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		if (ret == 0)
-			break;
-		done += (size_t)ret;
-	}
-	return (ssize_t)done;
-}
-
 int dbox_reader_open(int fd, uint64_t body_offset, uint64_t body_size,
 		     uint64_t plain_size, struct dbox_reader **reader_r)
 {
 	char head[16];
 	size_t want = body_size < sizeof(head) ? (size_t)body_size : sizeof(head);
-	ssize_t len = pread_full(fd, head, want, body_offset);
+	ssize_t len = dbox_pread_full(fd, head, want, body_offset);
 	struct dbox_reader *reader;
 
 	if (len < 0)
@@ -180,7 +161,7 @@ static ssize_t plain_pread(struct dbox_reader *reader, void *buf, size_t len,
 		errno = EIO;
 		return -1;
 	}
-	ret = pread_full(reader->fd, buf, len, reader->body_offset + off);
+	ret = dbox_pread_full(reader->fd, buf, len, reader->body_offset + off);
 	if (ret >= 0 && (size_t)ret < len) {
 		dbox_error("body at offset %llu: file ends inside the body",
 			   (unsigned long long)reader->body_offset);
@@ -269,8 +250,8 @@ static int refill(struct dbox_reader *reader)
 {
 	uint64_t left = reader->body_size - reader->in_pos;
 	size_t want = left < IN_BUF_SIZE ? (size_t)left : IN_BUF_SIZE;
-	ssize_t got = pread_full(reader->fd, reader->in_buf, want,
-				 reader->body_offset + reader->in_pos);
+	ssize_t got = dbox_pread_full(reader->fd, reader->in_buf, want,
+				      reader->body_offset + reader->in_pos);
 
 	if (got < 0)
 		return failed(reader, errno);

@@ -9,6 +9,7 @@
  */
 #include "dbox-scan.h"
 
+#include "io.h"
 #include "log.h"
 
 #include <errno.h>
@@ -19,26 +20,6 @@
 
 /* Bytes searched per pread when looking for the next record. */
 #define SCAN_CHUNK (64 * 1024)
-
-static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-	char *p = buf;
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t ret = pread(fd, p + done, len - done, (off_t)(off + done));
-
-		if (ret < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		if (ret == 0)
-			break;
-		done += (size_t)ret;
-	}
-	return (ssize_t)done;
-}
 
 /* Is there plausibly a record at `offset`: a message header that parses
    and, right after its body, the metadata magic?  Cheap, silent checks
@@ -53,7 +34,7 @@ static int candidate(int fd, uint64_t offset, uint64_t end)
 
 	if (end - offset < DBOX_MSG_HEADER_SIZE + DBOX_MAGIC_POST_LEN)
 		return 0;
-	n = pread_full(fd, header, sizeof(header), offset);
+	n = dbox_pread_full(fd, header, sizeof(header), offset);
 	if (n < 0)
 		return -1;
 	if ((size_t)n < sizeof(header) ||
@@ -61,7 +42,7 @@ static int candidate(int fd, uint64_t offset, uint64_t end)
 	    body_size > end - offset - DBOX_MSG_HEADER_SIZE - DBOX_MAGIC_POST_LEN)
 		return 0;
 	pos = offset + DBOX_MSG_HEADER_SIZE + body_size;
-	n = pread_full(fd, magic, sizeof(magic), pos);
+	n = dbox_pread_full(fd, magic, sizeof(magic), pos);
 	if (n < 0)
 		return -1;
 	return (size_t)n == sizeof(magic) &&
@@ -100,7 +81,7 @@ static int find_next(int fd, uint32_t file_id, uint64_t from, uint64_t end,
 	while (pos < end) {
 		size_t want = end - pos < SCAN_CHUNK ? (size_t)(end - pos) :
 			SCAN_CHUNK;
-		ssize_t n = pread_full(fd, buf, want, pos);
+		ssize_t n = dbox_pread_full(fd, buf, want, pos);
 		size_t i = 0;
 
 		if (n < 0)

@@ -20,6 +20,7 @@
 #include "storage/dbox-format.h"
 #include "storage/dbox-read.h"
 #include "storage/log.h"
+#include "test-common.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,25 +33,7 @@
 
 /* --- helpers ---------------------------------------------------------- */
 
-static int error_count;
-
-static void capture_sink(enum dbox_log_level level, const char *fmt,
-			 va_list args)
-{
-	(void)fmt;
-	(void)args;
-	if (level == DBOX_LOG_ERROR)
-		error_count++;
-}
-
 static uint64_t rng_state = 0x853c49e6748fea9bULL;
-static uint64_t rng(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
 
 /* Mail-like text of exactly `size` bytes, LF line ends and a few CRLF. */
 static uint8_t *make_text(size_t size)
@@ -59,35 +42,15 @@ static uint8_t *make_text(size_t size)
 		"Received:", "patch", "mutex", "the", "of", "scheduler",
 		"fuse", "dovecot", "a", "to", "\r\n", "\n",
 	};
-	char *buf = malloc(size + 64);
-	size_t len;
 
-	assert_non_null(buf);
-	len = (size_t)sprintf(buf, "From: Test <t@example.org>\nSubject: y\n\n");
-	while (len < size) {
-		if (rng() % 8 == 0)
-			len += (size_t)sprintf(buf + len, "%llx\n",
-					       (unsigned long long)rng());
-		else
-			len += (size_t)sprintf(buf + len, "%s ",
-					       words[rng() % 12]);
-	}
-	return (uint8_t *)buf;
+	return (uint8_t *)mail_text(&rng_state, size, "Subject: y", words,
+				    sizeof(words) / sizeof(words[0]));
 }
 
 /* Bytes this process wrote to files so far (write + pwrite). */
 static uint64_t wchar(void)
 {
-	char line[128];
-	unsigned long long n = 0;
-	FILE *f = fopen("/proc/self/io", "r");
-
-	assert_non_null(f);
-	while (fgets(line, sizeof(line), f) != NULL)
-		if (sscanf(line, "wchar: %llu", &n) == 1)
-			break;
-	fclose(f);
-	return n;
+	return proc_self_io("wchar");
 }
 
 /* A temporary directory with storage file m.1 and one record being
@@ -105,8 +68,7 @@ static int fix_setup(void **state)
 	struct fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	strcpy(f->dir, "/tmp/test-body.XXXXXX");
-	assert_non_null(mkdtemp(f->dir));
+	tmpdir_make(f->dir, sizeof(f->dir), "test-body");
 	f->dir_fd = open(f->dir, O_RDONLY | O_DIRECTORY);
 	assert_true(f->dir_fd >= 0);
 	f->fd = dbox_file_create(f->dir_fd, 1, &f->end);
@@ -122,9 +84,8 @@ static int fix_teardown(void **state)
 
 	dbox_body_free(&f->body);
 	close(f->fd);
-	unlinkat(f->dir_fd, "m.1", 0);
 	close(f->dir_fd);
-	rmdir(f->dir);
+	rm_rf(f->dir);
 	free(f);
 	return 0;
 }

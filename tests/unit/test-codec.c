@@ -24,6 +24,7 @@
 #include "storage/dbox-format.h"
 #include "storage/dbox-read.h"
 #include "storage/log.h"
+#include "test-common.h"
 
 #include <bzlib.h>
 #include <errno.h>
@@ -40,32 +41,11 @@
 
 /* --- helpers ---------------------------------------------------------- */
 
-static char last_error[512];
-static int error_count;
-
-static void capture_sink(enum dbox_log_level level, const char *fmt,
-			 va_list args)
-{
-	if (level != DBOX_LOG_ERROR)
-		return;
-	vsnprintf(last_error, sizeof(last_error), fmt, args);
-	error_count++;
-}
-
-static void errors_reset(void)
-{
-	last_error[0] = '\0';
-	error_count = 0;
-}
-
 /* Deterministic pseudo-random numbers (xorshift64). */
 static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
 static uint64_t rng(void)
 {
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
+	return xorshift64(&rng_state);
 }
 
 /* Mail-like text of exactly `size` bytes, LF line ends, some CRLF. */
@@ -76,20 +56,9 @@ static uint8_t *make_text(size_t size)
 		"scheduler", "fuse", "dovecot", "a", "to", "[PATCH]", "\t",
 		"\r\n",
 	};
-	char *buf = malloc(size + 64);
-	size_t len;
 
-	assert_non_null(buf);
-	len = (size_t)sprintf(buf, "From: Test <t@example.org>\nSubject: x\n\n");
-	while (len < size) {
-		if (rng() % 8 == 0)
-			len += (size_t)sprintf(buf + len, "%llx\n",
-					       (unsigned long long)rng());
-		else
-			len += (size_t)sprintf(buf + len, "%s ",
-					       words[rng() % 14]);
-	}
-	return (uint8_t *)buf;
+	return (uint8_t *)mail_text(&rng_state, size, "Subject: x", words,
+				    sizeof(words) / sizeof(words[0]));
 }
 
 /* A growing byte buffer. */
@@ -238,8 +207,7 @@ static void body_file_make(struct body_file *f, const struct bytes *body)
 	struct dbox_append ap;
 	uint64_t offset;
 
-	strcpy(f->dir, "/tmp/test-codec.XXXXXX");
-	assert_non_null(mkdtemp(f->dir));
+	tmpdir_make(f->dir, sizeof(f->dir), "test-codec");
 	f->dir_fd = open(f->dir, O_RDONLY | O_DIRECTORY);
 	assert_true(f->dir_fd >= 0);
 	f->fd = dbox_file_create(f->dir_fd, 1, &offset);
@@ -259,24 +227,14 @@ static void body_file_make(struct body_file *f, const struct bytes *body)
 static void body_file_free(struct body_file *f)
 {
 	close(f->fd);
-	unlinkat(f->dir_fd, "m.1", 0);
 	close(f->dir_fd);
-	rmdir(f->dir);
+	rm_rf(f->dir);
 }
 
 /* Bytes this process has read from files so far (read + pread). */
 static uint64_t rchar(void)
 {
-	char line[128];
-	unsigned long long n = 0;
-	FILE *f = fopen("/proc/self/io", "r");
-
-	assert_non_null(f);
-	while (fgets(line, sizeof(line), f) != NULL)
-		if (sscanf(line, "rchar: %llu", &n) == 1)
-			break;
-	fclose(f);
-	return n;
+	return proc_self_io("rchar");
 }
 
 static void expect_read(struct dbox_reader *reader, const uint8_t *text,

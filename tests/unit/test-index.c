@@ -14,10 +14,10 @@
 
 #include "index/index.h"
 #include "storage/log.h"
+#include "test-common.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,53 +34,18 @@
 
 /* --- helpers ---------------------------------------------------------- */
 
-/* Log sink that counts errors and keeps the last one. */
-static char last_error[512];
-static int error_count;
-
-static void capture_sink(enum dbox_log_level level, const char *fmt,
-			 va_list args)
-{
-	if (level != DBOX_LOG_ERROR)
-		return;
-	vsnprintf(last_error, sizeof(last_error), fmt, args);
-	error_count++;
-}
-
-static void errors_reset(void)
-{
-	last_error[0] = '\0';
-	error_count = 0;
-}
-
 struct fix {
 	char dir[64];
 	char path[128];
 	struct dbox_index *index;
 };
 
-static int rm_entry(const char *path, const struct stat *st, int type,
-		    struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
-static void rm_rf(const char *path)
-{
-	nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static int fix_setup(void **state)
 {
 	struct fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	strcpy(f->dir, "/tmp/test-index.XXXXXX");
-	assert_non_null(mkdtemp(f->dir));
+	tmpdir_make(f->dir, sizeof(f->dir), "test-index");
 	snprintf(f->path, sizeof(f->path), "%s/index.sqlite", f->dir);
 	assert_int_equal(dbox_index_open(f->path, true, &f->index), 0);
 	assert_non_null(f->index);

@@ -22,11 +22,11 @@
 #include "storage/dbox-format.h"
 #include "storage/dbox-read.h"
 #include "storage/log.h"
+#include "test-common.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,14 +38,6 @@
 
 #define NMSG 12
 #define ROTATE 6000
-
-static void quiet_sink(enum dbox_log_level level, const char *fmt,
-		       va_list args)
-{
-	(void)level;
-	(void)fmt;
-	(void)args;
-}
 
 struct msg {
 	uint64_t ino;
@@ -63,16 +55,6 @@ struct fix {
 	uint64_t cur;
 	struct msg msgs[NMSG];
 };
-
-static int rm_entry(const char *path, const struct stat *st, int type,
-		    struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
 
 static void open_store(struct fix *f)
 {
@@ -134,9 +116,8 @@ static int fix_setup(void **state)
 	struct dbox_attr attr;
 
 	assert_non_null(f);
-	dbox_log_set_sink(quiet_sink);
-	strcpy(f->dir, "/tmp/test-purge.XXXXXX");
-	assert_non_null(mkdtemp(f->dir));
+	dbox_log_set_sink(capture_sink);
+	tmpdir_make(f->dir, sizeof(f->dir), "test-purge");
 	snprintf(f->store, sizeof(f->store), "%s/store", f->dir);
 	open_store(f);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
@@ -164,7 +145,7 @@ static int fix_teardown(void **state)
 	struct fix *f = *state;
 
 	dbox_store_close(&f->st);
-	nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	rm_rf(f->dir);
 	for (unsigned int i = 0; i < NMSG; i++)
 		free(f->msgs[i].body);
 	free(f);

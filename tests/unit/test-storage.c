@@ -18,8 +18,8 @@
 #include "storage/dbox-read.h"
 #include "storage/guid.h"
 #include "storage/log.h"
+#include "test-common.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -32,26 +32,6 @@
 #define DEFAULT_SHARED "/work/shared"
 
 /* --- helpers ---------------------------------------------------------- */
-
-/* Log sink that remembers the last error, so tests can check corruption
-   is reported and names the file and offset. */
-static char last_error[512];
-static int error_count;
-
-static void capture_sink(enum dbox_log_level level, const char *fmt,
-			 va_list args)
-{
-	if (level != DBOX_LOG_ERROR)
-		return;
-	vsnprintf(last_error, sizeof(last_error), fmt, args);
-	error_count++;
-}
-
-static void errors_reset(void)
-{
-	last_error[0] = '\0';
-	error_count = 0;
-}
 
 static const char *shared_dir(void)
 {
@@ -93,8 +73,7 @@ static int tmpdir_setup(void **state)
 	struct tmpdir *t = calloc(1, sizeof(*t));
 
 	assert_non_null(t);
-	strcpy(t->path, "/tmp/test-storage.XXXXXX");
-	assert_non_null(mkdtemp(t->path));
+	tmpdir_make(t->path, sizeof(t->path), "test-storage");
 	t->fd = open(t->path, O_RDONLY | O_DIRECTORY);
 	assert_true(t->fd >= 0);
 	*state = t;
@@ -104,17 +83,9 @@ static int tmpdir_setup(void **state)
 static int tmpdir_teardown(void **state)
 {
 	struct tmpdir *t = *state;
-	DIR *dir = opendir(t->path);
-	struct dirent *d;
 
-	while (dir != NULL && (d = readdir(dir)) != NULL) {
-		if (strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0)
-			unlinkat(t->fd, d->d_name, 0);
-	}
-	if (dir != NULL)
-		closedir(dir);
 	close(t->fd);
-	rmdir(t->path);
+	rm_rf(t->path);
 	free(t);
 	return 0;
 }
@@ -207,10 +178,7 @@ static uint64_t vsize_of(const char *buf, size_t len)
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
 static uint64_t rng(void)
 {
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
+	return xorshift64(&rng_state);
 }
 
 /* Mail-like text of about `size` bytes, LF line ends. */
@@ -220,21 +188,9 @@ static char *make_text(size_t size)
 		"kernel", "patch", "mutex", "Signed-off-by:", "the", "of",
 		"scheduler", "fuse", "dovecot", "a", "to", "[PATCH]", "\t",
 	};
-	char *buf = malloc(size + 64);
-	size_t len;
 
-	assert_non_null(buf);
-	len = (size_t)sprintf(buf, "From: Test <t@example.org>\nSubject: x\n\n");
-	while (len < size) {
-		if (rng() % 8 == 0)
-			len += (size_t)sprintf(buf + len, "%llx\n",
-					       (unsigned long long)rng());
-		else
-			len += (size_t)sprintf(buf + len, "%s ",
-					       words[rng() % 13]);
-	}
-	buf[size] = '\0';
-	return buf;
+	return mail_text(&rng_state, size, "Subject: x", words,
+			 sizeof(words) / sizeof(words[0]));
 }
 
 /* gzip `len` bytes the way zlib's gzip writer does (windowBits 31). */
@@ -788,6 +744,34 @@ static void test_fixture_lz4(void **state)
 {
 	(void)state;
 	check_compressed_fixture("zlib-lz4", DBOX_COMPRESSION_LZ4);
+}
+
+/* m.N names: only "m." and a decimal file_id without leading zeros. */
+static void test_mfile_parse_name(void **state)
+{
+	static const char *const bad[] = {
+		"m.", "m.0", "m.01", "m.4294967296", "m.99999999999999999999",
+		"m.1.broken", "m.1.lock", "m.1x", "m.+1", "m.-1", "m. 1",
+		"m1", "M.1", "x.1", ".temp.1", "",
+	};
+	uint32_t id;
+
+	(void)state;
+	assert_true(dbox_mfile_parse_name("m.1", &id));
+	assert_int_equal(id, 1);
+	assert_true(dbox_mfile_parse_name("m.4294967295", &id));
+	assert_int_equal(id, 4294967295u);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		id = 7;
+		errno = EBADF;
+		assert_false(dbox_mfile_parse_name(bad[i], &id));
+		assert_int_equal(id, 7);
+		assert_int_equal(errno, EBADF);
+	}
+	errno = EBADF;
+	assert_true(dbox_mfile_parse_name("m.120", &id));
+	assert_int_equal(id, 120);
+	assert_int_equal(errno, EBADF);
 }
 
 /* --- appending -------------------------------------------------------- */
@@ -1466,6 +1450,7 @@ int main(void)
 		cmocka_unit_test(test_fixture_bz2),
 		cmocka_unit_test(test_fixture_zstd),
 		cmocka_unit_test(test_fixture_lz4),
+		cmocka_unit_test(test_mfile_parse_name),
 		TMP_TEST(test_create),
 		TMP_TEST(test_append_two_records),
 		TMP_TEST(test_append_nonsequential),

@@ -21,11 +21,11 @@
 #include "storage/dbox-format.h"
 #include "storage/dbox-read.h"
 #include "storage/log.h"
+#include "test-common.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,47 +36,18 @@
 
 /* --- helpers ---------------------------------------------------------- */
 
-static char last_error[512];
-static int error_count;
-
-static void capture_sink(enum dbox_log_level level, const char *fmt,
-			 va_list args)
-{
-	if (level != DBOX_LOG_ERROR)
-		return;
-	vsnprintf(last_error, sizeof(last_error), fmt, args);
-	error_count++;
-}
-
-static void errors_reset(void)
-{
-	last_error[0] = '\0';
-	error_count = 0;
-}
-
 struct fix {
 	char dir[64];
 	char store[128];
 	struct dbox_store *st;
 };
 
-static int rm_entry(const char *path, const struct stat *st, int type,
-		    struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 static int fix_setup(void **state)
 {
 	struct fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	strcpy(f->dir, "/tmp/test-store.XXXXXX");
-	assert_non_null(mkdtemp(f->dir));
+	tmpdir_make(f->dir, sizeof(f->dir), "test-store");
 	snprintf(f->store, sizeof(f->store), "%s/store", f->dir);
 	errors_reset();
 	*state = f;
@@ -88,7 +59,7 @@ static int fix_teardown(void **state)
 	struct fix *f = *state;
 
 	dbox_store_close(&f->st);
-	nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	rm_rf(f->dir);
 	free(f);
 	return 0;
 }

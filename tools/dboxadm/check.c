@@ -34,6 +34,7 @@
 #include "index/index-check.h"
 #include "index/index-stats.h"
 #include "index/index.h"
+#include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
 #include "storage/dbox-scan.h"
 #include "storage/log.h"
@@ -244,22 +245,6 @@ static int known_cb(void *ctx, uint32_t file_id, uint64_t size)
 	return 0;
 }
 
-/* "m.<N>" with N a decimal without leading zeros. */
-static bool mfile_id(const char *name, uint32_t *id_r)
-{
-	char *end;
-	unsigned long id;
-
-	if (strncmp(name, "m.", 2) != 0 || name[2] < '1' || name[2] > '9')
-		return false;
-	errno = 0;
-	id = strtoul(name + 2, &end, 10);
-	if (*end != '\0' || errno != 0 || id > UINT32_MAX)
-		return false;
-	*id_r = (uint32_t)id;
-	return true;
-}
-
 /* What storage/ holds. */
 static int list_storage(struct check *c)
 {
@@ -274,7 +259,7 @@ static int list_storage(struct check *c)
 		struct mfile *f;
 		uint32_t id;
 
-		if (!mfile_id(de->d_name, &id))
+		if (!dbox_mfile_parse_name(de->d_name, &id))
 			continue;
 		if (fstatat(c->storage_fd, de->d_name, &sb,
 			    AT_SYMLINK_NOFOLLOW) < 0)

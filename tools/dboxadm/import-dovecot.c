@@ -346,21 +346,6 @@ static int rec_cmp(const void *a, const void *b)
 	return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static bool mfile_id(const char *name, uint32_t *id_r)
-{
-	char *end;
-	unsigned long id;
-
-	if (strncmp(name, "m.", 2) != 0 || name[2] < '1' || name[2] > '9')
-		return false;
-	errno = 0;
-	id = strtoul(name + 2, &end, 10);
-	if (*end != '\0' || errno != 0 || id > UINT32_MAX)
-		return false;
-	*id_r = (uint32_t)id;
-	return true;
-}
-
 /* Every record of ROOT/storage/m.*, sorted by GUID. */
 static int walk_storage(struct imp *imp, int dfd)
 {
@@ -376,7 +361,7 @@ static int walk_storage(struct imp *imp, int dfd)
 		uint64_t bad = 0;
 		int fd, r;
 
-		if (!mfile_id(de->d_name, &w.dfile))
+		if (!dbox_mfile_parse_name(de->d_name, &w.dfile))
 			continue;
 		fd = openat(dfd, de->d_name, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
@@ -501,7 +486,8 @@ static void finish_staged(struct imp *imp)
 	rewinddir(dir);
 	while ((de = readdir(dir)) != NULL) {
 		if (strncmp(de->d_name, STAGE_PREFIX, strlen(STAGE_PREFIX)) != 0 ||
-		    !mfile_id(de->d_name + strlen(STAGE_PREFIX), &id))
+		    !dbox_mfile_parse_name(de->d_name + strlen(STAGE_PREFIX),
+					   &id))
 			continue;
 		dbox_file_name(final, id);
 		if (dbox_index_mfile_get(st->index, id, &size) == 0 &&

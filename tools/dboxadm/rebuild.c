@@ -38,6 +38,7 @@
 
 #include "index/index-rebuild.h"
 #include "index/index.h"
+#include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
 #include "storage/dbox-scan.h"
 #include "storage/log.h"
@@ -46,6 +47,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,21 +106,6 @@ struct rebuild {
 };
 
 /* --- scanning storage/ ------------------------------------------------- */
-
-static bool mfile_id(const char *name, uint32_t *id_r)
-{
-	char *end;
-	unsigned long id;
-
-	if (strncmp(name, "m.", 2) != 0 || name[2] < '1' || name[2] > '9')
-		return false;
-	errno = 0;
-	id = strtoul(name + 2, &end, 10);
-	if (*end != '\0' || errno != 0 || id > UINT32_MAX)
-		return false;
-	*id_r = (uint32_t)id;
-	return true;
-}
 
 /* Plaintext size and virtual size of a body without Z or V, by reading
    it through the reader the mount uses (every codec).  A compressed body
@@ -228,7 +215,7 @@ static int scan_storage(struct rebuild *rb)
 		return -errno;
 	rewinddir(d);
 	while ((de = readdir(d)) != NULL) {
-		if (!mfile_id(de->d_name, &id))
+		if (!dbox_mfile_parse_name(de->d_name, &id))
 			continue;
 		if (nids == size) {
 			uint32_t *v = realloc(ids, (size = size ? size * 2 : 64) *
@@ -293,6 +280,19 @@ static void copy_guid(struct dbox_msgloc *loc, const char *guid)
 
 	memcpy(loc->guid, guid, len);
 	loc->guid[len] = '\0';
+}
+
+/* The index location of record r, as a committed message. */
+static void rrec_loc(const struct rrec *r, struct dbox_msgloc *loc_r)
+{
+	memset(loc_r, 0, sizeof(*loc_r));
+	loc_r->file_id = r->file_id;
+	loc_r->offset = r->offset;
+	loc_r->body_size = r->body_size;
+	loc_r->record_size = r->record_size;
+	loc_r->vsize = r->vsize;
+	loc_r->state = DBOX_MSG_COMMITTED;
+	copy_guid(loc_r, r->guid);
 }
 
 /* GUIDs compared as the index keeps them. */
@@ -400,16 +400,23 @@ static int match_old(struct rebuild *rb)
 
 /* --- the tree of the old index ----------------------------------------- */
 
-static size_t old_inode(const struct rebuild *rb, uint64_t ino)
+/* Binary search of n elements of `size` bytes at base, sorted by the
+   uint64_t ino at byte ino_off of each, for ino.  Returns its index or
+   SIZE_MAX. */
+static size_t find_ino(const void *base, size_t n, size_t size,
+		       size_t ino_off, uint64_t ino)
 {
-	size_t lo = 0, hi = rb->old->ninodes;
+	size_t lo = 0, hi = n;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
+		uint64_t at;
 
-		if (rb->old->inodes[mid].ino == ino)
+		memcpy(&at, (const char *)base + mid * size + ino_off,
+		       sizeof(at));
+		if (at == ino)
 			return mid;
-		if (rb->old->inodes[mid].ino < ino)
+		if (at < ino)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -417,21 +424,18 @@ static size_t old_inode(const struct rebuild *rb, uint64_t ino)
 	return SIZE_MAX;
 }
 
+static size_t old_inode(const struct rebuild *rb, uint64_t ino)
+{
+	return find_ino(rb->old->inodes, rb->old->ninodes,
+			sizeof(rb->old->inodes[0]),
+			offsetof(struct dbox_attr, ino), ino);
+}
+
 static size_t old_msg(const struct rebuild *rb, uint64_t ino)
 {
-	size_t lo = 0, hi = rb->old->nmsgs;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (rb->old->msgs[mid].ino == ino)
-			return mid;
-		if (rb->old->msgs[mid].ino < ino)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return SIZE_MAX;
+	return find_ino(rb->old->msgs, rb->old->nmsgs,
+			sizeof(rb->old->msgs[0]),
+			offsetof(struct dbox_salvage_msg, ino), ino);
 }
 
 static bool backing_file_ok(const struct rebuild *rb, uint64_t ino)
@@ -472,14 +476,7 @@ static int place_inode(struct rebuild *rb, size_t i)
 		}
 		r = &rb->recs[rb->msg_rec[m]];
 		attr.size = r->plain_size;
-		memset(&loc, 0, sizeof(loc));
-		loc.file_id = r->file_id;
-		loc.offset = r->offset;
-		loc.body_size = r->body_size;
-		loc.record_size = r->record_size;
-		loc.vsize = r->vsize;
-		loc.state = DBOX_MSG_COMMITTED;
-		copy_guid(&loc, r->guid);
+		rrec_loc(r, &loc);
 		if ((ret = dbox_index_rebuild_inode(rb->index, &attr)) < 0 ||
 		    (ret = dbox_index_msg_set(rb->index, oi->ino, &loc)) < 0)
 			return ret;
@@ -710,14 +707,7 @@ static int restore(struct rebuild *rb, struct rrec *r)
 		return ret;
 	attr.size = r->plain_size;
 	attr.mtime_ns = (int64_t)when * 1000000000;
-	memset(&loc, 0, sizeof(loc));
-	loc.file_id = r->file_id;
-	loc.offset = r->offset;
-	loc.body_size = r->body_size;
-	loc.record_size = r->record_size;
-	loc.vsize = r->vsize;
-	loc.state = DBOX_MSG_COMMITTED;
-	copy_guid(&loc, r->guid);
+	rrec_loc(r, &loc);
 	if ((ret = dbox_index_setattr(rb->index, &attr)) < 0 ||
 	    (ret = dbox_index_msg_set(rb->index, attr.ino, &loc)) < 0)
 		return ret;

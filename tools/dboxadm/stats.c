@@ -120,22 +120,6 @@ static int folder_cmp(const void *a, const void *b)
 		      ((const struct folder *)b)->name);
 }
 
-/* Parse "m.<N>" into *id_r. */
-static bool mfile_id(const char *name, uint32_t *id_r)
-{
-	char *end;
-	unsigned long id;
-
-	if (strncmp(name, "m.", 2) != 0 || name[2] < '0' || name[2] > '9')
-		return false;
-	errno = 0;
-	id = strtoul(name + 2, &end, 10);
-	if (*end != '\0' || errno != 0 || id > UINT32_MAX)
-		return false;
-	*id_r = (uint32_t)id;
-	return true;
-}
-
 static int add_mfile(struct stats *s, uint32_t id, uint64_t bytes,
 		     uint64_t header_bytes)
 {
@@ -222,7 +206,7 @@ static int scan_storage(struct stats *s, const char *store)
 		uint32_t id;
 		int fd;
 
-		if (!mfile_id(de->d_name, &id) ||
+		if (!dbox_mfile_parse_name(de->d_name, &id) ||
 		    fstatat(dfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISREG(sb.st_mode))
 			continue;

@@ -1,0 +1,19 @@
+#ifndef DBOXFS_IO_H
+#define DBOXFS_IO_H
+
+/*
+ * io: the small system-call helpers storage/ shares.  No dbox format
+ * knowledge here; only the byte I/O the format code builds on.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* pread len bytes of fd at byte offset off into buf, retrying after EINTR
+   and short reads, stopping early only at EOF.  Returns the byte count
+   read (less than len only at EOF, 0 when off is at or past EOF), or -1
+   with errno from pread (never EINTR). */
+ssize_t dbox_pread_full(int fd, void *buf, size_t len, uint64_t off);
+
+#endif
