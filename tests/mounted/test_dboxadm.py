@@ -419,6 +419,56 @@ def test_stats_dead_bytes_after_expunge(tmp_path, make_mount):
     assert "dead bytes" in text and str(st["dead_bytes"]) in text
 
 
+def folder_tree(src, dirs):
+    """One message in the cur/ of each Maildir++ folder directory name."""
+    for i, d in enumerate(["", *dirs]):
+        for sub in MAILDIR_SUBS:
+            (src / d / sub).mkdir(parents=True, exist_ok=True)
+        (src / d / "cur" / f"{i}.x.host:2,S").write_bytes(b"Subject: %d\n\n" % i)
+    return src
+
+
+def test_stats_folder_names_in_utf8(tmp_path):
+    """Folder names on disk are Maildir++ modified UTF-7; stats shows them
+    in UTF-8 (text and --json), with the stored form beside them."""
+    src = folder_tree(tmp_path / "src", [".&AMQ-rger", ".Caf&AOk-.2024", ".&ZeVnLIqe-",
+                                         ".a&-b", ".Plain"])
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    st = stats_json(store)
+    assert st["folders"] == {"INBOX": 1, "Ärger": 1, "Café/2024": 1, "日本語": 1,
+                             "a&b": 1, "Plain": 1}
+    assert st["folders_raw"] == {"INBOX": "INBOX", "Ärger": "&AMQ-rger",
+                                 "Café/2024": "Caf&AOk-/2024", "日本語": "&ZeVnLIqe-",
+                                 "a&b": "a&-b", "Plain": "Plain"}
+    text = adm("stats", store, check_rc=0).stdout.decode()
+    per_folder = text.split("messages per folder\n", 1)[1].splitlines()
+    assert "           1  Ärger  (stored as &AMQ-rger)" in per_folder
+    assert "           1  日本語  (stored as &ZeVnLIqe-)" in per_folder
+    assert "           1  Plain" in per_folder
+
+
+def test_stats_folder_names_that_are_not_mutf7(tmp_path):
+    """A folder made with a UTF-8 name (not modified UTF-7) is shown as it
+    is; when it would show like another folder, both show as stored, so
+    the JSON keys stay distinct."""
+    src = folder_tree(tmp_path / "src", [".Ärger", ".&AMQ-rger", ".Müll", ".&ZeVnLIqe-"])
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    import json
+
+    def no_repeated_keys(pairs):
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), keys
+        return dict(pairs)
+
+    r = adm("stats", store, "--json", check_rc=0)
+    st = json.loads(r.stdout, object_pairs_hook=no_repeated_keys)
+    assert st["folders"] == {"INBOX": 1, "Ärger": 1, "&AMQ-rger": 1, "Müll": 1, "日本語": 1}
+    assert st["folders_raw"]["&AMQ-rger"] == "&AMQ-rger"
+    assert st["folders_raw"]["Müll"] == "Müll"
+
+
 def test_reading_a_mounted_store_disturbs_nothing(tmp_path, make_mount):
     """stats, dump and export on a mounted store are guests: commits the
     mount makes afterwards stay visible to later readers and survive."""
