@@ -6,6 +6,7 @@
  */
 #include "fs.h"
 #include "fs-purge.h"
+#include "options.h"
 
 #include "index/checkpoint.h"
 #include "index/purge.h"
@@ -214,7 +215,8 @@ int main(int argc, char *argv[])
 	umask(077); /* store files 0600, directories 0700 */
 	openlog("dboxfs", LOG_PID, LOG_MAIL);
 	dbox_log_set_sink(syslog_sink);
-	if (fuse_opt_parse(&args, &fs.opts, fs_opt_spec, opt_proc) < 0)
+	if (fs_options_check(argc, argv) < 0 ||
+	    fuse_opt_parse(&args, &fs.opts, fs_opt_spec, opt_proc) < 0)
 		return 1;
 	/* Permission checks by the kernel, as for a local filesystem. */
 	fuse_opt_add_arg(&args, "-odefault_permissions");
@@ -228,11 +230,6 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	log_debug = cmd.debug;
-	if (fs.opts.purge_threshold > 100) {
-		dbox_warning("purge_threshold=%u is above 100%%; using 100",
-			     fs.opts.purge_threshold);
-		fs.opts.purge_threshold = 100;
-	}
 	raise_nofile();
 	if (check_mountpoint(argv[0], fs.opts.store, cmd.mountpoint) < 0)
 		goto out_args;

@@ -458,7 +458,7 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 	memset(res_r, 0, sizeof(*res_r));
 	res_r->start_ns = dbox_now_ns();
 	if ((p.buf = malloc(COPY_SIZE)) == NULL)
-		return -ENOMEM;
+		return res_r->error = -ENOMEM;
 	lock(&p);
 	if (set->only == NULL) {
 		ret = dbox_index_mfile_list(st->index, collect_cb, &c);
@@ -498,6 +498,7 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 	if (ret == 0 && res_r->files_failed > 0)
 		ret = -EIO;
 	res_r->end_ns = dbox_now_ns();
+	res_r->error = ret;
 	free(c.ids);
 	free(p.dests);
 	free(p.buf);
@@ -512,6 +513,29 @@ static int meta_add(struct dbox_index *index, const char *key, int64_t add)
 	if (ret < 0 && ret != -ENOENT)
 		return ret;
 	return dbox_index_meta_set(index, key, value + add);
+}
+
+/* The outcome of a requested run, for `dboxadm purge` waiting on a
+   mount; the start last, though the transaction makes the order moot. */
+static int record_request(struct dbox_index *index,
+			  const struct dbox_purge_result *res)
+{
+	const struct { const char *key; int64_t value; } kv[] = {
+		{ DBOX_META_PURGE_REQUEST_ERROR, res->error },
+		{ DBOX_META_PURGE_REQUEST_FREED, (int64_t)res->bytes_freed },
+		{ DBOX_META_PURGE_REQUEST_MOVED, (int64_t)res->bytes_moved },
+		{ DBOX_META_PURGE_REQUEST_FILES,
+		  (int64_t)(res->files_purged + res->garbage_files) },
+		{ DBOX_META_PURGE_REQUEST_RECORDS, (int64_t)res->records_moved },
+		{ DBOX_META_PURGE_REQUEST_FAILED, (int64_t)res->files_failed },
+		{ DBOX_META_PURGE_REQUEST_BUSY, (int64_t)res->files_busy },
+		{ DBOX_META_PURGE_REQUEST_START, res->start_ns },
+	};
+	int ret = 0;
+
+	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && ret == 0; i++)
+		ret = dbox_index_meta_set(index, kv[i].key, kv[i].value);
+	return ret;
 }
 
 int dbox_purge_record(struct dbox_store *st,
@@ -530,9 +554,7 @@ int dbox_purge_record(struct dbox_store *st,
 					      res->garbage_files))) == 0 &&
 		    (ret = dbox_index_meta_set(index, DBOX_META_PURGE_END,
 					       res->end_ns)) == 0 && requested)
-			ret = dbox_index_meta_set(index,
-						  DBOX_META_PURGE_REQUEST_START,
-						  res->start_ns);
+			ret = record_request(index, res);
 		if (ret == 0)
 			ret = dbox_index_commit(index, true);
 		else

@@ -72,6 +72,7 @@ struct dbox_purge_result {
 	uint64_t bytes_moved;      /* bytes of the records moved */
 	uint64_t bytes_freed;      /* bytes of the removed m.N files */
 	int64_t start_ns, end_ns;  /* CLOCK_REALTIME */
+	int error;                 /* what dbox_purge returned */
 };
 
 /* Purge the store.  Takes st->lock as needed (the caller must not hold
@@ -88,12 +89,24 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
    together, and the start (ns) of the last run made on request (a full
    purge asked for by `dboxadm purge`, as opposed to an automatic one).
    dbox_purge_record() adds a result to them in its own durable
-   transaction; it takes st->lock.  Returns 0 or -EIO. */
+   transaction; it takes st->lock.  Returns 0 or -EIO.
+
+   A requested run also leaves its own outcome, in the same transaction
+   and so complete once DBOX_META_PURGE_REQUEST_START is there: res->error
+   (0 or the negative errno dbox_purge returned), bytes freed and moved,
+   files removed, records moved, files failed and files busy. */
 #define DBOX_META_PURGE_RUNS "purge_runs"
 #define DBOX_META_PURGE_END "purge_last_end_ns"
 #define DBOX_META_PURGE_FREED "purge_bytes_freed"
 #define DBOX_META_PURGE_FILES "purge_files_removed"
 #define DBOX_META_PURGE_REQUEST_START "purge_request_start_ns"
+#define DBOX_META_PURGE_REQUEST_ERROR "purge_request_error"
+#define DBOX_META_PURGE_REQUEST_FREED "purge_request_bytes_freed"
+#define DBOX_META_PURGE_REQUEST_MOVED "purge_request_bytes_moved"
+#define DBOX_META_PURGE_REQUEST_FILES "purge_request_files_removed"
+#define DBOX_META_PURGE_REQUEST_RECORDS "purge_request_records_moved"
+#define DBOX_META_PURGE_REQUEST_FAILED "purge_request_files_failed"
+#define DBOX_META_PURGE_REQUEST_BUSY "purge_request_files_busy"
 int dbox_purge_record(struct dbox_store *st,
 		      const struct dbox_purge_result *res, bool requested);
 

@@ -313,19 +313,75 @@ def test_import_refuses_non_store_dir(tmp_path):
     assert os.listdir(notstore) == ["precious"]
 
 
-def test_reimport_fails_per_name_and_keeps_store(tmp_path):
+def test_reimport_skips_present_and_keeps_store(tmp_path, make_mount):
+    """Importing the same tree again (a resumed import) counts what is
+    already there with the same bytes in one summary line, exit 0; the
+    store is unchanged, and what is new is imported."""
     src = small_maildir(tmp_path / "src")
+    (src / "dovecot-uidlist").write_bytes(b"3 V1 N4\n")
+    os.link(src / "cur" / "0.x.host:2,S", src / "new" / "0.x.host")
     store = tmp_path / "store"
     adm("import", store, src, check_rc=0)
     before = stats_json(store)
-    r = adm("import", store, src, check_rc=1)
-    assert r.stderr.count(b"File exists") == 3, r.stderr
+    (src / "cur" / "3.x.host:2,S").write_bytes(b"Subject: new\n\nnew\n")
+    r = adm("import", store, src, check_rc=0)
+    assert b"File exists" not in r.stderr
+    assert r.stderr == b"dboxadm: 5 items already present in the store with the same bytes, skipped\n"
     after = stats_json(store)
-    assert after["messages"] == before["messages"] == 3
-    assert after["mfile_bytes"] == before["mfile_bytes"]
+    assert after["messages"] == before["messages"] + 1 == 4
+    assert after["message_names"] == before["message_names"] + 1 == 5
+    assert after["mfile_bytes"] - before["mfile_bytes"] > len(b"Subject: new\n\nnew\n")
     # No half-made inodes: every inode but the root has a name.
     assert index_rows(store, "SELECT count(*) FROM inode WHERE ino != 1"
                              " AND ino NOT IN (SELECT ino FROM entry)") == [(0,)]
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    # Names and bytes; (cur/ got a new message: its mtime is the store's.)
+    assert subprocess.run(["diff", "-r", src, m.mnt]).returncode == 0
+    assert os.stat(m.mnt / "cur" / "0.x.host:2,S").st_ino == os.stat(m.mnt / "new" / "0.x.host").st_ino
+
+
+def test_reimport_different_bytes_fails_that_name(tmp_path):
+    """A name already in the store with other bytes - same size, other
+    size, or a plain file - is an error naming it (exit 1), not imported;
+    the store's copy stays."""
+    src = small_maildir(tmp_path / "src")
+    (src / "dovecot-uidlist").write_bytes(b"3 V1 N4\n")
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    old0 = (src / "cur" / "0.x.host:2,S").read_bytes()
+    (src / "cur" / "0.x.host:2,S").write_bytes(old0.replace(b"body", b"BODY"))
+    (src / "cur" / "1.x.host:2,S").write_bytes(b"longer than before\n")
+    (src / "dovecot-uidlist").write_bytes(b"3 V1 N5\n")
+    r = adm("import", store, src, check_rc=1)
+    lines = r.stderr.decode().splitlines()
+    differ = sorted(l for l in lines if "different content" in l)
+    assert differ == [f"dboxadm: {src}/{n}: exists in the store with different content; not imported"
+                      for n in ("cur/0.x.host:2,S", "cur/1.x.host:2,S", "dovecot-uidlist")], lines
+    assert "dboxadm: 1 items already present in the store with the same bytes, skipped" in lines
+    assert "dboxadm: 3 items failed" in lines
+    out = tmp_path / "out"
+    adm("export", store, out, check_rc=0)
+    assert (out / "cur" / "0.x.host:2,S").read_bytes() == old0
+    assert (out / "dovecot-uidlist").read_bytes() == b"3 V1 N4\n"
+
+
+def test_import_refuses_tree_without_maildir(tmp_path):
+    """A directory with no cur/ new/ tmp/ anywhere is not imported: exit 2
+    and a clear error, and the store is not even created."""
+    src = tmp_path / "notes"
+    (src / "sub" / "deeper").mkdir(parents=True)
+    (src / "a.txt").write_bytes(b"a\n")
+    (src / "sub" / "deeper" / "b.txt").write_bytes(b"b\n")
+    os.symlink(tmp_path / "elsewhere", src / "cur")      # not followed
+    (tmp_path / "elsewhere").mkdir()
+    store = tmp_path / "store"
+    r = adm("import", store, src, check_rc=2)
+    assert r.stderr == (f"dboxadm: {src}: not a maildir: no cur/, new/ or tmp/ "
+                        "directory in it or below; nothing imported\n").encode()
+    assert not store.exists()
+    # A Maildir++ folder alone (cur/ only deeper down) is a maildir.
+    (src / "sub" / "deeper" / "cur").mkdir()
+    adm("import", store, src, check_rc=0)
 
 
 def test_import_skips_symlinks_and_fifos(tmp_path, make_mount):
@@ -361,6 +417,56 @@ def test_stats_dead_bytes_after_expunge(tmp_path, make_mount):
     assert st["live_bytes"] + st["dead_bytes"] + st["header_bytes"] == st["mfile_bytes"]
     text = adm("stats", store, check_rc=0).stdout.decode()
     assert "dead bytes" in text and str(st["dead_bytes"]) in text
+
+
+def folder_tree(src, dirs):
+    """One message in the cur/ of each Maildir++ folder directory name."""
+    for i, d in enumerate(["", *dirs]):
+        for sub in MAILDIR_SUBS:
+            (src / d / sub).mkdir(parents=True, exist_ok=True)
+        (src / d / "cur" / f"{i}.x.host:2,S").write_bytes(b"Subject: %d\n\n" % i)
+    return src
+
+
+def test_stats_folder_names_in_utf8(tmp_path):
+    """Folder names on disk are Maildir++ modified UTF-7; stats shows them
+    in UTF-8 (text and --json), with the stored form beside them."""
+    src = folder_tree(tmp_path / "src", [".&AMQ-rger", ".Caf&AOk-.2024", ".&ZeVnLIqe-",
+                                         ".a&-b", ".Plain"])
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    st = stats_json(store)
+    assert st["folders"] == {"INBOX": 1, "Ärger": 1, "Café/2024": 1, "日本語": 1,
+                             "a&b": 1, "Plain": 1}
+    assert st["folders_raw"] == {"INBOX": "INBOX", "Ärger": "&AMQ-rger",
+                                 "Café/2024": "Caf&AOk-/2024", "日本語": "&ZeVnLIqe-",
+                                 "a&b": "a&-b", "Plain": "Plain"}
+    text = adm("stats", store, check_rc=0).stdout.decode()
+    per_folder = text.split("messages per folder\n", 1)[1].splitlines()
+    assert "           1  Ärger  (stored as &AMQ-rger)" in per_folder
+    assert "           1  日本語  (stored as &ZeVnLIqe-)" in per_folder
+    assert "           1  Plain" in per_folder
+
+
+def test_stats_folder_names_that_are_not_mutf7(tmp_path):
+    """A folder made with a UTF-8 name (not modified UTF-7) is shown as it
+    is; when it would show like another folder, both show as stored, so
+    the JSON keys stay distinct."""
+    src = folder_tree(tmp_path / "src", [".Ärger", ".&AMQ-rger", ".Müll", ".&ZeVnLIqe-"])
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    import json
+
+    def no_repeated_keys(pairs):
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), keys
+        return dict(pairs)
+
+    r = adm("stats", store, "--json", check_rc=0)
+    st = json.loads(r.stdout, object_pairs_hook=no_repeated_keys)
+    assert st["folders"] == {"INBOX": 1, "Ärger": 1, "&AMQ-rger": 1, "Müll": 1, "日本語": 1}
+    assert st["folders_raw"]["&AMQ-rger"] == "&AMQ-rger"
+    assert st["folders_raw"]["Müll"] == "Müll"
 
 
 def test_reading_a_mounted_store_disturbs_nothing(tmp_path, make_mount):

@@ -322,3 +322,78 @@ def test_purge_refusals(tmp_path):
     assert adm("purge", tmp_path / "nostore", check_rc=2).stderr.startswith(b"dboxadm: ")
     assert adm("purge", tmp_path, "--timeout=x", check_rc=2).stderr
     assert adm("purge", "--help", check_rc=0).stdout.startswith(b"usage: dboxadm purge")
+
+
+def purge_report(stdout):
+    """The 'name  value' lines dboxadm purge prints -> {name: first number}."""
+    out = {}
+    for line in stdout.decode().splitlines():
+        key, _, rest = line.partition("  ")
+        if rest.strip():
+            out[key.strip()] = int(rest.split()[0])
+    return out
+
+
+def test_purge_online_reports_bytes_given_back(tmp_path, make_mount):
+    """The mount's purge prints what an offline one prints, and the
+    numbers are the real ones: bytes freed = sizes of the m.N removed,
+    moved = the live records that were in them, given back = the
+    difference."""
+    store = tmp_path / "store"
+    m = make_mount(store=store, mnt=tmp_path / "mnt",
+                   options=["-o", ROTATE + ",purge_threshold=0"])
+    data = fill(m, count=40)
+    names = sorted(data)
+    where = file_of(store)
+    gone = names[::3]
+    for n in gone:
+        os.unlink(m.mnt / "cur" / n)
+    before = {f["file"]: f["bytes"] for f in stats(store)["files"]}
+    r = adm("purge", store, check_rc=0)
+    after = {f["file"] for f in stats(store)["files"]}
+    removed = set(before) - after
+    assert removed
+    moved = sum(size for n, (f, size) in where.items()
+                if n not in gone and f"m.{f}" in removed)
+    rep = purge_report(r.stdout)
+    assert b"purged by the mount" in r.stdout
+    assert rep["files removed"] == len(removed)
+    assert rep["records moved"] == sum(1 for n, (f, _) in where.items()
+                                       if n not in gone and f"m.{f}" in removed)
+    assert int(r.stdout.split(b"files removed")[1].split(b"(")[1].split()[0]) \
+        == sum(before[f] for f in removed)
+    assert int(r.stdout.split(b"records moved")[1].split(b"(")[1].split()[0]) == moved
+    assert rep["bytes given back"] == sum(before[f] for f in removed) - moved
+    for n in names:
+        if n not in gone:
+            assert (m.mnt / "cur" / n).read_bytes() == data[n]
+
+
+def test_purge_online_failure_exits_1(tmp_path, make_mount):
+    """A purge the mount could not finish (an m.N with a broken file
+    header) makes dboxadm purge say so and exit 1; the other files are
+    still purged and the broken one is kept."""
+    store = tmp_path / "store"
+    m = make_mount(store=store, mnt=tmp_path / "mnt",
+                   options=["-o", ROTATE + ",purge_threshold=0"])
+    data = fill(m, count=40)
+    names = sorted(data)
+    where = file_of(store)
+    gone = names[::3]
+    for n in gone:
+        os.unlink(m.mnt / "cur" / n)
+    dirty = sorted({where[n][0] for n in gone})
+    assert len(dirty) >= 3
+    broken = store / "storage" / f"m.{dirty[0]}"
+    with open(broken, "r+b") as f:
+        f.write(b"X")       # the version line of the file header
+    r = adm("purge", store, check_rc=1)
+    assert b"purged by the mount" in r.stdout
+    assert b"the mount's purge failed" in r.stderr, r.stderr
+    assert b"1 files could not be purged" in r.stderr, r.stderr
+    assert purge_report(r.stdout)["files removed"] == len(dirty) - 1
+    assert broken.exists()
+    assert all(not (store / "storage" / f"m.{i}").exists() for i in dirty[1:])
+    for n in names:
+        if n not in gone and where[n][0] != dirty[0]:
+            assert (m.mnt / "cur" / n).read_bytes() == data[n]

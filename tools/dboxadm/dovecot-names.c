@@ -10,6 +10,7 @@
 #include "dovecot-names.h"
 
 #include <errno.h>
+#include <iconv.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,37 @@ int dovecot_mailbox_to_maildir(const char *mailbox, char **dir_r)
 		return -ENAMETOOLONG;
 	}
 	*dir_r = b.p;
+	return 0;
+}
+
+int dovecot_mutf7_to_utf8(const char *name, char **utf8_r)
+{
+	size_t inleft = strlen(name), outleft = inleft * 3 + 1;
+	char *in = (char *)name, *out, *buf = malloc(outleft);
+	iconv_t cd;
+	int ret = 0;
+
+	/* Each input byte gives at most 3 output bytes: a 4-byte UTF-8
+	   character needs 8 base64 bytes (a surrogate pair). */
+	if (buf == NULL)
+		return -ENOMEM;
+	if ((cd = iconv_open("UTF-8", "UTF-7-IMAP")) == (iconv_t)-1) {
+		free(buf);
+		return errno == EINVAL ? -ENOSYS : -errno;
+	}
+	out = buf;
+	if (iconv(cd, &in, &inleft, &out, &outleft) == (size_t)-1 ||
+	    iconv(cd, NULL, NULL, &out, &outleft) == (size_t)-1)
+		ret = errno == ENOMEM ? -ENOMEM : -EINVAL;
+	iconv_close(cd);
+	if (ret == 0 && memchr(buf, '\0', (size_t)(out - buf)) != NULL)
+		ret = -EINVAL; /* "&AAA-": an encoded NUL */
+	if (ret < 0) {
+		free(buf);
+		return ret;
+	}
+	*out = '\0';
+	*utf8_r = buf;
 	return 0;
 }
 

@@ -31,6 +31,14 @@
    -ENOMEM. */
 int dovecot_mailbox_to_maildir(const char *mailbox, char **dir_r);
 
+/* The UTF-8 form of a mailbox name whose components are in modified
+   UTF-7 ("&AMQ-rger/2024" -> "Ärger/2024"), for people to read: what
+   dbox_index_mailbox_name() returns for a Maildir++ folder.  Decoded by
+   iconv's UTF-7-IMAP (glibc 2.36 and later).  Returns 0 and a malloc()ed
+   *utf8_r, -EINVAL when name is not valid modified UTF-7 (8-bit bytes, a
+   bad base64 run), -ENOSYS when iconv lacks UTF-7-IMAP, -ENOMEM. */
+int dovecot_mutf7_to_utf8(const char *name, char **utf8_r);
+
 /* The IMAP flags of one message, parsed from doveadm's space-separated
    flags field. */
 struct dovecot_flags {

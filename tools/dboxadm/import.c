@@ -17,8 +17,10 @@
  * BATCH_ITEMS; before each commit the m.N files written in the batch are
  * fdatasync()ed, so the index never points at bytes not on disk.
  *
- * Failure of one file (unreadable, name exists, disk full) undoes that file
- * alone and the import goes on (exit 1).  An index failure (SQLite) stops
+ * A name already in the store with the same bytes is counted as present
+ * and skipped (a resumed import); with other bytes it fails.  Failure of
+ * one file (unreadable, different file of that name, disk full) undoes
+ * that file alone and the import goes on (exit 1).  An index failure (SQLite) stops
  * the import: the current batch is rolled back.  SIGINT/SIGTERM stop it
  * cleanly: what was imported so far is committed.
  */
@@ -27,6 +29,7 @@
 #include "progress.h"
 
 #include "index/store.h"
+#include "storage/dbox-read.h"
 #include "storage/log.h"
 
 #include <dirent.h>
@@ -74,6 +77,7 @@ struct import {
 	char *buf;                  /* COPY_SIZE bytes */
 
 	unsigned long messages, files, dirs_made, linked, failed, skipped;
+	unsigned long present;      /* same name, same bytes: resumed */
 	bool fatal;                 /* index failure: stop, roll back */
 };
 
@@ -434,12 +438,108 @@ static bool is_maildir_sub(const char *name)
 	       strcmp(name, "tmp") == 0;
 }
 
+/* Read the next len bytes (or up to the end) at off of the store's copy
+   of attr: its message reader, or its backing file fd.  Returns the byte
+   count or a negative errno. */
+static ssize_t read_stored(struct dbox_reader *reader, int fd, void *buf,
+			   size_t len, uint64_t off)
+{
+	ssize_t n;
+
+	do
+		n = reader != NULL ? dbox_reader_pread(reader, buf, len, off) :
+			pread(fd, buf, len, (off_t)off);
+	while (n < 0 && errno == EINTR);
+	return n < 0 ? -errno : n;
+}
+
+/* Are the bytes of source fd (sb) those the store holds for attr (a
+   message or plain file)?  Returns 1 same, 0 different, or a negative
+   errno when either side cannot be read. */
+static int same_content(struct import *imp, int fd, const struct stat *sb,
+			const struct dbox_attr *attr)
+{
+	struct dbox_reader *reader = NULL;
+	struct dbox_msgloc loc;
+	char *a = imp->buf, *b = imp->buf + COPY_SIZE / 2, backing[24];
+	uint64_t off = 0;
+	int stored = -1, ret;
+
+	if ((uint64_t)sb->st_size != attr->size)
+		return 0;
+	if (attr->kind == DBOX_KIND_MESSAGE) {
+		if ((ret = dbox_index_msg_get(imp->index, attr->ino, &loc)) < 0 ||
+		    (ret = dbox_store_open_reader(imp->st, &loc, attr->size,
+						  &reader)) < 0)
+			return ret;
+	} else {
+		snprintf(backing, sizeof(backing), "%llu",
+			 (unsigned long long)attr->ino);
+		stored = openat(imp->st->files_fd, backing,
+				O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (stored < 0)
+			return -errno;
+	}
+	for (ret = 2; ret == 2;) {  /* 2: equal so far */
+		ssize_t n = pread(fd, a, COPY_SIZE / 2, (off_t)off), m;
+
+		if (n < 0) {
+			if (errno != EINTR)
+				ret = -errno;
+			continue;
+		}
+		/* At the source's end, the stored copy must end too. */
+		m = read_stored(reader, stored, b, n > 0 ? (size_t)n : 1, off);
+		if (m < 0)
+			ret = (int)m;
+		else if (m != n || memcmp(a, b, (size_t)n) != 0)
+			ret = 0;
+		else if (n == 0)
+			ret = 1;
+		off += (uint64_t)n;
+	}
+	dbox_reader_free(&reader);
+	if (stored >= 0)
+		close(stored);
+	return ret;
+}
+
+/* The source name is already in the store: a resumed or repeated import.
+   The same bytes count as present (and the source inode maps to the
+   stored one, for its other hard links); other bytes, or a directory of
+   that name, fail the item. */
+static void import_present(struct import *imp, int fd, const struct stat *sb,
+			   const struct dbox_attr *attr)
+{
+	int ret = attr->kind == DBOX_KIND_DIR ? 0 :
+		same_content(imp, fd, sb, attr);
+
+	if (ret < 0) {
+		item_failed(imp, "exists in the store, and comparing it failed",
+			    -ret);
+		return;
+	}
+	if (ret == 0) {
+		adm_error("%s: exists in the store with different content; "
+			  "not imported", imp->path.buf);
+		imp->failed++;
+		return;
+	}
+	if (sb->st_nlink > 1 &&
+	    inomap_get(&imp->links, sb->st_dev, sb->st_ino) == NULL &&
+	    inomap_put(&imp->links, sb->st_dev, sb->st_ino, attr->ino, NULL) < 0)
+		adm_warning("%s: out of memory: its other hard links are "
+			    "imported as copies", imp->path.buf);
+	imp->present++;
+}
+
 static void import_reg(struct import *imp, int dirfd, const char *name,
 		       uint64_t dir, const char *mailbox)
 {
 	struct inomap_entry *link;
+	struct dbox_attr attr;
 	struct stat sb;
-	int fd;
+	int fd, ret;
 
 	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &sb) < 0) {
@@ -451,6 +551,11 @@ static void import_reg(struct import *imp, int dirfd, const char *name,
 	if (!S_ISREG(sb.st_mode)) {
 		/* Replaced since the directory was read. */
 		item_failed(imp, "", EAGAIN);
+	} else if ((ret = dbox_index_lookup(imp->index, dir, name, strlen(name),
+					    &attr)) == 0) {
+		import_present(imp, fd, &sb, &attr);
+	} else if (ret != -ENOENT) {
+		index_failed(imp, "lookup", -ret);
 	} else if (sb.st_nlink > 1 &&
 		   (link = inomap_get(&imp->links, sb.st_dev, sb.st_ino)) != NULL) {
 		import_link(imp, link->value, dir, name);
@@ -726,6 +831,44 @@ static bool inside_store(const char *path, const char *store)
 	return inside;
 }
 
+/* Does source directory fd hold a cur/, new/ or tmp/ directory, at any
+   depth (symbolic links not followed)?  A tree without one is not a
+   maildir: importing it would make no message.  Unreadable directories
+   count as not holding one. */
+static bool has_maildir_sub(int fd, unsigned int depth)
+{
+	struct dirent *de;
+	struct stat sb;
+	bool found = false;
+	/* Its own open file: a dup() would share (and leave at the end)
+	   the directory offset that the import then reads from. */
+	int own = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), sub;
+	DIR *d;
+
+	if (own < 0 || (d = fdopendir(own)) == NULL) {
+		if (own >= 0)
+			close(own);
+		return false;
+	}
+	while (!found && (de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN) ||
+		    fstatat(fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISDIR(sb.st_mode))
+			continue;
+		if (is_maildir_sub(de->d_name)) {
+			found = true;
+		} else if (depth < 64 &&
+			   (sub = openat(fd, de->d_name, O_RDONLY | O_DIRECTORY |
+					 O_NOFOLLOW | O_CLOEXEC)) >= 0) {
+			found = has_maildir_sub(sub, depth + 1);
+			close(sub);
+		}
+	}
+	closedir(d);
+	return found;
+}
+
 /* Take --compress=SPEC (or --compress SPEC) out of argv, before the flag
    parser sees it, into *set.  Returns 0 or ADM_EXIT_USAGE. */
 static int take_compress(int *argc, char **argv,
@@ -782,6 +925,12 @@ static int import_main(int argc, char **argv)
 		adm_error("%s: %s", argv[1], strerror(errno));
 		return ADM_EXIT_USAGE;
 	}
+	if (!has_maildir_sub(srcfd, 0)) {
+		adm_error("%s: not a maildir: no cur/, new/ or tmp/ directory in "
+			  "it or below; nothing imported", argv[1]);
+		close(srcfd);
+		return ADM_EXIT_USAGE;
+	}
 	umask(077);
 	if (dbox_store_open(argv[0], &set, &imp.st) < 0) {
 		/* The store logged why (locked, not a store, ...). */
@@ -814,6 +963,9 @@ static int import_main(int argc, char **argv)
 		adm_error("out of memory");
 	if (imp.skipped > 0)
 		adm_warning("%lu items skipped (see above)", imp.skipped);
+	if (imp.present > 0)
+		fprintf(stderr, "dboxadm: %lu items already present in the "
+			"store with the same bytes, skipped\n", imp.present);
 	if (imp.failed > 0)
 		adm_error("%lu items failed", imp.failed);
 	if (isatty(STDERR_FILENO))
@@ -849,8 +1001,13 @@ const struct adm_verb adm_verb_import = {
 	"      the store is empty); hard links stay links\n"
 	"  symbolic links, fifos, sockets and devices are skipped with a warning\n"
 	"\n"
-	"A name that already exists in the store fails (File exists) and is\n"
-	"skipped.  Exit status: 0 all imported, 1 some items failed, 2 usage\n"
-	"error or store refused.  Progress is shown when stderr is a terminal.\n",
+	"MAILDIR must hold a cur/, new/ or tmp/ directory somewhere, else it is\n"
+	"refused (exit 2) before the store is touched.  A name that already\n"
+	"exists in the store with the same bytes (an import run again, or\n"
+	"resumed after an interruption) is skipped and counted in one summary\n"
+	"line; with other bytes, or as a directory, it fails and is not\n"
+	"imported.  Exit status: 0 all imported or already present, 1 some\n"
+	"items failed, 2 usage error, not a maildir, or store refused.\n"
+	"Progress is shown when stderr is a terminal.\n",
 	.run = import_main,
 };

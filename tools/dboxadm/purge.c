@@ -10,10 +10,14 @@
  *                requested purge that started after the signal, or the
  *                timeout passes (the purge then goes on in the daemon).
  *
- * Prints what was removed and moved on stdout.
+ * Prints what was removed and moved on stdout, the same lines either way
+ * (the mount records the outcome of a requested purge in the index).
+ * Exit status: 0 purged, 1 some m.N could not be purged (or the mount
+ * went away, or did not finish in time), 2 usage error or store refused.
  */
 #include "dboxadm.h"
 
+#include "index/index-stats.h"
 #include "index/index.h"
 #include "index/purge.h"
 #include "index/store.h"
@@ -139,11 +143,35 @@ static int64_t meta(struct dbox_index *index, const char *key)
 	return dbox_index_meta_get(index, key, &value) == 0 ? value : 0;
 }
 
+/* The outcome of the last requested purge, as the mount recorded it
+   (index/purge.h), read in one snapshot.  Returns 0 or -EIO. */
+static int request_result(struct dbox_index *index,
+			  struct dbox_purge_result *res_r)
+{
+	int ret = dbox_index_snapshot_begin(index);
+
+	memset(res_r, 0, sizeof(*res_r));
+	if (ret < 0)
+		return ret;
+	res_r->error = (int)meta(index, DBOX_META_PURGE_REQUEST_ERROR);
+	res_r->bytes_freed = (uint64_t)meta(index, DBOX_META_PURGE_REQUEST_FREED);
+	res_r->bytes_moved = (uint64_t)meta(index, DBOX_META_PURGE_REQUEST_MOVED);
+	res_r->files_purged = (uint64_t)meta(index, DBOX_META_PURGE_REQUEST_FILES);
+	res_r->records_moved =
+		(uint64_t)meta(index, DBOX_META_PURGE_REQUEST_RECORDS);
+	res_r->files_failed =
+		(uint64_t)meta(index, DBOX_META_PURGE_REQUEST_FAILED);
+	res_r->files_busy = (uint64_t)meta(index, DBOX_META_PURGE_REQUEST_BUSY);
+	dbox_index_snapshot_end(index);
+	return 0;
+}
+
 static int purge_online(const char *store, const char *lock_path,
 			unsigned int timeout)
 {
 	struct dbox_index *index = NULL;
-	int64_t t0, freed0, files0, deadline;
+	struct dbox_purge_result res;
+	int64_t t0, deadline;
 	pid_t pid = mount_pid(lock_path);
 	int ret;
 
@@ -151,8 +179,6 @@ static int purge_online(const char *store, const char *lock_path,
 		return ADM_EXIT_USAGE;
 	if ((ret = adm_open_index(store, &index)) != 0)
 		return ret;
-	freed0 = meta(index, DBOX_META_PURGE_FREED);
-	files0 = meta(index, DBOX_META_PURGE_FILES);
 	t0 = dbox_now_ns();
 	if (kill(pid, SIGUSR1) < 0) {
 		adm_error("%s: cannot signal the mount (pid %d): %s", store,
@@ -181,12 +207,22 @@ static int purge_online(const char *store, const char *lock_path,
 		}
 		nanosleep(&ts, NULL);
 	}
-	printf("purged by the mount (pid %d)\n"
-	       "files removed       %lld\n"
-	       "bytes freed         %lld\n",
-	       (int)pid, (long long)(meta(index, DBOX_META_PURGE_FILES) - files0),
-	       (long long)(meta(index, DBOX_META_PURGE_FREED) - freed0));
+	if ((ret = request_result(index, &res)) < 0) {
+		adm_error("%s: the mount purged, but its result cannot be read "
+			  "from the index: %s", store, strerror(-ret));
+		dbox_index_close(&index);
+		return ADM_EXIT_FAILED;
+	}
 	dbox_index_close(&index);
+	printf("purged by the mount (pid %d)\n", (int)pid);
+	print_result(&res);
+	if (res.error != 0) {
+		adm_error("%s: the mount's purge failed (%s): %llu files could "
+			  "not be purged; the mount's log (syslog) names them",
+			  store, strerror(-res.error),
+			  (unsigned long long)res.files_failed);
+		return ADM_EXIT_FAILED;
+	}
 	return ADM_EXIT_OK;
 }
 
@@ -259,6 +295,10 @@ const struct adm_verb adm_verb_purge = {
 	"When STORE is mounted, the mount does the purge (dboxadm signals it and\n"
 	"waits up to --timeout seconds, default 600, for it to finish); else it\n"
 	"is done here.  A mount also purges a full m.N by itself once its dead\n"
-	"share passes -o purge_threshold (see dboxfs --help).\n",
+	"share passes -o purge_threshold (see dboxfs --help).\n"
+	"\n"
+	"Exit status: 0 purged, 1 some m.N could not be purged (each is named\n"
+	"on stderr, or in the mount's log), the mount went away or did not finish\n"
+	"within --timeout, 2 usage error or store refused.\n",
 	.run = purge_main,
 };

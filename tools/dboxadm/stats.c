@@ -11,7 +11,9 @@
  *   pending bytes past an m.N's committed end: a write in progress on the
  *                 mount, or leftovers of a crash cut at the next open
  *   plaintext vs stored body bytes (the compression ratio)
- *   messages per folder (the Dovecot mailbox name of their cur/new/tmp)
+ *   messages per folder (the Dovecot mailbox name of their cur/new/tmp,
+ *                 shown in UTF-8; on disk its components are in modified
+ *                 UTF-7, which --json gives as well)
  *   purge runs so far and what they gave back (index meta, index/purge.h)
  *   with --files, each m.N: bytes, live and dead bytes, dead share
  *
@@ -21,6 +23,7 @@
  * bytes are clamped at 0).
  */
 #include "dboxadm.h"
+#include "dovecot-names.h"
 #include "json.h"
 
 #include "index/index-purge.h"
@@ -39,7 +42,8 @@
 #include <unistd.h>
 
 struct folder {
-	char *name;
+	char *name;       /* as stored: components in modified UTF-7 */
+	char *display;    /* UTF-8 for people (may be name itself) */
 	uint64_t count;
 };
 
@@ -86,6 +90,7 @@ static int add_folder(struct stats *s, const char *name, uint64_t count)
 	}
 	if ((s->folders[s->nfolders].name = strdup(name)) == NULL)
 		return -ENOMEM;
+	s->folders[s->nfolders].display = NULL;
 	s->folders[s->nfolders++].count = count;
 	return 0;
 }
@@ -116,8 +121,42 @@ static int dir_count_cb(void *ctx, uint64_t dir, uint64_t count)
 
 static int folder_cmp(const void *a, const void *b)
 {
-	return strcmp(((const struct folder *)a)->name,
-		      ((const struct folder *)b)->name);
+	return strcmp(((const struct folder *)a)->display,
+		      ((const struct folder *)b)->display);
+}
+
+/* Give every folder its UTF-8 name, and sort by it.  A name that is not
+   modified UTF-7 (a folder made with a UTF-8 name on the mount) is shown
+   as it is; should two folders then show the same, both are shown as
+   stored, so no two lines (JSON keys) are the same. */
+static int decode_folders(struct stats *s)
+{
+	char *utf8;
+	int ret;
+
+	for (size_t i = 0; i < s->nfolders; i++) {
+		struct folder *f = &s->folders[i];
+
+		ret = dovecot_mutf7_to_utf8(f->name, &utf8);
+		if (ret == -ENOMEM)
+			return ret;
+		f->display = ret == 0 ? utf8 : f->name;
+	}
+	qsort(s->folders, s->nfolders, sizeof(*s->folders), folder_cmp);
+	for (size_t i = 1; i < s->nfolders; i++) {
+		struct folder *a = &s->folders[i - 1], *b = &s->folders[i];
+
+		if (strcmp(a->display, b->display) != 0)
+			continue;
+		if (a->display != a->name)
+			free(a->display);
+		if (b->display != b->name)
+			free(b->display);
+		a->display = a->name;
+		b->display = b->name;
+	}
+	qsort(s->folders, s->nfolders, sizeof(*s->folders), folder_cmp);
+	return 0;
 }
 
 static int add_mfile(struct stats *s, uint32_t id, uint64_t bytes,
@@ -285,8 +324,15 @@ static void print_json(const struct stats *s, bool files)
 	       (long long)s->purge_files, (long long)s->purge_end_ns);
 	for (size_t i = 0; i < s->nfolders; i++) {
 		printf("%s\n    ", i == 0 ? "" : ",");
-		adm_json_string(stdout, s->folders[i].name);
+		adm_json_string(stdout, s->folders[i].display);
 		printf(": %llu", (unsigned long long)s->folders[i].count);
+	}
+	printf("%s},\n  \"folders_raw\": {", s->nfolders > 0 ? "\n  " : "");
+	for (size_t i = 0; i < s->nfolders; i++) {
+		printf("%s\n    ", i == 0 ? "" : ",");
+		adm_json_string(stdout, s->folders[i].display);
+		printf(": ");
+		adm_json_string(stdout, s->folders[i].name);
 	}
 	printf("%s}", s->nfolders > 0 ? "\n  " : "");
 	if (files) {
@@ -358,9 +404,14 @@ static void print_text(const struct stats *s, bool files)
 		       "%lld bytes freed\n", (long long)s->purge_runs,
 		       (long long)s->purge_files, (long long)s->purge_freed);
 	printf("messages per folder\n");
-	for (size_t i = 0; i < s->nfolders; i++)
-		printf("  %10llu  %s\n", (unsigned long long)s->folders[i].count,
-		       s->folders[i].name);
+	for (size_t i = 0; i < s->nfolders; i++) {
+		const struct folder *f = &s->folders[i];
+
+		printf("  %10llu  %s", (unsigned long long)f->count, f->display);
+		if (strcmp(f->display, f->name) != 0)
+			printf("  (stored as %s)", f->name);
+		printf("\n");
+	}
 	if (!files)
 		return;
 	printf("storage files       %12s %12s %12s %5s %8s\n", "bytes",
@@ -424,9 +475,9 @@ static int stats_main(int argc, char **argv)
 		used = s.disk.header_bytes + s.ix.live_record_bytes +
 		       s.disk.pending_bytes;
 		s.dead_bytes = s.disk.bytes > used ? s.disk.bytes - used : 0;
-		if (s.nfolders > 1)
-			qsort(s.folders, s.nfolders, sizeof(*s.folders),
-			      folder_cmp);
+		ret = decode_folders(&s);
+	}
+	if (ret == 0) {
 		if (json)
 			print_json(&s, files);
 		else
@@ -434,8 +485,11 @@ static int stats_main(int argc, char **argv)
 	} else {
 		adm_error("%s: reading the store: %s", argv[0], strerror(-ret));
 	}
-	for (size_t i = 0; i < s.nfolders; i++)
+	for (size_t i = 0; i < s.nfolders; i++) {
+		if (s.folders[i].display != s.folders[i].name)
+			free(s.folders[i].display);
 		free(s.folders[i].name);
+	}
 	free(s.folders);
 	free(s.mfiles);
 	dbox_index_close(&s.index);
@@ -456,8 +510,9 @@ const struct adm_verb adm_verb_stats = {
 	"bytes (records of messages that have a name), dead bytes (m.N bytes no\n"
 	"live record uses: expunged or overwritten messages, reclaimable by\n"
 	"purge), plaintext vs stored body bytes (compression ratio), and the\n"
-	"messages per folder, and what purges gave back so far.  Works while\n"
-	"STORE is mounted.\n"
+	"messages per folder (names in UTF-8; as stored, in modified UTF-7, in\n"
+	"parentheses and in --json's folders_raw), and what purges gave back so\n"
+	"far.  Works while STORE is mounted.\n"
 	"\n"
 	"  --json   one JSON object instead of text\n"
 	"  --files  also each m.N: bytes, live and dead bytes, messages\n",
