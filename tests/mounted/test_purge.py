@@ -334,11 +334,10 @@ def purge_report(stdout):
     return out
 
 
-def test_purge_online_reports_bytes_given_back(tmp_path, make_mount):
-    """The mount's purge prints what an offline one prints, and the
-    numbers are the real ones: bytes freed = sizes of the m.N removed,
-    moved = the live records that were in them, given back = the
-    difference."""
+def expunged_every_third(tmp_path, make_mount):
+    """A mount without automatic purge holding 40 messages in small m.N
+    files, every third one expunged.  Returns (store, mount, {name:
+    bytes}, sorted names, {name: (file, record size)}, expunged names)."""
     store = tmp_path / "store"
     m = make_mount(store=store, mnt=tmp_path / "mnt",
                    options=["-o", ROTATE + ",purge_threshold=0"])
@@ -348,6 +347,15 @@ def test_purge_online_reports_bytes_given_back(tmp_path, make_mount):
     gone = names[::3]
     for n in gone:
         os.unlink(m.mnt / "cur" / n)
+    return store, m, data, names, where, gone
+
+
+def test_purge_online_reports_bytes_given_back(tmp_path, make_mount):
+    """The mount's purge prints what an offline one prints, and the
+    numbers are the real ones: bytes freed = sizes of the m.N removed,
+    moved = the live records that were in them, given back = the
+    difference."""
+    store, m, data, names, where, gone = expunged_every_third(tmp_path, make_mount)
     before = {f["file"]: f["bytes"] for f in stats(store)["files"]}
     r = adm("purge", store, check_rc=0)
     after = {f["file"] for f in stats(store)["files"]}
@@ -373,15 +381,7 @@ def test_purge_online_failure_exits_1(tmp_path, make_mount):
     """A purge the mount could not finish (an m.N with a broken file
     header) makes dboxadm purge say so and exit 1; the other files are
     still purged and the broken one is kept."""
-    store = tmp_path / "store"
-    m = make_mount(store=store, mnt=tmp_path / "mnt",
-                   options=["-o", ROTATE + ",purge_threshold=0"])
-    data = fill(m, count=40)
-    names = sorted(data)
-    where = file_of(store)
-    gone = names[::3]
-    for n in gone:
-        os.unlink(m.mnt / "cur" / n)
+    store, m, data, names, where, gone = expunged_every_third(tmp_path, make_mount)
     dirty = sorted({where[n][0] for n in gone})
     assert len(dirty) >= 3
     broken = store / "storage" / f"m.{dirty[0]}"

@@ -11,13 +11,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "test-common.h"
+
 #include "index/index.h"
 #include "index/store.h"
 #include "index/wal-sync.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
 
-#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,24 +32,13 @@ struct fix {
 	struct dbox_store *st;
 };
 
-static int rm_entry(const char *path, const struct stat *st, int type,
-		    struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 static int setup(void **state)
 {
 	struct fix *f = calloc(1, sizeof(*f));
 	struct dbox_store_settings set = { .create = true };
 
 	assert_non_null(f);
-	strcpy(f->dir, "/tmp/test-seal.XXXXXX");
-	assert_non_null(mkdtemp(f->dir));
+	tmpdir_make(f->dir, sizeof(f->dir), "test-seal");
 	snprintf(f->store, sizeof(f->store), "%s/store", f->dir);
 	assert_int_equal(dbox_store_open(f->store, &set, &f->st), 0);
 	*state = f;
@@ -60,7 +50,7 @@ static int teardown(void **state)
 	struct fix *f = *state;
 
 	dbox_store_close(&f->st);
-	nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	rm_rf(f->dir);
 	free(f);
 	return 0;
 }
