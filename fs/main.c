@@ -9,6 +9,7 @@
 #include "options.h"
 
 #include "index/checkpoint.h"
+#include "index/store-lock.h"
 #include "index/purge.h"
 #include "storage/log.h"
 
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/vfs.h>
 #include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -161,11 +163,15 @@ static int check_mountpoint(const char *prog, const char *store,
 			    const char *mnt)
 {
 	char *abs_store = realpath(store, NULL), *parent = NULL;
+	struct statfs sfs;
 	struct stat stbuf;
 	size_t len = strlen(mnt);
 	int ret = 0;
 
-	if (stat(mnt, &stbuf) < 0 && errno == ENOTCONN) {
+	/* statfs() too: stat() of a dead mount may be answered from the
+	   kernel's attribute cache, statfs() always asks the daemon. */
+	if ((stat(mnt, &stbuf) < 0 && errno == ENOTCONN) ||
+	    (statfs(mnt, &sfs) < 0 && errno == ENOTCONN)) {
 		fprintf(stderr, "%s: %s: a dead mount is still there (its "
 			"daemon died); run 'fusermount3 -u %s' first\n",
 			prog, mnt, mnt);
@@ -300,6 +306,10 @@ int main(int argc, char *argv[])
 	ret = ret != 0;
 out_unmount:
 	fs_purge_stop(&fs);
+	/* Unmounted: from here to exit the store is still locked while the
+	   index is checkpointed and closed; a mount or dboxadm started now
+	   waits for that instead of failing (store-lock.h). */
+	dbox_store_lock_set_closing(fs.st->lock_fd);
 	fuse_session_unmount(fs.se);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);

@@ -12,6 +12,7 @@
  *    m.N rejoins the pool only if its records run to its committed end.
  */
 #include "store.h"
+#include "store-lock.h"
 
 #include "index/index-rebuild.h"
 #include "storage/dbox-read.h"
@@ -82,17 +83,8 @@ static int open_layout(struct dbox_store *st, const char *path, bool create)
 		dbox_error("%s: no store here", path);
 		return -ENOENT;
 	}
-	st->lock_fd = openat(st->dir_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW |
-			     O_CLOEXEC, 0600);
-	if (st->lock_fd < 0)
-		return -errno;
-	if (flock(st->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		int err = errno;
-
-		dbox_error("%s: store is in use by another process (mounted?)%s",
-			   path, err == EWOULDBLOCK ? "" : strerror(err));
-		return err == EWOULDBLOCK ? -EBUSY : -err;
-	}
+	if ((st->lock_fd = dbox_store_lock(st->dir_fd, path)) < 0)
+		return st->lock_fd;
 	if ((st->storage_fd = open_subdir(st->dir_fd, "storage", true)) < 0 ||
 	    (st->files_fd = open_subdir(st->dir_fd, "files", true)) < 0) {
 		int ret = st->storage_fd < 0 ? st->storage_fd : st->files_fd;

@@ -4,6 +4,7 @@ A store inside its own mount point would hang every access; a dead mount
 (daemon killed) left on the mount point would be stacked over; an unknown
 -o option must not leave a new empty store behind.
 """
+import fcntl
 import os
 import signal
 import subprocess
@@ -11,7 +12,21 @@ import time
 
 import pytest
 
-from conftest import DBOXFS, is_mounted, unmount
+from conftest import DBOXADM, DBOXFS, is_mounted, unmount
+
+
+def wait_store_free(store, seconds=30):
+    """Until no process holds the store's lock."""
+    fd = os.open(store / "lock", os.O_RDWR)
+    try:
+        for _ in range(int(seconds / 0.05)):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(0.05)
+    finally:
+        os.close(fd)
 
 
 def run_dboxfs(*args):
@@ -120,3 +135,65 @@ def test_dead_mount_is_not_stacked_over(tmp_path):
     finally:
         while is_mounted(mnt):
             subprocess.run(["fusermount3", "-uz", str(mnt)], stderr=subprocess.DEVNULL)
+
+
+def test_dead_mount_with_cached_root_is_not_stacked_over(tmp_path):
+    """A daemon killed while a client was using the mount: the kernel
+    still has the root's attributes cached, so stat() of the dead mount
+    succeeds; dboxfs must still see that it is dead."""
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        assert run_dboxfs(store, mnt).returncode == 0
+        pid = int(subprocess.run(["pgrep", "-f", f"dboxfs {store} "],
+                                 capture_output=True, text=True).stdout.split()[0])
+        os.listdir(mnt / "cur")
+        os.stat(mnt)                      # the root's attributes, cached
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(100):
+            if not os.path.exists(f"/proc/{pid}/fd"):
+                break
+            time.sleep(0.05)
+        os.stat(mnt)                      # still answered from the cache
+        r = run_dboxfs(store, mnt)
+        assert r.returncode != 0
+        assert "fusermount3 -u" in r.stderr
+        with open("/proc/mounts") as f:
+            assert sum(line.split()[1] == str(mnt) for line in f) == 1
+    finally:
+        while is_mounted(mnt):
+            subprocess.run(["fusermount3", "-uz", str(mnt)], stderr=subprocess.DEVNULL)
+
+
+def test_mount_and_dboxadm_right_after_unmount(tmp_path):
+    """fusermount3 -u returns before the daemon has closed the store;
+    a mount or dboxadm started at once waits for it (the lock file says
+    "closing") instead of failing with 'store is in use'."""
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    mnt.mkdir()
+    src = tmp_path / "src"
+    for sub in ("cur", "new", "tmp"):
+        (src / sub).mkdir(parents=True)
+    (src / "cur" / "1.M1P1.host:2,S").write_bytes(b"Subject: x\n\nbody\n")
+    try:
+        for cycle in range(4):
+            r = run_dboxfs(store, mnt)
+            assert r.returncode == 0, r.stderr
+            for i in range(200):   # a WAL to checkpoint at the unmount
+                tmp = mnt / "tmp" / f"{cycle}.{i}"
+                tmp.write_bytes(os.urandom(2000))
+                os.rename(tmp, mnt / "new" / f"{cycle}.{i}")
+            subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
+        r = subprocess.run([str(DBOXADM), "import", str(store), str(src)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        r = run_dboxfs(store, mnt)
+        assert r.returncode == 0, r.stderr
+        assert len(os.listdir(mnt / "new")) == 4 * 200
+        assert (mnt / "cur" / "1.M1P1.host:2,S").read_bytes() == b"Subject: x\n\nbody\n"
+    finally:
+        while is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", str(mnt)], stderr=subprocess.DEVNULL)
+            time.sleep(0.1)
+        # the last daemon lets go of the store before tmp_path goes
+        wait_store_free(store)

@@ -21,6 +21,7 @@
 #include "index/index.h"
 #include "index/purge.h"
 #include "index/store.h"
+#include "index/store-lock.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -257,10 +258,13 @@ static int purge_main(int argc, char **argv)
 		return adm_usage_error(&adm_verb_purge, "purge: need STORE");
 	if (asprintf(&lock_path, "%s/lock", argv[optind]) < 0)
 		return ADM_EXIT_FAILED;
-	/* Held by a mount (or another dboxadm): ask it.  Free: purge here;
-	   should a mount take the lock in between, ask that one. */
+	/* Held by a mount (or another dboxadm): ask it.  Free, or held by a
+	   mount that is closing: purge here (opening the store waits for
+	   the closing mount); should a mount take the lock in between, ask
+	   that one. */
 	fd = open(lock_path, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
+	if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK &&
+	    !dbox_store_lock_is_closing(fd)) {
 		ret = purge_online(argv[optind], lock_path, timeout);
 	} else {
 		if (fd >= 0)

@@ -38,6 +38,7 @@
 
 #include "index/index-rebuild.h"
 #include "index/index.h"
+#include "index/store-lock.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
 #include "storage/dbox-scan.h"
@@ -1025,14 +1026,9 @@ static int rebuild_main(int argc, char **argv)
 		return ADM_EXIT_USAGE;
 	}
 	umask(077);
-	lock_fd = openat(rb.dir_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW |
-			 O_CLOEXEC, 0600);
-	if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		adm_error("%s: the store is in use (mounted?); unmount it "
-			  "first%s%s", rb.store, lock_fd < 0 ? ": " : "",
-			  lock_fd < 0 ? strerror(errno) : "");
-		if (lock_fd >= 0)
-			close(lock_fd);
+	if ((lock_fd = dbox_store_lock(rb.dir_fd, rb.store)) < 0) {
+		if (lock_fd == -EBUSY)
+			adm_error("%s: unmount it first", rb.store);
 		close(rb.storage_fd);
 		close(rb.dir_fd);
 		return ADM_EXIT_USAGE;

@@ -1,0 +1,39 @@
+#ifndef DBOX_STORE_LOCK_H
+#define DBOX_STORE_LOCK_H
+/*
+ * store-lock: the lock of a store, STORE/lock.  One process uses a store
+ * at a time: it holds flock(LOCK_EX) on STORE/lock for as long as it has
+ * the store open (a mount, or dboxadm working offline).  The file's text
+ * says what the holder is doing:
+ *
+ *   "<pid>\n"    a mount that takes purge requests (dboxadm purge);
+ *   "closing\n"  a mount that was unmounted and is finishing its last
+ *                writes (WAL checkpoint, closing m.N files) - this takes
+ *                a moment after fusermount3 -u has already returned;
+ *   empty        anything else.
+ *
+ * The text is advice only; the flock decides.  A crash leaves stale text
+ * and no lock, which is harmless.
+ */
+#include <stdbool.h>
+
+/* Seconds a process waits for a store whose mount is closing. */
+#define DBOX_STORE_LOCK_WAIT 60
+
+/* Take the lock of the store whose directory is dir_fd (path only for
+   messages), creating STORE/lock (0600) if needed.  A holder that is
+   closing is waited for, up to DBOX_STORE_LOCK_WAIT seconds, so a mount
+   or dboxadm run right after an unmount works; any other holder makes it
+   fail after half a second (time for a mount unmounted a moment ago to
+   say it is closing).  Returns the lock's descriptor (the caller closes it to
+   let go), -EBUSY when the store is in use (logged), or -errno. */
+int dbox_store_lock(int dir_fd, const char *path);
+
+/* Write "closing\n" into the lock file lock_fd (held by this process).
+   Returns 0 or -errno. */
+int dbox_store_lock_set_closing(int lock_fd);
+
+/* Whether the text of the lock file lock_fd says its holder is closing. */
+bool dbox_store_lock_is_closing(int lock_fd);
+
+#endif
