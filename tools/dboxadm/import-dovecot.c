@@ -1096,19 +1096,6 @@ static int import_dovecot_main(int argc, char **argv)
 	}
 	imp.owner_uid = sb.st_uid;
 	imp.owner_gid = sb.st_gid;
-	if (imp.owner_uid == 0) {
-		/* doveadm runs as mail_uid = the root's owner, and Dovecot
-		   never opens mail as root ("Mail access not allowed for
-		   root"): refuse before anything is made. */
-		adm_error("%s: owned by root (uid 0); doveadm reads the mdbox "
-			  "as the owner of the root and Dovecot refuses mail "
-			  "access as root, so nothing was imported or created. "
-			  "Give the root to the user Dovecot used for it, e.g. "
-			  "'chown -R mail:mail %s' (or its real owner), and run "
-			  "import-dovecot again", imp.root, imp.root);
-		free(root_real);
-		return ADM_EXIT_USAGE;
-	}
 	ret = location != NULL ? asprintf(&imp.location, "%s", location) :
 		asprintf(&imp.location, "mdbox:%s", root_real);
 	free(root_real);
@@ -1126,6 +1113,20 @@ static int import_dovecot_main(int argc, char **argv)
 	if (imp.storage_dfd < 0) {
 		adm_error("%s/storage: %s (not a Dovecot mdbox root?)", imp.root,
 			  strerror(errno));
+		imp_free(&imp);
+		return ADM_EXIT_USAGE;
+	}
+	if (imp.owner_uid == 0) {
+		/* doveadm runs as mail_uid = the root's owner, and Dovecot
+		   never opens mail as root ("Mail access not allowed for
+		   root"): refuse before anything is made. */
+		adm_error("%s: owned by root (uid 0); doveadm reads the mdbox "
+			  "as the owner of the root and Dovecot refuses mail "
+			  "access as root, so nothing was imported or created. "
+			  "Give the root to the user Dovecot used for it, e.g. "
+			  "'chown -R mail:mail %s' (or its real owner), and run "
+			  "import-dovecot again", imp.root, imp.root);
+		close(imp.storage_dfd);
 		imp_free(&imp);
 		return ADM_EXIT_USAGE;
 	}
