@@ -166,3 +166,41 @@ int dbox_index_stats_per_dir(struct dbox_index *index,
 	free(rows);
 	return ret;
 }
+
+int dbox_index_stats_maildirs(struct dbox_index *index,
+			      dbox_dir_count_cb_t *cb, void *ctx)
+{
+	uint64_t *dirs = NULL;
+	size_t ndirs = 0, size = 0;
+	sqlite3_stmt *stmt;
+	char sql[256];
+	int rc, ret = 0;
+
+	/* entry.name is a BLOB: compared with the bytes of "cur". */
+	snprintf(sql, sizeof(sql),
+		 "SELECT e.ino FROM entry e JOIN inode i ON i.ino = e.ino"
+		 " WHERE e.name = x'637572' AND i.kind = %d ORDER BY e.ino",
+		 DBOX_KIND_DIR);
+	if (sqlite3_prepare_v2(index->db, sql, -1, &stmt, NULL) != SQLITE_OK)
+		return index_sql_error(index, "stats maildirs");
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+		if (ndirs == size) {
+			uint64_t *n;
+
+			size = size == 0 ? 64 : size * 2;
+			if ((n = realloc(dirs, size * sizeof(*dirs))) == NULL) {
+				ret = -ENOMEM;
+				break;
+			}
+			dirs = n;
+		}
+		dirs[ndirs++] = (uint64_t)sqlite3_column_int64(stmt, 0);
+	}
+	if (ret == 0 && rc != SQLITE_DONE)
+		ret = index_sql_error(index, "stats maildirs");
+	sqlite3_finalize(stmt);
+	for (size_t i = 0; ret == 0 && i < ndirs; i++)
+		ret = cb(ctx, dirs[i], 0);
+	free(dirs);
+	return ret;
+}

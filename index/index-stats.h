@@ -76,4 +76,13 @@ typedef int dbox_dir_count_cb_t(void *ctx, uint64_t dir, uint64_t count);
 int dbox_index_stats_per_dir(struct dbox_index *index,
 			     dbox_dir_count_cb_t *cb, void *ctx);
 
+/* Every maildir the index holds, messages or not: cb(ctx, dir, 0) for
+   each directory named "cur" (the root's for INBOX, a Maildir++ folder's
+   for the others), in inode order, so that a caller summing counts from
+   dbox_index_stats_per_dir lists empty folders too.  The callback may
+   call other index functions.  Returns 0, the callback's non-zero value,
+   or a negative errno. */
+int dbox_index_stats_maildirs(struct dbox_index *index,
+			      dbox_dir_count_cb_t *cb, void *ctx);
+
 #endif

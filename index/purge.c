@@ -538,6 +538,31 @@ static int record_request(struct dbox_index *index,
 	return ret;
 }
 
+/* The moved totals, kept only when they cover every run: started by the
+   first run, or by one finding them there already (an index purged by an
+   older dboxfs has runs without them and so never gets them). */
+static int record_moved(struct dbox_index *index,
+			const struct dbox_purge_result *res)
+{
+	int64_t runs = 0, moved;
+	int ret = dbox_index_meta_get(index, DBOX_META_PURGE_MOVED, &moved);
+
+	if (ret == -ENOENT) {
+		ret = dbox_index_meta_get(index, DBOX_META_PURGE_RUNS, &runs);
+		if (ret < 0 && ret != -ENOENT)
+			return ret;
+		if (runs > 0)
+			return 0;
+	} else if (ret < 0) {
+		return ret;
+	}
+	if ((ret = meta_add(index, DBOX_META_PURGE_MOVED,
+			    (int64_t)res->bytes_moved)) < 0)
+		return ret;
+	return meta_add(index, DBOX_META_PURGE_RECORDS,
+			(int64_t)res->records_moved);
+}
+
 int dbox_purge_record(struct dbox_store *st,
 		      const struct dbox_purge_result *res, bool requested)
 {
@@ -546,7 +571,8 @@ int dbox_purge_record(struct dbox_store *st,
 
 	pthread_mutex_lock(&st->lock);
 	if ((ret = dbox_index_begin(index)) == 0) {
-		if ((ret = meta_add(index, DBOX_META_PURGE_RUNS, 1)) == 0 &&
+		if ((ret = record_moved(index, res)) == 0 &&
+		    (ret = meta_add(index, DBOX_META_PURGE_RUNS, 1)) == 0 &&
 		    (ret = meta_add(index, DBOX_META_PURGE_FREED,
 				    (int64_t)res->bytes_freed)) == 0 &&
 		    (ret = meta_add(index, DBOX_META_PURGE_FILES,

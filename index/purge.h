@@ -99,6 +99,11 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 #define DBOX_META_PURGE_END "purge_last_end_ns"
 #define DBOX_META_PURGE_FREED "purge_bytes_freed"
 #define DBOX_META_PURGE_FILES "purge_files_removed"
+/* Totals of records moved and their bytes, kept since the first run of a
+   dboxfs that records them: absent (not 0) in an index purged before,
+   whose moved totals are unknown. */
+#define DBOX_META_PURGE_MOVED "purge_bytes_moved"
+#define DBOX_META_PURGE_RECORDS "purge_records_moved"
 #define DBOX_META_PURGE_REQUEST_START "purge_request_start_ns"
 #define DBOX_META_PURGE_REQUEST_ERROR "purge_request_error"
 #define DBOX_META_PURGE_REQUEST_FREED "purge_request_bytes_freed"

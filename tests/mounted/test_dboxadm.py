@@ -65,7 +65,9 @@ def expected_messages(src):
 
 
 def expected_folders(src):
-    c = collections.Counter()
+    """Mailbox -> messages, every maildir (a dir with cur/) listed, 0 too."""
+    c = collections.Counter({mailbox_of(src, d): 0 for d, dirs, files in os.walk(src)
+                             if "cur" in dirs and os.path.isdir(os.path.join(d, "cur"))})
     for p in expected_messages(src):
         c[mailbox_of(src, p.parent.parent)] += 1
     return dict(c)
@@ -224,7 +226,8 @@ def test_import_export_corpus(corpus, tmp_path, make_mount):
 
     records = [rec for f in mfiles(store) for rec in dump_records(store, f.name)]
     assert len(records) == len(messages)
-    assert dict(collections.Counter(rec[4] for rec in records)) == folders
+    assert dict(collections.Counter(rec[4] for rec in records)) == \
+        {f: n for f, n in folders.items() if n > 0}
     assert sorted(int(rec[1]) for rec in records) == sorted(p.stat().st_size for p in messages)
 
     # Export while mounted, and again after unmounting: the same tree.
@@ -602,3 +605,29 @@ def test_export_reports_unreadable_message_and_goes_on(tmp_path):
     # An export never writes into a directory that has something in it.
     r = adm("export", store, out, check_rc=2)
     assert b"not empty" in r.stderr
+
+
+def test_stats_lists_empty_folders(tmp_path, make_mount):
+    """Every folder is listed, with 0 when it holds no message - INBOX
+    too - in text and --json; a folder emptied on the mount as well."""
+    src = tmp_path / "src"
+    for d in ("", ".Empty", ".Lists"):
+        for sub in MAILDIR_SUBS:
+            (src / d / sub).mkdir(parents=True, exist_ok=True)
+    for i in range(2):
+        (src / ".Lists" / "cur" / f"{i}.x.host:2,S").write_bytes(b"Subject: %d\n\n" % i)
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    st = stats_json(store)
+    assert st["folders"] == {"INBOX": 0, "Empty": 0, "Lists": 2}
+    per_folder = adm("stats", store, check_rc=0).stdout.decode().split(
+        "messages per folder\n", 1)[1].splitlines()
+    assert "           0  INBOX" in per_folder
+    assert "           0  Empty" in per_folder
+    assert "           2  Lists" in per_folder
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    for n in os.listdir(m.mnt / ".Lists" / "cur"):
+        os.unlink(m.mnt / ".Lists" / "cur" / n)
+    (m.mnt / "new" / "1.y.host").write_bytes(b"Subject: new\n\nnew\n")
+    m.unmount()
+    assert stats_json(store)["folders"] == {"INBOX": 1, "Empty": 0, "Lists": 0}

@@ -313,3 +313,95 @@ def test_adopt_refusals(tmp_path):
     assert b"storage" in r.stderr
     assert adm("import-dovecot", "--help", check_rc=0).stdout.startswith(
         b"usage: dboxadm import-dovecot")
+
+
+def root_owned_copy(fixture, root):
+    """A fixture copied as root leaves, owned by root (uid 0)."""
+    shutil.copytree(FIXTURES / fixture / "mdbox", root)
+    for d, dirs, files in os.walk(root):
+        os.chmod(d, 0o755)
+        for f in files:
+            os.chmod(os.path.join(d, f), 0o644)
+
+
+def test_adopt_refuses_root_owned_root(tmp_path):
+    """doveadm runs as the owner of the root and Dovecot never opens mail
+    as root: a root owned by uid 0 is refused up front, saying why and what
+    to do, and no store is made (nor is doveadm run at all)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a root-owned Dovecot root")
+    if not (FIXTURES / "plain" / "mdbox").is_dir():
+        pytest.skip("../shared/fixtures/dovecot-mdbox not present")
+    root, store = tmp_path / "mdbox", tmp_path / "store"
+    root_owned_copy("plain", root)
+    assert os.stat(root).st_uid == 0
+    r = adm("import-dovecot", store, root, check_rc=2)
+    err = r.stderr.decode()
+    assert "owned by root" in err, err
+    assert f"chown -R mail:mail {root}" in err, err
+    assert "retrying" not in err and "doveadm(" not in err, err
+    assert not store.exists()
+    # Nothing of the root changed either.
+    assert sorted(os.listdir(root / "storage")) == sorted(
+        os.listdir(FIXTURES / "plain" / "mdbox" / "storage"))
+
+
+def doveadm_wrapper(path, *options):
+    """A doveadm that is the real one with -o setting overrides."""
+    path.write_text("#!/bin/sh\nexec doveadm %s \"$@\"\n" % " ".join(
+        f"-o '{o}'" for o in options))
+    path.chmod(0o755)
+    return path
+
+
+def test_adopt_retries_without_zlib_only_when_it_is_missing(dovecot_tmp, make_mount):
+    """A Dovecot whose plugin directory has no zlib plugin: doveadm says so,
+    and the import goes on without it (a plain store adopts in full)."""
+    tmp_path = dovecot_tmp
+    if not (FIXTURES / "plain" / "mdbox").is_dir():
+        pytest.skip("../shared/fixtures/dovecot-mdbox not present")
+    root, store = tmp_path / "mdbox", tmp_path / "store"
+    copy_fixture("plain", root)
+    Mdbox(root, tmp_path / "dovecot")        # owned by user mail
+    empty = tmp_path / "no-plugins"
+    empty.mkdir()
+    doveadm = doveadm_wrapper(tmp_path / "doveadm", f"mail_plugin_dir={empty}")
+    r = adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=0)
+    err = r.stderr.decode()
+    assert "Plugin 'zlib' not found" in err, err
+    assert "retrying without Dovecot's zlib plugin" in err, err
+    assert b"adopted 8 messages" in r.stdout, r.stdout
+    truth = parse_expected(FIXTURES / "plain" / "expected-fetch.txt")
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    names = Counter()
+    for t in truth:
+        names[find_name(m.mnt / folder_dir(t["mailbox"]), t["uid"])] += 1
+    assert len(names) == len(truth)
+
+
+def test_adopt_reports_other_doveadm_errors_and_removes_its_store(dovecot_tmp):
+    """Any other doveadm failure is doveadm's own: reported as it is, not
+    retried as if zlib were missing, and the store this run created is gone
+    again (an existing empty directory given as STORE is kept, empty)."""
+    tmp_path = dovecot_tmp
+    if not (FIXTURES / "plain" / "mdbox").is_dir():
+        pytest.skip("../shared/fixtures/dovecot-mdbox not present")
+    root = tmp_path / "mdbox"
+    copy_fixture("plain", root)
+    Mdbox(root, tmp_path / "dovecot")
+    doveadm = doveadm_wrapper(tmp_path / "doveadm", "mail_plugins=nosuch")
+    store = tmp_path / "store"
+    r = adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=1)
+    err = r.stderr.decode()
+    assert "Plugin 'nosuch' not found" in err, err
+    assert "retrying" not in err, err
+    assert not store.exists()
+    store.mkdir()
+    adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=1)
+    assert store.is_dir() and os.listdir(store) == []
+    # A store with content of its own is not removed.
+    adm("import-dovecot", store, root, check_rc=0)
+    before = sorted(os.listdir(store / "storage"))
+    adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=1)
+    assert sorted(os.listdir(store / "storage")) == before
+    assert (store / "index.sqlite").exists()

@@ -397,3 +397,72 @@ def test_purge_online_failure_exits_1(tmp_path, make_mount):
     for n in names:
         if n not in gone and where[n][0] != dirty[0]:
             assert (m.mnt / "cur" / n).read_bytes() == data[n]
+
+
+def stats_purge_lines(store):
+    """The purge lines of `dboxadm stats` (text), as purge_report reads them."""
+    text = adm("stats", store, check_rc=0).stdout.decode()
+    lines = [ln for ln in text.splitlines()
+             if ln.split("  ")[0] in ("purge runs", "files removed", "records moved",
+                                      "bytes given back")]
+    return "\n".join(lines) + "\n"
+
+
+def test_stats_reports_purges_as_purge_does(tmp_path, make_mount):
+    """`dboxadm stats` sums what the purges printed, with purge's words:
+    files removed (bytes freed), records moved (bytes), bytes given back
+    = freed - moved; --json has the same numbers (and the old keys)."""
+    store, m, data, names, where, gone = expunged_every_third(tmp_path, make_mount)
+    m.unmount()
+    r = adm("purge", store, check_rc=0)
+    first = r.stdout.decode()
+    rep = purge_report(r.stdout)
+    assert rep["files removed"] > 0 and rep["records moved"] > 0
+    lines = stats_purge_lines(store)
+    assert lines.startswith("purge runs          1\n"), lines
+    # The very lines purge printed.
+    for key in ("files removed", "records moved", "bytes given back"):
+        want = next(ln for ln in first.splitlines() if ln.startswith(key))
+        assert want + "\n" in lines, (want, lines)
+    st = stats(store)
+    freed = int(first.split("files removed")[1].split("(")[1].split()[0])
+    moved = int(first.split("records moved")[1].split("(")[1].split()[0])
+    assert st["purge_runs"] == 1
+    assert st["purge_files_removed"] == rep["files removed"]
+    assert st["purge_bytes_freed"] == freed
+    assert st["purge_records_moved"] == rep["records moved"]
+    assert st["purge_bytes_moved"] == moved
+    assert st["purge_bytes_given_back"] == rep["bytes given back"] == freed - moved
+
+    # A second run is added to the totals.
+    m.mount()
+    for n in names[1::3]:
+        os.unlink(m.mnt / "cur" / n)
+    m.unmount()
+    rep2 = purge_report(adm("purge", store, check_rc=0).stdout)
+    st2 = stats(store)
+    assert st2["purge_runs"] == 2
+    assert st2["purge_records_moved"] == rep["records moved"] + rep2["records moved"]
+    assert st2["purge_bytes_given_back"] == \
+        rep["bytes given back"] + rep2["bytes given back"]
+
+
+def test_stats_purge_totals_of_an_older_index(tmp_path, make_mount):
+    """An index purged by a dboxfs that did not count moved bytes: stats
+    says they are unknown (JSON null) rather than a wrong difference, and
+    later purges do not make up a partial total."""
+    store, m, data, names, where, gone = expunged_every_third(tmp_path, make_mount)
+    m.unmount()
+    adm("purge", store, check_rc=0)
+    db = sqlite3.connect(str(store / "index.sqlite"))
+    with db:
+        db.execute("DELETE FROM meta WHERE key IN ('purge_bytes_moved',"
+                   " 'purge_records_moved')")
+    db.close()
+    st = stats(store)
+    assert st["purge_runs"] == 1 and st["purge_bytes_freed"] > 0
+    assert st["purge_bytes_moved"] is None and st["purge_bytes_given_back"] is None
+    assert "bytes given back    not known" in stats_purge_lines(store)
+    adm("purge", store, check_rc=0)
+    st = stats(store)
+    assert st["purge_runs"] == 2 and st["purge_bytes_given_back"] is None

@@ -57,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -107,6 +108,8 @@ struct imp {
 	uid_t owner_uid;
 	gid_t owner_gid;
 	bool zlib;               /* load Dovecot's zlib plugin */
+	bool zlib_missing;       /* doveadm said it cannot load that plugin */
+	bool committed;          /* the index transaction is durable */
 	struct progress progress;
 
 	struct rec *recs;
@@ -204,6 +207,33 @@ static void remove_config(struct imp *imp)
 
 typedef int line_cb_t(struct imp *imp, char **fields, size_t nfields);
 
+/* Pass what doveadm wrote to stderr (the memfd errfd) on to ours, and
+   note whether it says the zlib plugin cannot be loaded: Dovecot's
+   module loader names the plugin ("Plugin 'zlib' not found from
+   directory ...") or its file (lib20_zlib_plugin.so, when dlopen
+   fails).  Any other error is doveadm's own and is not retried. */
+static void doveadm_errors(struct imp *imp, int errfd)
+{
+	char buf[4096], *text = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&text, &len);
+	ssize_t n;
+	off_t off = 0;
+
+	while ((n = pread(errfd, buf, sizeof(buf), off)) > 0) {
+		fwrite(buf, 1, (size_t)n, stderr);
+		if (mem != NULL)
+			fwrite(buf, 1, (size_t)n, mem);
+		off += n;
+	}
+	if (mem == NULL || fclose(mem) != 0)
+		return;
+	if (strstr(text, "Plugin 'zlib'") != NULL ||
+	    strstr(text, "_zlib_plugin") != NULL)
+		imp->zlib_missing = true;
+	free(text);
+}
+
 /* Run `doveadm -c CONF -f tab ARGS...` and call cb for every line after
    the header, with the fields in the order of names (columns found by
    the header; -EPROTO when one is missing).  Returns 0 or a negative
@@ -215,7 +245,7 @@ static int run_doveadm(struct imp *imp, const char *const *args,
 	size_t argc = 0, col[16], ncols = 0;
 	char *line = NULL, *fields[32], *ordered[16];
 	size_t line_size = 0;
-	int pipefd[2], status, ret = 0;
+	int pipefd[2], errfd, status, ret = 0;
 	bool header = true;
 	ssize_t len;
 	pid_t pid;
@@ -229,18 +259,27 @@ static int run_doveadm(struct imp *imp, const char *const *args,
 	for (size_t i = 0; args[i] != NULL && argc < 15; i++)
 		argv[argc++] = args[i];
 	argv[argc] = NULL;
-	if (pipe2(pipefd, O_CLOEXEC) < 0)
+	/* doveadm's stderr is kept to be told apart (see doveadm_errors)
+	   and then passed on as it was. */
+	if ((errfd = memfd_create("doveadm-stderr", MFD_CLOEXEC)) < 0)
 		return -errno;
+	if (pipe2(pipefd, O_CLOEXEC) < 0) {
+		ret = -errno;
+		close(errfd);
+		return ret;
+	}
 	fflush(NULL);
 	pid = fork();
 	if (pid < 0) {
 		ret = -errno;
 		close(pipefd[0]);
 		close(pipefd[1]);
+		close(errfd);
 		return ret;
 	}
 	if (pid == 0) {
 		dup2(pipefd[1], STDOUT_FILENO);
+		dup2(errfd, STDERR_FILENO);
 		/* Only what doveadm needs; USER names the (static) user. */
 		clearenv();
 		setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:"
@@ -295,6 +334,8 @@ static int run_doveadm(struct imp *imp, const char *const *args,
 		fclose(in);
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
+	doveadm_errors(imp, errfd);
+	close(errfd);
 	if (ret == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
 		adm_error("doveadm %s failed (exit %d; its messages are above)",
 			  args[0], WIFEXITED(status) ? WEXITSTATUS(status) : -1);
@@ -912,7 +953,8 @@ static int run(struct imp *imp)
 	if ((ret = dbox_index_begin(imp->index)) < 0)
 		return ret;
 	ret = run_doveadm(imp, status_args, status_cols, 4, status_cb);
-	if (ret == -EIO && imp->zlib && imp->nfolders == 0) {
+	if (ret == -EIO && imp->zlib && imp->zlib_missing &&
+	    imp->nfolders == 0) {
 		adm_warning("retrying without Dovecot's zlib plugin; "
 			    "compressed mail may not be adopted");
 		imp->warnings++;
@@ -951,6 +993,7 @@ static int run(struct imp *imp)
 		drop_staged(imp);
 		return ret;
 	}
+	imp->committed = true;
 	return finish_renames(imp);
 }
 
@@ -969,6 +1012,48 @@ static void imp_free(struct imp *imp)
 	free(imp->location);
 }
 
+/* Undo a store this run created (STORE had no index.sqlite) when the run
+   adopted nothing: the names dbox_store_open and this run make, nothing
+   else; the directory itself only when it did not exist either.  A name
+   that is not ours keeps its directory. */
+static void remove_new_store(const char *path, bool dir_made)
+{
+	static const char *const names[] = {
+		"index.sqlite", "index.sqlite-wal", "index.sqlite-shm",
+		"index.sqlite-journal", "lock" };
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int sfd;
+
+	if (dfd < 0)
+		return;
+	sfd = openat(dfd, "storage", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (sfd >= 0) {
+		DIR *dir = fdopendir(sfd);
+		struct dirent *de;
+		uint32_t id;
+
+		while (dir != NULL && (de = readdir(dir)) != NULL) {
+			const char *n = de->d_name;
+
+			if (strncmp(n, STAGE_PREFIX, strlen(STAGE_PREFIX)) == 0)
+				n += strlen(STAGE_PREFIX);
+			if (dbox_mfile_parse_name(n, &id))
+				unlinkat(sfd, de->d_name, 0);
+		}
+		if (dir != NULL)
+			closedir(dir);
+		else
+			close(sfd);
+	}
+	unlinkat(dfd, "storage", AT_REMOVEDIR);
+	unlinkat(dfd, "files", AT_REMOVEDIR);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		unlinkat(dfd, names[i], 0);
+	close(dfd);
+	if (dir_made)
+		rmdir(path);
+}
+
 static int import_dovecot_main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -980,7 +1065,8 @@ static int import_dovecot_main(int argc, char **argv)
 	struct imp imp = { .doveadm = "doveadm", .storage_dfd = -1,
 			   .zlib = true };
 	const char *location = NULL;
-	char *root_real;
+	char *root_real, *index_path = NULL;
+	bool store_new, dir_made;
 	struct stat sb;
 	int c, ret;
 
@@ -1030,7 +1116,29 @@ static int import_dovecot_main(int argc, char **argv)
 		imp_free(&imp);
 		return ADM_EXIT_USAGE;
 	}
+	if (imp.owner_uid == 0) {
+		/* doveadm runs as mail_uid = the root's owner, and Dovecot
+		   never opens mail as root ("Mail access not allowed for
+		   root"): refuse before anything is made. */
+		adm_error("%s: owned by root (uid 0); doveadm reads the mdbox "
+			  "as the owner of the root and Dovecot refuses mail "
+			  "access as root, so nothing was imported or created. "
+			  "Give the root to the user Dovecot used for it, e.g. "
+			  "'chown -R mail:mail %s' (or its real owner), and run "
+			  "import-dovecot again", imp.root, imp.root);
+		close(imp.storage_dfd);
+		imp_free(&imp);
+		return ADM_EXIT_USAGE;
+	}
 	umask(077);
+	dir_made = access(argv[optind], F_OK) < 0 && errno == ENOENT;
+	if (asprintf(&index_path, "%s/index.sqlite", argv[optind]) < 0) {
+		close(imp.storage_dfd);
+		imp_free(&imp);
+		return ADM_EXIT_FAILED;
+	}
+	store_new = access(index_path, F_OK) < 0 && errno == ENOENT;
+	free(index_path);
 	if (dbox_store_open(argv[optind], &set, &imp.st) < 0) {
 		close(imp.storage_dfd);
 		imp_free(&imp);
@@ -1060,6 +1168,11 @@ static int import_dovecot_main(int argc, char **argv)
 	close(imp.storage_dfd);
 	dbox_store_close(&imp.st);
 	imp_free(&imp);
+	if (ret < 0 && !imp.committed && store_new) {
+		remove_new_store(argv[optind], dir_made);
+		adm_error("%s: removed the store this run had created (nothing "
+			  "was adopted)", argv[optind]);
+	}
 	if (ret < 0)
 		return ADM_EXIT_FAILED;
 	return imp.failed > 0 ? ADM_EXIT_FAILED : ADM_EXIT_OK;

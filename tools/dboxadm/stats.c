@@ -69,6 +69,8 @@ struct stats {
 	struct mfile *mfiles;       /* by id, with --files */
 	size_t nmfiles, mfiles_size;
 	int64_t purge_runs, purge_freed, purge_files, purge_end_ns;
+	int64_t purge_moved, purge_records;
+	bool purge_moved_known;     /* the index has the moved totals */
 };
 
 static int add_folder(struct stats *s, const char *name, uint64_t count)
@@ -302,8 +304,7 @@ static void print_json(const struct stats *s, bool files)
 	       "  \"purge_runs\": %lld,\n"
 	       "  \"purge_bytes_freed\": %lld,\n"
 	       "  \"purge_files_removed\": %lld,\n"
-	       "  \"purge_last_end_ns\": %lld,\n"
-	       "  \"folders\": {",
+	       "  \"purge_last_end_ns\": %lld,\n",
 	       (unsigned long long)s->disk.files,
 	       (unsigned long long)s->disk.bytes,
 	       (unsigned long long)s->disk.blocks_bytes,
@@ -322,6 +323,18 @@ static void print_json(const struct stats *s, bool files)
 	       (unsigned long long)s->ix.dirs,
 	       (long long)s->purge_runs, (long long)s->purge_freed,
 	       (long long)s->purge_files, (long long)s->purge_end_ns);
+	/* As `dboxadm purge` prints them; null when not recorded. */
+	if (s->purge_moved_known)
+		printf("  \"purge_records_moved\": %lld,\n"
+		       "  \"purge_bytes_moved\": %lld,\n"
+		       "  \"purge_bytes_given_back\": %lld,\n",
+		       (long long)s->purge_records, (long long)s->purge_moved,
+		       (long long)(s->purge_freed - s->purge_moved));
+	else
+		printf("  \"purge_records_moved\": null,\n"
+		       "  \"purge_bytes_moved\": null,\n"
+		       "  \"purge_bytes_given_back\": null,\n");
+	printf("  \"folders\": {");
 	for (size_t i = 0; i < s->nfolders; i++) {
 		printf("%s\n    ", i == 0 ? "" : ",");
 		adm_json_string(stdout, s->folders[i].display);
@@ -399,10 +412,23 @@ static void print_text(const struct stats *s, bool files)
 	       ratio(s));
 	printf("plain files         %llu\n", (unsigned long long)s->ix.files);
 	printf("directories         %llu\n", (unsigned long long)s->ix.dirs);
-	if (s->purge_runs > 0)
-		printf("purged              %lld runs: %lld files removed, "
-		       "%lld bytes freed\n", (long long)s->purge_runs,
-		       (long long)s->purge_files, (long long)s->purge_freed);
+	if (s->purge_runs > 0) {
+		/* The words and quantities of `dboxadm purge`, summed. */
+		printf("purge runs          %lld\n"
+		       "files removed       %lld (%lld bytes)\n",
+		       (long long)s->purge_runs, (long long)s->purge_files,
+		       (long long)s->purge_freed);
+		if (s->purge_moved_known)
+			printf("records moved       %lld (%lld bytes)\n"
+			       "bytes given back    %lld\n",
+			       (long long)s->purge_records,
+			       (long long)s->purge_moved,
+			       (long long)(s->purge_freed - s->purge_moved));
+		else
+			printf("records moved       not recorded (purged by an "
+			       "older dboxfs)\n"
+			       "bytes given back    not known\n");
+	}
 	printf("messages per folder\n");
 	for (size_t i = 0; i < s->nfolders; i++) {
 		const struct folder *f = &s->folders[i];
@@ -455,6 +481,8 @@ static int stats_main(int argc, char **argv)
 		ret = dbox_index_stats_get(s.index, &s.ix);
 	if (ret == 0)
 		ret = dbox_index_stats_per_dir(s.index, dir_count_cb, &s);
+	if (ret == 0) /* empty folders too, with 0 */
+		ret = dbox_index_stats_maildirs(s.index, dir_count_cb, &s);
 	if (ret == 0)
 		ret = scan_storage(&s, argv[0]);
 	if (ret == 0 && s.nmfiles > 1)
@@ -469,6 +497,13 @@ static int stats_main(int argc, char **argv)
 				    &s.purge_files);
 		dbox_index_meta_get(s.index, DBOX_META_PURGE_END,
 				    &s.purge_end_ns);
+		s.purge_moved_known =
+			dbox_index_meta_get(s.index, DBOX_META_PURGE_MOVED,
+					    &s.purge_moved) == 0;
+		dbox_index_meta_get(s.index, DBOX_META_PURGE_RECORDS,
+				    &s.purge_records);
+		if (s.purge_runs == 0)
+			s.purge_moved_known = true; /* nothing to know */
 	}
 	dbox_index_snapshot_end(s.index);
 	if (ret == 0) {
