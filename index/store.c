@@ -740,6 +740,11 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 		return -err;
 	}
 	dbox_reader_own_fd(*reader_r);
+	/* Log lines name the record as the other read errors do (a name
+	   that cannot be allocated leaves the body offset). */
+	(void)dbox_reader_set_name(*reader_r, "%s/storage/m.%u offset %llu",
+				   st->path, loc->file_id,
+				   (unsigned long long)loc->offset);
 	return 0;
 }
 

@@ -29,6 +29,8 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +58,8 @@ struct dbox_reader {
 	uint8_t *window;       /* DBOX_READ_WINDOW */
 	size_t win_len;
 	uint8_t *skip_buf;     /* SKIP_BUF_SIZE, when first skipping */
+	char *name;            /* log prefix (dbox_reader_set_name), or NULL */
+	char offset_name[40];  /* "body at offset N", the default prefix */
 };
 
 /* The magics of compression_detect_handler() (reference section 7). */
@@ -134,6 +138,8 @@ int dbox_reader_open(int fd, uint64_t body_offset, uint64_t body_size,
 		return -1;
 	reader->fd = fd;
 	reader->body_offset = body_offset;
+	snprintf(reader->offset_name, sizeof(reader->offset_name),
+		 "body at offset %llu", (unsigned long long)body_offset);
 	reader->body_size = body_size;
 	reader->plain_size = plain_size;
 	reader->compression = dbox_detect_compression(head, (size_t)len);
@@ -147,15 +153,20 @@ enum dbox_compression dbox_reader_compression(const struct dbox_reader *reader)
 	return reader->compression;
 }
 
+/* The log prefix: the name the caller set, else the body offset. */
+static const char *where(const struct dbox_reader *reader)
+{
+	return reader->name != NULL ? reader->name : reader->offset_name;
+}
+
 static ssize_t plain_pread(struct dbox_reader *reader, void *buf, size_t len,
 			   uint64_t off)
 {
 	ssize_t ret;
 
 	if (off + len > reader->body_size) {
-		dbox_error("body at offset %llu: plaintext size %llu is past "
-			   "the stored size %llu",
-			   (unsigned long long)reader->body_offset,
+		dbox_error("%s: plaintext size %llu is past "
+			   "the stored size %llu", where(reader),
 			   (unsigned long long)reader->plain_size,
 			   (unsigned long long)reader->body_size);
 		errno = EIO;
@@ -163,8 +174,7 @@ static ssize_t plain_pread(struct dbox_reader *reader, void *buf, size_t len,
 	}
 	ret = dbox_pread_full(reader->fd, buf, len, reader->body_offset + off);
 	if (ret >= 0 && (size_t)ret < len) {
-		dbox_error("body at offset %llu: file ends inside the body",
-			   (unsigned long long)reader->body_offset);
+		dbox_error("%s: file ends inside the body", where(reader));
 		errno = EIO;
 		return -1;
 	}
@@ -174,9 +184,8 @@ static ssize_t plain_pread(struct dbox_reader *reader, void *buf, size_t len,
 /* Log a corrupt body and fail with EIO; the next read restarts. */
 static int corrupt(struct dbox_reader *reader, const char *what)
 {
-	dbox_error("body at offset %llu: corrupt %s stream at plaintext "
-		   "offset %llu: %s", (unsigned long long)reader->body_offset,
-		   reader->codec->long_name,
+	dbox_error("%s: corrupt %s stream at plaintext "
+		   "offset %llu: %s", where(reader), reader->codec->long_name,
 		   (unsigned long long)reader->out_pos, what);
 	reader->started = false;
 	errno = EIO;
@@ -366,9 +375,9 @@ static ssize_t codec_pread(struct dbox_reader *reader, void *buf, size_t len,
 				(size_t)(reader->out_pos - off) : len;
 			window_get(reader, buf, done, off);
 		} else {
-			dbox_debug("body at offset %llu: read at %llu is %llu "
+			dbox_debug("%s: read at %llu is %llu "
 				   "bytes behind the stream; restarting it",
-				   (unsigned long long)reader->body_offset,
+				   where(reader),
 				   (unsigned long long)off,
 				   (unsigned long long)(reader->out_pos - off));
 			if (restart(reader) < 0)
@@ -421,6 +430,7 @@ void dbox_reader_free(struct dbox_reader **reader)
 	free(r->in_buf);
 	free(r->window);
 	free(r->skip_buf);
+	free(r->name);
 	if (r->own_fd)
 		close(r->fd);
 	free(r);
@@ -430,4 +440,20 @@ void dbox_reader_free(struct dbox_reader **reader)
 void dbox_reader_own_fd(struct dbox_reader *reader)
 {
 	reader->own_fd = true;
+}
+
+int dbox_reader_set_name(struct dbox_reader *reader, const char *fmt, ...)
+{
+	va_list args;
+	char *name;
+	int ret;
+
+	va_start(args, fmt);
+	ret = vasprintf(&name, fmt, args);
+	va_end(args);
+	if (ret < 0)
+		return -1;
+	free(reader->name);
+	reader->name = name;
+	return 0;
 }

@@ -51,7 +51,7 @@ int dbox_reader_open(int fd, uint64_t body_offset, uint64_t body_size,
 /* Read up to len plaintext bytes at plaintext offset off into buf.
    Returns the byte count (0 at or past plain_size), or -1 with errno EIO
    when the stored bytes are corrupt or do not hold plain_size bytes
-   (logged, naming the body offset and the codec), ENOMEM, or the pread
+   (logged, naming the body (dbox_reader_set_name) and the codec), ENOMEM, or the pread
    error.  After an error the next read starts the stream afresh. */
 ssize_t dbox_reader_pread(struct dbox_reader *reader, void *buf, size_t len,
 			  uint64_t off);
@@ -61,6 +61,13 @@ ssize_t dbox_reader_pread(struct dbox_reader *reader, void *buf, size_t len,
    even after the file is unlinked and the store's own descriptor closed
    (purge). */
 void dbox_reader_own_fd(struct dbox_reader *reader);
+
+/* Name the body in log lines: printf-style, e.g. "STORE/storage/m.3
+   offset 4096" (the record), used instead of the default "body at offset
+   N" (N the body's file offset).  Copied.  Returns 0, or -1 with errno
+   ENOMEM (the name stays as it was). */
+int dbox_reader_set_name(struct dbox_reader *reader, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /* The compression of the body the reader reads. */
 enum dbox_compression dbox_reader_compression(const struct dbox_reader *reader);

@@ -110,6 +110,8 @@ static int cat_main(int argc, char **argv)
 		ret = ADM_EXIT_FAILED;
 		goto out;
 	}
+	(void)dbox_reader_set_name(reader, "%s offset %llu", path,
+				   (unsigned long long)offset);
 	ret = ADM_EXIT_OK;
 	while (off < plain_size) {
 		ssize_t n = dbox_reader_pread(reader, buf, CAT_BUF_SIZE, off);

@@ -10,7 +10,8 @@
  *                 committed message of the index must have its record at
  *                 its offset with the same body size, record size, GUID,
  *                 V (virtual size) and plaintext size (Z, or the body size
- *                 of an uncompressed body); files shorter than their
+ *                 of an uncompressed body); every compressed body is
+ *                 decoded to its end (verify_body); files shorter than their
  *                 committed end; m.N files the index does not know
  *   files/        every plain file of the index has its regular file
  *                 STORE/files/<ino> (not a symlink), and every file there
@@ -98,17 +99,32 @@ struct check {
 	uint64_t *file_inos;   /* plain-file inodes, ascending */
 	size_t nfile_inos, file_inos_size;
 	uint64_t messages, records, record_bytes;
+	uint64_t decoded;      /* compressed bodies decoded to their end */
+	int body_fd;           /* storage/m.<body_fd_id> for body reads, or -1 */
+	uint32_t body_fd_id;
+	uint8_t *body_buf;     /* VERIFY_BUF_SIZE */
 };
 
+/* Plaintext decoded per read when verifying a compressed body. */
+#define VERIFY_BUF_SIZE (64 * 1024)
+
 /* The log sink while scanning: storage/ says why a record is bad; keep
-   the first reason for the problem line instead of printing it. */
+   those reasons, one per line, for the problem line instead of printing
+   them.  A damaged region can log several (the read at its start, then
+   reads of candidates inside it), so bad_cb picks the one about the
+   region's own start.  At most CAPTURE_MAX bytes are kept. */
+#define CAPTURE_MAX (64 * 1024)
 static char *captured;
+static size_t captured_len;
 static bool capturing;
 static dbox_log_sink_t *saved_sink;
 
 static void capture_sink(enum dbox_log_level level, const char *fmt,
 			 va_list args)
 {
+	char *line, *p;
+	int len;
+
 	if (!capturing || level > DBOX_LOG_WARNING) {
 		va_list copy;
 
@@ -121,26 +137,65 @@ static void capture_sink(enum dbox_log_level level, const char *fmt,
 		va_end(copy);
 		return;
 	}
-	if (captured == NULL && vasprintf(&captured, fmt, args) < 0)
-		captured = NULL;
+	if ((len = vasprintf(&line, fmt, args)) < 0)
+		return;
+	for (p = line; (p = strchr(p, '\n')) != NULL; )
+		*p = ' ';
+	if (captured_len + (size_t)len + 2 <= CAPTURE_MAX &&
+	    (p = realloc(captured, captured_len + (size_t)len + 2)) != NULL) {
+		if (captured_len > 0)
+			p[captured_len++] = '\n';
+		memcpy(p + captured_len, line, (size_t)len + 1);
+		captured_len += (size_t)len;
+		captured = p;
+	}
+	free(line);
 }
 
 static void capture_begin(void)
 {
 	free(captured);
 	captured = NULL;
+	captured_len = 0;
 	capturing = true;
 }
 
-/* The first reason logged since capture_begin (owned by the caller), or
-   NULL. */
+/* The reasons logged since capture_begin, one per line (owned by the
+   caller), or NULL. */
 static char *capture_end(void)
 {
 	char *reason = captured;
 
 	captured = NULL;
+	captured_len = 0;
 	capturing = false;
 	return reason;
+}
+
+/* Of the reasons (one per line, freed), the one that names "m.<id> offset
+   <offset>:", else the first; malloc()ed, or NULL. */
+static char *reason_about(char *reasons, uint32_t id, uint64_t offset)
+{
+	char want[64], *line, *end, *pick = NULL;
+	size_t want_len;
+
+	if (reasons == NULL)
+		return NULL;
+	want_len = (size_t)snprintf(want, sizeof(want), "m.%u offset %llu:", id,
+				    (unsigned long long)offset);
+	for (line = reasons; line != NULL; line = end != NULL ? end + 1 : NULL) {
+		end = strchr(line, '\n');
+		if (strncmp(line, want, want_len) == 0) {
+			pick = line;
+			break;
+		}
+	}
+	if (pick == NULL)
+		pick = reasons;
+	end = strchr(pick, '\n');
+	pick = end != NULL ? strndup(pick, (size_t)(end - pick)) : strdup(pick);
+	free(reasons);
+	return pick;
 }
 
 static void strs_add(struct strs *s, const char *text)
@@ -326,7 +381,7 @@ static int bad_cb(void *ctx, uint64_t start, uint64_t end)
 	struct check *c = ctx;
 	struct mfile *f = &c->files[c->next_scan];
 	struct bad *b = realloc(f->bads, (f->nbads + 1) * sizeof(*b));
-	char *reason = capture_end();
+	char *reason = reason_about(capture_end(), f->id, start);
 
 	capture_begin();
 	if (b == NULL) {
@@ -484,21 +539,35 @@ static const struct bad *bad_at(const struct mfile *f, uint64_t offset)
 	return NULL;
 }
 
+/* A read-only descriptor of storage/m.<id> for body reads, kept open for
+   the messages of one file after another (messages come in file order).
+   Returns the fd or -1. */
+static int body_fd(struct check *c, uint32_t id)
+{
+	char name[16];
+
+	if (c->body_fd >= 0 && c->body_fd_id == id)
+		return c->body_fd;
+	if (c->body_fd >= 0)
+		close(c->body_fd);
+	dbox_file_name(name, id);
+	c->body_fd = openat(c->storage_fd, name, O_RDONLY | O_NOFOLLOW |
+			    O_CLOEXEC);
+	c->body_fd_id = id;
+	return c->body_fd;
+}
+
 /* Is the body at offset compressed (so its size says nothing)? */
 static bool body_compressed(struct check *c, const struct mfile *f,
 			    uint64_t offset)
 {
-	char name[16], head[16];
+	char head[16];
 	ssize_t n = -1;
-	int fd;
+	int fd = body_fd(c, f->id);
 
-	dbox_file_name(name, f->id);
-	fd = openat(c->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd >= 0) {
+	if (fd >= 0)
 		n = pread(fd, head, sizeof(head), (off_t)(offset +
 							 DBOX_MSG_HEADER_SIZE));
-		close(fd);
-	}
 	return n > 0 && dbox_detect_compression(head, (size_t)n) !=
 		DBOX_COMPRESSION_NONE;
 }
@@ -520,6 +589,56 @@ static void msg_problem(struct check *c, const struct dbox_check_msg *m,
 		path != NULL ? path : "?", (unsigned long long)m->ino,
 		m->loc.file_id, (unsigned long long)m->loc.offset, what);
 	free(path);
+}
+
+/* Decode the compressed body of m's record r to its end through the
+   mount's own reader (dbox-read.h), so the codec's own checks run (gzip
+   CRC32 and ISIZE, bzip2 block CRCs, xz and zstd checksums; Dovecot's lz4
+   container has none, only its structure is checked) and the plaintext
+   must be exactly the size the mount reads (the inode size).  Memory: the
+   reader's buffers and body_buf, whatever the body size.  A damaged body
+   is a problem naming the codec's error. */
+static void verify_body(struct check *c, const struct dbox_check_msg *m,
+			const struct rec *r)
+{
+	struct dbox_reader *reader = NULL;
+	uint64_t off = 0;
+	char *reason;
+	int fd = body_fd(c, m->loc.file_id);
+
+	if (fd < 0 || (c->body_buf == NULL &&
+		       (c->body_buf = malloc(VERIFY_BUF_SIZE)) == NULL))
+		return;
+	if (dbox_reader_open(fd, r->offset + DBOX_MSG_HEADER_SIZE,
+			     r->body_size, m->size, &reader) < 0)
+		return;
+	if (dbox_reader_compression(reader) == DBOX_COMPRESSION_NONE) {
+		dbox_reader_free(&reader);
+		return;
+	}
+	(void)dbox_reader_set_name(reader, "storage/m.%u offset %llu",
+				   m->loc.file_id,
+				   (unsigned long long)r->offset);
+	c->decoded++;
+	capture_begin();
+	while (off < m->size) {
+		ssize_t n = dbox_reader_pread(reader, c->body_buf,
+					      VERIFY_BUF_SIZE, off);
+
+		if (n <= 0) {
+			if (n == 0)
+				errno = EIO;
+			break;
+		}
+		off += (uint64_t)n;
+	}
+	reason = reason_about(capture_end(), m->loc.file_id, r->offset);
+	if (off < m->size)
+		msg_problem(c, m, "the compressed body is damaged: %s: "
+			    "unreadable (EIO)", reason != NULL ? reason :
+			    strerror(errno));
+	free(reason);
+	dbox_reader_free(&reader);
 }
 
 static int msg_cb(void *ctx, const struct dbox_check_msg *m)
@@ -581,6 +700,8 @@ static int msg_cb(void *ctx, const struct dbox_check_msg *m)
 			    (unsigned long long)(r->has_plain_size ?
 						 r->plain_size : r->body_size),
 			    (unsigned long long)m->size);
+	if (r->body_size == m->loc.body_size)
+		verify_body(c, m, r);
 	return 0;
 }
 
@@ -813,7 +934,7 @@ out:
 static int check_main(int argc, char **argv)
 {
 	static const char *const flags[] = { "--json", NULL };
-	struct check c = { .storage_fd = -1, .files_fd = -1 };
+	struct check c = { .storage_fd = -1, .files_fd = -1, .body_fd = -1 };
 	bool *flag_r[] = { &c.json };
 	int npos, dir_fd, lock_fd, ret;
 
@@ -868,6 +989,9 @@ static int check_main(int argc, char **argv)
 		close(c.storage_fd);
 	if (c.files_fd >= 0)
 		close(c.files_fd);
+	if (c.body_fd >= 0)
+		close(c.body_fd);
+	free(c.body_buf);
 	if (lock_fd >= 0)
 		close(lock_fd);
 	close(dir_fd);
@@ -885,7 +1009,8 @@ const struct adm_verb adm_verb_check = {
 	"Verify STORE without changing it: SQLite's integrity check of\n"
 	"index.sqlite; the namespace (names, link counts, directories); every\n"
 	"storage/m.N record by record, and every message of the index against its\n"
-	"record (offset, body and record size, GUID, V, plaintext size); m.N files\n"
+	"record (offset, body and record size, GUID, V, plaintext size); every\n"
+	"compressed body decoded to its end (the codec's own checksum); m.N files\n"
 	"missing, shorter than their committed end, or unknown to the index; and\n"
 	"files/ against the plain files of the index.  Each problem is printed as\n"
 	"a line 'problem: ...'; states the next mount's crash recovery cleans up\n"
