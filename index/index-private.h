@@ -72,13 +72,6 @@ int index_exec_stmt(struct dbox_index *index, sqlite3_stmt *stmt,
 void index_row_attr(sqlite3_stmt *stmt, int col, struct dbox_attr *attr_r);
 
 /* The column list index_row_attr() reads, for building statements. */
-/* Page cache of a connection, in KiB (PRAGMA cache_size=-N), and the
-   page size of every index (SQLite's default, never changed). */
-#define INDEX_CACHE_KIB 32768
-#define INDEX_PAGE_SIZE 4096
-#define INDEX_STR_(x) #x
-#define INDEX_STR(x) INDEX_STR_(x)
-
 #define INDEX_ATTR_COLS "i.ino, i.kind, i.mode, i.uid, i.gid, i.nlink, i.size, i.mtime, i.ctime"
 
 #endif

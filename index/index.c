@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -241,35 +240,6 @@ static void add_recovery_indexes(struct dbox_index *index)
 	}
 }
 
-/* Process-wide SQLite configuration, before its first use: the page
-   caches of all connections take their pages from one anonymous mapping
-   (INDEX_CACHE_KIB of 4 KiB pages, mapped lazily: memory is used as
-   pages are), falling back to malloc() when it is used up.  Left to
-   malloc(), every page of a cache filling up in a worker thread grew
-   that thread's arena by an mprotect(), and with many threads each one
-   costs a TLB shootdown: a tenth of the time of the first listing of a
-   1,000,000-message folder went there (perf).  Failing, SQLite keeps
-   using malloc(): slower, not wrong. */
-static pthread_once_t sqlite_config_once = PTHREAD_ONCE_INIT;
-
-static void sqlite_config(void)
-{
-	size_t n = (size_t)INDEX_CACHE_KIB * 1024 / INDEX_PAGE_SIZE, line;
-	int hdr = 0;
-	void *mem;
-
-	if (sqlite3_config(SQLITE_CONFIG_PCACHE_HDRSZ, &hdr) != SQLITE_OK)
-		return;
-	line = (INDEX_PAGE_SIZE + (size_t)hdr + 7) & ~(size_t)7;
-	mem = mmap(NULL, line * n, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (mem == MAP_FAILED)
-		return;
-	if (sqlite3_config(SQLITE_CONFIG_PAGECACHE, mem, (int)line,
-			   (int)n) != SQLITE_OK)
-		munmap(mem, line * n);
-}
-
 int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 {
 	struct dbox_index *index;
@@ -293,19 +263,16 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 	pthread_cond_init(&index->wal_sync.cond, NULL);
 	pthread_mutex_init(&index->ckpt.mutex, NULL);
 	pthread_cond_init(&index->ckpt.cond, NULL);
-	pthread_once(&sqlite_config_once, sqlite_config);
 	if (sqlite3_open_v2(path, &index->db, flags, NULL) != SQLITE_OK) {
 		ret = index_sql_error(index, "open");
 		goto fail;
 	}
 	sqlite3_extended_result_codes(index->db, 1);
 	sqlite3_busy_timeout(index->db, 5000);
-	/* cache_size first: the page cache is set up (sqlite_config) when
-	   the first page is read, by journal_mode. */
-	if ((ret = exec_sql(index, "PRAGMA cache_size=-" INDEX_STR(INDEX_CACHE_KIB) ";"
-				   "PRAGMA journal_mode=WAL;"
+	if ((ret = exec_sql(index, "PRAGMA journal_mode=WAL;"
 				   "PRAGMA synchronous=NORMAL;"
-				   "PRAGMA foreign_keys=OFF;")) < 0)
+				   "PRAGMA foreign_keys=OFF;"
+				   "PRAGMA cache_size=-32768;")) < 0)
 		goto fail;
 	if (is_new && (ret = create_schema(index)) < 0)
 		goto fail;
