@@ -101,6 +101,9 @@ def main():
     ap.add_argument("--repeats", type=int, help="repeats per benchmark (5 full, 3 quick)")
     ap.add_argument("--only", help="comma-separated subset of " + ",".join(ORDER))
     ap.add_argument("--out", default=str(benchlib.ROOT / "bench"))
+    ap.add_argument("--update", action="store_true",
+                    help="with --only: put the new rows into OUT/results.* in place of "
+                         "the old ones (after a change that touches one benchmark)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: needs root (drop_caches, Dovecot running as mail)")
@@ -142,18 +145,34 @@ def main():
         for m in stack:
             m.unmount()
 
+    out = Path(args.out)
+    if args.only and args.update:
+        rows, meta = updated(out / "results.json", rows, meta)
     md = report.markdown(rows, meta)
     print(md)
-    if args.only:
+    if args.only and not args.update:
         (ctx.tmp / "results-only.md").write_text(md)
         return 0
-    out = Path(args.out)
     (out / "results.md").write_text(md)
     (out / "results.json").write_text(json.dumps(
         {"meta": meta, "rows": [r.to_json() for r in rows]}, indent=1) + "\n")
     report.chart(rows, meta, out / "results.png", ctx.tmp)
     log(f"wrote {out}/results.md, results.png, results.json")
     return 0
+
+
+def updated(path, new_rows, new_meta):
+    """The rows of an earlier full run (results.json) with new_rows in
+    place of the rows of the same name, and its meta saying which rows
+    were measured again, when."""
+    old = json.loads(path.read_text())
+    meta = old["meta"]
+    by_name = {r.name: r for r in new_rows}
+    rows = [by_name.pop(d["name"], None) or benchlib.Row.from_json(d) for d in old["rows"]]
+    rows += by_name.values()
+    meta["date"] += (f"; rows of {', '.join(r.name for r in new_rows)} measured again "
+                     f"{new_meta['date']} (load {new_meta['load']})")
+    return rows, meta
 
 
 if __name__ == "__main__":
