@@ -147,7 +147,7 @@ def main():
 
     out = Path(args.out)
     if args.only and args.update:
-        rows, meta = updated(out / "results.json", rows, meta)
+        rows, meta = updated(out / "results.json", rows, meta, only)
     md = report.markdown(rows, meta)
     print(md)
     if args.only and not args.update:
@@ -161,17 +161,16 @@ def main():
     return 0
 
 
-def updated(path, new_rows, new_meta):
+def updated(path, new_rows, new_meta, only):
     """The rows of an earlier full run (results.json) with new_rows in
-    place of the rows of the same name, and its meta saying which rows
-    were measured again, when."""
+    place of the rows of the same name, and its meta saying which
+    benchmarks (only) were measured again, when."""
     old = json.loads(path.read_text())
     meta = old["meta"]
     by_name = {r.name: r for r in new_rows}
     rows = [by_name.pop(d["name"], None) or benchlib.Row.from_json(d) for d in old["rows"]]
     rows += by_name.values()
-    meta["date"] += (f"; rows of {', '.join(r.name for r in new_rows)} measured again "
-                     f"{new_meta['date']} (load {new_meta['load']})")
+    meta["date"] += f"; {', '.join(only)} again {new_meta['date']}"
     return rows, meta
 
 
