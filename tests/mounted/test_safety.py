@@ -772,3 +772,26 @@ def test_check_notes_an_empty_unknown_mfile(make_mount):
     m.mount()
     assert (m.mnt / "cur" / "a.host").read_bytes() == b"a\n"
     deliver(m.maildir(), "b.host", b"b\n")
+
+
+def test_check_notes_a_cut_first_record_of_an_unknown_mfile(make_mount):
+    """A crash while the first record of a new m.N was being written
+    (its creation not yet committed) leaves the file header line and a
+    part of a record: a note, not a problem; the next mount cuts it and
+    the store takes mail.  (The crash harness met this case.)"""
+    m = make_mount()
+    deliver(m.maildir(), "a.host", b"a\n")
+    m.unmount()
+    m1 = (m.store / "storage" / "m.1").read_bytes()
+    header_line = m1[:m1.index(b"\n") + 1]
+    # The header line and the first 30 bytes of the record in m.1.
+    (m.store / "storage" / "m.9").write_bytes(m1[:len(header_line) + 30])
+    out = check_json(m.store)
+    assert out["problems"] == [], out
+    assert any("m.9" in n and "unfinished record" in n for n in out["notes"]), out
+    m.mount()
+    assert (m.mnt / "cur" / "a.host").read_bytes() == b"a\n"
+    deliver(m.maildir(), "b.host", b"b\n")
+    assert (m.mnt / "cur" / "b.host").read_bytes() == b"b\n"
+    m.unmount()
+    assert len((m.store / "storage" / "m.9").read_bytes()) == len(header_line)

@@ -407,11 +407,20 @@ static void report_bads(struct check *c, const struct mfile *f)
 		const struct bad *b = &f->bads[i];
 		const char *reason = b->reason != NULL ? b->reason : "";
 
-		if (b->used || !f->known)
+		if (b->used)
 			problem(c, "storage/m.%u: bytes [%llu, %llu) are no whole "
 				"record%s%s", f->id, (unsigned long long)b->start,
 				(unsigned long long)b->end, *reason ? ": " : "",
 				reason);
+		else if (!f->known)
+			/* A file whose creation never committed: a record cut
+			   by a crash while it was written, like the others in
+			   it uncommitted (the next mount cuts the file). */
+			note(c, "storage/m.%u: bytes [%llu, %llu) are an "
+			     "unfinished record in a file the index does not "
+			     "know%s%s", f->id, (unsigned long long)b->start,
+			     (unsigned long long)b->end, *reason ? ": " : "",
+			     reason);
 		else
 			note(c, "storage/m.%u: bytes [%llu, %llu) are damaged but "
 			     "hold no message of the index%s%s", f->id,
