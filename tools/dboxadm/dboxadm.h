@@ -79,6 +79,11 @@ void adm_path_pop(struct adm_path *path, size_t len);
 /* Free the buffer. */
 void adm_path_free(struct adm_path *path);
 
+/* Room for element n of array (*size elements of elem bytes allocated):
+   the array, grown (doubled, 64 at first) when full, with *size updated;
+   or NULL when out of memory (the old array is then still valid). */
+void *adm_grow(void *array, size_t n, size_t *size, size_t elem);
+
 /* Open STORE/index.sqlite for reading without the store lock (works while
    the store is mounted).  Returns ADM_EXIT_OK and *index_r, or
    ADM_EXIT_USAGE after reporting why (no store there, corrupt, newer

@@ -124,18 +124,6 @@ struct imp {
 	bool fatal;
 };
 
-static void *grow(void *array, size_t n, size_t *size, size_t elem)
-{
-	size_t new_size = *size == 0 ? 64 : *size * 2;
-	void *p;
-
-	if (n < *size)
-		return array;
-	if ((p = realloc(array, new_size * elem)) != NULL)
-		*size = new_size;
-	return p;
-}
-
 static void fatal(struct imp *imp, const char *what, int err)
 {
 	if (!imp->fatal)
@@ -358,7 +346,7 @@ static int walk_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	struct imp *imp = w->imp;
 	struct rec *recs, *r;
 
-	recs = grow(imp->recs, imp->nrecs, &imp->recs_size, sizeof(*recs));
+	recs = adm_grow(imp->recs, imp->nrecs, &imp->recs_size, sizeof(*recs));
 	if (recs == NULL)
 		return -ENOMEM;
 	imp->recs = recs;
@@ -472,7 +460,8 @@ static int adopt_file(struct imp *imp, int dfd, uint32_t dfile,
 			return 0;
 		}
 	}
-	files = grow(imp->files, imp->nfiles, &imp->files_size, sizeof(*files));
+	files = adm_grow(imp->files, imp->nfiles, &imp->files_size,
+			 sizeof(*files));
 	if (files == NULL)
 		return -ENOMEM;
 	imp->files = files;
@@ -624,8 +613,8 @@ static int status_cb(struct imp *imp, char **f, size_t n)
 	uint64_t tmp;
 	int ret;
 
-	folders = grow(imp->folders, imp->nfolders, &imp->folders_size,
-		       sizeof(*folders));
+	folders = adm_grow(imp->folders, imp->nfolders, &imp->folders_size,
+			   sizeof(*folders));
 	if (folders == NULL)
 		return -ENOMEM;
 	imp->folders = folders;

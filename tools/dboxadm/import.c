@@ -93,21 +93,6 @@ static int64_t ts_ns(const struct timespec *ts)
 	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
 }
 
-/* Room for element n of array (size elements of elem bytes allocated):
-   the array, grown (doubled) when full, or NULL when out of memory (the
-   old array is then still valid). */
-static void *grow(void *array, size_t n, size_t *size, size_t elem)
-{
-	size_t new_size = *size == 0 ? 64 : *size * 2;
-	void *p;
-
-	if (n < *size)
-		return array;
-	if ((p = realloc(array, new_size * elem)) != NULL)
-		*size = new_size;
-	return p;
-}
-
 /* One item failed: report, count, go on. */
 static void item_failed(struct import *imp, const char *what, int err)
 {
@@ -133,8 +118,8 @@ static int touch_file(struct import *imp, uint32_t file_id)
 	for (size_t i = 0; i < imp->ntouched; i++)
 		if (imp->touched[i] == file_id)
 			return 0;
-	touched = grow(imp->touched, imp->ntouched, &imp->touched_size,
-		       sizeof(*touched));
+	touched = adm_grow(imp->touched, imp->ntouched, &imp->touched_size,
+			   sizeof(*touched));
 	if (touched == NULL)
 		return -ENOMEM;
 	imp->touched = touched;
@@ -390,8 +375,8 @@ static void import_file(struct import *imp, int fd, const struct stat *sb,
 		undo_create(imp, dir, name);
 		return;
 	}
-	new_files = grow(imp->new_files, imp->nnew_files, &imp->new_files_size,
-			 sizeof(*new_files));
+	new_files = adm_grow(imp->new_files, imp->nnew_files,
+			     &imp->new_files_size, sizeof(*new_files));
 	if (new_files != NULL) {
 		imp->new_files = new_files;
 		imp->new_files[imp->nnew_files++] = attr.ino;
@@ -572,8 +557,8 @@ static void import_dir(struct import *imp, int dirfd, uint64_t dir,
 
 static int add_dir_time(struct import *imp, uint64_t ino, int64_t mtime_ns)
 {
-	struct dir_time *dirs = grow(imp->dirs, imp->ndirs, &imp->dirs_size,
-				     sizeof(*dirs));
+	struct dir_time *dirs = adm_grow(imp->dirs, imp->ndirs,
+					 &imp->dirs_size, sizeof(*dirs));
 
 	if (dirs == NULL)
 		return -ENOMEM;
@@ -664,7 +649,7 @@ static ssize_t read_names(int fd, char ***names_r)
 	while ((de = readdir(d)) != NULL) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		grown = grow(names, n, &size, sizeof(*names));
+		grown = adm_grow(names, n, &size, sizeof(*names));
 		if (grown == NULL || (grown[n] = strdup(de->d_name)) == NULL) {
 			names = grown != NULL ? grown : names;
 			err = ENOMEM;

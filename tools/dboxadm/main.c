@@ -187,6 +187,18 @@ void adm_path_free(struct adm_path *path)
 	path->buf = NULL;
 }
 
+void *adm_grow(void *array, size_t n, size_t *size, size_t elem)
+{
+	size_t new_size = *size == 0 ? 64 : *size * 2;
+	void *p;
+
+	if (n < *size)
+		return array;
+	if ((p = realloc(array, new_size * elem)) != NULL)
+		*size = new_size;
+	return p;
+}
+
 /* Log sink for storage/ and index/: the same "dboxadm: " form. */
 static void log_sink(enum dbox_log_level level, const char *fmt, va_list args)
 {
