@@ -13,6 +13,7 @@ daemon to exit and fails the test if the log holds such a report.
 """
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -24,6 +25,15 @@ DBOXFS = BUILD / "dboxfs"
 DBOXADM = BUILD / "dboxadm"
 SHARED = Path(os.environ.get("DBOXFS_SHARED", Path(__file__).resolve().parents[2].parent / "shared"))
 CORPORA = SHARED / "corpora"
+
+
+def index_rows(store, sql):
+    """The rows of a read-only query of STORE/index.sqlite."""
+    db = sqlite3.connect(f"file:{store / 'index.sqlite'}?mode=ro", uri=True)
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
 
 
 def is_mounted(path):

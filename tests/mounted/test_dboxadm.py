@@ -10,14 +10,13 @@ checked against the index and the tree.
 import collections
 import os
 import shutil
-import sqlite3
 import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import CORPORA, DBOXADM, SHARED, need_corpora
+from conftest import CORPORA, DBOXADM, SHARED, index_rows, need_corpora
 
 MAILDIR_SUBS = ("cur", "new", "tmp")
 
@@ -138,14 +137,6 @@ def assert_same_tree(a, b, exclude=()):
                 assert sa.st_size == sb.st_size, (rel, n)
             checked += 1
     assert checked > 0
-
-
-def index_rows(store, sql):
-    db = sqlite3.connect(f"file:{store / 'index.sqlite'}?mode=ro", uri=True)
-    try:
-        return db.execute(sql).fetchall()
-    finally:
-        db.close()
 
 
 def mfiles(store):

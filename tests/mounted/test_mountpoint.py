@@ -112,13 +112,28 @@ def test_numeric_options_at_their_limits_mount(make_mount):
     assert not is_mounted(m.mnt)
 
 
+def daemon_pid(store):
+    """The pid of the dboxfs daemon serving store."""
+    return int(subprocess.run(["pgrep", "-f", f"dboxfs {store} "],
+                              capture_output=True, text=True).stdout.split()[0])
+
+
+def assert_refused_over_dead_mount(store, mnt):
+    """dboxfs refuses to mount over the dead mount on mnt, saying how to
+    take it away, and does not stack a second mount there."""
+    r = run_dboxfs(store, mnt)
+    assert r.returncode != 0
+    assert "fusermount3 -u" in r.stderr
+    with open("/proc/mounts") as f:
+        assert sum(line.split()[1] == str(mnt) for line in f) == 1
+
+
 def test_dead_mount_is_not_stacked_over(tmp_path):
     store, mnt = tmp_path / "store", tmp_path / "mnt"
     mnt.mkdir()
     try:
         assert run_dboxfs(store, mnt).returncode == 0  # a daemon in the background
-        pid = int(subprocess.run(["pgrep", "-f", f"dboxfs {store} "],
-                                 capture_output=True, text=True).stdout.split()[0])
+        pid = daemon_pid(store)
         # The crash: the daemon dies, its mount stays (no fusermount3 -u).
         os.kill(pid, signal.SIGKILL)
         for _ in range(100):
@@ -127,11 +142,7 @@ def test_dead_mount_is_not_stacked_over(tmp_path):
             except OSError:
                 break
             time.sleep(0.05)
-        r = run_dboxfs(store, mnt)
-        assert r.returncode != 0
-        assert "fusermount3 -u" in r.stderr
-        with open("/proc/mounts") as f:
-            assert sum(line.split()[1] == str(mnt) for line in f) == 1
+        assert_refused_over_dead_mount(store, mnt)
     finally:
         while is_mounted(mnt):
             subprocess.run(["fusermount3", "-uz", str(mnt)], stderr=subprocess.DEVNULL)
@@ -145,8 +156,7 @@ def test_dead_mount_with_cached_root_is_not_stacked_over(tmp_path):
     mnt.mkdir()
     try:
         assert run_dboxfs(store, mnt).returncode == 0
-        pid = int(subprocess.run(["pgrep", "-f", f"dboxfs {store} "],
-                                 capture_output=True, text=True).stdout.split()[0])
+        pid = daemon_pid(store)
         os.listdir(mnt / "cur")
         os.stat(mnt)                      # the root's attributes, cached
         os.kill(pid, signal.SIGKILL)
@@ -155,11 +165,7 @@ def test_dead_mount_with_cached_root_is_not_stacked_over(tmp_path):
                 break
             time.sleep(0.05)
         os.stat(mnt)                      # still answered from the cache
-        r = run_dboxfs(store, mnt)
-        assert r.returncode != 0
-        assert "fusermount3 -u" in r.stderr
-        with open("/proc/mounts") as f:
-            assert sum(line.split()[1] == str(mnt) for line in f) == 1
+        assert_refused_over_dead_mount(store, mnt)
     finally:
         while is_mounted(mnt):
             subprocess.run(["fusermount3", "-uz", str(mnt)], stderr=subprocess.DEVNULL)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBOXADM, need_corpora
+from conftest import DBOXADM, index_rows, need_corpora
 from dovecot_mdbox import Mdbox, dovecot_tmp  # noqa: F401
 
 ROTATE = "rotate_size=32768"
@@ -34,14 +34,6 @@ def adm(*args, check_rc=None):
 
 def stats(store):
     return json.loads(adm("stats", store, "--json", "--files", check_rc=0).stdout)
-
-
-def index_rows(store, sql):
-    db = sqlite3.connect(f"file:{store / 'index.sqlite'}?mode=ro", uri=True)
-    try:
-        return db.execute(sql).fetchall()
-    finally:
-        db.close()
 
 
 def file_of(store):

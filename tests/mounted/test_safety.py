@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBOXADM, DBOXFS, Mount, is_mounted, unmount
+from conftest import DBOXADM, DBOXFS, Mount, index_rows, is_mounted, unmount
 
 RNG = random.Random(61)
 
@@ -82,14 +82,6 @@ def snapshot(d):
             data = open(p, "rb").read() if stat.S_ISREG(st.st_mode) else None
             out[os.path.relpath(p, d)] = (st.st_mode, st.st_size, st.st_mtime_ns, data)
     return out
-
-
-def index_rows(store, sql):
-    db = sqlite3.connect(f"file:{store / 'index.sqlite'}?mode=ro", uri=True)
-    try:
-        return db.execute(sql).fetchall()
-    finally:
-        db.close()
 
 
 def message_locations(store):
