@@ -421,6 +421,8 @@ int dbox_index_setattr(struct dbox_index *index, const struct dbox_attr *attr)
 	sqlite3_bind_int64(stmt, 6, attr->mtime_ns);
 	sqlite3_bind_int64(stmt, 7, attr->ctime_ns);
 	sqlite3_bind_int(stmt, 8, attr->kind);
+	sqlite3_bind_int64(stmt, 9, attr->atime_ns);
+	sqlite3_bind_int64(stmt, 10, (int64_t)attr->rdev);
 	if ((ret = index_exec_stmt(index, stmt, "setattr")) < 0)
 		return ret;
 	return sqlite3_changes(index->db) == 1 ? 0 : -ENOENT;

@@ -68,10 +68,29 @@ int index_exec_stmt(struct dbox_index *index, sqlite3_stmt *stmt,
 		    const char *what);
 
 /* Fill an attr from a row whose columns start at col with
-   ino, kind, mode, uid, gid, nlink, size, mtime, ctime. */
+   ino, kind, mode, uid, gid, nlink, size, mtime, ctime, atime, rdev. */
 void index_row_attr(sqlite3_stmt *stmt, int col, struct dbox_attr *attr_r);
 
 /* The column list index_row_attr() reads, for building statements. */
-#define INDEX_ATTR_COLS "i.ino, i.kind, i.mode, i.uid, i.gid, i.nlink, i.size, i.mtime, i.ctime"
+#define INDEX_ATTR_COLS "i.ino, i.kind, i.mode, i.uid, i.gid, i.nlink, i.size, i.mtime, i.ctime," \
+	" coalesce(i.atime, i.mtime), i.rdev"
+
+/* What format 2 added to format 1 (index.c creates and upgrades with
+   these): inode.atime in ns (NULL = the same as mtime, as every inode of
+   a format 1 store reads), inode.rdev (device number of a character or
+   block special file, else 0), a symlink's target, and extended
+   attributes.  Both tables are keyed by inode; a trigger deletes their
+   rows with the inode, so no deleting path can leave them behind. */
+#define INDEX_FORMAT2_INODE_COLS \
+	"  atime INTEGER,\n" \
+	"  rdev  INTEGER NOT NULL DEFAULT 0\n"
+#define INDEX_FORMAT2_TABLES \
+	"CREATE TABLE symlink (ino INTEGER PRIMARY KEY, target BLOB NOT NULL);\n" \
+	"CREATE TABLE xattr (ino INTEGER NOT NULL, name BLOB NOT NULL,\n" \
+	"  value BLOB NOT NULL, PRIMARY KEY (ino, name)) WITHOUT ROWID;\n" \
+	"CREATE TRIGGER inode_gone AFTER DELETE ON inode BEGIN\n" \
+	"  DELETE FROM symlink WHERE ino = old.ino;\n" \
+	"  DELETE FROM xattr WHERE ino = old.ino;\n" \
+	"END;\n"
 
 #endif

@@ -29,7 +29,9 @@ static const char schema_sql[] =
 	"  nlink INTEGER NOT NULL,\n"   /* names; dirs: 2 + subdirectories */
 	"  size  INTEGER NOT NULL,\n"   /* plaintext bytes */
 	"  mtime INTEGER NOT NULL,\n"   /* ns; a message's received time */
-	"  ctime INTEGER NOT NULL);\n"  /* ns */
+	"  ctime INTEGER NOT NULL,\n"   /* ns */
+	INDEX_FORMAT2_INODE_COLS ");\n"
+	INDEX_FORMAT2_TABLES
 	"CREATE TABLE entry (\n"
 	"  id     INTEGER PRIMARY KEY AUTOINCREMENT,\n" /* readdir order */
 	"  parent INTEGER NOT NULL,\n"
@@ -61,8 +63,8 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_LOOKUP] = "SELECT " INDEX_ATTR_COLS " FROM entry e JOIN inode i ON i.ino = e.ino"
 		      " WHERE e.parent = ?1 AND e.name = ?2",
 	[ST_GETATTR] = "SELECT " INDEX_ATTR_COLS " FROM inode i WHERE i.ino = ?1",
-	[ST_INODE_INSERT] = "INSERT INTO inode (kind, mode, uid, gid, nlink, size, mtime, ctime)"
-			    " VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?6)",
+	[ST_INODE_INSERT] = "INSERT INTO inode (kind, mode, uid, gid, nlink, size, mtime, ctime, atime)"
+			    " VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?6, ?6)",
 	[ST_ENTRY_INSERT] = "INSERT INTO entry (parent, name, ino) VALUES (?1, ?2, ?3)",
 	[ST_ENTRY_GET] = "SELECT e.id, " INDEX_ATTR_COLS " FROM entry e JOIN inode i ON i.ino = e.ino"
 			 " WHERE e.parent = ?1 AND e.name = ?2",
@@ -76,7 +78,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 			 " WHERE ino = ?1",
 	[ST_NLINK_ADD] = "UPDATE inode SET nlink = nlink + ?2, ctime = max(ctime, ?3) WHERE ino = ?1",
 	[ST_SETATTR] = "UPDATE inode SET mode = ?2, uid = ?3, gid = ?4, size = ?5, mtime = ?6,"
-		       " ctime = ?7, kind = ?8 WHERE ino = ?1",
+		       " ctime = ?7, kind = ?8, atime = ?9, rdev = ?10 WHERE ino = ?1",
 	[ST_INODE_DELETE] = "DELETE FROM inode WHERE ino = ?1",
 	[ST_MSG_DELETE] = "DELETE FROM message WHERE ino = ?1",
 	[ST_READDIR] = "SELECT e.id, e.name, " INDEX_ATTR_COLS " FROM entry e"
@@ -142,6 +144,8 @@ void index_row_attr(sqlite3_stmt *stmt, int col, struct dbox_attr *attr_r)
 	attr_r->size = sqlite3_column_int64(stmt, col + 6);
 	attr_r->mtime_ns = sqlite3_column_int64(stmt, col + 7);
 	attr_r->ctime_ns = sqlite3_column_int64(stmt, col + 8);
+	attr_r->atime_ns = sqlite3_column_int64(stmt, col + 9);
+	attr_r->rdev = sqlite3_column_int64(stmt, col + 10);
 }
 
 int64_t dbox_now_ns(void)
@@ -199,7 +203,7 @@ static int prepare_stmt(struct dbox_index *index, enum index_stmt id)
 	return 0;
 }
 
-static int check_format(struct dbox_index *index)
+static int check_format(struct dbox_index *index, int64_t *format_r)
 {
 	int64_t format;
 
@@ -214,6 +218,45 @@ static int check_format(struct dbox_index *index)
 			   (long long)format, DBOX_INDEX_FORMAT);
 		return -EPROTO;
 	}
+	*format_r = format;
+	return 0;
+}
+
+/* Bring an index of an older format up to DBOX_INDEX_FORMAT, in one
+   transaction.  Format 1 -> 2 adds inode.atime (NULL: "the same as mtime",
+   so the upgrade rewrites no row and costs the same on a million messages
+   as on ten), inode.rdev, and the symlink and xattr tables.  Returns 0,
+   or a negative errno (-EROFS when the index cannot be written: an old
+   store on read-only media is refused, never half upgraded). */
+static int upgrade_format(struct dbox_index *index, int64_t format)
+{
+	char sql[128];
+	int ret;
+
+	if (format >= DBOX_INDEX_FORMAT)
+		return 0;
+	if (sqlite3_db_readonly(index->db, "main") == 1) {
+		dbox_error("index %s: format %lld needs an upgrade to %d, and "
+			   "the index is read-only; open it read-write once",
+			   index->path, (long long)format, DBOX_INDEX_FORMAT);
+		return -EROFS;
+	}
+	snprintf(sql, sizeof(sql),
+		 "UPDATE meta SET value = %d WHERE key = 'format';",
+		 DBOX_INDEX_FORMAT);
+	if ((ret = exec_sql(index, "BEGIN IMMEDIATE")) < 0)
+		return ret;
+	if ((ret = exec_sql(index,
+			    "ALTER TABLE inode ADD COLUMN atime INTEGER;"
+			    "ALTER TABLE inode ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0;"
+			    INDEX_FORMAT2_TABLES)) < 0 ||
+	    (ret = exec_sql(index, sql)) < 0 ||
+	    (ret = exec_sql(index, "COMMIT")) < 0) {
+		exec_sql(index, "ROLLBACK");
+		return ret;
+	}
+	dbox_info("index %s: upgraded from format %lld to %d", index->path,
+		  (long long)format, DBOX_INDEX_FORMAT);
 	return 0;
 }
 
@@ -243,6 +286,7 @@ static void add_recovery_indexes(struct dbox_index *index)
 int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 {
 	struct dbox_index *index;
+	int64_t format;
 	bool is_new;
 	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
 	int ret;
@@ -280,7 +324,8 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 	   schema they do not fit, and is refused as newer (-EPROTO), not as
 	   unreadable (-EIO). */
 	if ((ret = prepare_stmt(index, ST_META_GET)) < 0 ||
-	    (ret = check_format(index)) < 0)
+	    (ret = check_format(index, &format)) < 0 ||
+	    (ret = upgrade_format(index, format)) < 0)
 		goto fail;
 	add_recovery_indexes(index);
 	for (int i = 0; i < ST_COUNT; i++) {

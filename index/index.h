@@ -35,8 +35,8 @@
 #include <sys/types.h>
 
 /* Version of the schema this code writes; a store with a higher one is
-   refused (-EPROTO). */
-#define DBOX_INDEX_FORMAT 1
+   refused (-EPROTO), an older one is upgraded when opened read-write. */
+#define DBOX_INDEX_FORMAT 2
 /* The root directory (INBOX of the Maildir++ tree) = FUSE_ROOT_ID. */
 #define DBOX_ROOT_INO 1
 /* Longest name in bytes (NAME_MAX); a longer one is -ENAMETOOLONG.  The
@@ -64,7 +64,8 @@ struct dbox_attr {
 	uint32_t uid, gid;
 	uint32_t nlink;
 	uint64_t size; /* bytes: plaintext size for a message */
-	int64_t mtime_ns, ctime_ns;
+	int64_t mtime_ns, ctime_ns, atime_ns;
+	uint64_t rdev; /* device number (makedev) of a special file, else 0 */
 };
 
 /* Where a message's record is.  Sizes in bytes. */

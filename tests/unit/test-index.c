@@ -468,6 +468,37 @@ static void test_format_newer(void **state)
 	assert_true(ino_at(f, DBOX_ROOT_INO, "d") > DBOX_ROOT_INO);
 }
 
+/* A format 1 index (no atime/rdev columns, no symlink/xattr tables) is
+   upgraded in place at a read-write open: names and times are kept, and
+   every inode's atime reads as its mtime. */
+static void test_format1_upgrade(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_attr before, after;
+	uint64_t ino = mk(f, DBOX_ROOT_INO, "d", DBOX_KIND_DIR);
+	int64_t format;
+
+	assert_int_equal(dbox_index_getattr(f->index, ino, &before), 0);
+	assert_int_equal(before.atime_ns, before.mtime_ns);
+	dbox_index_close(&f->index);
+	raw_sql(f->path, "DROP TRIGGER inode_gone;"
+			 "DROP TABLE symlink; DROP TABLE xattr;"
+			 "ALTER TABLE inode DROP COLUMN atime;"
+			 "ALTER TABLE inode DROP COLUMN rdev;"
+			 "UPDATE inode SET mtime = 1234567890123456789 WHERE ino = 2;"
+			 "UPDATE meta SET value = 1 WHERE key = 'format'");
+
+	assert_int_equal(dbox_index_open(f->path, false, &f->index), 0);
+	assert_int_equal(dbox_index_meta_get(f->index, "format", &format), 0);
+	assert_int_equal(format, DBOX_INDEX_FORMAT);
+	assert_int_equal(ino_at(f, DBOX_ROOT_INO, "d"), ino);
+	assert_int_equal(dbox_index_getattr(f->index, ino, &after), 0);
+	assert_int_equal(after.mtime_ns, 1234567890123456789LL);
+	assert_int_equal(after.atime_ns, after.mtime_ns);
+	assert_int_equal(after.rdev, 0);
+	assert_int_equal(after.nlink, before.nlink);
+}
+
 static void test_not_an_index(void **state)
 {
 	struct fix *f = *state;
@@ -1971,6 +2002,7 @@ int main(void)
 		T(test_open_create),
 		T(test_reopen_keeps_data),
 		T(test_format_newer),
+		T(test_format1_upgrade),
 		T(test_not_an_index),
 		T(test_create_lookup_getattr),
 		T(test_create_errors),
