@@ -165,8 +165,8 @@ INSTALL         ?= install
 INSTALL_PROGRAM ?= $(INSTALL)
 INSTALL_DATA    ?= $(INSTALL) -m 644
 
-# The install tests lint the man pages (groff) and verify the README's
-# systemd units (systemd-analyze).
+# The install tests lint the man pages (groff) and verify the systemd
+# units of docs/administration.md (systemd-analyze).
 TEST_DEBS += groff-base systemd
 
 install: all

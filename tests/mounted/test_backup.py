@@ -1,4 +1,4 @@
-"""The README's backup recipe, run as written, against a mounted store:
+"""docs/administration.md's backup recipe, run as written, on a mounted store:
 
     sqlite3 STORE/index.sqlite ".backup BACKUP/index.sqlite"
     rsync -a --delete STORE/storage STORE/files BACKUP/
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def backup(store, dest):
-    """The README's commands; returns the m.N names rsync sent."""
+    """The recipe's commands; returns the m.N names rsync sent."""
     dest.mkdir(mode=0o700, exist_ok=True)
     subprocess.run(["sqlite3", str(store / "index.sqlite"),
                     f".backup {dest / 'index.sqlite'}"], check=True, timeout=60)

@@ -11,7 +11,7 @@ documentation agreeing with the code.
   is in dboxadm(8).  Both lists come from the code, so an option or verb
   added later without documentation fails here.
 - The man pages format without a groff warning.
-- The systemd units in the README pass `systemd-analyze verify`.
+- The systemd units in docs/administration.md pass `systemd-analyze verify`.
 """
 import json
 import re
@@ -220,16 +220,17 @@ def test_man_page_versions_match_programs():
         assert f'"dboxfs {version}"' in th, (prog, version, th)
 
 
-# --- the README's systemd units -------------------------------------------------
+# --- the systemd units of docs/administration.md ------------------------------
 
 UNIT_HEADER = re.compile(r"^( +)# (/etc/systemd/system/|~/\.config/systemd/user/)(\S+)$")
 
 
-def readme_units():
-    """(directory, name, text) of every unit file shown in the README: an
+def doc_units():
+    """(directory, name, text) of every unit file shown in
+    docs/administration.md: an
     indented block whose first line is '# <path of the unit>'."""
     units, current = [], None
-    for line in (ROOT / "README").read_text().splitlines():
+    for line in (ROOT / "docs" / "administration.md").read_text().splitlines():
         m = UNIT_HEADER.match(line)
         if m:
             indent = m.group(1)
@@ -244,9 +245,9 @@ def readme_units():
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,
                     reason="systemd-analyze not installed")
-def test_readme_systemd_units_verify(destdir, tmp_path):
+def test_documented_systemd_units_verify(destdir, tmp_path):
     need_root()
-    units = readme_units()
+    units = doc_units()
     kinds = {n.rsplit(".", 1)[1] for _, n, _ in units}
     assert {"mount", "service", "timer"} <= kinds, units
     system, user = tmp_path / "system", tmp_path / "user"
