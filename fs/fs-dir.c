@@ -227,7 +227,7 @@ static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 }
 
 /* Symbolic links are not stored: no maildir client makes one
-   (reference/maildir-clients.md).  EPERM is what symlink(2) returns on a
+   (docs/clients.md).  EPERM is what symlink(2) returns on a
    filesystem that does not support them, and what rsync and cp report and
    go on after; without this handler libfuse answers ENOSYS, which programs
    take for a missing system call. */

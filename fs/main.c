@@ -133,7 +133,7 @@ static void raise_nofile(void)
 	}
 }
 
-/* A store created by this mount is an empty INBOX (DESIGN.md section 1):
+/* A store created by this mount is an empty INBOX (docs/design.md section 1):
    the root gets cur/ new/ tmp/, so maildir clients find a mailbox. */
 static int create_inbox(struct dbox_store *st)
 {

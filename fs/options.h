@@ -8,7 +8,7 @@
  *
  *   rotate_size=BYTES      1 .. 4294967295: an m.N stays below 4 GiB,
  *                          Dovecot's map offsets being 32-bit
- *                          (reference/dbox-format.md)
+ *                          (docs/dbox-format.md section 6)
  *   entry_timeout=SECS     0 .. 31536000 (a year), decimal, fractions
  *   attr_timeout=SECS      allowed ("0.5")
  *   purge_threshold=PCT    0 .. 100

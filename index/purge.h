@@ -4,7 +4,7 @@
 /*
  * purge: give back the bytes of expunged, overwritten (copy-on-write) and
  * abandoned records in storage/m.N files, as Dovecot's `doveadm purge`
- * does for mdbox (mdbox-purge.c; reference/dbox-format.md section 11).
+ * does for mdbox (mdbox-purge.c; docs/dbox-format.md section 11).
  *
  * For each m.N with dead bytes: take it out of the append pool, copy its
  * live records verbatim (header + body + metadata, no recompression) to

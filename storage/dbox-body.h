@@ -11,7 +11,7 @@
  * single-member gzip stream, as Dovecot's zlib plugin writes with
  * zlib_save = gz), Z metadata = the plaintext size when it differs from
  * the stored size, V computed on the plaintext (dbox-save.c in Dovecot
- * 2.3.21 writes them so; reference section 5 and 7).
+ * 2.3.21 writes them so; docs/dbox-format.md sections 5, 7).
  *
  * How bytes get there:
  *  - Sequential writes (each at the current plaintext end, the normal case

@@ -8,7 +8,7 @@
  * codec-xz.c (liblzma), codec-zstd.c (libzstd), codec-lz4.c (liblz4, in
  * Dovecot's own container format).  These are the five formats Dovecot
  * 2.3's zlib plugin reads and writes (src/lib-compression/compression.c,
- * 2.3.21; shared/reference/dbox-format.md section 7).
+ * 2.3.21; docs/dbox-format.md section 7).
  *
  * Both directions are streaming and incremental, in the style of zlib:
  * a call consumes what it can of io->in and produces what it can into

@@ -6,7 +6,7 @@
  * Invariants kept here:
  * - Every offset we write, and the end of every record we finish, stays
  *   below DBOX_FILE_SIZE_MAX: the map index stores offsets and sizes as
- *   uint32_t (reference section 6).  Past it we fail with EFBIG.
+ *   uint32_t (docs/dbox-format.md section 6).  Past it we fail with EFBIG.
  * - While a record is open for appending, the file ends at the body end
  *   (offset + 30 + body_size), except after a finish, when the metadata
  *   block follows; any write that would leave old metadata bytes inside

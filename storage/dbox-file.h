@@ -30,7 +30,7 @@ void dbox_file_name(char *buf, uint32_t file_id);
    file_id in decimal from 1 to UINT32_MAX, without leading zeros, sign or
    anything after it ("m.0", "m.01", "m.1.broken" are no m.N).  Returns true
    and sets *file_id_r, or false (*file_id_r untouched).  errno is kept.
-   Source: reference/dbox-format.md section 1 ("m." + decimal file_id). */
+   Source: docs/dbox-format.md section 1 ("m." + decimal file_id). */
 bool dbox_mfile_parse_name(const char *name, uint32_t *file_id_r);
 
 /* Read and check the header line of an open m.N.  Returns 0 and sets

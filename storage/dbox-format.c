@@ -1,7 +1,7 @@
 /*
  * dbox-format.c: format and parse the pieces of a dbox v2 file in memory
  * (file header line, 30-byte message header, metadata block) and count
- * virtual sizes.  See dbox-format.h and shared/reference/dbox-format.md
+ * virtual sizes.  See dbox-format.h and docs/dbox-format.md
  * sections 2-6.  No I/O here; dbox-file.c does the reading and writing.
  *
  * Parsers never read past the length they are given and never trust a

@@ -5,7 +5,7 @@
  * dbox-format: the bytes of a dbox v2 file, as Dovecot 2.3 writes mdbox
  * storage/m.N files (dovecot/core 2.3.21, src/lib-storage/index/dbox-common/
  * dbox-file.h, dbox-file.c, dbox-save.c; summarised in
- * shared/reference/dbox-format.md sections 2-6).
+ * docs/dbox-format.md sections 2-6).
  *
  * Pure functions over memory buffers: no I/O, no allocation except where a
  * function says so.  The layout of one file is

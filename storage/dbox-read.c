@@ -62,7 +62,7 @@ struct dbox_reader {
 	char offset_name[40];  /* "body at offset N", the default prefix */
 };
 
-/* The magics of compression_detect_handler() (reference section 7). */
+/* compression_detect_handler()'s magics (docs/dbox-format.md section 7). */
 static const struct {
 	enum dbox_compression compression;
 	const char *magic;

@@ -6,7 +6,7 @@
  *
  * Compression is detected from the first bytes of the body, as Dovecot's
  * compression_detect_handler() does (src/lib-compression/compression.c,
- * 2.3.21; shared/reference/dbox-format.md section 7): gzip 1f 8b, bzip2
+ * 2.3.21; docs/dbox-format.md section 7): gzip 1f 8b, bzip2
  * "BZh" + '1'..'9', xz FD 37 7A 58 5A 00, zstd 28 B5 2F FD, Dovecot's lz4
  * container "Dovecot-LZ4\r\x2a\x9b\xc5".  There is no flag in the record.
  * A plain body is read with pread.  A compressed one keeps its decoder

@@ -11,7 +11,7 @@
  * magic right after that many body bytes, a well-formed metadata block),
  * as Dovecot's dbox_file_fix() resynchronises on the magics
  * (dovecot/core 2.3.21 src/lib-storage/index/dbox-common/dbox-file-fix.c;
- * shared/reference/dbox-format.md section 6).  The bytes in between are
+ * docs/dbox-format.md section 6).  The bytes in between are
  * reported as one unreadable region.  A bad file header line makes the
  * search start at offset 0.
  *

@@ -4,7 +4,7 @@ Each cycle mounts the store (dboxfs -f, a child of the test), starts the
 actors below as separate processes against the mount - so the kill hits
 them in the middle of system calls -, waits a random time, SIGKILLs the
 daemon, takes the dead mount away (fusermount3 -uz), mounts again and
-checks the promise DESIGN.md section 6 makes:
+checks the promise docs/durability.md makes:
 
   - every delivery whose final rename() or link() returned 0 is present
     exactly once, byte for byte, under its name (or under the name a flag
@@ -428,7 +428,7 @@ def test_crash_cycles(tmp_path):
 
 def test_crash_while_rewriting_a_message(tmp_path):
     """A client rewriting a delivered message (open O_RDWR or O_TRUNC and
-    write: a new copy, DESIGN.md section 4) when the daemon dies: the
+    write: a new copy, docs/durability.md) when the daemon dies: the
     message is still there after recovery, whole - the old bytes, as the
     rewrite never reached a close or fsync - under all its names."""
     m = Mount(tmp_path / "store", tmp_path / "mnt")

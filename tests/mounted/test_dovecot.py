@@ -142,7 +142,7 @@ def test_dovecot_compressed_reads_back(codec, tmp_path):
 
 
 def dbox_record(body, plain, received, guid, mailbox):
-    """One dbox v2 record as Dovecot 2.3 writes it (reference sections 3, 5)."""
+    """A dbox v2 record as Dovecot writes it (docs/dbox-format.md sections 3, 5)."""
     vsize = len(plain) + plain.count(b"\n") - plain.count(b"\r\n")
     meta = b"Z%x\nR%x\nV%x\nG%s\nB%s\n\n" % (len(plain), received, vsize,
                                              guid.encode(), mailbox.encode())
@@ -299,7 +299,7 @@ def test_dboxfs_to_dovecot(make_mount, tmp_path, compress):
                        "mailbox", "*", "all")
 
     # Without a map index that says otherwise, force-resync restores the
-    # dead records too (reference section 12, step 6): the extras are
+    # dead records too (docs/dbox-format.md section 12): the extras are
     # exactly those.  After a purge there are none.
     extra = [g for g in got if g["guid"].decode() not in live]
     assert {g["guid"].decode() for g in extra} == dead

@@ -179,7 +179,7 @@ def test_adopt_fixture(fixture, dovecot_tmp, make_mount):
 
 def dbox_records(path):
     """Metadata (key letter -> value) of every record of an m.N file, read
-    by the dbox v2 layout (reference/dbox-format.md sections 2-6)."""
+    by the dbox v2 layout (docs/dbox-format.md sections 2-6)."""
     data = path.read_bytes()
     pos = data.index(b"\n") + 1
     out = []

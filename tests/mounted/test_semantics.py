@@ -1,7 +1,7 @@
 """Filesystem semantics maildir clients rely on, checked on a real mount.
 
-One section per promise of DESIGN.md sections 2 and 4 (and the client
-behaviour in reference/maildir-clients.md).  Every test checks outcomes a
+One section per promise of docs/design.md sections 2 and 5 (and the client
+behaviour in docs/clients.md).  Every test checks outcomes a
 client would see (bytes, st_ino, counts, errno), so each fails when the
 behaviour breaks.
 """
@@ -1082,7 +1082,7 @@ def test_mkdir_rmdir_folders(mount):
 
 
 def test_empty_store_is_empty_inbox(make_mount, tmp_path):
-    """DESIGN.md section 1: the root is INBOX (cur/ new/ tmp/)."""
+    """docs/design.md section 1: the root is INBOX (cur/ new/ tmp/)."""
     m = make_mount(store=tmp_path / "fresh", mnt=tmp_path / "fmnt")
     names = sorted(os.listdir(m.mnt))
     assert names == ["cur", "new", "tmp"]

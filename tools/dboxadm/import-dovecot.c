@@ -10,7 +10,7 @@
  *       (direct mode: no Dovecot server; a temporary dovecot.conf with
  *       mail_location=mdbox:ROOT).  Dovecot reads its own map and mailbox
  *       indexes - base files plus transaction logs - the only place these
- *       facts are kept; README "import-dovecot" says why this beats
+ *       facts are kept; docs/dovecot.md says why this beats
  *       parsing those files here.
  *   where each message's bytes are
  *       a walk of ROOT/storage/m.N (our own dbox reader): GUID -> file,

@@ -1,8 +1,8 @@
 /*
  * rebuild.c: dboxadm rebuild STORE [--restore-all] - make a new index
  * from the m.N files, as Dovecot's `doveadm force-resync` rebuilds its
- * map (dovecot/core 2.3.21 mdbox-storage-rebuild.c; reference section
- * 12), keeping what the old index still knows:
+ * map (dovecot/core 2.3.21 mdbox-storage-rebuild.c; docs/dbox-format.md
+ * section 12), keeping what the old index still knows:
  *
  *  1. Take the store lock (the store must not be mounted).  Move the old
  *     index.sqlite (with its -wal and -shm) aside as
