@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,12 +77,24 @@ static int wait_for_lock(int fd, const char *path)
 
 int dbox_store_lock(int dir_fd, const char *path)
 {
+	struct stat sb;
 	int fd, ret;
 
-	fd = openat(dir_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
-		    0600);
-	if (fd < 0)
-		return -errno;
+	fd = openat(dir_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
+		    O_NOCTTY | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		dbox_error("%s/lock: cannot open the lock of the store: %s", path,
+			   ret == -ELOOP ? "it is a symbolic link (a store's lock "
+			   "is a plain file)" : strerror(-ret));
+		return ret;
+	}
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		dbox_error("%s/lock: not a regular file; refusing the store",
+			   path);
+		close(fd);
+		return -EINVAL;
+	}
 	if (flock(fd, LOCK_EX | LOCK_NB) == 0)
 		return fd;
 	ret = -errno;

@@ -77,6 +77,8 @@ static int cat_main(int argc, char **argv)
 	if (npos != 3)
 		return adm_usage_error(&adm_verb_cat,
 				       "cat: need STORE, m.N and OFFSET");
+	if ((ret = adm_store_enter(argv[0])) != 0)
+		return ret;
 	errno = 0;
 	offset = strtoull(argv[2], &end, 10);
 	if (errno != 0 || end == argv[2] || *end != '\0')

@@ -952,6 +952,8 @@ static int check_main(int argc, char **argv)
 		return ret;
 	if (npos != 1)
 		return adm_usage_error(&adm_verb_check, "check: need STORE");
+	if ((ret = adm_store_enter(argv[0])) != 0)
+		return ret;
 	c.store = argv[0];
 	dir_fd = open(c.store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dir_fd < 0) {

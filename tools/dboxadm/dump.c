@@ -141,6 +141,8 @@ static int dump_main(int argc, char **argv)
 		return ret;
 	if (npos != 2)
 		return adm_usage_error(&adm_verb_dump, "dump: need STORE and m.N");
+	if ((ret = adm_store_enter(argv[0])) != 0)
+		return ret;
 	if (strchr(argv[1], '/') == NULL && parse_file_arg(argv[1], &id)) {
 		if (asprintf(&path, "%s/storage/m.%u", argv[0], id) < 0)
 			path = NULL;

@@ -1075,6 +1075,8 @@ static int import_dovecot_main(int argc, char **argv)
 		return adm_usage_error(&adm_verb_import_dovecot,
 				       "import-dovecot: need STORE and "
 				       "DOVECOT_MDBOX_ROOT");
+	if ((ret = adm_store_enter(argv[optind])) != 0)
+		return ret;
 	imp.root = argv[optind + 1];
 	if ((root_real = realpath(imp.root, NULL)) == NULL ||
 	    stat(root_real, &sb) < 0 || !S_ISDIR(sb.st_mode)) {

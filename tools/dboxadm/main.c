@@ -15,12 +15,16 @@
 #include "storage/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const struct adm_verb *const verbs[] = {
 	&adm_verb_import, &adm_verb_export, &adm_verb_stats, &adm_verb_dump,
@@ -143,6 +147,115 @@ int adm_open_index(const char *store, struct dbox_index **index_r)
 	else if (ret < 0)
 		adm_error("%s: cannot open the index: %s", store, strerror(-ret));
 	return ret < 0 ? ADM_EXIT_USAGE : ADM_EXIT_OK;
+}
+
+/* The parent directory of path ("." for a bare name), malloc()ed. */
+static char *parent_of(const char *path)
+{
+	char *copy = strdup(path), *slash;
+	size_t len;
+
+	if (copy == NULL)
+		return NULL;
+	len = strlen(copy);
+	while (len > 1 && copy[len - 1] == '/')
+		copy[--len] = '\0';
+	slash = strrchr(copy, '/');
+	if (slash == NULL) {
+		free(copy);
+		return strdup(".");
+	}
+	if (slash == copy)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	return copy;
+}
+
+/* Give up root for good and become uid: the groups and gid of its
+   passwd entry (gid alone, no supplementary groups, without one).
+   Returns 0 or -errno. */
+static int drop_to(uid_t uid, gid_t gid)
+{
+	struct passwd *pw = getpwuid(uid);
+
+	if (pw != NULL)
+		gid = pw->pw_gid;
+	if ((pw != NULL ? initgroups(pw->pw_name, gid) :
+	     setgroups(0, NULL)) < 0 ||
+	    setgid(gid) < 0 || setuid(uid) < 0)
+		return -errno;
+	/* For good: no way back to root (setuid() from root sets all three
+	   uids; this checks it did). */
+	if (setuid(0) == 0 || geteuid() != uid || getuid() != uid ||
+	    getegid() != gid)
+		return -EPERM;
+	return 0;
+}
+
+int adm_store_enter(const char *store)
+{
+	struct stat sb, again;
+	char *parent = NULL;
+	const char *what = store;
+	int fd, ret;
+
+	if (geteuid() != 0)
+		return ADM_EXIT_OK;
+	/* The directory that decides, held open while deciding so the
+	   path cannot be switched under the decision (checked below). */
+	fd = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		/* A store to be created (import): it will be the parent's
+		   owner's. */
+		if ((parent = parent_of(store)) == NULL) {
+			adm_error("out of memory");
+			return ADM_EXIT_FAILED;
+		}
+		what = parent;
+		fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0 && errno == ENOENT) {
+			free(parent);
+			return ADM_EXIT_OK; /* the verb says it is missing */
+		}
+	}
+	if (fd < 0 || fstat(fd, &sb) < 0) {
+		if (errno == ENOTDIR) {
+			/* Not a directory: the verb refuses it. */
+			free(parent);
+			return ADM_EXIT_OK;
+		}
+		adm_error("%s: %s", what, strerror(errno));
+		free(parent);
+		return ADM_EXIT_USAGE;
+	}
+	if (sb.st_uid == 0) {
+		close(fd);
+		free(parent);
+		return ADM_EXIT_OK;
+	}
+	if ((ret = drop_to(sb.st_uid, sb.st_gid)) < 0) {
+		adm_error("%s: owned by uid %u: cannot switch to that user "
+			  "(%s); nothing was done", what, (unsigned)sb.st_uid,
+			  strerror(-ret));
+		close(fd);
+		free(parent);
+		return ADM_EXIT_USAGE;
+	}
+	/* The path must still name the directory the decision was made on
+	   (now resolved with the owner's rights). */
+	if (stat(what, &again) < 0 || again.st_dev != sb.st_dev ||
+	    again.st_ino != sb.st_ino) {
+		adm_error("%s: changed while dboxadm switched to its owner "
+			  "(uid %u); nothing was done", what,
+			  (unsigned)sb.st_uid);
+		close(fd);
+		free(parent);
+		return ADM_EXIT_USAGE;
+	}
+	close(fd);
+	free(parent);
+	return ADM_EXIT_OK;
 }
 
 int adm_path_init(struct adm_path *path, const char *root)

@@ -1009,6 +1009,8 @@ static int rebuild_main(int argc, char **argv)
 		return ret;
 	if (npos != 1)
 		return adm_usage_error(&adm_verb_rebuild, "rebuild: need STORE");
+	if ((ret = adm_store_enter(argv[0])) != 0)
+		return ret;
 	rb.store = argv[0];
 	rb.dir_fd = open(rb.store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rb.dir_fd < 0 || fstat(rb.dir_fd, &sb) < 0) {

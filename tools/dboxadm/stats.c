@@ -474,6 +474,8 @@ static int stats_main(int argc, char **argv)
 		return ret;
 	if (npos != 1)
 		return adm_usage_error(&adm_verb_stats, "stats: need STORE");
+	if ((ret = adm_store_enter(argv[0])) != 0)
+		return ret;
 	if ((ret = adm_open_index(argv[0], &s.index)) != 0)
 		return ret;
 	ret = dbox_index_snapshot_begin(s.index);
