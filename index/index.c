@@ -244,7 +244,10 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 {
 	struct dbox_index *index;
 	bool is_new;
-	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+	/* NOFOLLOW: an index that is a symbolic link is refused (the store's
+	   owner could point it anywhere). */
+	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX |
+		SQLITE_OPEN_NOFOLLOW;
 	int ret;
 
 	is_new = access(path, F_OK) != 0;

@@ -55,8 +55,19 @@ static int open_subdir(int dir_fd, const char *name, bool create)
 
 	if (create && mkdirat(dir_fd, name, 0700) < 0 && errno != EEXIST)
 		return -errno;
-	fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	return fd < 0 ? -errno : fd;
+}
+
+/* Is path the directory open as fd?  0 or -ESTALE. */
+static int same_dir(int fd, const char *path)
+{
+	struct stat a, b;
+
+	if (fstat(fd, &a) < 0 || stat(path, &b) < 0 || a.st_dev != b.st_dev ||
+	    a.st_ino != b.st_ino)
+		return -ESTALE;
+	return 0;
 }
 
 static int open_layout(struct dbox_store *st, const char *path, bool create)
@@ -362,11 +373,17 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	st->compress = set->compress;
 	if ((ret = open_layout(st, path, set->create)) < 0)
 		goto fail;
-	/* Absolute, so the store survives a chdir (daemons chdir to /). */
+	/* Absolute, so the store survives a chdir (daemons chdir to /); and
+	   the directory opened above, not one switched in meanwhile. */
 	if ((st->path = realpath(path, NULL)) == NULL ||
 	    asprintf(&index_path, "%s/index.sqlite", st->path) < 0) {
 		index_path = NULL;
 		ret = st->path == NULL ? -errno : -ENOMEM;
+		goto fail;
+	}
+	if ((ret = same_dir(st->dir_fd, st->path)) < 0) {
+		dbox_error("%s: the store directory changed while it was opened",
+			   path);
 		goto fail;
 	}
 	ret = dbox_index_open(index_path, true, &st->index);

@@ -175,11 +175,16 @@ def start_sleeper(pidfile):
 
 
 @pytest.mark.parametrize("owner", ["user", "root"])
-def test_purge_does_not_follow_a_symlinked_lock(scratch, user, owner):
+def test_purge_does_not_follow_a_symlinked_lock(scratch, user, owner, tmp_path):
     name, uid, gid = user
-    store, _ = user_store(scratch, user, messages=3)
-    if owner == "root":
-        chown_tree(store, 0, 0)
+    if owner == "user":
+        store, _ = user_store(scratch, user, messages=3)
+    else:
+        # root's own store, on a path only root controls: no switch to
+        # another user; the lock alone must be refused.
+        store = tmp_path / "store"
+        src = sample_maildir(tmp_path / "Maildir", messages=3)
+        assert adm("import", store, src).returncode == 0
     rundir = Path(scratch.parent / (scratch.name + "-run"))
     rundir.mkdir()
     try:
@@ -298,17 +303,57 @@ def test_root_import_into_a_users_directory_makes_the_users_store(scratch, user)
     user_reads_everything(store, src, user, scratch)
 
 
-def test_root_cannot_reach_what_the_user_cannot_read(scratch, user, tmp_path):
-    """Run as the store's owner, dboxadm reads with the owner's rights: a
-    store planted as a link to a root-only store is not read."""
+@pytest.mark.parametrize("verb", ["dump", "export", "stats"])
+def test_root_cannot_reach_what_the_user_cannot_read(scratch, user, tmp_path,
+                                                     verb):
+    """A user's link to root's store (root-only, under /tmp/pytest-of-root):
+    run on it by root, dboxadm reads as the link's owner and gets nothing."""
     name, uid, gid = user
     secret_src = sample_maildir(tmp_path / "Secret", messages=3)
     secret = tmp_path / "secret-store"
     assert adm("import", secret, secret_src).returncode == 0
-    store, _ = user_store(scratch, user, messages=3)
-    shutil.rmtree(store / "storage")
-    (store / "storage").symlink_to(secret / "storage")
-    chown_tree(store, uid, gid)
-    r = adm("dump", store, "m.1")
-    assert r.returncode != 0
+    store = scratch / "store"
+    os.symlink(secret, store)
+    os.chown(store, uid, gid, follow_symlinks=False)
+    args = {"dump": ["m.1"], "export": [scratch / "out"], "stats": []}[verb]
+    r = adm(verb, store, *args)
+    assert r.returncode != 0, r.stdout
     assert "Permission denied" in r.stderr, r.stderr
+    assert not (scratch / "out").exists()
+
+
+def tree_state(d):
+    """Bytes and mtimes of every file below d (and d itself if a file)."""
+    d = Path(d)
+    paths = [d] if d.is_file() else sorted(p for p in d.rglob("*") if p.is_file())
+    return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in paths}
+
+
+@pytest.mark.parametrize("what", ["storage", "files", "index.sqlite"])
+def test_offline_verbs_follow_no_link_inside_the_store(tmp_path, what):
+    """Root's own store with a symbolic link planted in it: purge, rebuild
+    and import refuse it and write nothing where the link points."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt").mount()
+    try:
+        for i in range(6):
+            (m.mnt / "tmp" / f"m{i}").write_bytes(b"Subject: %d\n\n" % i + b"y" * 3000)
+            os.rename(m.mnt / "tmp" / f"m{i}", m.mnt / "cur" / f"m{i}:2,")
+        (m.mnt / "notes").write_bytes(b"plain\n")
+        for i in range(3):
+            os.unlink(m.mnt / "cur" / f"m{i}:2,")
+    finally:
+        m.unmount()
+    store = m.store
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.rename(store / what, elsewhere / what)
+    (store / what).symlink_to(elsewhere / what)
+    before = tree_state(elsewhere)
+    src = sample_maildir(tmp_path / "Maildir", messages=2)
+    for verb in (["purge", store], ["import", store, src], ["rebuild", store]):
+        r = adm(*verb)
+        assert tree_state(elsewhere) == before, verb
+        # A linked index is set aside by rebuild, which then makes a new
+        # one; anything else is refused.
+        if verb[0] != "rebuild" or what != "index.sqlite":
+            assert r.returncode != 0, (verb, r.stdout, r.stderr)

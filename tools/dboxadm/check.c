@@ -966,9 +966,9 @@ static int check_main(int argc, char **argv)
 	ret = open_index(&c, dir_fd);
 	if (ret == ADM_EXIT_OK) {
 		c.storage_fd = openat(dir_fd, "storage", O_RDONLY | O_DIRECTORY |
-				      O_CLOEXEC);
+				      O_NOFOLLOW | O_CLOEXEC);
 		c.files_fd = openat(dir_fd, "files", O_RDONLY | O_DIRECTORY |
-				    O_CLOEXEC);
+				    O_NOFOLLOW | O_CLOEXEC);
 		if (c.storage_fd < 0)
 			problem(&c, "storage/: %s", strerror(errno));
 		progress_init(&c.progress, "checked");

@@ -99,6 +99,13 @@ void *adm_grow(void *array, size_t n, size_t *size, size_t elem);
    meanwhile). */
 int adm_store_enter(const char *store);
 
+/* Open STORE/sub (a directory), or STORE/sub/name with flags (O_CLOEXEC
+   and O_NOFOLLOW added) when name is not NULL: each step relative to the
+   one before and never through a symbolic link (-ELOOP), so a link
+   planted in the store is not followed.  Returns the fd or -errno. */
+int adm_open_in_store(const char *store, const char *sub, const char *name,
+		      int flags);
+
 /* Open STORE/index.sqlite for reading without the store lock (works while
    the store is mounted).  Returns ADM_EXIT_OK and *index_r, or
    ADM_EXIT_USAGE after reporting why (no store there, corrupt, newer

@@ -443,14 +443,9 @@ static int open_output(const char *dir)
 
 static int open_store_dir(const char *store, const char *name)
 {
-	char *path;
-	int fd;
+	int fd = adm_open_in_store(store, name, NULL, 0);
 
-	if (asprintf(&path, "%s/%s", store, name) < 0)
-		return -1;
-	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	free(path);
-	return fd;
+	return fd < 0 ? -1 : fd;
 }
 
 static void export_free(struct export *ex)

@@ -181,6 +181,8 @@ static int drop_to(uid_t uid, gid_t gid)
 
 	if (pw != NULL)
 		gid = pw->pw_gid;
+	else if (gid == (gid_t)-1)
+		return -ENOENT; /* no group known for uid */
 	if ((pw != NULL ? initgroups(pw->pw_name, gid) :
 	     setgroups(0, NULL)) < 0 ||
 	    setgid(gid) < 0 || setuid(uid) < 0)
@@ -191,6 +193,38 @@ static int drop_to(uid_t uid, gid_t gid)
 	    getegid() != gid)
 		return -EPERM;
 	return 0;
+}
+
+/* The owner of the last directory or symbolic link on the way to path
+   (the path as given, compared with lstat(), and its real path) that is
+   not root's, or 0: whoever owns a step of the way can switch what lies
+   beyond it, so root's store reached that way is treated as theirs. */
+static uid_t path_owner(const char *path)
+{
+	char *paths[2] = { strdup(path), realpath(path, NULL) };
+	uid_t owner = 0;
+
+	for (int i = 0; i < 2; i++) {
+		char *p = paths[i];
+		struct stat sb;
+
+		for (size_t len = p != NULL ? strlen(p) : 0; len > 0; len--) {
+			char saved;
+
+			if (p[len] != '/' && p[len] != '\0')
+				continue;
+			if (len > 1 && p[len - 1] == '/')
+				continue;
+			saved = p[len];
+			p[len] = '\0';
+			if (lstat(p, &sb) == 0 && sb.st_uid != 0 && owner == 0)
+				owner = sb.st_uid;
+			p[len] = saved;
+		}
+	}
+	free(paths[0]);
+	free(paths[1]);
+	return owner;
 }
 
 int adm_store_enter(const char *store)
@@ -229,6 +263,8 @@ int adm_store_enter(const char *store)
 		free(parent);
 		return ADM_EXIT_USAGE;
 	}
+	if (sb.st_uid == 0 && (sb.st_uid = path_owner(what)) != 0)
+		sb.st_gid = (gid_t)-1; /* the group of that user's passwd entry */
 	if (sb.st_uid == 0) {
 		close(fd);
 		free(parent);
@@ -244,8 +280,15 @@ int adm_store_enter(const char *store)
 	}
 	/* The path must still name the directory the decision was made on
 	   (now resolved with the owner's rights). */
-	if (stat(what, &again) < 0 || again.st_dev != sb.st_dev ||
-	    again.st_ino != sb.st_ino) {
+	if (stat(what, &again) < 0) {
+		adm_error("%s: %s (dboxadm runs as uid %u, who owns the "
+			  "store or the way to it); nothing was done", what,
+			  strerror(errno), (unsigned)sb.st_uid);
+		close(fd);
+		free(parent);
+		return ADM_EXIT_USAGE;
+	}
+	if (again.st_dev != sb.st_dev || again.st_ino != sb.st_ino) {
 		adm_error("%s: changed while dboxadm switched to its owner "
 			  "(uid %u); nothing was done", what,
 			  (unsigned)sb.st_uid);
@@ -256,6 +299,27 @@ int adm_store_enter(const char *store)
 	close(fd);
 	free(parent);
 	return ADM_EXIT_OK;
+}
+
+int adm_open_in_store(const char *store, const char *sub, const char *name,
+		      int flags)
+{
+	int dir_fd, sub_fd, fd, ret;
+
+	if ((dir_fd = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return -errno;
+	sub_fd = openat(dir_fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			O_CLOEXEC);
+	ret = -errno;
+	close(dir_fd);
+	if (sub_fd < 0)
+		return ret;
+	if (name == NULL)
+		return sub_fd;
+	fd = openat(sub_fd, name, flags | O_NOFOLLOW | O_CLOEXEC);
+	ret = -errno;
+	close(sub_fd);
+	return fd < 0 ? ret : fd;
 }
 
 int adm_path_init(struct adm_path *path, const char *root)

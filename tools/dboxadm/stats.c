@@ -230,16 +230,16 @@ static int scan_storage(struct stats *s, const char *store)
 {
 	struct dirent *de;
 	struct stat sb;
-	char *path;
 	DIR *d;
 	int dfd;
 
-	if (asprintf(&path, "%s/storage", store) < 0)
-		return -ENOMEM;
-	d = opendir(path);
-	free(path);
-	if (d == NULL)
-		return errno == ENOENT ? 0 : -errno;
+	dfd = adm_open_in_store(store, "storage", NULL, 0);
+	if (dfd < 0)
+		return dfd == -ENOENT ? 0 : dfd;
+	if ((d = fdopendir(dfd)) == NULL) {
+		close(dfd);
+		return -errno;
+	}
 	dfd = dirfd(d);
 	while ((de = readdir(d)) != NULL) {
 		uint64_t committed;
@@ -255,7 +255,7 @@ static int scan_storage(struct stats *s, const char *store)
 		s->disk.bytes += (uint64_t)sb.st_size;
 		s->disk.blocks_bytes += (uint64_t)sb.st_blocks * 512;
 		header_len = 0;
-		fd = openat(dfd, de->d_name, O_RDONLY | O_CLOEXEC);
+		fd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd >= 0) {
 			if (dbox_file_read_header(fd, &header_len) == 0)
 				s->disk.header_bytes += header_len;
