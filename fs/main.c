@@ -100,6 +100,7 @@ static int opt_proc(void *data, const char *arg, int key,
 /* Log sink: syslog always, stderr too while in the foreground. */
 static bool log_to_stderr = true;
 static bool log_debug;
+static unsigned long errors_logged; /* so an exit says why once */
 
 static void syslog_sink(enum dbox_log_level level, const char *fmt,
 			va_list args)
@@ -112,6 +113,8 @@ static void syslog_sink(enum dbox_log_level level, const char *fmt,
 
 	if (level == DBOX_LOG_DEBUG && !log_debug)
 		return;
+	if (level == DBOX_LOG_ERROR)
+		errors_logged++;
 	if (log_to_stderr) {
 		va_copy(copy, args);
 		fprintf(stderr, "dboxfs: ");
@@ -120,6 +123,18 @@ static void syslog_sink(enum dbox_log_level level, const char *fmt,
 		va_end(copy);
 	}
 	vsyslog(prio[level], fmt, args);
+}
+
+/* Say why dboxfs stops (what failed, and the error), unless an error
+   was logged since errors_before, which said it already. */
+static void exit_reason(unsigned long errors_before, const char *what, int err)
+{
+	if (errors_logged != errors_before)
+		return;
+	if (err != 0)
+		dbox_error("%s: %s; exiting", what, strerror(err));
+	else
+		dbox_error("%s; exiting", what);
 }
 
 /* Plenty of descriptors: one per m.N file read. */
@@ -215,6 +230,7 @@ int main(int argc, char *argv[])
 		},
 	};
 	char *index_path = NULL;
+	unsigned long errors_before;
 	bool fresh;
 	int ret = 1;
 
@@ -254,20 +270,41 @@ int main(int argc, char *argv[])
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
 	if (fs.se == NULL)
 		goto out_args;
-	if (asprintf(&index_path, "%s/index.sqlite", fs.opts.store) < 0)
+	errors_before = errors_logged;
+	if (asprintf(&index_path, "%s/index.sqlite", fs.opts.store) < 0) {
+		exit_reason(errors_before, "out of memory", 0);
 		goto out_session;
+	}
 	fresh = access(index_path, F_OK) != 0;
 	free(index_path);
-	if (dbox_store_open(fs.opts.store, &set, &fs.st) < 0)
+	if ((ret = dbox_store_open(fs.opts.store, &set, &fs.st)) < 0) {
+		exit_reason(errors_before, fs.opts.store, -ret);
+		ret = 1;
 		goto out_session;
-	if (fresh && create_inbox(fs.st) < 0)
+	}
+	ret = 1;
+	if (fresh && (ret = create_inbox(fs.st)) < 0) {
+		exit_reason(errors_before, "creating the INBOX of a new store",
+			    -ret);
+		ret = 1;
 		goto out_store;
-	if (fs_inode_table_init(&fs.inodes) < 0)
+	}
+	ret = 1;
+	if (fs_inode_table_init(&fs.inodes) < 0) {
+		exit_reason(errors_before, "the inode table", ENOMEM);
 		goto out_store;
-	if (fuse_set_signal_handlers(fs.se) != 0)
+	}
+	if (fuse_set_signal_handlers(fs.se) != 0) {
+		exit_reason(errors_before, "installing signal handlers", errno);
 		goto out_inodes;
-	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0)
+	}
+	/* libfuse names what is wrong with the mount point on stderr (and
+	   only there): the log gets a line too. */
+	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0) {
+		dbox_error("%s: cannot mount (the reason is on stderr, from "
+			   "libfuse); exiting", cmd.mountpoint);
 		goto out_signals;
+	}
 	{
 		char spec[32];
 
@@ -279,9 +316,16 @@ int main(int argc, char *argv[])
 	   and the parent exits, so the connection is closed here and opened
 	   again in the child.  The store's flock() is inherited. */
 	dbox_store_index_suspend(fs.st);
-	if (fuse_daemonize(cmd.foreground) != 0 ||
-	    dbox_store_index_resume(fs.st) < 0)
+	errors_before = errors_logged;
+	if (fuse_daemonize(cmd.foreground) != 0) {
+		exit_reason(errors_before, "going to the background", errno);
 		goto out_unmount;
+	}
+	if (dbox_store_index_resume(fs.st) < 0) {
+		exit_reason(errors_before, "opening the index again after "
+			    "going to the background", EIO);
+		goto out_unmount;
+	}
 	log_to_stderr = cmd.foreground;
 	/* Without the purge thread the mount still works; only purging
 	   it on request or by itself does not. */
@@ -303,6 +347,13 @@ int main(int argc, char *argv[])
 		ret = fuse_session_loop_mt(fs.se, loop);
 		fuse_loop_cfg_destroy(loop);
 	}
+	/* libfuse: a negative errno, or the number of the signal that
+	   ended the loop (SIGTERM, SIGINT, SIGHUP). */
+	if (ret < 0)
+		dbox_error("the FUSE session failed: %s; unmounting",
+			   strerror(-ret));
+	else if (ret > 0)
+		dbox_info("%s received; unmounting", strsignal(ret));
 	ret = ret != 0;
 out_unmount:
 	fs_purge_stop(&fs);

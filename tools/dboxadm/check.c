@@ -233,13 +233,14 @@ static void note(struct check *c, const char *fmt, ...)
 static void vadd(struct check *c, struct strs *s, const char *prefix,
 		 const char *fmt, va_list args)
 {
-	char text[2048];
+	char text[2048], escaped[DBOX_LOG_ESCAPED_SIZE(sizeof(text))];
 
 	vsnprintf(text, sizeof(text), fmt, args);
 	strs_add(s, text);
 	if (!c->json) {
 		progress_clear();
-		printf("%s: %s\n", prefix, text);
+		printf("%s: %s\n", prefix,
+		       dbox_log_escape(escaped, sizeof(escaped), text));
 	}
 }
 

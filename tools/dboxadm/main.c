@@ -50,12 +50,22 @@ static void usage(FILE *out)
 		"items failed (each reported), 2 usage error or store refused.\n");
 }
 
+/* One line on stderr, escaped (dbox_log_escape): messages carry names
+   and bytes from the store. */
 static void vmessage(const char *prefix, const char *fmt, va_list args)
 {
+	char *text = NULL, *escaped = NULL;
+	int len = vasprintf(&text, fmt, args);
+
 	progress_clear();
-	fprintf(stderr, "dboxadm: %s", prefix);
-	vfprintf(stderr, fmt, args);
-	fputc('\n', stderr);
+	if (len >= 0)
+		escaped = malloc(DBOX_LOG_ESCAPED_SIZE((size_t)len));
+	if (escaped != NULL)
+		dbox_log_escape(escaped, DBOX_LOG_ESCAPED_SIZE((size_t)len), text);
+	fprintf(stderr, "dboxadm: %s%s\n", prefix,
+		escaped != NULL ? escaped : "(out of memory formatting a message)");
+	free(escaped);
+	free(text);
 }
 
 void adm_error(const char *fmt, ...)

@@ -31,6 +31,7 @@
 #include "index/index.h"
 #include "index/purge.h"
 #include "storage/dbox-file.h"
+#include "storage/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -432,11 +433,22 @@ static void print_text(const struct stats *s, bool files)
 	printf("messages per folder\n");
 	for (size_t i = 0; i < s->nfolders; i++) {
 		const struct folder *f = &s->folders[i];
+		/* Names come from the index: escaped for the terminal. */
+		size_t size = DBOX_LOG_ESCAPED_SIZE(strlen(f->display) +
+						    strlen(f->name));
+		char *buf = malloc(size);
 
-		printf("  %10llu  %s", (unsigned long long)f->count, f->display);
+		if (buf == NULL) {
+			printf("  %10llu  (out of memory)\n",
+			       (unsigned long long)f->count);
+			continue;
+		}
+		printf("  %10llu  %s", (unsigned long long)f->count,
+		       dbox_log_escape(buf, size, f->display));
 		if (strcmp(f->display, f->name) != 0)
-			printf("  (stored as %s)", f->name);
+			printf("  (stored as %s)", dbox_log_escape(buf, size, f->name));
 		printf("\n");
+		free(buf);
 	}
 	if (!files)
 		return;
