@@ -27,7 +27,7 @@
 
 #define DBOXFS_VERSION "0.1"
 
-enum { KEY_HELP, KEY_VERSION };
+enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW };
 
 #define FS_OPT(t, p) { t, offsetof(struct fs_options, p), 1 }
 
@@ -38,6 +38,8 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FS_OPT("attr_timeout=%lf", attr_timeout),
 	FS_OPT("purge_threshold=%u", purge_threshold),
 	FS_OPT("compress=%s", compress),
+	FUSE_OPT_KEY("ro", KEY_RO),
+	FUSE_OPT_KEY("rw", KEY_RW),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -57,6 +59,8 @@ static void usage(const char *prog)
 	       "    -o attr_timeout=SECS   kernel attribute cache time (3600)\n"
 	       "    -o purge_threshold=PCT purge a sealed m.N by itself once this\n"
 	       "                           share of it is dead (50; 0 = never)\n"
+	       "    -o ro                  read-only: the store is only read (it may be\n"
+	       "                           on read-only media); changes fail (EROFS)\n"
 	       "    -o compress=gz[:LEVEL] store new messages gzip-compressed, as\n"
 	       "                           Dovecot's zlib plugin (LEVEL 1-9, default 6;\n"
 	       "                           'none' is the default)\n"
@@ -82,6 +86,12 @@ static int opt_proc(void *data, const char *arg, int key,
 			opts->store = strdup(arg);
 			return 0;
 		}
+		return 1;
+	case KEY_RO:
+	case KEY_RW:
+		/* Kept for libfuse too: the kernel refuses every change to a
+		   read-only mount with EROFS. */
+		opts->readonly = key == KEY_RO;
 		return 1;
 	case KEY_HELP:
 		usage(outargs->argv[0]);
@@ -259,6 +269,8 @@ int main(int argc, char *argv[])
 	/* Open the store before mounting, so a refusal (locked, not a
 	   store, newer format) is reported here and nothing is mounted. */
 	set.rotate_size = fs.opts.rotate_size;
+	set.readonly = fs.opts.readonly;
+	set.create = !fs.opts.readonly;
 	if (fs.opts.compress != NULL &&
 	    dbox_compress_parse(fs.opts.compress, &set.compress) < 0) {
 		fprintf(stderr, "%s: compress=%s: want none, gz or gz:LEVEL "
@@ -309,8 +321,9 @@ int main(int argc, char *argv[])
 		char spec[32];
 
 		dbox_compress_format(&set.compress, spec, sizeof(spec));
-		dbox_info("mounted %s on %s (compress=%s)", fs.opts.store,
-			  cmd.mountpoint, spec);
+		dbox_info("mounted %s on %s (compress=%s%s)", fs.opts.store,
+			  cmd.mountpoint, spec, fs.opts.readonly ?
+			  ", read-only" : "");
 	}
 	/* SQLite connections must not cross fork(): fuse_daemonize() forks
 	   and the parent exits, so the connection is closed here and opened
@@ -328,11 +341,14 @@ int main(int argc, char *argv[])
 	}
 	log_to_stderr = cmd.foreground;
 	/* Without the purge thread the mount still works; only purging
-	   it on request or by itself does not. */
-	fs_purge_start(&fs);
+	   it on request or by itself does not.  A read-only mount neither
+	   purges nor checkpoints. */
+	if (!fs.opts.readonly)
+		fs_purge_start(&fs);
 	/* WAL checkpoints in a thread of their own, off the request path
 	   (falls back to checkpoints inside commits when it cannot start). */
-	dbox_index_checkpointer_start(fs.st->index);
+	if (!fs.opts.readonly)
+		dbox_index_checkpointer_start(fs.st->index);
 
 	if (cmd.singlethread) {
 		ret = fuse_session_loop(fs.se);
@@ -360,7 +376,8 @@ out_unmount:
 	/* Unmounted: from here to exit the store is still locked while the
 	   index is checkpointed and closed; a mount or dboxadm started now
 	   waits for that instead of failing (store-lock.h). */
-	dbox_store_lock_set_closing(fs.st->lock_fd);
+	if (!fs.opts.readonly)
+		dbox_store_lock_set_closing(fs.st->lock_fd);
 	fuse_session_unmount(fs.se);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);

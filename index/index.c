@@ -12,6 +12,7 @@
 #include "storage/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,7 +241,104 @@ static void add_recovery_indexes(struct dbox_index *index)
 	}
 }
 
+/* May this process create files in the directory of path (the -shm and
+   -wal of a WAL database)? */
+static bool dir_writable(const char *path)
+{
+	char *dir = strdup(path), *slash;
+	bool ok;
+
+	if (dir == NULL)
+		return true;
+	slash = strrchr(dir, '/');
+	if (slash == dir)
+		slash[1] = '\0';
+	else if (slash != NULL)
+		*slash = '\0';
+	ok = faccessat(AT_FDCWD, slash != NULL ? dir : ".", W_OK,
+		       AT_EACCESS) == 0;
+	free(dir);
+	return ok;
+}
+
+/* "file:" URI of path (characters outside [A-Za-z0-9/._~-] %-encoded,
+   so '?', '#' and '%' in a store path stay the path's) with query, or
+   NULL when out of memory. */
+static char *file_uri(const char *path, const char *query)
+{
+	size_t len = strlen(path);
+	char *uri = malloc(5 + len * 3 + 1 + strlen(query) + 1), *out;
+
+	if (uri == NULL)
+		return NULL;
+	out = uri + sprintf(uri, "file:");
+	for (const unsigned char *p = (const unsigned char *)path; *p != '\0'; p++) {
+		if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+		    (*p >= '0' && *p <= '9') || strchr("/._~-", *p) != NULL)
+			*out++ = (char)*p;
+		else
+			out += sprintf(out, "%%%02X", *p);
+	}
+	sprintf(out, "?%s", query);
+	return uri;
+}
+
+/* Open index->db read-only (see dbox_index_open_readonly).  Returns 0 or
+   -EIO (logged). */
+static int open_db_readonly(struct dbox_index *index, const char *path)
+{
+	static const char *const queries[] = { "mode=ro", "immutable=1" };
+	const int flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX |
+		SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_URI;
+	char *wal = NULL;
+	struct stat sb;
+
+	for (size_t i = 0; i < 2; i++) {
+		char *uri = file_uri(path, queries[i]);
+		int rc;
+
+		if (uri == NULL)
+			return -ENOMEM;
+		rc = sqlite3_open_v2(uri, &index->db, flags, NULL);
+		free(uri);
+		/* The first read maps index.sqlite-shm (mode=ro). */
+		if (rc == SQLITE_OK)
+			rc = sqlite3_exec(index->db, "SELECT count(*) FROM "
+					  "sqlite_master", NULL, NULL, NULL);
+		if (rc == SQLITE_OK) {
+			if (i == 1 && asprintf(&wal, "%s-wal", path) >= 0 &&
+			    stat(wal, &sb) == 0 && sb.st_size > 0)
+				dbox_warning("index %s: opened read-only without "
+					     "its WAL (%s, %lld bytes, cannot be "
+					     "read without %s-shm): what it "
+					     "holds is not shown", path, wal,
+					     (long long)sb.st_size, path);
+			free(wal);
+			return 0;
+		}
+		if (i == 1)
+			return index_sql_error(index, "open read-only");
+		sqlite3_close(index->db);
+		index->db = NULL;
+	}
+	return -EIO;
+}
+
+static int index_open(const char *path, bool create, bool readonly,
+		      struct dbox_index **index_r);
+
 int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
+{
+	return index_open(path, create, !create && !dir_writable(path), index_r);
+}
+
+int dbox_index_open_readonly(const char *path, struct dbox_index **index_r)
+{
+	return index_open(path, false, true, index_r);
+}
+
+static int index_open(const char *path, bool create, bool readonly,
+		      struct dbox_index **index_r)
 {
 	struct dbox_index *index;
 	bool is_new;
@@ -266,13 +364,17 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 	pthread_cond_init(&index->wal_sync.cond, NULL);
 	pthread_mutex_init(&index->ckpt.mutex, NULL);
 	pthread_cond_init(&index->ckpt.cond, NULL);
-	if (sqlite3_open_v2(path, &index->db, flags, NULL) != SQLITE_OK) {
+	if (readonly) {
+		if ((ret = open_db_readonly(index, path)) < 0)
+			goto fail;
+	} else if (sqlite3_open_v2(path, &index->db, flags, NULL) != SQLITE_OK) {
 		ret = index_sql_error(index, "open");
 		goto fail;
 	}
 	sqlite3_extended_result_codes(index->db, 1);
 	sqlite3_busy_timeout(index->db, 5000);
-	if ((ret = exec_sql(index, "PRAGMA journal_mode=WAL;"
+	if ((ret = exec_sql(index, readonly ? "PRAGMA cache_size=-32768;" :
+				   "PRAGMA journal_mode=WAL;"
 				   "PRAGMA synchronous=NORMAL;"
 				   "PRAGMA foreign_keys=OFF;"
 				   "PRAGMA cache_size=-32768;")) < 0)
@@ -285,7 +387,8 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 	if ((ret = prepare_stmt(index, ST_META_GET)) < 0 ||
 	    (ret = check_format(index)) < 0)
 		goto fail;
-	add_recovery_indexes(index);
+	if (!readonly)
+		add_recovery_indexes(index);
 	for (int i = 0; i < ST_COUNT; i++) {
 		if (i != ST_META_GET && (ret = prepare_stmt(index, i)) < 0)
 			goto fail;

@@ -31,6 +31,15 @@
    when the store is in use, or -errno; every failure is logged. */
 int dbox_store_lock(int dir_fd, const char *path);
 
+/* Take the lock shared, for a process that only reads the store (on
+   read-only media): STORE/lock opened read-only, never created (a store
+   without one is used without a lock), never through a symbolic link.
+   Fails like dbox_store_lock while a writer holds the store (-EBUSY,
+   logged), after the same wait for a writer that is closing.  Returns the
+   descriptor, -ENOENT (not logged) when there is no lock file, or -errno
+   (logged). */
+int dbox_store_lock_shared(int dir_fd, const char *path);
+
 /* Write "closing\n" into the lock file lock_fd (held by this process).
    Returns 0 or -errno. */
 int dbox_store_lock_set_closing(int lock_fd);
