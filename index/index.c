@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -283,22 +284,39 @@ static char *file_uri(const char *path, const char *query)
 	return uri;
 }
 
-/* Open index->db read-only (see dbox_index_open_readonly).  Returns 0 or
-   -EIO (logged). */
+/* Open index->db read-only (see dbox_index_open_readonly).  immutable=1
+   promises SQLite that nobody changes the file: used only on a read-only
+   filesystem, or when there is no WAL (so no connection is open on it).
+   Returns 0 or -EIO (logged). */
 static int open_db_readonly(struct dbox_index *index, const char *path)
 {
 	static const char *const queries[] = { "mode=ro", "immutable=1" };
 	const int flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX |
 		SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_URI;
 	char *wal = NULL;
+	struct statvfs vfs;
 	struct stat sb;
+	bool has_wal;
 
+	if (asprintf(&wal, "%s-wal", path) < 0)
+		return -ENOMEM;
+	has_wal = stat(wal, &sb) == 0;
 	for (size_t i = 0; i < 2; i++) {
-		char *uri = file_uri(path, queries[i]);
+		char *uri;
 		int rc;
 
-		if (uri == NULL)
+		if (i == 1 && has_wal &&
+		    (statvfs(path, &vfs) < 0 || !(vfs.f_flag & ST_RDONLY))) {
+			dbox_error("index %s: cannot open it read-only: %s-shm "
+				   "is missing or unreadable, and with %s the "
+				   "store may be in use", path, path, wal);
+			free(wal);
+			return -EIO;
+		}
+		if ((uri = file_uri(path, queries[i])) == NULL) {
+			free(wal);
 			return -ENOMEM;
+		}
 		rc = sqlite3_open_v2(uri, &index->db, flags, NULL);
 		free(uri);
 		/* The first read maps index.sqlite-shm (mode=ro). */
@@ -306,8 +324,7 @@ static int open_db_readonly(struct dbox_index *index, const char *path)
 			rc = sqlite3_exec(index->db, "SELECT count(*) FROM "
 					  "sqlite_master", NULL, NULL, NULL);
 		if (rc == SQLITE_OK) {
-			if (i == 1 && asprintf(&wal, "%s-wal", path) >= 0 &&
-			    stat(wal, &sb) == 0 && sb.st_size > 0)
+			if (i == 1 && has_wal && sb.st_size > 0)
 				dbox_warning("index %s: opened read-only without "
 					     "its WAL (%s, %lld bytes, cannot be "
 					     "read without %s-shm): what it "
@@ -316,11 +333,14 @@ static int open_db_readonly(struct dbox_index *index, const char *path)
 			free(wal);
 			return 0;
 		}
-		if (i == 1)
+		if (i == 1) {
+			free(wal);
 			return index_sql_error(index, "open read-only");
+		}
 		sqlite3_close(index->db);
 		index->db = NULL;
 	}
+	free(wal);
 	return -EIO;
 }
 
