@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,6 +346,8 @@ int main(int argc, char *argv[])
 	   purges nor checkpoints. */
 	if (!fs.opts.readonly)
 		fs_purge_start(&fs);
+	else
+		signal(SIGUSR1, SIG_IGN); /* a purge request is no reason to die */
 	/* WAL checkpoints in a thread of their own, off the request path
 	   (falls back to checkpoints inside commits when it cannot start). */
 	if (!fs.opts.readonly)
