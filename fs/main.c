@@ -62,6 +62,7 @@ static void usage(const char *prog)
 	       "                           share of it is dead (50; 0 = never)\n"
 	       "    -o ro                  read-only: the store is only read (it may be\n"
 	       "                           on read-only media); changes fail (EROFS)\n"
+	       "    -o rw                  read-write (the default)\n"
 	       "    -o compress=gz[:LEVEL] store new messages gzip-compressed, as\n"
 	       "                           Dovecot's zlib plugin (LEVEL 1-9, default 6;\n"
 	       "                           'none' is the default)\n"
