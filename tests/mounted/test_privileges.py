@@ -357,3 +357,28 @@ def test_offline_verbs_follow_no_link_inside_the_store(tmp_path, what):
         # one; anything else is refused.
         if verb[0] != "rebuild" or what != "index.sqlite":
             assert r.returncode != 0, (verb, r.stdout, r.stderr)
+
+
+def test_a_link_to_another_users_store_is_refused(scratch, user, tmp_path):
+    """The test user's link to a store of nobody's: root must act neither
+    as nobody on the test user's say-so nor as root."""
+    name, uid, gid = user
+    nobody = 65534
+    src = sample_maildir(tmp_path / "Maildir", messages=3)
+    other = Path("/tmp") / (scratch.name + "-nobody")
+    try:
+        assert adm("import", other, src).returncode == 0
+        chown_tree(other, nobody, nobody)
+        link = scratch / "store"
+        os.symlink(other, link)
+        os.chown(link, uid, gid, follow_symlinks=False)
+        for verb in (["stats", link], ["purge", link], ["export", link, scratch / "out"]):
+            r = adm(*verb)
+            assert r.returncode == 2, (verb, r.stdout, r.stderr)
+            assert "reached through" in r.stderr and len(r.stderr.splitlines()) == 1
+        assert not (scratch / "out").exists()
+        # Its own path works, as nobody.
+        r = adm("stats", other)
+        assert r.returncode == 0, r.stderr
+    finally:
+        shutil.rmtree(other, ignore_errors=True)

@@ -206,9 +206,10 @@ static int drop_to(uid_t uid, gid_t gid)
 }
 
 /* The owner of the last directory or symbolic link on the way to path
-   (the path as given, compared with lstat(), and its real path) that is
+   (the path as given, compared with lstat(), then its real path) that is
    not root's, or 0: whoever owns a step of the way can switch what lies
-   beyond it, so root's store reached that way is treated as theirs. */
+   beyond it, so root's store reached that way is treated as theirs, and
+   another user's store reached that way is refused. */
 static uid_t path_owner(const char *path)
 {
 	char *paths[2] = { strdup(path), realpath(path, NULL) };
@@ -242,6 +243,7 @@ int adm_store_enter(const char *store)
 	struct stat sb, again;
 	char *parent = NULL;
 	const char *what = store;
+	uid_t way;
 	int fd, ret;
 
 	if (geteuid() != 0)
@@ -273,8 +275,20 @@ int adm_store_enter(const char *store)
 		free(parent);
 		return ADM_EXIT_USAGE;
 	}
-	if (sb.st_uid == 0 && (sb.st_uid = path_owner(what)) != 0)
+	way = path_owner(what);
+	if (sb.st_uid == 0 && way != 0) {
+		sb.st_uid = way;
 		sb.st_gid = (gid_t)-1; /* the group of that user's passwd entry */
+	} else if (sb.st_uid != 0 && way != 0 && way != sb.st_uid) {
+		/* A link of one user's to another user's store. */
+		adm_error("%s: owned by uid %u but reached through a symbolic "
+			  "link or directory of uid %u; refusing it (name the "
+			  "store by its own path)", what, (unsigned)sb.st_uid,
+			  (unsigned)way);
+		close(fd);
+		free(parent);
+		return ADM_EXIT_USAGE;
+	}
 	if (sb.st_uid == 0) {
 		close(fd);
 		free(parent);
