@@ -67,8 +67,8 @@ static int open_backing(struct fs *fs, uint64_t ino, int flags)
 	fs_file_name(name, ino);
 	/* O_NOFOLLOW: files/ holds files by inode number, never a symlink
 	   out of the store (ELOOP -> EIO). */
-	fd = openat(fs->st->files_fd, name, flags | O_RDWR | O_NOFOLLOW |
-		    O_CLOEXEC, 0600);
+	fd = openat(fs->st->files_fd, name, flags | O_NOFOLLOW | O_CLOEXEC |
+		    (fs->st->readonly ? O_RDONLY : O_RDWR), 0600);
 	if (fd < 0) {
 		int err = errno;
 

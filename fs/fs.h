@@ -28,6 +28,7 @@ struct fs_options {
 	double attr_timeout;     /* -o attr_timeout=SECONDS */
 	unsigned int purge_threshold; /* -o purge_threshold=PERCENT (0 off) */
 	char *compress;          /* -o compress=none|gz[:LEVEL] */
+	bool readonly;           /* -o ro (also passed on to libfuse) */
 	int foreground, debug;
 };
 

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,7 @@
 
 #define DBOXFS_VERSION "0.1"
 
-enum { KEY_HELP, KEY_VERSION };
+enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW };
 
 #define FS_OPT(t, p) { t, offsetof(struct fs_options, p), 1 }
 
@@ -38,6 +39,8 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FS_OPT("attr_timeout=%lf", attr_timeout),
 	FS_OPT("purge_threshold=%u", purge_threshold),
 	FS_OPT("compress=%s", compress),
+	FUSE_OPT_KEY("ro", KEY_RO),
+	FUSE_OPT_KEY("rw", KEY_RW),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -57,6 +60,9 @@ static void usage(const char *prog)
 	       "    -o attr_timeout=SECS   kernel attribute cache time (3600)\n"
 	       "    -o purge_threshold=PCT purge a sealed m.N by itself once this\n"
 	       "                           share of it is dead (50; 0 = never)\n"
+	       "    -o ro                  read-only: the store is only read (it may be\n"
+	       "                           on read-only media); changes fail (EROFS)\n"
+	       "    -o rw                  read-write (the default)\n"
 	       "    -o compress=gz[:LEVEL] store new messages gzip-compressed, as\n"
 	       "                           Dovecot's zlib plugin (LEVEL 1-9, default 6;\n"
 	       "                           'none' is the default)\n"
@@ -83,6 +89,12 @@ static int opt_proc(void *data, const char *arg, int key,
 			return 0;
 		}
 		return 1;
+	case KEY_RO:
+	case KEY_RW:
+		/* Kept for libfuse too: the kernel refuses every change to a
+		   read-only mount with EROFS. */
+		opts->readonly = key == KEY_RO;
+		return 1;
 	case KEY_HELP:
 		usage(outargs->argv[0]);
 		fuse_opt_add_arg(outargs, "-ho");
@@ -100,6 +112,7 @@ static int opt_proc(void *data, const char *arg, int key,
 /* Log sink: syslog always, stderr too while in the foreground. */
 static bool log_to_stderr = true;
 static bool log_debug;
+static unsigned long errors_logged; /* so an exit says why once */
 
 static void syslog_sink(enum dbox_log_level level, const char *fmt,
 			va_list args)
@@ -112,6 +125,8 @@ static void syslog_sink(enum dbox_log_level level, const char *fmt,
 
 	if (level == DBOX_LOG_DEBUG && !log_debug)
 		return;
+	if (level == DBOX_LOG_ERROR)
+		errors_logged++;
 	if (log_to_stderr) {
 		va_copy(copy, args);
 		fprintf(stderr, "dboxfs: ");
@@ -120,6 +135,18 @@ static void syslog_sink(enum dbox_log_level level, const char *fmt,
 		va_end(copy);
 	}
 	vsyslog(prio[level], fmt, args);
+}
+
+/* Say why dboxfs stops (what failed, and the error), unless an error
+   was logged since errors_before, which said it already. */
+static void exit_reason(unsigned long errors_before, const char *what, int err)
+{
+	if (errors_logged != errors_before)
+		return;
+	if (err != 0)
+		dbox_error("%s: %s; exiting", what, strerror(err));
+	else
+		dbox_error("%s; exiting", what);
 }
 
 /* Plenty of descriptors: one per m.N file read. */
@@ -215,6 +242,7 @@ int main(int argc, char *argv[])
 		},
 	};
 	char *index_path = NULL;
+	unsigned long errors_before;
 	bool fresh;
 	int ret = 1;
 
@@ -243,6 +271,8 @@ int main(int argc, char *argv[])
 	/* Open the store before mounting, so a refusal (locked, not a
 	   store, newer format) is reported here and nothing is mounted. */
 	set.rotate_size = fs.opts.rotate_size;
+	set.readonly = fs.opts.readonly;
+	set.create = !fs.opts.readonly;
 	if (fs.opts.compress != NULL &&
 	    dbox_compress_parse(fs.opts.compress, &set.compress) < 0) {
 		fprintf(stderr, "%s: compress=%s: want none, gz or gz:LEVEL "
@@ -254,41 +284,75 @@ int main(int argc, char *argv[])
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
 	if (fs.se == NULL)
 		goto out_args;
-	if (asprintf(&index_path, "%s/index.sqlite", fs.opts.store) < 0)
+	errors_before = errors_logged;
+	if (asprintf(&index_path, "%s/index.sqlite", fs.opts.store) < 0) {
+		exit_reason(errors_before, "out of memory", 0);
 		goto out_session;
+	}
 	fresh = access(index_path, F_OK) != 0;
 	free(index_path);
-	if (dbox_store_open(fs.opts.store, &set, &fs.st) < 0)
+	if ((ret = dbox_store_open(fs.opts.store, &set, &fs.st)) < 0) {
+		exit_reason(errors_before, fs.opts.store, -ret);
+		ret = 1;
 		goto out_session;
-	if (fresh && create_inbox(fs.st) < 0)
+	}
+	ret = 1;
+	if (fresh && (ret = create_inbox(fs.st)) < 0) {
+		exit_reason(errors_before, "creating the INBOX of a new store",
+			    -ret);
+		ret = 1;
 		goto out_store;
-	if (fs_inode_table_init(&fs.inodes) < 0)
+	}
+	ret = 1;
+	if (fs_inode_table_init(&fs.inodes) < 0) {
+		exit_reason(errors_before, "the inode table", ENOMEM);
 		goto out_store;
-	if (fuse_set_signal_handlers(fs.se) != 0)
+	}
+	if (fuse_set_signal_handlers(fs.se) != 0) {
+		exit_reason(errors_before, "installing signal handlers", errno);
 		goto out_inodes;
-	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0)
+	}
+	/* libfuse names what is wrong with the mount point on stderr (and
+	   only there): the log gets a line too. */
+	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0) {
+		dbox_error("%s: cannot mount (the reason is on stderr, from "
+			   "libfuse); exiting", cmd.mountpoint);
 		goto out_signals;
+	}
 	{
 		char spec[32];
 
 		dbox_compress_format(&set.compress, spec, sizeof(spec));
-		dbox_info("mounted %s on %s (compress=%s)", fs.opts.store,
-			  cmd.mountpoint, spec);
+		dbox_info("mounted %s on %s (compress=%s%s)", fs.opts.store,
+			  cmd.mountpoint, spec, fs.opts.readonly ?
+			  ", read-only" : "");
 	}
 	/* SQLite connections must not cross fork(): fuse_daemonize() forks
 	   and the parent exits, so the connection is closed here and opened
 	   again in the child.  The store's flock() is inherited. */
 	dbox_store_index_suspend(fs.st);
-	if (fuse_daemonize(cmd.foreground) != 0 ||
-	    dbox_store_index_resume(fs.st) < 0)
+	errors_before = errors_logged;
+	if (fuse_daemonize(cmd.foreground) != 0) {
+		exit_reason(errors_before, "going to the background", errno);
 		goto out_unmount;
+	}
+	if (dbox_store_index_resume(fs.st) < 0) {
+		exit_reason(errors_before, "opening the index again after "
+			    "going to the background", EIO);
+		goto out_unmount;
+	}
 	log_to_stderr = cmd.foreground;
 	/* Without the purge thread the mount still works; only purging
-	   it on request or by itself does not. */
-	fs_purge_start(&fs);
+	   it on request or by itself does not.  A read-only mount neither
+	   purges nor checkpoints. */
+	if (!fs.opts.readonly)
+		fs_purge_start(&fs);
+	else
+		signal(SIGUSR1, SIG_IGN); /* a purge request is no reason to die */
 	/* WAL checkpoints in a thread of their own, off the request path
 	   (falls back to checkpoints inside commits when it cannot start). */
-	dbox_index_checkpointer_start(fs.st->index);
+	if (!fs.opts.readonly)
+		dbox_index_checkpointer_start(fs.st->index);
 
 	if (cmd.singlethread) {
 		ret = fuse_session_loop(fs.se);
@@ -303,13 +367,21 @@ int main(int argc, char *argv[])
 		ret = fuse_session_loop_mt(fs.se, loop);
 		fuse_loop_cfg_destroy(loop);
 	}
+	/* libfuse: a negative errno, or the number of the signal that
+	   ended the loop (SIGTERM, SIGINT, SIGHUP). */
+	if (ret < 0)
+		dbox_error("the FUSE session failed: %s; unmounting",
+			   strerror(-ret));
+	else if (ret > 0)
+		dbox_info("%s received; unmounting", strsignal(ret));
 	ret = ret != 0;
 out_unmount:
 	fs_purge_stop(&fs);
 	/* Unmounted: from here to exit the store is still locked while the
 	   index is checkpointed and closed; a mount or dboxadm started now
 	   waits for that instead of failing (store-lock.h). */
-	dbox_store_lock_set_closing(fs.st->lock_fd);
+	if (!fs.opts.readonly)
+		dbox_store_lock_set_closing(fs.st->lock_fd);
 	fuse_session_unmount(fs.se);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);

@@ -68,8 +68,8 @@ int dbox_index_checkpointer_start(struct dbox_index *index)
 	if (ck->running)
 		return 0;
 	if (sqlite3_open_v2(index->path, &ck->db,
-			    SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-			    NULL) != SQLITE_OK) {
+			    SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX |
+			    SQLITE_OPEN_NOFOLLOW, NULL) != SQLITE_OK) {
 		dbox_error("index %s: checkpointer: %s", index->path,
 			   ck->db != NULL ? sqlite3_errmsg(ck->db) : "out of memory");
 		sqlite3_close(ck->db);

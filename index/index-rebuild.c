@@ -253,7 +253,8 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 		aux_existed[i] = aux[i] == NULL || access(aux[i], F_OK) == 0;
 	}
 	if (sqlite3_open_v2(path, &ctx.db, SQLITE_OPEN_READWRITE |
-			    SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+			    SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
+			    NULL) != SQLITE_OK) {
 		dbox_warning("old index %s: cannot open: %s", path,
 			     ctx.db != NULL ? sqlite3_errmsg(ctx.db) : "no memory");
 		goto out;

@@ -12,10 +12,12 @@
 #include "storage/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -283,12 +285,131 @@ static void add_recovery_indexes(struct dbox_index *index)
 	}
 }
 
+/* May this process create files in the directory of path (the -shm and
+   -wal of a WAL database)? */
+static bool dir_writable(const char *path)
+{
+	char *dir = strdup(path), *slash;
+	bool ok;
+
+	if (dir == NULL)
+		return true;
+	slash = strrchr(dir, '/');
+	if (slash == dir)
+		slash[1] = '\0';
+	else if (slash != NULL)
+		*slash = '\0';
+	ok = faccessat(AT_FDCWD, slash != NULL ? dir : ".", W_OK,
+		       AT_EACCESS) == 0;
+	free(dir);
+	return ok;
+}
+
+/* "file:" URI of path (characters outside [A-Za-z0-9/._~-] %-encoded,
+   so '?', '#' and '%' in a store path stay the path's) with query, or
+   NULL when out of memory. */
+static char *file_uri(const char *path, const char *query)
+{
+	size_t len = strlen(path);
+	char *uri = malloc(5 + len * 3 + 1 + strlen(query) + 1), *out;
+
+	if (uri == NULL)
+		return NULL;
+	out = uri + sprintf(uri, "file:");
+	for (const unsigned char *p = (const unsigned char *)path; *p != '\0'; p++) {
+		if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+		    (*p >= '0' && *p <= '9') || strchr("/._~-", *p) != NULL)
+			*out++ = (char)*p;
+		else
+			out += sprintf(out, "%%%02X", *p);
+	}
+	sprintf(out, "?%s", query);
+	return uri;
+}
+
+/* Open index->db read-only (see dbox_index_open_readonly).  immutable=1
+   promises SQLite that nobody changes the file: used only on a read-only
+   filesystem, or when there is no WAL (so no connection is open on it).
+   Returns 0 or -EIO (logged). */
+static int open_db_readonly(struct dbox_index *index, const char *path)
+{
+	static const char *const queries[] = { "mode=ro", "immutable=1" };
+	const int flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX |
+		SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_URI;
+	char *wal = NULL;
+	struct statvfs vfs;
+	struct stat sb;
+	bool has_wal;
+
+	if (asprintf(&wal, "%s-wal", path) < 0)
+		return -ENOMEM;
+	has_wal = stat(wal, &sb) == 0;
+	for (size_t i = 0; i < 2; i++) {
+		char *uri;
+		int rc;
+
+		if (i == 1 && has_wal &&
+		    (statvfs(path, &vfs) < 0 || !(vfs.f_flag & ST_RDONLY))) {
+			dbox_error("index %s: cannot open it read-only: %s-shm "
+				   "is missing or unreadable, and with %s the "
+				   "store may be in use", path, path, wal);
+			free(wal);
+			return -EIO;
+		}
+		if ((uri = file_uri(path, queries[i])) == NULL) {
+			free(wal);
+			return -ENOMEM;
+		}
+		rc = sqlite3_open_v2(uri, &index->db, flags, NULL);
+		free(uri);
+		/* The first read maps index.sqlite-shm (mode=ro). */
+		if (rc == SQLITE_OK)
+			rc = sqlite3_exec(index->db, "SELECT count(*) FROM "
+					  "sqlite_master", NULL, NULL, NULL);
+		if (rc == SQLITE_OK) {
+			if (i == 1 && has_wal && sb.st_size > 0)
+				dbox_warning("index %s: opened read-only without "
+					     "its WAL (%s, %lld bytes, cannot be "
+					     "read without %s-shm): what it "
+					     "holds is not shown", path, wal,
+					     (long long)sb.st_size, path);
+			free(wal);
+			return 0;
+		}
+		if (i == 1) {
+			free(wal);
+			return index_sql_error(index, "open read-only");
+		}
+		sqlite3_close(index->db);
+		index->db = NULL;
+	}
+	free(wal);
+	return -EIO;
+}
+
+static int index_open(const char *path, bool create, bool readonly,
+		      struct dbox_index **index_r);
+
 int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
+{
+	return index_open(path, create, !create && !dir_writable(path), index_r);
+}
+
+int dbox_index_open_readonly(const char *path, struct dbox_index **index_r)
+{
+	return index_open(path, false, true, index_r);
+}
+
+static int index_open(const char *path, bool create, bool readonly,
+		      struct dbox_index **index_r)
 {
 	struct dbox_index *index;
 	int64_t format;
 	bool is_new;
-	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+	/* NOFOLLOW: an index that is a symbolic link is refused (the store's
+	   owner could point it anywhere). */
+	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX |
+		SQLITE_OPEN_NOFOLLOW;
 	int ret;
 
 	is_new = access(path, F_OK) != 0;
@@ -307,13 +428,17 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 	pthread_cond_init(&index->wal_sync.cond, NULL);
 	pthread_mutex_init(&index->ckpt.mutex, NULL);
 	pthread_cond_init(&index->ckpt.cond, NULL);
-	if (sqlite3_open_v2(path, &index->db, flags, NULL) != SQLITE_OK) {
+	if (readonly) {
+		if ((ret = open_db_readonly(index, path)) < 0)
+			goto fail;
+	} else if (sqlite3_open_v2(path, &index->db, flags, NULL) != SQLITE_OK) {
 		ret = index_sql_error(index, "open");
 		goto fail;
 	}
 	sqlite3_extended_result_codes(index->db, 1);
 	sqlite3_busy_timeout(index->db, 5000);
-	if ((ret = exec_sql(index, "PRAGMA journal_mode=WAL;"
+	if ((ret = exec_sql(index, readonly ? "PRAGMA cache_size=-32768;" :
+				   "PRAGMA journal_mode=WAL;"
 				   "PRAGMA synchronous=NORMAL;"
 				   "PRAGMA foreign_keys=OFF;"
 				   "PRAGMA cache_size=-32768;")) < 0)
@@ -327,7 +452,8 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 	    (ret = check_format(index, &format)) < 0 ||
 	    (ret = upgrade_format(index, format)) < 0)
 		goto fail;
-	add_recovery_indexes(index);
+	if (!readonly)
+		add_recovery_indexes(index);
 	for (int i = 0; i < ST_COUNT; i++) {
 		if (i != ST_META_GET && (ret = prepare_stmt(index, i)) < 0)
 			goto fail;

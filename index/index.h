@@ -85,8 +85,19 @@ struct dbox_index;
    synchronous=NORMAL, creating the schema and the root directory on a new
    file.  Returns 0 and sets *index_r; -ENOENT if missing and !create,
    -EPROTO if the format is newer than DBOX_INDEX_FORMAT, -EIO when the file
-   is not a readable index (corrupt; logged). */
+   is not a readable index (corrupt; logged).  Without create, on a store
+   whose directory this process cannot write (read-only media, a
+   read-only bind mount, no permission) it opens read-only, as
+   dbox_index_open_readonly. */
 int dbox_index_open(const char *path, bool create, struct dbox_index **index_r);
+
+/* Open the index at path for reading only; nothing is written, not even
+   index.sqlite-shm.  SQLite's mode=ro first (it sees what the WAL holds,
+   and needs index.sqlite-shm to exist, as it does while the store is
+   mounted); when that cannot open, immutable=1 (reads index.sqlite alone:
+   a WAL left with transactions in it is then not seen, which is logged as
+   a warning).  Returns as dbox_index_open. */
+int dbox_index_open_readonly(const char *path, struct dbox_index **index_r);
 
 /* Close the index and set *index to NULL.  Safe on NULL. */
 void dbox_index_close(struct dbox_index **index);

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,7 +48,7 @@ static long elapsed_ms(const struct timespec *start)
    unmounted says so only once its session loop has seen the unmount).
    Returns 0 with the lock taken, -EBUSY, or -errno. */
 #define BUSY_WAIT_MS 500
-static int wait_for_lock(int fd, const char *path)
+static int wait_for_lock(int fd, const char *path, int how)
 {
 	const struct timespec tick = { 0, 20 * 1000 * 1000 };
 	struct timespec start;
@@ -57,7 +58,7 @@ static int wait_for_lock(int fd, const char *path)
 	for (;;) {
 		bool closing;
 
-		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+		if (flock(fd, how | LOCK_NB) == 0)
 			return 0;
 		if (errno != EWOULDBLOCK)
 			return -errno;
@@ -74,19 +75,17 @@ static int wait_for_lock(int fd, const char *path)
 	}
 }
 
-int dbox_store_lock(int dir_fd, const char *path)
+/* Take the lock on fd (how: LOCK_EX or LOCK_SH), waiting as
+   dbox_store_lock says.  Returns fd, or -errno with fd closed (logged). */
+static int take_lock(int fd, const char *path, int how)
 {
-	int fd, ret;
+	int ret;
 
-	fd = openat(dir_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
-		    0600);
-	if (fd < 0)
-		return -errno;
-	if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+	if (flock(fd, how | LOCK_NB) == 0)
 		return fd;
 	ret = -errno;
 	if (ret == -EWOULDBLOCK)
-		ret = wait_for_lock(fd, path);
+		ret = wait_for_lock(fd, path, how);
 	if (ret == 0)
 		return fd;
 	if (ret == -EWOULDBLOCK || ret == -EBUSY)
@@ -96,4 +95,56 @@ int dbox_store_lock(int dir_fd, const char *path)
 		dbox_error("%s: cannot lock the store: %s", path, strerror(-ret));
 	close(fd);
 	return ret == -EWOULDBLOCK ? -EBUSY : ret;
+}
+
+/* The lock file open as fd must be a regular file.  fd, or -EINVAL with
+   fd closed (logged). */
+static int check_regular(int fd, const char *path)
+{
+	struct stat sb;
+
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		dbox_error("%s/lock: not a regular file; refusing the store",
+			   path);
+		close(fd);
+		return -EINVAL;
+	}
+	return fd;
+}
+
+/* Log why STORE/lock did not open (errno ret). */
+static int open_failed(const char *path, int ret)
+{
+	dbox_error("%s/lock: cannot open the lock of the store: %s", path,
+		   ret == -ELOOP ? "it is a symbolic link (a store's lock is a "
+		   "plain file)" : strerror(-ret));
+	return ret;
+}
+
+int dbox_store_lock(int dir_fd, const char *path)
+{
+	int fd;
+
+	fd = openat(dir_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
+		    O_NOCTTY | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return open_failed(path, -errno);
+	if ((fd = check_regular(fd, path)) < 0)
+		return fd;
+	return take_lock(fd, path, LOCK_EX);
+}
+
+int dbox_store_lock_shared(int dir_fd, const char *path)
+{
+	int fd;
+
+	fd = openat(dir_fd, "lock", O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+		    O_NOCTTY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT)
+		return -ENOENT;
+	if (fd < 0)
+		return open_failed(path, -errno);
+	if ((fd = check_regular(fd, path)) < 0)
+		return fd;
+	return take_lock(fd, path, LOCK_SH);
 }

@@ -25,9 +25,20 @@
    closing is waited for, up to DBOX_STORE_LOCK_WAIT seconds, so a mount
    or dboxadm run right after an unmount works; any other holder makes it
    fail after half a second (time for a mount unmounted a moment ago to
-   say it is closing).  Returns the lock's descriptor (the caller closes it to
-   let go), -EBUSY when the store is in use (logged), or -errno. */
+   say it is closing).  The lock is opened with O_NOFOLLOW: a symbolic
+   link (-ELOOP) or anything but a regular file (-EINVAL) is refused.
+   Returns the lock's descriptor (the caller closes it to let go), -EBUSY
+   when the store is in use, or -errno; every failure is logged. */
 int dbox_store_lock(int dir_fd, const char *path);
+
+/* Take the lock shared, for a process that only reads the store (on
+   read-only media): STORE/lock opened read-only, never created (a store
+   without one is used without a lock), never through a symbolic link.
+   Fails like dbox_store_lock while a writer holds the store (-EBUSY,
+   logged), after the same wait for a writer that is closing.  Returns the
+   descriptor, -ENOENT (not logged) when there is no lock file, or -errno
+   (logged). */
+int dbox_store_lock_shared(int dir_fd, const char *path);
 
 /* Write "closing\n" into the lock file lock_fd (held by this process).
    Returns 0 or -errno. */

@@ -55,14 +55,27 @@ static int open_subdir(int dir_fd, const char *name, bool create)
 
 	if (create && mkdirat(dir_fd, name, 0700) < 0 && errno != EEXIST)
 		return -errno;
-	fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	return fd < 0 ? -errno : fd;
+}
+
+/* Is path the directory open as fd?  0 or -ESTALE. */
+static int same_dir(int fd, const char *path)
+{
+	struct stat a, b;
+
+	if (fstat(fd, &a) < 0 || stat(path, &b) < 0 || a.st_dev != b.st_dev ||
+	    a.st_ino != b.st_ino)
+		return -ESTALE;
+	return 0;
 }
 
 static int open_layout(struct dbox_store *st, const char *path, bool create)
 {
 	bool is_store;
 
+	if (st->readonly)
+		create = false;
 	if (create && mkdir(path, 0700) < 0 && errno != EEXIST) {
 		dbox_error("%s: cannot create store: %s", path, strerror(errno));
 		return -errno;
@@ -83,10 +96,19 @@ static int open_layout(struct dbox_store *st, const char *path, bool create)
 		dbox_error("%s: no store here", path);
 		return -ENOENT;
 	}
-	if ((st->lock_fd = dbox_store_lock(st->dir_fd, path)) < 0)
+	if (st->readonly) {
+		st->lock_fd = dbox_store_lock_shared(st->dir_fd, path);
+		if (st->lock_fd == -ENOENT)
+			st->lock_fd = -1; /* nobody can have it: no lock */
+		else if (st->lock_fd < 0)
+			return st->lock_fd;
+	} else if ((st->lock_fd = dbox_store_lock(st->dir_fd, path)) < 0) {
 		return st->lock_fd;
-	if ((st->storage_fd = open_subdir(st->dir_fd, "storage", true)) < 0 ||
-	    (st->files_fd = open_subdir(st->dir_fd, "files", true)) < 0) {
+	}
+	if ((st->storage_fd = open_subdir(st->dir_fd, "storage",
+					  !st->readonly)) < 0 ||
+	    (st->files_fd = open_subdir(st->dir_fd, "files",
+					!st->readonly)) < 0) {
 		int ret = st->storage_fd < 0 ? st->storage_fd : st->files_fd;
 
 		dbox_error("%s: cannot open storage/ or files/: %s", path,
@@ -356,20 +378,28 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	if (st == NULL)
 		return -ENOMEM;
 	st->dir_fd = st->storage_fd = st->files_fd = st->lock_fd = -1;
+	st->readonly = set->readonly;
 	pthread_mutex_init(&st->lock, NULL);
 	st->rotate_size = set->rotate_size != 0 ? set->rotate_size :
 		DBOX_DEFAULT_ROTATE_SIZE;
 	st->compress = set->compress;
 	if ((ret = open_layout(st, path, set->create)) < 0)
 		goto fail;
-	/* Absolute, so the store survives a chdir (daemons chdir to /). */
+	/* Absolute, so the store survives a chdir (daemons chdir to /); and
+	   the directory opened above, not one switched in meanwhile. */
 	if ((st->path = realpath(path, NULL)) == NULL ||
 	    asprintf(&index_path, "%s/index.sqlite", st->path) < 0) {
 		index_path = NULL;
 		ret = st->path == NULL ? -errno : -ENOMEM;
 		goto fail;
 	}
-	ret = dbox_index_open(index_path, true, &st->index);
+	if ((ret = same_dir(st->dir_fd, st->path)) < 0) {
+		dbox_error("%s: the store directory changed while it was opened",
+			   path);
+		goto fail;
+	}
+	ret = st->readonly ? dbox_index_open_readonly(index_path, &st->index) :
+		dbox_index_open(index_path, true, &st->index);
 	if (ret < 0) {
 		if (ret == -EIO)
 			dbox_error("%s: the index is unreadable; "
@@ -377,14 +407,14 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 				   "storage/", path, path);
 		goto fail;
 	}
-	if ((ret = recover(st, &writing)) < 0 ||
+	if ((!st->readonly && (ret = recover(st, &writing)) < 0) ||
 	    (ret = dbox_index_mfile_max(st->index, &max_index)) < 0)
 		goto fail;
 	st->next_file_id = max_file_on_disk(st->storage_fd);
 	if (max_index > st->next_file_id)
 		st->next_file_id = max_index;
 	st->next_file_id++;
-	if (max_index != 0)
+	if (max_index != 0 && !st->readonly)
 		adopt_mfile(st, max_index, writing > 0);
 	st->index_path = index_path;
 	*st_r = st;
@@ -433,7 +463,9 @@ void dbox_store_index_suspend(struct dbox_store *st)
 
 int dbox_store_index_resume(struct dbox_store *st)
 {
-	return dbox_index_open(st->index_path, false, &st->index);
+	return st->readonly ?
+		dbox_index_open_readonly(st->index_path, &st->index) :
+		dbox_index_open(st->index_path, false, &st->index);
 }
 
 int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)

@@ -31,6 +31,8 @@
 struct dbox_store_settings {
 	uint64_t rotate_size; /* bytes; 0 = default */
 	bool create;          /* create STORE if it does not exist */
+	bool readonly;        /* open for reading only (dboxfs -o ro): see
+				 dbox_store_open */
 	struct dbox_compress_settings compress; /* new message bodies */
 };
 
@@ -46,6 +48,7 @@ struct dbox_store {
 	char *path;
 	char *index_path;
 	int dir_fd, storage_fd, files_fd, lock_fd;
+	bool readonly;              /* opened with set->readonly */
 	struct dbox_index *index;
 	uint64_t rotate_size;
 	struct dbox_compress_settings compress;
@@ -67,7 +70,11 @@ struct dbox_store {
    m.N the index knows takes new messages again when it is below the
    rotate size and holds only whole records up to its committed end;
    otherwise the first save starts a new m.N (numbers are never reused).
-   Every refusal is logged with the reason.  Returns 0 and *st_r, or a
+   With set->readonly nothing in the store is written or created: the
+   store must exist, the lock is taken shared (dbox_store_lock_shared),
+   the index is opened read-only (dbox_index_open_readonly), and there is
+   no crash recovery (a reader sees only committed messages anyway); the
+   caller must not save.  Every refusal is logged with the reason.  Returns 0 and *st_r, or a
    negative errno. */
 int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 		    struct dbox_store **st_r);

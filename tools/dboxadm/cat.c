@@ -44,6 +44,22 @@ static char *file_path(const char *store, const char *arg, uint32_t *id_r)
 	return path;
 }
 
+/* Open the file of arg: a path as given, an m.N of the store never
+   through a symbolic link.  Returns the fd or -errno. */
+static int open_file(const char *store, const char *arg, const char *path,
+		     uint32_t id)
+{
+	char name[16];
+	int fd;
+
+	if (strchr(arg, '/') != NULL) {
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		return fd < 0 ? -errno : fd;
+	}
+	snprintf(name, sizeof(name), "m.%u", id);
+	return adm_open_in_store(store, "storage", name, O_RDONLY);
+}
+
 static int write_full(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;
@@ -77,6 +93,8 @@ static int cat_main(int argc, char **argv)
 	if (npos != 3)
 		return adm_usage_error(&adm_verb_cat,
 				       "cat: need STORE, m.N and OFFSET");
+	if ((ret = adm_store_enter(argv[0])) != 0)
+		return ret;
 	errno = 0;
 	offset = strtoull(argv[2], &end, 10);
 	if (errno != 0 || end == argv[2] || *end != '\0')
@@ -85,9 +103,9 @@ static int cat_main(int argc, char **argv)
 	if ((path = file_path(argv[0], argv[1], &id)) == NULL)
 		return adm_usage_error(&adm_verb_cat, "cat: '%s' is not m.N, "
 				       "N or a path", argv[1]);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open_file(argv[0], argv[1], path, id);
 	if (fd < 0) {
-		adm_error("%s: %s", path, strerror(errno));
+		adm_error("%s: %s", path, strerror(-fd));
 		free(path);
 		return ADM_EXIT_USAGE;
 	}

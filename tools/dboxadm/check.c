@@ -233,13 +233,14 @@ static void note(struct check *c, const char *fmt, ...)
 static void vadd(struct check *c, struct strs *s, const char *prefix,
 		 const char *fmt, va_list args)
 {
-	char text[2048];
+	char text[2048], escaped[DBOX_LOG_ESCAPED_SIZE(sizeof(text))];
 
 	vsnprintf(text, sizeof(text), fmt, args);
 	strs_add(s, text);
 	if (!c->json) {
 		progress_clear();
-		printf("%s: %s\n", prefix, text);
+		printf("%s: %s\n", prefix,
+		       dbox_log_escape(escaped, sizeof(escaped), text));
 	}
 }
 
@@ -952,6 +953,8 @@ static int check_main(int argc, char **argv)
 		return ret;
 	if (npos != 1)
 		return adm_usage_error(&adm_verb_check, "check: need STORE");
+	if ((ret = adm_store_enter(argv[0])) != 0)
+		return ret;
 	c.store = argv[0];
 	dir_fd = open(c.store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dir_fd < 0) {
@@ -964,9 +967,9 @@ static int check_main(int argc, char **argv)
 	ret = open_index(&c, dir_fd);
 	if (ret == ADM_EXIT_OK) {
 		c.storage_fd = openat(dir_fd, "storage", O_RDONLY | O_DIRECTORY |
-				      O_CLOEXEC);
+				      O_NOFOLLOW | O_CLOEXEC);
 		c.files_fd = openat(dir_fd, "files", O_RDONLY | O_DIRECTORY |
-				    O_CLOEXEC);
+				    O_NOFOLLOW | O_CLOEXEC);
 		if (c.storage_fd < 0)
 			problem(&c, "storage/: %s", strerror(errno));
 		progress_init(&c.progress, "checked");

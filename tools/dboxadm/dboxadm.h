@@ -84,6 +84,28 @@ void adm_path_free(struct adm_path *path);
    or NULL when out of memory (the old array is then still valid). */
 void *adm_grow(void *array, size_t n, size_t *size, size_t elem);
 
+/* Every verb calls this with its STORE before it opens anything in it.
+   Run by root on a store owned by another uid (for a store not made yet:
+   its parent directory's owner), dboxadm becomes that user for good, as
+   Dovecot drops to mail_uid: the groups and gid of the owner's passwd
+   entry (or the directory's gid, without supplementary groups, when
+   there is none), then the uid.  Whatever it makes then belongs to the
+   owner, and whatever the owner planted in the store (symbolic links,
+   a hostile index) reaches only what the owner may reach anyway.  Run
+   by anyone else, or on a store of root's (or no such directory, or not
+   a directory: the verb reports it), nothing changes.  Returns
+   ADM_EXIT_OK, or ADM_EXIT_USAGE after reporting why (unreadable, the
+   switch failed, or the path was switched to another directory
+   meanwhile). */
+int adm_store_enter(const char *store);
+
+/* Open STORE/sub (a directory), or STORE/sub/name with flags (O_CLOEXEC
+   and O_NOFOLLOW added) when name is not NULL: each step relative to the
+   one before and never through a symbolic link (-ELOOP), so a link
+   planted in the store is not followed.  Returns the fd or -errno. */
+int adm_open_in_store(const char *store, const char *sub, const char *name,
+		      int flags);
+
 /* Open STORE/index.sqlite for reading without the store lock (works while
    the store is mounted).  Returns ADM_EXIT_OK and *index_r, or
    ADM_EXIT_USAGE after reporting why (no store there, corrupt, newer

@@ -141,6 +141,8 @@ static int dump_main(int argc, char **argv)
 		return ret;
 	if (npos != 2)
 		return adm_usage_error(&adm_verb_dump, "dump: need STORE and m.N");
+	if ((ret = adm_store_enter(argv[0])) != 0)
+		return ret;
 	if (strchr(argv[1], '/') == NULL && parse_file_arg(argv[1], &id)) {
 		if (asprintf(&path, "%s/storage/m.%u", argv[0], id) < 0)
 			path = NULL;
@@ -155,7 +157,16 @@ static int dump_main(int argc, char **argv)
 		adm_error("out of memory");
 		return ADM_EXIT_FAILED;
 	}
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (strchr(argv[1], '/') == NULL) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "m.%u", id);
+		fd = adm_open_in_store(argv[0], "storage", name, O_RDONLY);
+		if (fd < 0)
+			errno = -fd;
+	} else {
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
 	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
 		adm_error("%s: %s", path, fd < 0 ? strerror(errno) :
 			  "not a regular file");

@@ -3,7 +3,11 @@
  * real maildir: directories, messages (plaintext, decompressed), plain
  * files, hard links as hard links, modes, and mtimes from the index
  * (directories after their contents, so creating the contents does not
- * move them).  As root the owners too.
+ * move them).  Never set-user-ID or set-group-ID bits: the index is
+ * written by whoever owns the store, and a root-owned setuid program
+ * made from it would be theirs to run.  Owners only when asked
+ * (--same-owner), and only by root on a store of root's (adm_store_enter
+ * has made anyone else the store's owner by then).
  *
  * Works on a mounted store: it takes no lock, reads the index inside one
  * read snapshot (index-stats.h) and reads committed m.N records, which
@@ -44,7 +48,7 @@ struct export {
 	struct inomap links;       /* (0, index ino) -> exported path */
 	struct progress progress;
 	struct adm_path path;      /* output path of the current item */
-	bool keep_owner;           /* root: set owners from the index */
+	bool keep_owner;           /* --same-owner: owners from the index */
 	char *buf;                 /* COPY_SIZE bytes */
 	unsigned long messages, files, dirs, linked, failed, unfinished;
 	bool fatal;                /* index failure: stop */
@@ -134,14 +138,18 @@ static int write_full(int fd, const char *buf, size_t len)
 	return 0;
 }
 
-/* Owner, mode and times of a finished output file or directory.  Owner
-   first: chown may clear set-id bits that the mode then sets. */
+/* Permission bits export gives: the index's without set-user-ID and
+   set-group-ID (sticky and rwx kept). */
+#define EXPORT_MODE_MASK 01777
+
+/* Owner, mode and times of a finished output file or directory. */
 static int set_attrs(struct export *ex, int fd, const struct dbox_attr *attr,
 		     const struct timespec times[2])
 {
 	if (ex->keep_owner && fchown(fd, attr->uid, attr->gid) < 0)
 		return -errno;
-	if (fchmod(fd, attr->mode & 07777) < 0 || futimens(fd, times) < 0)
+	if (fchmod(fd, attr->mode & EXPORT_MODE_MASK) < 0 ||
+	    futimens(fd, times) < 0)
 		return -errno;
 	return 0;
 }
@@ -435,14 +443,9 @@ static int open_output(const char *dir)
 
 static int open_store_dir(const char *store, const char *name)
 {
-	char *path;
-	int fd;
+	int fd = adm_open_in_store(store, name, NULL, 0);
 
-	if (asprintf(&path, "%s/%s", store, name) < 0)
-		return -1;
-	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	free(path);
-	return fd;
+	return fd < 0 ? -1 : fd;
 }
 
 static void export_free(struct export *ex)
@@ -463,17 +466,27 @@ static void export_free(struct export *ex)
 
 static int export_main(int argc, char **argv)
 {
+	static const char *const flags[] = { "--same-owner", NULL };
 	struct export ex = { .storage_fd = -1, .files_fd = -1 };
+	bool same_owner = false, *flag_r[] = { &same_owner };
 	struct dbox_attr root;
 	struct timespec times[2];
 	int npos, outfd, ret;
 
-	if ((ret = adm_parse_args(&adm_verb_export, argc, argv, NULL, NULL,
+	if ((ret = adm_parse_args(&adm_verb_export, argc, argv, flags, flag_r,
 				  &npos)) != 0)
 		return ret;
 	if (npos != 2)
 		return adm_usage_error(&adm_verb_export,
 				       "export: need STORE and DIR");
+	if ((ret = adm_store_enter(argv[0])) != 0)
+		return ret;
+	if (same_owner && geteuid() != 0) {
+		adm_error("%s: --same-owner needs root and a store owned by "
+			  "root (the owners in the index of a user's store are "
+			  "that user's claims); nothing was exported", argv[0]);
+		return ADM_EXIT_USAGE;
+	}
 	ex.store = argv[0];
 	if ((ret = adm_open_index(ex.store, &ex.index)) != 0)
 		return ret;
@@ -489,7 +502,7 @@ static int export_main(int argc, char **argv)
 	}
 	ex.storage_fd = open_store_dir(ex.store, "storage");
 	ex.files_fd = open_store_dir(ex.store, "files");
-	ex.keep_owner = geteuid() == 0;
+	ex.keep_owner = same_owner;
 	ex.buf = malloc(COPY_SIZE);
 	if (ex.buf == NULL || adm_path_init(&ex.path, argv[1]) < 0) {
 		adm_error("out of memory");
@@ -529,11 +542,15 @@ const struct adm_verb adm_verb_export = {
 	.name = "export",
 	.summary = "write a store out as a maildir tree (mounted or not)",
 	.usage =
-	"usage: dboxadm export STORE DIR\n"
+	"usage: dboxadm export STORE DIR [--same-owner]\n"
 	"\n"
 	"Write the tree of STORE into DIR (which must not exist, or be empty) as a\n"
 	"real maildir: directories, messages (plaintext), plain files, with hard\n"
-	"links, modes and mtimes as the mount shows them (owners too, as root).\n"
+	"links, modes and mtimes as the mount shows them, but never set-user-ID\n"
+	"or set-group-ID bits.  The files belong to whoever runs the export; run\n"
+	"by root on a store owned by another user, that is the store's owner\n"
+	"(dboxadm becomes that user first).  --same-owner (root, on a store owned\n"
+	"by root only) sets the owners the index records.\n"
 	"Works while STORE is mounted: it reads one consistent snapshot of the\n"
 	"index and skips messages still being written (with a warning).\n"
 	"\n"

@@ -576,7 +576,8 @@ static int plain_file(struct imp *imp, uint64_t dir, const char *name,
 		return ret;
 	snprintf(backing, sizeof(backing), "%llu", (unsigned long long)attr.ino);
 	fd = openat(imp->st->files_fd, backing,
-		    O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+		    O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_NOFOLLOW |
+		    O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
 	if (len > 0 && write(fd, content, len) != (ssize_t)len) {
@@ -878,7 +879,8 @@ static int sync_all(struct imp *imp)
 		int fd;
 
 		stage_name(name, imp->files[i].file_id);
-		fd = openat(imp->st->storage_fd, name, O_RDONLY | O_CLOEXEC);
+		fd = openat(imp->st->storage_fd, name, O_RDONLY | O_NOFOLLOW |
+			    O_CLOEXEC);
 		if (fd < 0 || fdatasync(fd) < 0) {
 			int err = errno;
 
@@ -1075,6 +1077,8 @@ static int import_dovecot_main(int argc, char **argv)
 		return adm_usage_error(&adm_verb_import_dovecot,
 				       "import-dovecot: need STORE and "
 				       "DOVECOT_MDBOX_ROOT");
+	if ((ret = adm_store_enter(argv[optind])) != 0)
+		return ret;
 	imp.root = argv[optind + 1];
 	if ((root_real = realpath(imp.root, NULL)) == NULL ||
 	    stat(root_real, &sb) < 0 || !S_ISDIR(sb.st_mode)) {

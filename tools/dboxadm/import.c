@@ -905,6 +905,8 @@ static int import_main(int argc, char **argv)
 	if (npos != 2)
 		return adm_usage_error(&adm_verb_import,
 				       "import: need STORE and MAILDIR");
+	if ((ret = adm_store_enter(argv[0])) != 0)
+		return ret;
 	srcfd = open(argv[1], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (srcfd < 0 || fstat(srcfd, &sb) < 0) {
 		adm_error("%s: %s", argv[1], strerror(errno));

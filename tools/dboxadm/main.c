@@ -15,12 +15,16 @@
 #include "storage/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const struct adm_verb *const verbs[] = {
 	&adm_verb_import, &adm_verb_export, &adm_verb_stats, &adm_verb_dump,
@@ -46,12 +50,22 @@ static void usage(FILE *out)
 		"items failed (each reported), 2 usage error or store refused.\n");
 }
 
+/* One line on stderr, escaped (dbox_log_escape): messages carry names
+   and bytes from the store. */
 static void vmessage(const char *prefix, const char *fmt, va_list args)
 {
+	char *text = NULL, *escaped = NULL;
+	int len = vasprintf(&text, fmt, args);
+
 	progress_clear();
-	fprintf(stderr, "dboxadm: %s", prefix);
-	vfprintf(stderr, fmt, args);
-	fputc('\n', stderr);
+	if (len >= 0)
+		escaped = malloc(DBOX_LOG_ESCAPED_SIZE((size_t)len));
+	if (escaped != NULL)
+		dbox_log_escape(escaped, DBOX_LOG_ESCAPED_SIZE((size_t)len), text);
+	fprintf(stderr, "dboxadm: %s%s\n", prefix,
+		escaped != NULL ? escaped : "(out of memory formatting a message)");
+	free(escaped);
+	free(text);
 }
 
 void adm_error(const char *fmt, ...)
@@ -143,6 +157,193 @@ int adm_open_index(const char *store, struct dbox_index **index_r)
 	else if (ret < 0)
 		adm_error("%s: cannot open the index: %s", store, strerror(-ret));
 	return ret < 0 ? ADM_EXIT_USAGE : ADM_EXIT_OK;
+}
+
+/* The parent directory of path ("." for a bare name), malloc()ed. */
+static char *parent_of(const char *path)
+{
+	char *copy = strdup(path), *slash;
+	size_t len;
+
+	if (copy == NULL)
+		return NULL;
+	len = strlen(copy);
+	while (len > 1 && copy[len - 1] == '/')
+		copy[--len] = '\0';
+	slash = strrchr(copy, '/');
+	if (slash == NULL) {
+		free(copy);
+		return strdup(".");
+	}
+	if (slash == copy)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	return copy;
+}
+
+/* Give up root for good and become uid: the groups and gid of its
+   passwd entry (gid alone, no supplementary groups, without one).
+   Returns 0 or -errno. */
+static int drop_to(uid_t uid, gid_t gid)
+{
+	struct passwd *pw = getpwuid(uid);
+
+	if (pw != NULL)
+		gid = pw->pw_gid;
+	else if (gid == (gid_t)-1)
+		return -ENOENT; /* no group known for uid */
+	if ((pw != NULL ? initgroups(pw->pw_name, gid) :
+	     setgroups(0, NULL)) < 0 ||
+	    setgid(gid) < 0 || setuid(uid) < 0)
+		return -errno;
+	/* For good: no way back to root (setuid() from root sets all three
+	   uids; this checks it did). */
+	if (setuid(0) == 0 || geteuid() != uid || getuid() != uid ||
+	    getegid() != gid)
+		return -EPERM;
+	return 0;
+}
+
+/* The owner of the last directory or symbolic link on the way to path
+   (the path as given, compared with lstat(), then its real path) that is
+   not root's, or 0: whoever owns a step of the way can switch what lies
+   beyond it, so root's store reached that way is treated as theirs, and
+   another user's store reached that way is refused. */
+static uid_t path_owner(const char *path)
+{
+	char *paths[2] = { strdup(path), realpath(path, NULL) };
+	uid_t owner = 0;
+
+	for (int i = 0; i < 2; i++) {
+		char *p = paths[i];
+		struct stat sb;
+
+		for (size_t len = p != NULL ? strlen(p) : 0; len > 0; len--) {
+			char saved;
+
+			if (p[len] != '/' && p[len] != '\0')
+				continue;
+			if (len > 1 && p[len - 1] == '/')
+				continue;
+			saved = p[len];
+			p[len] = '\0';
+			if (lstat(p, &sb) == 0 && sb.st_uid != 0 && owner == 0)
+				owner = sb.st_uid;
+			p[len] = saved;
+		}
+	}
+	free(paths[0]);
+	free(paths[1]);
+	return owner;
+}
+
+int adm_store_enter(const char *store)
+{
+	struct stat sb, again;
+	char *parent = NULL;
+	const char *what = store;
+	uid_t way;
+	int fd, ret;
+
+	if (geteuid() != 0)
+		return ADM_EXIT_OK;
+	/* The directory that decides, held open while deciding so the
+	   path cannot be switched under the decision (checked below). */
+	fd = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		/* A store to be created (import): it will be the parent's
+		   owner's. */
+		if ((parent = parent_of(store)) == NULL) {
+			adm_error("out of memory");
+			return ADM_EXIT_FAILED;
+		}
+		what = parent;
+		fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0 && errno == ENOENT) {
+			free(parent);
+			return ADM_EXIT_OK; /* the verb says it is missing */
+		}
+	}
+	if (fd < 0 || fstat(fd, &sb) < 0) {
+		if (errno == ENOTDIR) {
+			/* Not a directory: the verb refuses it. */
+			free(parent);
+			return ADM_EXIT_OK;
+		}
+		adm_error("%s: %s", what, strerror(errno));
+		free(parent);
+		return ADM_EXIT_USAGE;
+	}
+	way = path_owner(what);
+	if (sb.st_uid == 0 && way != 0) {
+		sb.st_uid = way;
+		sb.st_gid = (gid_t)-1; /* the group of that user's passwd entry */
+	} else if (sb.st_uid != 0 && way != 0 && way != sb.st_uid) {
+		/* A link of one user's to another user's store. */
+		adm_error("%s: owned by uid %u but reached through a symbolic "
+			  "link or directory of uid %u; refusing it (name the "
+			  "store by its own path)", what, (unsigned)sb.st_uid,
+			  (unsigned)way);
+		close(fd);
+		free(parent);
+		return ADM_EXIT_USAGE;
+	}
+	if (sb.st_uid == 0) {
+		close(fd);
+		free(parent);
+		return ADM_EXIT_OK;
+	}
+	if ((ret = drop_to(sb.st_uid, sb.st_gid)) < 0) {
+		adm_error("%s: owned by uid %u: cannot switch to that user "
+			  "(%s); nothing was done", what, (unsigned)sb.st_uid,
+			  strerror(-ret));
+		close(fd);
+		free(parent);
+		return ADM_EXIT_USAGE;
+	}
+	/* The path must still name the directory the decision was made on
+	   (now resolved with the owner's rights). */
+	if (stat(what, &again) < 0) {
+		adm_error("%s: %s (dboxadm runs as uid %u, who owns the "
+			  "store or the way to it); nothing was done", what,
+			  strerror(errno), (unsigned)sb.st_uid);
+		close(fd);
+		free(parent);
+		return ADM_EXIT_USAGE;
+	}
+	if (again.st_dev != sb.st_dev || again.st_ino != sb.st_ino) {
+		adm_error("%s: changed while dboxadm switched to its owner "
+			  "(uid %u); nothing was done", what,
+			  (unsigned)sb.st_uid);
+		close(fd);
+		free(parent);
+		return ADM_EXIT_USAGE;
+	}
+	close(fd);
+	free(parent);
+	return ADM_EXIT_OK;
+}
+
+int adm_open_in_store(const char *store, const char *sub, const char *name,
+		      int flags)
+{
+	int dir_fd, sub_fd, fd, ret;
+
+	if ((dir_fd = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return -errno;
+	sub_fd = openat(dir_fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			O_CLOEXEC);
+	ret = -errno;
+	close(dir_fd);
+	if (sub_fd < 0)
+		return ret;
+	if (name == NULL)
+		return sub_fd;
+	fd = openat(sub_fd, name, flags | O_NOFOLLOW | O_CLOEXEC);
+	ret = -errno;
+	close(sub_fd);
+	return fd < 0 ? ret : fd;
 }
 
 int adm_path_init(struct adm_path *path, const char *root)

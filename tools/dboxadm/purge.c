@@ -4,11 +4,18 @@
  *
  *   not mounted  the store is opened (lock, recovery) and purged here;
  *   mounted      the mount is asked to purge: its daemon wrote its pid
- *                into STORE/lock; after checking that this process really
- *                holds STORE/lock open, SIGUSR1 is sent and the index
- *                (read without the lock) is polled until it records a
- *                requested purge that started after the signal, or the
- *                timeout passes (the purge then goes on in the daemon).
+ *                into STORE/lock; once that process is proven to be the
+ *                dboxfs serving this store (mount_pid), SIGUSR1 is sent
+ *                and the index (read without the lock) is polled until it
+ *                records a requested purge that started after the
+ *                signal, or the timeout passes (the purge then goes on in
+ *                the daemon).
+ *
+ * SIGUSR1 kills a process that does not handle it, so the pid in the
+ * lock file is trusted only once proven; and STORE/lock is opened
+ * relative to the store directory, opened once, with O_NOFOLLOW: a lock
+ * that is a symbolic link (to some daemon's flock()ed pid file, say) is
+ * refused, never followed.
  *
  * Prints what was removed and moved on stdout, the same lines either way
  * (the mount records the outcome of a requested purge in the index).
@@ -34,6 +41,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,65 +84,145 @@ static int purge_offline(const char *store)
 	return ret < 0 ? 1 : 0;
 }
 
-/* Does process pid hold `path` open?  (Rules out a pid reused by an
-   unrelated process after the mount went away.) */
-static bool holds_open(pid_t pid, const char *path)
+/* A descriptor of process pid that stays with that process (its pid is
+   not reused while it is open), or -errno. */
+static int pid_open(pid_t pid)
 {
-	char dirname[64], link[PATH_MAX + 1], fdpath[320];
-	struct dirent *de;
-	bool found = false;
-	DIR *dir;
+	long fd = syscall(SYS_pidfd_open, pid, 0);
 
-	snprintf(dirname, sizeof(dirname), "/proc/%d/fd", (int)pid);
-	if ((dir = opendir(dirname)) == NULL)
-		return false;
-	while (!found && (de = readdir(dir)) != NULL) {
-		ssize_t n;
-
-		snprintf(fdpath, sizeof(fdpath), "%s/%s", dirname, de->d_name);
-		n = readlink(fdpath, link, sizeof(link) - 1);
-		if (n > 0) {
-			link[n] = '\0';
-			found = strcmp(link, path) == 0;
-		}
-	}
-	closedir(dir);
-	return found;
+	return fd < 0 ? -errno : (int)fd;
 }
 
-/* The pid of the mount of store, from STORE/lock.  Returns it, or 0 after
-   reporting why there is none. */
-static pid_t mount_pid(const char *lock_path)
+/* Send sig to the process of pidfd; 0 or -errno (-ESRCH: it exited). */
+static int pid_signal(int pidfd, int sig)
 {
-	char buf[32] = "", *real;
-	long pid = 0;
-	ssize_t n;
-	int fd;
+	return syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) < 0 ?
+		-errno : 0;
+}
 
-	fd = open(lock_path, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		n = read(fd, buf, sizeof(buf) - 1);
-		buf[n > 0 ? n : 0] = '\0';
-		close(fd);
-		pid = strtol(buf, NULL, 10);
+/* Is /proc/<pid>/exe a program named dboxfs?  -errno when unreadable. */
+static int runs_dboxfs(pid_t pid)
+{
+	char path[64], exe[PATH_MAX + 1];
+	const char *base;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+	if ((n = readlink(path, exe, sizeof(exe) - 1)) < 0)
+		return -errno;
+	exe[n] = '\0';
+	base = strrchr(exe, '/');
+	base = base != NULL ? base + 1 : exe;
+	return strcmp(base, "dboxfs") == 0 ||
+		strcmp(base, "dboxfs (deleted)") == 0;
+}
+
+/* Does process pid hold open both the file lock (the store's lock, by
+   device and inode) and a FUSE device (the character device of
+   /dev/fuse)?  -errno when its descriptors cannot be read. */
+static int holds_store_and_fuse(pid_t pid, const struct stat *lock)
+{
+	char dirname[64], fdpath[320];
+	struct stat fuse, sb;
+	bool has_lock = false, has_fuse = false;
+	struct dirent *de;
+	DIR *dir;
+
+	if (stat("/dev/fuse", &fuse) < 0 || !S_ISCHR(fuse.st_mode))
+		return -ENODEV;
+	snprintf(dirname, sizeof(dirname), "/proc/%d/fd", (int)pid);
+	if ((dir = opendir(dirname)) == NULL)
+		return -errno;
+	while ((de = readdir(dir)) != NULL) {
+		snprintf(fdpath, sizeof(fdpath), "%s/%s", dirname, de->d_name);
+		if (de->d_name[0] == '.' || stat(fdpath, &sb) < 0)
+			continue;
+		if (S_ISREG(sb.st_mode) && sb.st_dev == lock->st_dev &&
+		    sb.st_ino == lock->st_ino)
+			has_lock = true;
+		if (S_ISCHR(sb.st_mode) && sb.st_rdev == fuse.st_rdev)
+			has_fuse = true;
 	}
-	if (pid <= 0 || pid > INT_MAX) {
+	closedir(dir);
+	return has_lock && has_fuse;
+}
+
+/* The effective uid of process pid, from /proc/<pid>/status; -errno. */
+static long process_euid(pid_t pid)
+{
+	char path[64], line[256];
+	unsigned long real, eff;
+	long ret = -ENOENT;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return -errno;
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "Uid: %lu %lu", &real, &eff) == 2) {
+			ret = (long)eff;
+			break;
+		}
+	fclose(f);
+	return ret;
+}
+
+/* The mount of the store, from its lock lock_fd (held by someone else):
+   the pid the lock file names, proven to be the dboxfs serving this
+   store before anything is sent to it:
+     - it is a live process (held by a pidfd from here on, so the number
+       cannot pass to another process before the signal);
+     - its program is named dboxfs (/proc/PID/exe);
+     - it holds this very lock file open (same device and inode, not the
+       same path name) and a FUSE device: a mount of this store holds
+       both, and only one process holds the lock;
+     - it runs as the owner of the lock file (whoever mounts a store owns
+       its lock).
+   Returns a pidfd and *pid_r, or -1 after reporting why there is none. */
+static int mount_pid(const char *store, int lock_fd, pid_t *pid_r)
+{
+	char buf[32] = "", *end;
+	struct stat lock;
+	const char *why;
+	long pid = 0, euid;
+	ssize_t n;
+	int pidfd, ret;
+
+	n = pread(lock_fd, buf, sizeof(buf) - 1, 0);
+	buf[n > 0 ? n : 0] = '\0';
+	errno = 0;
+	pid = strtol(buf, &end, 10);
+	if (n <= 0 || errno != 0 || end == buf || *end != '\n' || pid <= 1 ||
+	    pid > INT_MAX || fstat(lock_fd, &lock) < 0) {
 		adm_error("%s: the store is in use, but not by a dboxfs mount "
 			  "that takes purge requests (another dboxadm?)",
-			  lock_path);
-		return 0;
+			  store);
+		return -1;
 	}
-	real = realpath(lock_path, NULL);
-	if (real == NULL || !holds_open((pid_t)pid, real)) {
-		adm_error("%s: process %ld does not hold the store (%s)",
-			  lock_path, pid, errno == EACCES || errno == EPERM ?
-			  "permission denied: run as the mount's owner" :
-			  "stale pid");
-		free(real);
-		return 0;
+	if ((pidfd = pid_open((pid_t)pid)) < 0) {
+		adm_error("%s: process %ld named by STORE/lock is gone (stale "
+			  "pid)", store, pid);
+		return -1;
 	}
-	free(real);
-	return (pid_t)pid;
+	if ((ret = runs_dboxfs((pid_t)pid)) == 1)
+		ret = holds_store_and_fuse((pid_t)pid, &lock);
+	euid = ret == 1 ? process_euid((pid_t)pid) : 0;
+	if (ret == 1 && euid >= 0 && (uid_t)euid == lock.st_uid) {
+		*pid_r = (pid_t)pid;
+		return pidfd;
+	}
+	if (ret == -EACCES || ret == -EPERM)
+		why = "permission denied: run as the mount's owner";
+	else if (ret < 0)
+		why = strerror(-ret);
+	else if (ret == 0)
+		why = "it is not a dboxfs mount of this store";
+	else
+		why = "it does not run as the owner of STORE/lock";
+	adm_error("%s: not signalling process %ld named by STORE/lock: %s",
+		  store, pid, why);
+	close(pidfd);
+	return -1;
 }
 
 static int64_t meta(struct dbox_index *index, const char *key)
@@ -167,24 +255,27 @@ static int request_result(struct dbox_index *index,
 	return 0;
 }
 
-static int purge_online(const char *store, const char *lock_path,
-			unsigned int timeout)
+static int purge_online(const char *store, int lock_fd, unsigned int timeout)
 {
 	struct dbox_index *index = NULL;
 	struct dbox_purge_result res;
 	int64_t t0, deadline;
-	pid_t pid = mount_pid(lock_path);
+	pid_t pid = 0;
+	int pidfd = mount_pid(store, lock_fd, &pid);
 	int ret;
 
-	if (pid == 0)
+	if (pidfd < 0)
 		return ADM_EXIT_USAGE;
-	if ((ret = adm_open_index(store, &index)) != 0)
+	if ((ret = adm_open_index(store, &index)) != 0) {
+		close(pidfd);
 		return ret;
+	}
 	t0 = dbox_now_ns();
-	if (kill(pid, SIGUSR1) < 0) {
+	if ((ret = pid_signal(pidfd, SIGUSR1)) < 0) {
 		adm_error("%s: cannot signal the mount (pid %d): %s", store,
-			  (int)pid, strerror(errno));
+			  (int)pid, strerror(-ret));
 		dbox_index_close(&index);
+		close(pidfd);
 		return ADM_EXIT_FAILED;
 	}
 	deadline = t0 + (int64_t)timeout * 1000000000;
@@ -193,10 +284,11 @@ static int purge_online(const char *store, const char *lock_path,
 
 		if (meta(index, DBOX_META_PURGE_REQUEST_START) >= t0)
 			break;
-		if (kill(pid, 0) < 0 && errno == ESRCH) {
+		if (pid_signal(pidfd, 0) == -ESRCH) {
 			adm_error("%s: the mount (pid %d) went away during the "
 				  "purge", store, (int)pid);
 			dbox_index_close(&index);
+			close(pidfd);
 			return ADM_EXIT_FAILED;
 		}
 		if (dbox_now_ns() > deadline) {
@@ -204,10 +296,12 @@ static int purge_online(const char *store, const char *lock_path,
 				  "%u s; it goes on in the background", store,
 				  timeout);
 			dbox_index_close(&index);
+			close(pidfd);
 			return ADM_EXIT_FAILED;
 		}
 		nanosleep(&ts, NULL);
 	}
+	close(pidfd);
 	if ((ret = request_result(index, &res)) < 0) {
 		adm_error("%s: the mount purged, but its result cannot be read "
 			  "from the index: %s", store, strerror(-ret));
@@ -227,6 +321,37 @@ static int purge_online(const char *store, const char *lock_path,
 	return ADM_EXIT_OK;
 }
 
+/* STORE/lock, opened for reading relative to the store directory and
+   never through a symbolic link (nor a FIFO or device).  Returns its fd,
+   -1 when there is none (no mount holds the store), or -2 after
+   reporting a store or lock that is refused. */
+static int open_lock(const char *store)
+{
+	struct stat sb;
+	int dir_fd, fd;
+
+	dir_fd = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir_fd < 0) {
+		adm_error("%s: %s", store, strerror(errno));
+		return -2;
+	}
+	fd = openat(dir_fd, "lock", O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+		    O_NOCTTY | O_CLOEXEC);
+	close(dir_fd);
+	if (fd < 0 && errno == ENOENT)
+		return -1;
+	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		adm_error("%s/lock: %s; a store's lock is a plain file, so "
+			  "the store is refused", store,
+			  fd < 0 && errno == ELOOP ? "a symbolic link" :
+			  fd < 0 ? strerror(errno) : "not a regular file");
+		if (fd >= 0)
+			close(fd);
+		return -2;
+	}
+	return fd;
+}
+
 static int purge_main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -234,7 +359,8 @@ static int purge_main(int argc, char **argv)
 		{ 0 },
 	};
 	unsigned long timeout = DEFAULT_TIMEOUT;
-	char *lock_path, *end;
+	const char *store;
+	char *end;
 	int c, fd, ret;
 
 	optind = 1;
@@ -256,29 +382,34 @@ static int purge_main(int argc, char **argv)
 	}
 	if (argc - optind != 1)
 		return adm_usage_error(&adm_verb_purge, "purge: need STORE");
-	if (asprintf(&lock_path, "%s/lock", argv[optind]) < 0)
-		return ADM_EXIT_FAILED;
+	if ((ret = adm_store_enter(argv[optind])) != 0)
+		return ret;
+	store = argv[optind];
 	/* Held by a mount (or another dboxadm): ask it.  Free, or held by a
 	   mount that is closing: purge here (opening the store waits for
 	   the closing mount); should a mount take the lock in between, ask
 	   that one. */
-	fd = open(lock_path, O_RDONLY | O_CLOEXEC);
+	if ((fd = open_lock(store)) == -2)
+		return ADM_EXIT_USAGE;
 	if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK &&
 	    !dbox_store_lock_is_closing(fd)) {
-		ret = purge_online(argv[optind], lock_path, timeout);
+		ret = purge_online(store, fd, timeout);
 	} else {
 		if (fd >= 0)
 			close(fd);
 		fd = -1;
-		ret = purge_offline(argv[optind]);
-		if (ret == -EBUSY)
-			ret = purge_online(argv[optind], lock_path, timeout);
-		else if (ret < 0)
+		ret = purge_offline(store);
+		if (ret == -EBUSY) {
+			if ((fd = open_lock(store)) < 0)
+				ret = ADM_EXIT_USAGE;
+			else
+				ret = purge_online(store, fd, timeout);
+		} else if (ret < 0) {
 			ret = ADM_EXIT_USAGE; /* refused; the store said why */
+		}
 	}
 	if (fd >= 0)
 		close(fd);
-	free(lock_path);
 	if (ret == 0 && fflush(stdout) != 0)
 		ret = ADM_EXIT_FAILED;
 	return ret;

@@ -1009,6 +1009,8 @@ static int rebuild_main(int argc, char **argv)
 		return ret;
 	if (npos != 1)
 		return adm_usage_error(&adm_verb_rebuild, "rebuild: need STORE");
+	if ((ret = adm_store_enter(argv[0])) != 0)
+		return ret;
 	rb.store = argv[0];
 	rb.dir_fd = open(rb.store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rb.dir_fd < 0 || fstat(rb.dir_fd, &sb) < 0) {
@@ -1018,7 +1020,7 @@ static int rebuild_main(int argc, char **argv)
 	rb.uid = sb.st_uid;
 	rb.gid = sb.st_gid;
 	rb.storage_fd = openat(rb.dir_fd, "storage", O_RDONLY | O_DIRECTORY |
-			       O_CLOEXEC);
+			       O_NOFOLLOW | O_CLOEXEC);
 	if (rb.storage_fd < 0) {
 		adm_error("%s: not a dbox store (no storage/): %s", rb.store,
 			  strerror(errno));
@@ -1036,7 +1038,15 @@ static int rebuild_main(int argc, char **argv)
 	if (mkdirat(rb.dir_fd, "files", 0700) < 0 && errno != EEXIST)
 		adm_warning("%s/files: %s", rb.store, strerror(errno));
 	rb.files_fd = openat(rb.dir_fd, "files", O_RDONLY | O_DIRECTORY |
-			     O_CLOEXEC);
+			     O_NOFOLLOW | O_CLOEXEC);
+	if (rb.files_fd < 0 && errno != ENOENT) {
+		/* Its plain files would be lost from the new index. */
+		adm_error("%s/files: %s; nothing was rebuilt", rb.store,
+			  errno == ELOOP ? "a symbolic link (refused)" :
+			  strerror(errno));
+		ret = -errno;
+		goto out;
+	}
 	if (newer_index(&rb)) {
 		adm_error("%s: the index was made by a newer dboxfs (format "
 			  "above %d); rebuild it with that version", rb.store,

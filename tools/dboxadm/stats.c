@@ -31,6 +31,7 @@
 #include "index/index.h"
 #include "index/purge.h"
 #include "storage/dbox-file.h"
+#include "storage/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -230,16 +231,16 @@ static int scan_storage(struct stats *s, const char *store)
 {
 	struct dirent *de;
 	struct stat sb;
-	char *path;
 	DIR *d;
 	int dfd;
 
-	if (asprintf(&path, "%s/storage", store) < 0)
-		return -ENOMEM;
-	d = opendir(path);
-	free(path);
-	if (d == NULL)
-		return errno == ENOENT ? 0 : -errno;
+	dfd = adm_open_in_store(store, "storage", NULL, 0);
+	if (dfd < 0)
+		return dfd == -ENOENT ? 0 : dfd;
+	if ((d = fdopendir(dfd)) == NULL) {
+		close(dfd);
+		return -errno;
+	}
 	dfd = dirfd(d);
 	while ((de = readdir(d)) != NULL) {
 		uint64_t committed;
@@ -255,7 +256,7 @@ static int scan_storage(struct stats *s, const char *store)
 		s->disk.bytes += (uint64_t)sb.st_size;
 		s->disk.blocks_bytes += (uint64_t)sb.st_blocks * 512;
 		header_len = 0;
-		fd = openat(dfd, de->d_name, O_RDONLY | O_CLOEXEC);
+		fd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd >= 0) {
 			if (dbox_file_read_header(fd, &header_len) == 0)
 				s->disk.header_bytes += header_len;
@@ -432,11 +433,22 @@ static void print_text(const struct stats *s, bool files)
 	printf("messages per folder\n");
 	for (size_t i = 0; i < s->nfolders; i++) {
 		const struct folder *f = &s->folders[i];
+		/* Names come from the index: escaped for the terminal. */
+		size_t size = DBOX_LOG_ESCAPED_SIZE(strlen(f->display) +
+						    strlen(f->name));
+		char *buf = malloc(size);
 
-		printf("  %10llu  %s", (unsigned long long)f->count, f->display);
+		if (buf == NULL) {
+			printf("  %10llu  (out of memory)\n",
+			       (unsigned long long)f->count);
+			continue;
+		}
+		printf("  %10llu  %s", (unsigned long long)f->count,
+		       dbox_log_escape(buf, size, f->display));
 		if (strcmp(f->display, f->name) != 0)
-			printf("  (stored as %s)", f->name);
+			printf("  (stored as %s)", dbox_log_escape(buf, size, f->name));
 		printf("\n");
+		free(buf);
 	}
 	if (!files)
 		return;
@@ -474,6 +486,8 @@ static int stats_main(int argc, char **argv)
 		return ret;
 	if (npos != 1)
 		return adm_usage_error(&adm_verb_stats, "stats: need STORE");
+	if ((ret = adm_store_enter(argv[0])) != 0)
+		return ret;
 	if ((ret = adm_open_index(argv[0], &s.index)) != 0)
 		return ret;
 	ret = dbox_index_snapshot_begin(s.index);

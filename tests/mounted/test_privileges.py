@@ -1,0 +1,384 @@
+"""Root running dboxadm on a store that belongs to someone else.
+
+A user owns their store, index included, and can write anything into it.
+When root runs dboxadm on it (a backup export, a purge from cron, a
+rebuild after a crash), nothing the user planted may act with root's
+rights, and nothing root does may leave the store unusable to its owner:
+
+- export never makes set-user-ID/set-group-ID files and never gives a
+  file the owner the index claims (unless --same-owner, root's stores);
+- purge never follows a symbolic link planted as STORE/lock, and sends
+  its SIGUSR1 only to a process proven to be the dboxfs of that store;
+- every verb run by root on a user's store runs as that user, so the
+  files it makes are the user's and their own mount reads everything.
+"""
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DBOXADM, DBOXFS, Mount, is_mounted, unmount
+from sysenv import (as_user, need_root, sample_maildir, store_released,
+                    system_settings, unprivileged_user, user_scratch)
+
+
+@pytest.fixture
+def user():
+    need_root()
+    return unprivileged_user()
+
+
+@pytest.fixture
+def scratch(user):
+    d = user_scratch(user[0], "dboxfs-priv-")
+    try:
+        yield d
+    finally:
+        unmount(d / "mnt")
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def adm(*args, user=None):
+    if user is not None:
+        return as_user(user, [DBOXADM, *args])
+    return subprocess.run([str(DBOXADM), *map(str, args)], capture_output=True,
+                          text=True, timeout=300)
+
+
+def chown_tree(path, uid, gid):
+    os.chown(path, uid, gid)
+    for p in Path(path).rglob("*"):
+        os.chown(p, uid, gid, follow_symlinks=False)
+
+
+def owners(path):
+    """{path: uid} of everything below path."""
+    return {str(p): p.lstat().st_uid for p in Path(path).rglob("*")}
+
+
+def user_store(scratch, user, messages=20):
+    """A store of the test user's, imported by the user from a sample
+    maildir; returns (store, maildir)."""
+    name, uid, gid = user
+    src = sample_maildir(scratch / "Maildir", owner=name, messages=messages)
+    store = scratch / "store"
+    r = adm("import", store, src, user=name)
+    assert r.returncode == 0, r.stderr
+    return store, src
+
+
+# --- 4. export ---------------------------------------------------------
+
+def plant_setuid_root_tool(store, user):
+    """What a hostile user can do to their own index: claim that a plain
+    file of theirs (a copy of id(1)) is a set-user-ID program of root's."""
+    name, uid, gid = user
+    db = sqlite3.connect(store / "index.sqlite")
+    with db:
+        n = db.execute(
+            "UPDATE inode SET uid = 0, gid = 0, mode = ? WHERE ino IN "
+            "(SELECT ino FROM entry WHERE parent = 1 AND name = ?)",
+            (stat.S_IFREG | 0o6755, b"tool")).rowcount
+    db.close()
+    assert n == 1
+    chown_tree(store, uid, gid)
+
+
+def test_root_export_of_a_user_store_makes_no_setuid_root_file(scratch, user):
+    name, uid, gid = user
+    src = sample_maildir(scratch / "Maildir", owner=name, messages=5)
+    shutil.copy("/usr/bin/id", src / "tool")
+    os.chown(src / "tool", uid, gid)
+    store = scratch / "store"
+    r = adm("import", store, src, user=name)
+    assert r.returncode == 0, r.stderr
+    plant_setuid_root_tool(store, user)
+
+    out = scratch / "export"
+    r = adm("export", store, out)
+    assert r.returncode == 0, r.stderr
+    # The proof that matters: run by the user, the program is not root
+    # (old code: it printed 0).
+    r = as_user(name, [out / "tool", "-u"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(uid)
+    st = (out / "tool").stat()
+    assert st.st_mode & (stat.S_ISUID | stat.S_ISGID) == 0, oct(st.st_mode)
+    assert st.st_uid == uid and st.st_gid == gid, (st.st_uid, st.st_gid)
+    # Nothing in the export is root's.
+    assert set(owners(out).values()) == {uid}
+    # The messages came out whole.
+    r = subprocess.run(["diff", "-r", src, out], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:]
+
+
+def test_same_owner_is_refused_on_a_user_store(scratch, user):
+    store, _ = user_store(scratch, user, messages=3)
+    out = scratch / "export"
+    r = adm("export", store, out, "--same-owner")
+    assert r.returncode == 2
+    assert "--same-owner" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_same_owner_on_a_root_store_sets_owners_but_no_setid_bits(tmp_path, user):
+    name, uid, gid = user
+    src = sample_maildir(tmp_path / "Maildir", messages=3)
+    (src / "tool").write_bytes(b"#!/bin/sh\nid -u\n")
+    store = tmp_path / "store"
+    assert adm("import", store, src).returncode == 0
+    db = sqlite3.connect(store / "index.sqlite")
+    with db:
+        db.execute("UPDATE inode SET uid = ?, gid = ?, mode = ? WHERE ino IN "
+                   "(SELECT ino FROM entry WHERE parent = 1 AND name = ?)",
+                   (uid, gid, stat.S_IFREG | 0o6755, b"tool"))
+    db.close()
+    # Without --same-owner: root's files (whoever runs export owns them).
+    r = adm("export", store, tmp_path / "plain")
+    assert r.returncode == 0, r.stderr
+    st = (tmp_path / "plain" / "tool").stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o755)
+    # With it: the recorded owner, still without set-id bits.
+    r = adm("export", store, tmp_path / "same", "--same-owner")
+    assert r.returncode == 0, r.stderr
+    st = (tmp_path / "same" / "tool").stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (uid, gid, 0o755)
+
+
+# --- 5. purge and the lock ---------------------------------------------
+
+SLEEPER = r"""
+import fcntl, os, sys, time
+f = open(sys.argv[1], "a+")
+fcntl.flock(f, fcntl.LOCK_EX)
+f.truncate(0)
+f.write("%d\n" % os.getpid())
+f.flush()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def start_sleeper(pidfile):
+    """A root 'daemon' holding flock() on its pid file, with SIGUSR1 at its
+    default action (which ends it)."""
+    p = subprocess.Popen([sys.executable, "-c", SLEEPER, str(pidfile)],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+@pytest.mark.parametrize("owner", ["user", "root"])
+def test_purge_does_not_follow_a_symlinked_lock(scratch, user, owner, tmp_path):
+    name, uid, gid = user
+    if owner == "user":
+        store, _ = user_store(scratch, user, messages=3)
+    else:
+        # root's own store, on a path only root controls: no switch to
+        # another user; the lock alone must be refused.
+        store = tmp_path / "store"
+        src = sample_maildir(tmp_path / "Maildir", messages=3)
+        assert adm("import", store, src).returncode == 0
+    rundir = Path(scratch.parent / (scratch.name + "-run"))
+    rundir.mkdir()
+    try:
+        daemon = start_sleeper(rundir / "daemon.pid")
+        try:
+            (store / "lock").unlink()
+            (store / "lock").symlink_to(rundir / "daemon.pid")
+            r = adm("purge", store, "--timeout=2")
+            time.sleep(0.2)
+            assert daemon.poll() is None, "purge signalled the daemon"
+            assert r.returncode == 2, r.stdout + r.stderr
+            assert "lock" in r.stderr and "symbolic link" in r.stderr, r.stderr
+        finally:
+            daemon.kill()
+            daemon.wait()
+    finally:
+        shutil.rmtree(rundir)
+
+
+def test_purge_signals_only_a_dboxfs_of_the_store(tmp_path):
+    """A process that holds STORE/lock (flock(1), a backup script) and
+    whose pid is in it is no mount: it must not get SIGUSR1."""
+    src = sample_maildir(tmp_path / "Maildir", messages=3)
+    store = tmp_path / "store"
+    assert adm("import", store, src).returncode == 0
+    holder = start_sleeper(store / "lock")
+    try:
+        r = adm("purge", store, "--timeout=2")
+        time.sleep(0.2)
+        assert holder.poll() is None, "purge signalled a process that is no mount"
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "not a dboxfs mount of this store" in r.stderr, r.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_purge_still_reaches_the_mount(tmp_path):
+    m = Mount(tmp_path / "store", tmp_path / "mnt").mount()
+    try:
+        md = m.mnt
+        for i in range(6):
+            (md / "tmp" / f"m{i}").write_bytes(b"Subject: %d\n\n" % i + b"x" * 5000)
+            os.rename(md / "tmp" / f"m{i}", md / "cur" / f"m{i}:2,")
+        for i in range(3):
+            os.unlink(md / "cur" / f"m{i}:2,")
+        r = adm("purge", m.store, "--timeout=60")
+        assert r.returncode == 0, r.stderr
+        assert "purged by the mount" in r.stdout
+    finally:
+        m.unmount()
+
+
+# --- 6. root's offline verbs on a user's store ---------------------------
+
+def user_reads_everything(store, expected, user, scratch):
+    """The user's own mount of store shows exactly the tree expected."""
+    name, uid, gid = user
+    mnt = scratch / "mnt"
+    if not mnt.exists():
+        as_user(name, ["mkdir", mnt], check=True)
+    with system_settings() as settings:
+        settings.users_may_mount()
+        r = as_user(name, [DBOXFS, store, mnt])
+        assert r.returncode == 0, r.stderr
+        try:
+            r = as_user(name, ["diff", "-r", expected, mnt])
+            assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        finally:
+            r = as_user(name, ["fusermount3", "-u", mnt])
+            unmount(mnt)
+        assert store_released(store)
+
+
+def test_root_purge_and_rebuild_leave_the_store_the_users(scratch, user):
+    name, uid, gid = user
+    # The store the user imported; some mail expunged (by root's mount
+    # here, then given back: as if the user had done it).
+    store, src = user_store(scratch, user, messages=40)
+    expected = scratch / "expected"
+    shutil.copytree(src, expected, symlinks=True)
+    m = Mount(store, scratch / "rootmnt").mount()
+    try:
+        gone = sorted((m.mnt / "cur").iterdir())[::2]
+        assert gone
+        for p in gone:
+            os.unlink(p)
+            os.unlink(expected / "cur" / p.name)
+    finally:
+        m.unmount()
+    chown_tree(store, uid, gid)
+    chown_tree(expected, uid, gid)
+
+    r = adm("purge", store)
+    assert r.returncode == 0, r.stderr
+    assert "files removed       0 " not in r.stdout, r.stdout
+    r = adm("rebuild", store)
+    assert r.returncode == 0, r.stderr
+    for verb in (["check", store], ["stats", store]):
+        r = adm(*verb)
+        assert r.returncode == 0, r.stderr
+    # Old code: root-owned m.N and index, and the user's mount read EIO.
+    user_reads_everything(store, expected, user, scratch)
+    root_owned = {p: u for p, u in owners(store).items() if u != uid}
+    assert root_owned == {}
+
+
+def test_root_import_into_a_users_directory_makes_the_users_store(scratch, user):
+    name, uid, gid = user
+    src = sample_maildir(scratch / "Maildir", owner=name, messages=10)
+    store = scratch / "store"
+    r = adm("import", store, src)
+    assert r.returncode == 0, r.stderr
+    assert store.stat().st_uid == uid
+    assert set(owners(store).values()) == {uid}
+    user_reads_everything(store, src, user, scratch)
+
+
+@pytest.mark.parametrize("verb", ["dump", "export", "stats"])
+def test_root_cannot_reach_what_the_user_cannot_read(scratch, user, tmp_path,
+                                                     verb):
+    """A user's link to root's store (root-only, under /tmp/pytest-of-root):
+    run on it by root, dboxadm reads as the link's owner and gets nothing."""
+    name, uid, gid = user
+    secret_src = sample_maildir(tmp_path / "Secret", messages=3)
+    secret = tmp_path / "secret-store"
+    assert adm("import", secret, secret_src).returncode == 0
+    store = scratch / "store"
+    os.symlink(secret, store)
+    os.chown(store, uid, gid, follow_symlinks=False)
+    args = {"dump": ["m.1"], "export": [scratch / "out"], "stats": []}[verb]
+    r = adm(verb, store, *args)
+    assert r.returncode != 0, r.stdout
+    assert "Permission denied" in r.stderr, r.stderr
+    assert not (scratch / "out").exists()
+
+
+def tree_state(d):
+    """Bytes and mtimes of every file below d (and d itself if a file)."""
+    d = Path(d)
+    paths = [d] if d.is_file() else sorted(p for p in d.rglob("*") if p.is_file())
+    return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in paths}
+
+
+@pytest.mark.parametrize("what", ["storage", "files", "index.sqlite"])
+def test_offline_verbs_follow_no_link_inside_the_store(tmp_path, what):
+    """Root's own store with a symbolic link planted in it: purge, rebuild
+    and import refuse it and write nothing where the link points."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt").mount()
+    try:
+        for i in range(6):
+            (m.mnt / "tmp" / f"m{i}").write_bytes(b"Subject: %d\n\n" % i + b"y" * 3000)
+            os.rename(m.mnt / "tmp" / f"m{i}", m.mnt / "cur" / f"m{i}:2,")
+        (m.mnt / "notes").write_bytes(b"plain\n")
+        for i in range(3):
+            os.unlink(m.mnt / "cur" / f"m{i}:2,")
+    finally:
+        m.unmount()
+    store = m.store
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.rename(store / what, elsewhere / what)
+    (store / what).symlink_to(elsewhere / what)
+    before = tree_state(elsewhere)
+    src = sample_maildir(tmp_path / "Maildir", messages=2)
+    for verb in (["purge", store], ["import", store, src], ["rebuild", store]):
+        r = adm(*verb)
+        assert tree_state(elsewhere) == before, verb
+        # A linked index is set aside by rebuild, which then makes a new
+        # one; anything else is refused.
+        if verb[0] != "rebuild" or what != "index.sqlite":
+            assert r.returncode != 0, (verb, r.stdout, r.stderr)
+
+
+def test_a_link_to_another_users_store_is_refused(scratch, user, tmp_path):
+    """The test user's link to a store of nobody's: root must act neither
+    as nobody on the test user's say-so nor as root."""
+    name, uid, gid = user
+    nobody = 65534
+    src = sample_maildir(tmp_path / "Maildir", messages=3)
+    other = Path("/tmp") / (scratch.name + "-nobody")
+    try:
+        assert adm("import", other, src).returncode == 0
+        chown_tree(other, nobody, nobody)
+        link = scratch / "store"
+        os.symlink(other, link)
+        os.chown(link, uid, gid, follow_symlinks=False)
+        for verb in (["stats", link], ["purge", link], ["export", link, scratch / "out"]):
+            r = adm(*verb)
+            assert r.returncode == 2, (verb, r.stdout, r.stderr)
+            assert "reached through" in r.stderr and len(r.stderr.splitlines()) == 1
+        assert not (scratch / "out").exists()
+        # Its own path works, as nobody.
+        r = adm("stats", other)
+        assert r.returncode == 0, r.stderr
+    finally:
+        shutil.rmtree(other, ignore_errors=True)

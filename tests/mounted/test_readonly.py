@@ -1,0 +1,139 @@
+"""A healthy store on read-only media.
+
+A store on a read-only filesystem (here a read-only bind mount, as a
+snapshot, a backup disk mounted ro, or a CD would be) is a healthy store:
+the read-only verbs of dboxadm work on it, and `dboxfs -o ro` mounts it,
+where every change fails with EROFS exactly as on a read-only ext4
+maildir.
+"""
+import errno
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import DBOXADM, Mount, is_mounted, unmount
+from sysenv import need_root, sample_maildir
+
+
+def adm(*args):
+    return subprocess.run([str(DBOXADM), *map(str, args)], capture_output=True,
+                          text=True, timeout=300)
+
+
+class RoBind:
+    """A read-only bind mount of src on dst, taken away on close."""
+
+    def __init__(self, src, dst):
+        need_root()
+        dst.mkdir()
+        subprocess.run(["mount", "--bind", "-o", "ro", str(src), str(dst)],
+                       check=True, capture_output=True)
+        self.dst = dst
+
+    def close(self):
+        subprocess.run(["umount", str(self.dst)], capture_output=True)
+
+
+@pytest.fixture
+def ro_store(tmp_path):
+    """(read-only view of a store, its source maildir)."""
+    src = sample_maildir(tmp_path / "Maildir", messages=20)
+    (src / ".mbsyncstate").write_bytes(b"state\n")
+    r = adm("import", tmp_path / "store", src)
+    assert r.returncode == 0, r.stderr
+    b = RoBind(tmp_path / "store", tmp_path / "ro")
+    try:
+        yield b.dst, src
+    finally:
+        unmount(tmp_path / "mnt")
+        b.close()
+
+
+def test_read_only_verbs_work_on_read_only_media(ro_store, tmp_path):
+    ro, src = ro_store
+    before = sorted(os.listdir(ro))
+    r = adm("check", ro)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 problems" in r.stdout and "unreadable" not in r.stdout + r.stderr
+    r = adm("stats", ro)
+    assert r.returncode == 0, r.stderr
+    assert "messages            20 " in r.stdout, r.stdout
+    r = adm("export", ro, tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["diff", "-r", src, tmp_path / "out"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout[-2000:]
+    r = adm("dump", ro, "m.1")
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[1].split("\t")
+    r = subprocess.run([str(DBOXADM), "cat", str(ro), "m.1", first[0]],
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0 and r.stderr == b"", r.stderr
+    assert r.stdout in {p.read_bytes() for p in src.rglob("*") if p.is_file()}
+    assert sorted(os.listdir(ro)) == before
+
+
+def write_steps(root):
+    """The same changes tried on a maildir tree: (step, errno) each."""
+    cur = root / "cur"
+    name = sorted(os.listdir(cur))[0]
+    steps = [
+        ("create", lambda: open(root / "tmp" / "new", "wb").close()),
+        ("append", lambda: open(cur / name, "ab").close()),
+        ("mkdir", lambda: os.mkdir(root / ".New")),
+        ("rename", lambda: os.rename(cur / name, cur / (name + "T"))),
+        ("unlink", lambda: os.unlink(cur / name)),
+        ("plain-file write", lambda: open(root / ".mbsyncstate", "r+b").close()),
+        ("utime", lambda: os.utime(cur / name, (0, 0))),
+        ("chmod", lambda: os.chmod(cur / name, 0o644)),
+    ]
+    out = []
+    for what, step in steps:
+        try:
+            step()
+            out.append((what, 0))
+        except OSError as e:
+            out.append((what, e.errno))
+    return out
+
+
+def test_ro_mount_of_read_only_media_is_a_read_only_maildir(ro_store, tmp_path):
+    ro, src = ro_store
+    ref = RoBind(src, tmp_path / "ref")  # the reference: ext4, read-only
+    try:
+        m = Mount(ro, tmp_path / "mnt", options=["-o", "ro"]).mount()
+        try:
+            r = subprocess.run(["diff", "-r", src, m.mnt], capture_output=True,
+                               text=True)
+            assert r.returncode == 0, r.stdout[-2000:]
+            got, want = write_steps(m.mnt), write_steps(ref.dst)
+            assert got == want
+            assert {e for _, e in got} == {errno.EROFS}
+            r = subprocess.run(["diff", "-r", src, m.mnt], capture_output=True,
+                               text=True)
+            assert r.returncode == 0, r.stdout[-2000:]
+        finally:
+            m.unmount()
+        assert "read-only" in m.log_text()
+    finally:
+        ref.close()
+
+
+def test_read_only_view_of_a_mounted_store(tmp_path):
+    """While the store is mounted (its WAL live), a read-only view of it
+    is read with the WAL: export sees the message just delivered."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt").mount()
+    b = None
+    try:
+        (m.mnt / "tmp" / "a").write_bytes(b"Subject: a\n\nfresh\n")
+        os.rename(m.mnt / "tmp" / "a", m.mnt / "new" / "a")
+        b = RoBind(m.store, tmp_path / "ro")
+        r = adm("export", b.dst, tmp_path / "out")
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / "out" / "new" / "a").read_bytes() == b"Subject: a\n\nfresh\n"
+    finally:
+        if b is not None:
+            b.close()
+        m.unmount()
