@@ -112,13 +112,16 @@ static void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct dbox_attr attr;
 	int ret;
 
+	uint32_t imode = S_IFDIR | (mode & ~ctx->umask & 07777), gid;
+
 	fs_lock(fs);
 	ret = dbox_index_begin(fs->st->index);
 	if (ret == 0) {
-		ret = dbox_index_create(fs->st->index, parent, name, strlen(name),
-					DBOX_KIND_DIR,
-					S_IFDIR | (mode & ~ctx->umask & 07777),
-					ctx->uid, ctx->gid, dbox_now_ns(), &attr);
+		ret = fs_new_owner(fs, ctx, parent, &imode, &gid);
+		if (ret == 0)
+			ret = dbox_index_create(fs->st->index, parent, name,
+						strlen(name), DBOX_KIND_DIR, imode,
+						ctx->uid, gid, dbox_now_ns(), &attr);
 		ret = fs_tx_end(fs, ret, false);
 	}
 	if (ret == 0)
@@ -226,15 +229,57 @@ static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	reply_entry_or_err(req, ret, &e);
 }
 
-/* Symbolic links are not stored: no maildir client makes one
-   (docs/clients.md).  EPERM is what symlink(2) returns on a
-   filesystem that does not support them, and what rsync and cp report and
-   go on after; without this handler libfuse answers ENOSYS, which programs
-   take for a missing system call. */
+/* A symbolic link is an inode of its own, its target in the index (as
+   ext4 stores a short one in the inode): mode 0777, st_size the target's
+   length, named in any directory (in cur/new/tmp too, where it is a
+   symlink and not a message).  The daemon never follows one; the kernel
+   does, with the target it gets from fs_readlink. */
 static void fs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 		       const char *name)
 {
-	fuse_reply_err(req, EPERM);
+	struct fs *fs = req_fs(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct fuse_entry_param e;
+	struct dbox_attr attr;
+	uint32_t mode = S_IFLNK | 0777, gid;
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_begin(fs->st->index);
+	if (ret == 0) {
+		ret = fs_new_owner(fs, ctx, parent, &mode, &gid);
+		if (ret == 0)
+			ret = dbox_index_create(fs->st->index, parent, name,
+						strlen(name), DBOX_KIND_SYMLINK,
+						mode, ctx->uid, gid,
+						dbox_now_ns(), &attr);
+		if (ret == 0)
+			ret = dbox_index_symlink_set(fs->st->index, attr.ino,
+						     link, strlen(link));
+		if (ret == 0)
+			ret = dbox_index_getattr(fs->st->index, attr.ino, &attr);
+		ret = fs_tx_end(fs, ret, false);
+	}
+	if (ret == 0)
+		ret = fs_entry(fs, &attr, &e);
+	fs_unlock(fs);
+	reply_entry_or_err(req, ret, &e);
+}
+
+static void fs_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = req_fs(req);
+	char *target = NULL;
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_readlink(fs->st->index, ino, &target);
+	fs_unlock(fs);
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_readlink(req, target);
+	free(target);
 }
 
 /* An open directory: the reply buffer of its listing, kept between
@@ -487,6 +532,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.rename = fs_rename,
 	.link = fs_link,
 	.symlink = fs_symlink,
+	.readlink = fs_readlink,
 	.open = fs_open,
 	.read = fs_read,
 	.write = fs_write,

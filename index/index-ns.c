@@ -522,3 +522,39 @@ int dbox_index_mailbox_name(struct dbox_index *index, uint64_t dir,
 	*name_r = path;
 	return 0;
 }
+
+int dbox_index_symlink_set(struct dbox_index *index, uint64_t ino,
+			   const char *target, size_t len)
+{
+	sqlite3_stmt *stmt;
+	struct dbox_attr attr;
+	int ret;
+
+	if (len == 0 || len >= 4096)
+		return len == 0 ? -ENOENT : -ENAMETOOLONG;
+	if ((ret = dbox_index_getattr(index, ino, &attr)) < 0)
+		return ret;
+	stmt = index_stmt(index, ST_SYMLINK_SET);
+	sqlite3_bind_int64(stmt, 1, ino);
+	sqlite3_bind_blob(stmt, 2, target, len, SQLITE_STATIC);
+	if ((ret = index_exec_stmt(index, stmt, "symlink set")) < 0)
+		return ret;
+	attr.size = len;
+	return dbox_index_setattr(index, &attr);
+}
+
+int dbox_index_readlink(struct dbox_index *index, uint64_t ino,
+			char **target_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_SYMLINK_GET);
+	int rc;
+
+	sqlite3_bind_int64(stmt, 1, ino);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW) {
+		*target_r = strndup(sqlite3_column_blob(stmt, 0),
+				    sqlite3_column_bytes(stmt, 0));
+		return index_done(stmt, *target_r == NULL ? -ENOMEM : 0);
+	}
+	return rc == SQLITE_DONE ? -EINVAL : index_sql_error(index, "readlink");
+}

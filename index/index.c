@@ -96,6 +96,8 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_MFILE_LIST] = "SELECT file_id, size FROM mfile ORDER BY file_id",
 	[ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
 	[ST_SYNC_TOUCH] = "UPDATE meta SET value = value WHERE key = 'format'",
+	[ST_SYMLINK_SET] = "INSERT OR REPLACE INTO symlink (ino, target) VALUES (?1, ?2)",
+	[ST_SYMLINK_GET] = "SELECT target FROM symlink WHERE ino = ?1",
 };
 
 int index_sql_error(struct dbox_index *index, const char *what)

@@ -47,6 +47,11 @@ enum dbox_kind {
 	DBOX_KIND_DIR = 1,
 	DBOX_KIND_MESSAGE = 2,
 	DBOX_KIND_FILE = 3, /* plain file, bytes in STORE/files/<ino> */
+	DBOX_KIND_SYMLINK = 4, /* symbolic link, target in table symlink,
+				  size = target length */
+	DBOX_KIND_SPECIAL = 5, /* fifo, socket, character or block device:
+				  mode and rdev only, no bytes (the kernel
+				  serves their I/O) */
 };
 
 enum dbox_msg_state {
@@ -159,6 +164,18 @@ int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 /* Store the attributes kind, mode, uid, gid, size, mtime_ns and ctime_ns
    from attr for attr->ino (nlink is not touched).  Returns 0 or -ENOENT. */
 int dbox_index_setattr(struct dbox_index *index, const struct dbox_attr *attr);
+
+/* Set the target of symbolic link inode ino to target (len bytes, no
+   NUL; 1..PATH_MAX-1) and its size to len, inside the caller's
+   transaction.  Returns 0, -ENAMETOOLONG, -ENOENT. */
+int dbox_index_symlink_set(struct dbox_index *index, uint64_t ino,
+			   const char *target, size_t len);
+
+/* The target of symbolic link ino, malloc()ed and NUL-terminated into
+   *target_r (caller frees).  Returns 0, -EINVAL when ino is not a
+   symbolic link (readlink(2)'s errno), -ENOMEM. */
+int dbox_index_readlink(struct dbox_index *index, uint64_t ino,
+			char **target_r);
 
 /* Delete inode ino and its message row (its m.N bytes become garbage for
    purge).  Only for an inode with no names left. */
