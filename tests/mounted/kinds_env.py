@@ -7,6 +7,7 @@ allow_other) on which the same steps run.
 Users (created when missing, left in place, as sysenv.unprivileged_user):
 dboxfs-alice and dboxfs-bob in group dboxfs-team, dboxfs-carol outside it.
 """
+import contextlib
 import grp
 import os
 import pwd
@@ -14,6 +15,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,20 @@ def sh(user, script, cwd, check=True):
     return r
 
 
+def user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return uid
+
+
+def group_name(gid):
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return gid
+
+
 def tree_view(root, skip=()):
     """Every path below root (not followed) with its type and permission
     bits in octal, owner and group names, size of non-directories and
@@ -73,8 +89,7 @@ def tree_view(root, skip=()):
             if rel.split("/")[0] in skip:
                 continue
             st = os.lstat(p)
-            row = [rel, oct(st.st_mode), pwd.getpwuid(st.st_uid).pw_name,
-                   grp.getgrgid(st.st_gid).gr_name]
+            row = [rel, oct(st.st_mode), user_name(st.st_uid), group_name(st.st_gid)]
             if stat.S_ISLNK(st.st_mode):
                 row.append(os.readlink(p))
             elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
@@ -104,3 +119,32 @@ def twin_trees(make_mount):
         m.unmount()
         if not is_mounted(m.mnt):
             shutil.rmtree(base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def dovecot_running(base, conf_text):
+    """Dovecot started with conf_text (written to base/dovecot.conf, with
+    run/ and state/ under base), stopped at the end; yields a function
+    doveadm(user, *args) that runs doveadm as the system user the
+    Dovecot user name starts with (NAME-where), so that it has that
+    user's groups (doveadm dropping privileges from root would not)."""
+    conf = base / "dovecot.conf"
+    for d in ("run", "state"):
+        (base / d).mkdir(exist_ok=True)
+    conf.write_text(conf_text)
+    subprocess.run(["dovecot", "-c", str(conf)], check=True, timeout=30)
+
+    def doveadm(user, *args, data=None):
+        n = 2 if args[0] in ("mailbox", "flags") else 1
+        return subprocess.run(["runuser", "-u", user.rsplit("-", 1)[0], "--", "doveadm",
+                               "-c", str(conf), *args[:n], "-u", user, *args[n:]],
+                              input=data, capture_output=True, timeout=60)
+    try:
+        yield doveadm
+    finally:
+        subprocess.run(["doveadm", "-c", str(conf), "stop"], capture_output=True,
+                       timeout=30)
+        for _ in range(100):
+            if not (base / "run" / "master.pid").exists():
+                break
+            time.sleep(0.05)

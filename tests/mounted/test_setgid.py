@@ -11,11 +11,8 @@ Dovecot (`doveadm save` as alice, `doveadm fetch` as bob and carol) on
 a 2770 maildir of each.
 """
 import os
-import pwd
-import subprocess
-import time
 
-from kinds_env import ALICE, BOB, CAROL, TEAM, sh, team_users, tree_view, twin_trees  # noqa: F401
+from kinds_env import ALICE, BOB, CAROL, TEAM, dovecot_running, sh, team_users, tree_view, twin_trees  # noqa: F401
 from maildir_tools import need
 
 STEPS = [
@@ -106,8 +103,6 @@ def test_setgid_shared_mailbox_dovecot(twin_trees):
     need("dovecot", "doveadm")
     users = team_users()
     base, plain, m = twin_trees
-    for d in ("run", "state"):
-        (base / d).mkdir()
     lines = []
     for where, root in (("plain", plain), ("mount", m.mnt)):
         sh("root", f"""mkdir shared shared/cur shared/new shared/tmp
@@ -117,26 +112,15 @@ def test_setgid_shared_mailbox_dovecot(twin_trees):
             lines.append(f"{name}-{where}::{pw.pw_uid}:{pw.pw_gid}::{root}::"
                          )
     (base / "users").write_text("\n".join(lines) + "\n")
-    conf = base / "dovecot.conf"
-    conf.write_text(DOVECOT_CONF.format(base=base, pid=os.getpid()))
-    subprocess.run(["dovecot", "-c", str(conf)], check=True, timeout=30)
-
-    def doveadm(*args, data=None):
-        # As the user itself (runuser gives it its groups, which doveadm
-        # dropping privileges from root would not).
-        user = args[2].rsplit("-", 1)[0]
-        return subprocess.run(["runuser", "-u", user, "--", "doveadm", "-c", str(conf),
-                               *args], input=data, capture_output=True, timeout=60)
-
-    try:
+    conf = DOVECOT_CONF.format(base=base, pid=os.getpid())
+    with dovecot_running(base, conf) as doveadm:
         msg = b"From: alice@example.org\nSubject: team news\n\nfor the team\n"
         result = {}
         for where, root in (("plain", plain), ("mount", m.mnt)):
-            r = doveadm("save", "-u", f"{ALICE}-{where}", "-m", "INBOX", data=msg)
+            r = doveadm(f"{ALICE}-{where}", "save", "-m", "INBOX", data=msg)
             assert r.returncode == 0, (where, r.stderr, (base / "dovecot.log").read_text())
-            bob = doveadm("fetch", "-u", f"{BOB}-{where}", "text", "mailbox", "INBOX", "all")
-            carol = doveadm("fetch", "-u", f"{CAROL}-{where}", "text", "mailbox", "INBOX",
-                            "all")
+            bob = doveadm(f"{BOB}-{where}", "fetch", "text", "mailbox", "INBOX", "all")
+            carol = doveadm(f"{CAROL}-{where}", "fetch", "text", "mailbox", "INBOX", "all")
             files = [(row[0], row[1], row[3]) for row in tree_view(root / "shared")
                      if not row[0].startswith("tmp/")]
             result[where] = (bob.returncode, bob.stdout, carol.returncode != 0,
@@ -151,10 +135,3 @@ def test_setgid_shared_mailbox_dovecot(twin_trees):
         assert sorted(r[1:] for r in result["mount"][4]) == \
             sorted(r[1:] for r in result["plain"][4])
         assert result["mount"][:4] == result["plain"][:4]
-    finally:
-        subprocess.run(["doveadm", "-c", str(conf), "stop"], capture_output=True,
-                       timeout=30)
-        for _ in range(100):
-            if not (base / "run" / "master.pid").exists():
-                break
-            time.sleep(0.05)

@@ -1,7 +1,8 @@
 /*
  * export.c: dboxadm export STORE DIR - write the store's tree out as a
  * real maildir: directories, messages (plaintext, decompressed), plain
- * files, hard links as hard links, modes, and mtimes from the index
+ * files, symlinks, fifos, sockets and (as root) devices, hard links as
+ * hard links, modes, and mtimes from the index
  * (directories after their contents, so creating the contents does not
  * move them).  As root the owners too.
  *
@@ -282,6 +283,42 @@ static void export_file(struct export *ex, int dirfd, const char *name,
 	progress_add(&ex->progress, 0, total);
 }
 
+/* A symbolic link (its target from the index, never followed) or a
+   fifo, socket or device (mknod: devices need root), with its owner as
+   root, mode and mtime. */
+static void export_other(struct export *ex, int dirfd, const char *name,
+			 const struct dbox_attr *attr)
+{
+	struct timespec times[2] = { ns_ts(attr->atime_ns), ns_ts(attr->mtime_ns) };
+	char *target = NULL;
+	int ret;
+
+	if (attr->kind == DBOX_KIND_SYMLINK) {
+		if ((ret = dbox_index_readlink(ex->index, attr->ino, &target)) < 0) {
+			index_failed(ex, "readlink", -ret);
+			return;
+		}
+		ret = symlinkat(target, dirfd, name) < 0 ? -errno : 0;
+		free(target);
+	} else {
+		ret = mknodat(dirfd, name, attr->mode & (S_IFMT | 07777),
+			      (dev_t)attr->rdev) < 0 ? -errno : 0;
+	}
+	if (ret < 0) {
+		item_failed(ex, "", -ret);
+		return;
+	}
+	/* Owner before mode (chown may clear set-id bits); a symlink has
+	   no mode of its own. */
+	if ((ex->keep_owner &&
+	     fchownat(dirfd, name, attr->uid, attr->gid, AT_SYMLINK_NOFOLLOW) < 0) ||
+	    (attr->kind != DBOX_KIND_SYMLINK &&
+	     fchmodat(dirfd, name, attr->mode & 07777, 0) < 0) ||
+	    utimensat(dirfd, name, times, AT_SYMLINK_NOFOLLOW) < 0)
+		item_failed(ex, "setting owner, mode and times", errno);
+	ex->files++;
+}
+
 static void export_dir(struct export *ex, int fd, uint64_t dir);
 
 static void export_subdir(struct export *ex, int dirfd, const char *name,
@@ -331,6 +368,9 @@ static void export_entry(struct export *ex, int dirfd, const char *name,
 	}
 	if (attr->kind == DBOX_KIND_MESSAGE)
 		export_message(ex, dirfd, name, attr);
+	else if (attr->kind == DBOX_KIND_SYMLINK ||
+		 attr->kind == DBOX_KIND_SPECIAL)
+		export_other(ex, dirfd, name, attr);
 	else
 		export_file(ex, dirfd, name, attr);
 	if (attr->nlink > 1 && faccessat(dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&

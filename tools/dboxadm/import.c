@@ -10,7 +10,9 @@
  *       -> a plain file: bytes in STORE/files/<ino>, mtime kept
  *   directory -> directory; afterwards its mtime/ctime = the source's
  *   second name of one source inode (hard link) -> dbox_index_link
- *   symlink, fifo, socket, device -> skipped with a warning
+ *   symlink -> a symlink inode, target kept byte for byte (never followed)
+ *   fifo, socket, device -> a special inode with its mode and rdev
+ *       (devices need root, as mknod(2) does on the mount)
  *
  * Names are kept byte for byte, permission bits in the index mode; as root
  * the owner too (as cp -a does).  Work is committed in batches of
@@ -674,6 +676,90 @@ static ssize_t read_names(int fd, char ***names_r)
 	return (ssize_t)n;
 }
 
+/* A symbolic link, fifo, socket or device: an inode with mode (rdev,
+   target), owner and mtime, anywhere (in cur/new/tmp too: not a message).
+   Present with the same kind and target/rdev counts as present. */
+static void import_other(struct import *imp, int dirfd, const char *name,
+			 const struct stat *sb, uint64_t dir)
+{
+	enum dbox_kind kind = S_ISLNK(sb->st_mode) ? DBOX_KIND_SYMLINK :
+		DBOX_KIND_SPECIAL;
+	struct inomap_entry *link;
+	struct dbox_attr attr;
+	char *target = NULL, *stored = NULL;
+	ssize_t n = 0;
+	int ret;
+
+	if (kind == DBOX_KIND_SYMLINK) {
+		if ((target = malloc((size_t)sb->st_size + 2)) == NULL ||
+		    (n = readlinkat(dirfd, name, target,
+				    (size_t)sb->st_size + 1)) < 0 ||
+		    n > sb->st_size) {
+			item_failed(imp, "readlink", target == NULL ? ENOMEM :
+				    n < 0 ? errno : EAGAIN);
+			free(target);
+			return;
+		}
+		target[n] = '\0';
+	}
+	ret = dbox_index_lookup(imp->index, dir, name, strlen(name), &attr);
+	if (ret == 0) {
+		bool same = attr.kind == kind &&
+			(attr.mode & S_IFMT) == (sb->st_mode & S_IFMT) &&
+			(kind == DBOX_KIND_SYMLINK ?
+			 dbox_index_readlink(imp->index, attr.ino, &stored) == 0 &&
+			 strcmp(stored, target) == 0 :
+			 !(S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode)) ||
+			 attr.rdev == sb->st_rdev);
+
+		if (same) {
+			imp->present++;
+		} else {
+			adm_error("%s: exists in the store as something else; "
+				  "not imported", imp->path.buf);
+			imp->failed++;
+		}
+	} else if (ret != -ENOENT) {
+		index_failed(imp, "lookup", -ret);
+	} else if (sb->st_nlink > 1 &&
+		   (link = inomap_get(&imp->links, sb->st_dev, sb->st_ino)) != NULL) {
+		import_link(imp, link->value, dir, name);
+	} else if ((ret = dbox_index_create(imp->index, dir, name, strlen(name),
+					    kind, kind == DBOX_KIND_SYMLINK ?
+					    S_IFLNK | 0777 :
+					    sb->st_mode & (S_IFMT | 07777),
+					    owner_uid(imp, sb), owner_gid(imp, sb),
+					    dbox_now_ns(), &attr)) < 0) {
+		index_failed(imp, "create", -ret);
+	} else {
+		if (kind == DBOX_KIND_SYMLINK)
+			ret = dbox_index_symlink_set(imp->index, attr.ino,
+						     target, (size_t)n);
+		if (ret == 0)
+			ret = dbox_index_getattr(imp->index, attr.ino, &attr);
+		if (ret == 0) {
+			attr.mtime_ns = ts_ns(&sb->st_mtim);
+			if (S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode))
+				attr.rdev = sb->st_rdev;
+			ret = dbox_index_setattr(imp->index, &attr);
+		}
+		if (ret < 0) {
+			index_failed(imp, "setattr", -ret);
+		} else {
+			if (sb->st_nlink > 1 &&
+			    inomap_put(&imp->links, sb->st_dev, sb->st_ino,
+				       attr.ino, NULL) < 0)
+				adm_warning("%s: out of memory: its other hard "
+					    "links are imported as copies",
+					    imp->path.buf);
+			imp->files++;
+			batch_item(imp);
+		}
+	}
+	free(target);
+	free(stored);
+}
+
 static const char *type_name(mode_t mode)
 {
 	return S_ISLNK(mode) ? "symbolic link" : S_ISFIFO(mode) ? "fifo" :
@@ -704,6 +790,11 @@ static void import_dir(struct import *imp, int fd, uint64_t dir,
 				import_subdir(imp, fd, names[i], &sb, dir);
 			} else if (S_ISREG(sb.st_mode)) {
 				import_reg(imp, fd, names[i], dir, mailbox);
+			} else if (S_ISLNK(sb.st_mode) || S_ISFIFO(sb.st_mode) ||
+				   S_ISSOCK(sb.st_mode) ||
+				   ((S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)) &&
+				    imp->keep_owner)) {
+				import_other(imp, fd, names[i], &sb, dir);
 			} else {
 				adm_warning("%s: %s skipped", imp->path.buf,
 					    type_name(sb.st_mode));
@@ -984,7 +1075,9 @@ const struct adm_verb adm_verb_import = {
 	"      become plain files in STORE/files/\n"
 	"  directories keep their names, modes and mtimes (the root's too, when\n"
 	"      the store is empty); hard links stay links\n"
-	"  symbolic links, fifos, sockets and devices are skipped with a warning\n"
+	"  symbolic links (targets as they are, never followed), fifos and\n"
+	"      sockets are kept as such, anywhere; devices too as root (else\n"
+	"      skipped with a warning)\n"
 	"\n"
 	"MAILDIR must hold a cur/, new/ or tmp/ directory somewhere, else it is\n"
 	"refused (exit 2) before the store is touched.  A name that already\n"

@@ -483,7 +483,21 @@ static int place_inode(struct rebuild *rb, size_t i)
 			return ret;
 		r->placed = true;
 		rb->kept++;
-	} else if ((ret = dbox_index_rebuild_inode(rb->index, &attr)) < 0) {
+	} else if (oi->kind == DBOX_KIND_SYMLINK) {
+		const char *target = dbox_salvage_symlink_target(rb->old, oi->ino);
+
+		if (target == NULL) {
+			rb->lost_files++;
+			return 0;
+		}
+		if ((ret = dbox_index_rebuild_inode(rb->index, &attr)) < 0 ||
+		    (ret = dbox_index_symlink_set(rb->index, oi->ino, target,
+						  strlen(target))) < 0)
+			return ret;
+	} else if ((ret = dbox_index_rebuild_inode(rb->index, &attr)) < 0 ||
+		   (oi->kind == DBOX_KIND_SPECIAL &&
+		    (ret = dbox_index_setattr(rb->index, &attr)) < 0)) {
+		/* setattr: the device number too */
 		return ret;
 	}
 	rb->placed[i] = 1;
