@@ -801,6 +801,25 @@ out:
 		fuse_reply_attr(req, &stbuf, fs->opts.attr_timeout);
 }
 
+/* fallocate(2) on a plain file: passed to its backing file (every mode
+   the kernel sends: allocate, KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE), as on
+   ext4.  A message's bytes are a record in an m.N, so there is nothing
+   to reserve: EOPNOTSUPP, after which posix_fallocate(3) writes the
+   zeros itself (glibc's fallback), which works on a message as any
+   write does. */
+void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
+		  off_t length, struct fuse_file_info *fi)
+{
+	struct fs_handle *h = handle_of(fi);
+	int ret = 0;
+
+	if (h->kind != DBOX_KIND_FILE)
+		ret = EOPNOTSUPP;
+	else if (fallocate(h->fd, mode, offset, length) < 0)
+		ret = errno;
+	fuse_reply_err(req, ret);
+}
+
 void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
 	/* READDIRPLUS in the kernel's adaptive mode: the first batch of a

@@ -28,6 +28,7 @@ struct fs_options {
 	double attr_timeout;     /* -o attr_timeout=SECONDS */
 	unsigned int purge_threshold; /* -o purge_threshold=PERCENT (0 off) */
 	char *compress;          /* -o compress=none|gz[:LEVEL] */
+	int user_xattr;          /* -o user_xattr: store user.* xattrs */
 	int foreground, debug;
 };
 

@@ -38,6 +38,7 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FS_OPT("attr_timeout=%lf", attr_timeout),
 	FS_OPT("purge_threshold=%u", purge_threshold),
 	FS_OPT("compress=%s", compress),
+	FS_OPT("user_xattr", user_xattr),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -60,6 +61,9 @@ static void usage(const char *prog)
 	       "    -o compress=gz[:LEVEL] store new messages gzip-compressed, as\n"
 	       "                           Dovecot's zlib plugin (LEVEL 1-9, default 6;\n"
 	       "                           'none' is the default)\n"
+	       "    -o user_xattr          store user.* extended attributes (off:\n"
+	       "                           EOPNOTSUPP; on, every write(2) costs the\n"
+	       "                           kernel's security.capability query)\n"
 	       "\n"
 	       "general options:\n"
 	       "    -f                     stay in the foreground, log to stderr too\n"

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #define COPY_SIZE (1024 * 1024)
@@ -135,13 +136,44 @@ static int write_full(int fd, const char *buf, size_t len)
 	return 0;
 }
 
-/* Owner, mode and times of a finished output file or directory.  Owner
-   first: chown may clear set-id bits that the mode then sets. */
+/* The stored (user.*) extended attributes of attr's inode onto fd.  One
+   the output filesystem refuses (EOPNOTSUPP, ENOSPC) is a warning: the
+   file is exported without it.  Returns 0 or an index error. */
+static int set_xattrs(struct export *ex, int fd, const struct dbox_attr *attr)
+{
+	char *names = NULL;
+	size_t len = 0;
+	int ret;
+
+	if ((ret = dbox_index_xattr_list(ex->index, attr->ino, &names, &len)) < 0)
+		return ret;
+	for (char *n = names; ret == 0 && n < names + len; n += strlen(n) + 1) {
+		void *value = NULL;
+		size_t vlen;
+
+		ret = dbox_index_xattr_get(ex->index, attr->ino, n, &value, &vlen);
+		if (ret == 0 && fsetxattr(fd, n, value != NULL ? value : "",
+					  vlen, 0) < 0)
+			adm_warning("%s: extended attribute %s not kept: %s",
+				    ex->path.buf, n, strerror(errno));
+		free(value);
+	}
+	free(names);
+	return ret;
+}
+
+/* Owner, mode, extended attributes and times of a finished output file
+   or directory.  Owner first: chown may clear set-id bits that the mode
+   then sets. */
 static int set_attrs(struct export *ex, int fd, const struct dbox_attr *attr,
 		     const struct timespec times[2])
 {
+	int ret;
+
 	if (ex->keep_owner && fchown(fd, attr->uid, attr->gid) < 0)
 		return -errno;
+	if ((ret = set_xattrs(ex, fd, attr)) < 0)
+		return ret;
 	if (fchmod(fd, attr->mode & 07777) < 0 || futimens(fd, times) < 0)
 		return -errno;
 	return 0;

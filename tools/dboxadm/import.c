@@ -15,7 +15,8 @@
  *       (devices need root, as mknod(2) does on the mount)
  *
  * Names are kept byte for byte, permission bits in the index mode; as root
- * the owner too (as cp -a does).  Work is committed in batches of
+ * the owner too (as cp -a does); user.* extended attributes of files and
+ * directories.  Work is committed in batches of
  * BATCH_ITEMS; before each commit the m.N files written in the batch are
  * fdatasync()ed, so the index never points at bytes not on disk.
  *
@@ -42,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 /* Items (messages, files, links, directories) per transaction. */
@@ -270,6 +272,46 @@ static int64_t copy_to_save(struct import *imp, int fd, struct dbox_save *save)
 	return (int64_t)off;
 }
 
+/* The user.* extended attributes of source fd into index inode ino (as
+   cp -a and rsync -X copy them; other namespaces are not stored).  A
+   source that has none, or cannot list them, imports without. */
+static void import_xattrs(struct import *imp, int fd, uint64_t ino)
+{
+	char *names = NULL, *value = NULL;
+	ssize_t len = flistxattr(fd, NULL, 0), vlen;
+	int ret;
+
+	if (len <= 0)
+		return;
+	if ((names = malloc((size_t)len)) == NULL ||
+	    (len = flistxattr(fd, names, (size_t)len)) < 0 ||
+	    (value = malloc(DBOX_XATTR_SIZE_MAX)) == NULL) {
+		item_failed(imp, "extended attributes", names == NULL ||
+			    value == NULL ? ENOMEM : errno);
+		goto out;
+	}
+	for (char *n = names; n < names + len; n += strlen(n) + 1) {
+		if (strncmp(n, "user.", 5) != 0)
+			continue;
+		vlen = fgetxattr(fd, n, value, DBOX_XATTR_SIZE_MAX);
+		if (vlen < 0) {
+			item_failed(imp, n, errno);
+			continue;
+		}
+		ret = dbox_index_xattr_set(imp->index, ino, n, value,
+					   (size_t)vlen, 0);
+		if (ret == -ERANGE || ret == -ENOSPC) {
+			item_failed(imp, n, -ret);
+		} else if (ret < 0) {
+			index_failed(imp, "xattr", -ret);
+			break;
+		}
+	}
+out:
+	free(names);
+	free(value);
+}
+
 /* A message: fd is the open source file, sb its fstat. */
 static void import_message(struct import *imp, int fd, const struct stat *sb,
 			   uint64_t dir, const char *name, const char *mailbox)
@@ -303,6 +345,7 @@ static void import_message(struct import *imp, int fd, const struct stat *sb,
 		index_failed(imp, "setattr", -ret);
 		return;
 	}
+	import_xattrs(imp, fd, attr.ino);
 	if (touch_file(imp, loc.file_id) < 0) {
 		index_failed(imp, "bookkeeping", ENOMEM);
 		return;
@@ -389,6 +432,7 @@ static void import_file(struct import *imp, int fd, const struct stat *sb,
 		index_failed(imp, "setattr", -ret);
 		return;
 	}
+	import_xattrs(imp, fd, attr.ino);
 	if (sb->st_nlink > 1 &&
 	    inomap_put(&imp->links, sb->st_dev, sb->st_ino, attr.ino, NULL) < 0)
 		adm_warning("%s: out of memory: its other hard links are "
@@ -577,6 +621,7 @@ static void import_subdir(struct import *imp, int dirfd, const char *name,
 {
 	struct dbox_attr attr;
 	char *mailbox = NULL;
+	bool made;
 	int fd, ret;
 
 	if (sb->st_dev == imp->store_dev && sb->st_ino == imp->store_ino) {
@@ -609,11 +654,14 @@ static void import_subdir(struct import *imp, int dirfd, const char *name,
 	} else if (ret != -EEXIST) {
 		return; /* fatal, reported */
 	}
+	made = ret == 0;
 	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		item_failed(imp, "", errno);
 		return;
 	}
+	if (made)
+		import_xattrs(imp, fd, attr.ino);
 	if (is_maildir_sub(name) &&
 	    (ret = dbox_index_mailbox_name(imp->index, attr.ino, &mailbox)) < 0) {
 		index_failed(imp, "mailbox name", -ret);
