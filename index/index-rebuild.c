@@ -128,6 +128,59 @@ static int symlink_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
 	return 0;
 }
 
+/* The xattr table has no rowid (WITHOUT ROWID): read in one pass; a
+   damaged table keeps what was read before the damage. */
+static int read_xattrs(struct salvage_ctx *ctx)
+{
+	struct dbox_salvage *s = ctx->s;
+	size_t size = 0;
+	sqlite3_stmt *stmt;
+	int rc;
+
+	if (sqlite3_prepare_v2(ctx->db, "SELECT ino, name, value FROM xattr"
+			       " ORDER BY ino, name", -1, &stmt, NULL) != SQLITE_OK) {
+		dbox_warning("old index %s: table xattr unreadable: %s",
+			     ctx->path, sqlite3_errmsg(ctx->db));
+		s->read_errors++;
+		return 0;
+	}
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+		const void *name = sqlite3_column_blob(stmt, 1);
+		size_t nlen = (size_t)sqlite3_column_bytes(stmt, 1);
+		size_t vlen = (size_t)sqlite3_column_bytes(stmt, 2);
+		struct dbox_salvage_xattr *v;
+
+		if (nlen == 0 || nlen > DBOX_XATTR_NAME_MAX ||
+		    memchr(name, '\0', nlen) != NULL || vlen > DBOX_XATTR_SIZE_MAX)
+			continue;
+		if ((v = grow(s->xattrs, s->nxattrs, &size, sizeof(*v))) == NULL)
+			goto nomem;
+		s->xattrs = v;
+		v = &s->xattrs[s->nxattrs];
+		memset(v, 0, sizeof(*v));
+		v->ino = (uint64_t)sqlite3_column_int64(stmt, 0);
+		if ((v->name = strndup(name, nlen)) == NULL ||
+		    (vlen > 0 && (v->value = malloc(vlen)) == NULL)) {
+			free(v->name);
+			goto nomem;
+		}
+		if (vlen > 0)
+			memcpy(v->value, sqlite3_column_blob(stmt, 2), vlen);
+		v->len = vlen;
+		s->nxattrs++;
+	}
+	if (rc != SQLITE_DONE) {
+		dbox_warning("old index %s: table xattr damaged: %s", ctx->path,
+			     sqlite3_errmsg(ctx->db));
+		s->read_errors++;
+	}
+	sqlite3_finalize(stmt);
+	return 0;
+nomem:
+	sqlite3_finalize(stmt);
+	return -ENOMEM;
+}
+
 static int rdev_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
 {
 	void *v;
@@ -360,7 +413,8 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 	/* Format 2: symlink targets and device numbers. */
 	if (ctx.s->opened && has_table(ctx.db, "symlink") &&
 	    ((ret = read_table(&ctx, "symlink", "ino, target", symlink_row)) < 0 ||
-	     (ret = read_table(&ctx, "inode", "ino, rdev", rdev_row)) < 0))
+	     (ret = read_table(&ctx, "inode", "ino, rdev", rdev_row)) < 0 ||
+	     (ret = read_xattrs(&ctx)) < 0))
 		goto out;
 	ctx.s->complete = ctx.s->opened && ctx.s->read_errors == 0 &&
 		quick_check_ok(ctx.db);
@@ -411,6 +465,11 @@ void dbox_index_salvage_free(struct dbox_salvage **salvage)
 	for (size_t i = 0; i < s->nsymlinks; i++)
 		free(s->symlinks[i].target);
 	free(s->symlinks);
+	for (size_t i = 0; i < s->nxattrs; i++) {
+		free(s->xattrs[i].name);
+		free(s->xattrs[i].value);
+	}
+	free(s->xattrs);
 	free(s->inodes);
 	free(s->msgs);
 	free(s);

@@ -44,6 +44,14 @@ struct dbox_salvage_symlink {
 	char *target;         /* NUL-terminated, malloc()ed */
 };
 
+/* An extended attribute (format 2 table xattr). */
+struct dbox_salvage_xattr {
+	uint64_t ino;
+	char *name;           /* NUL-terminated, malloc()ed */
+	void *value;          /* malloc()ed, len bytes (NULL when 0) */
+	size_t len;
+};
+
 /* Everything salvaged; arrays sorted by ino (inodes, msgs) and by
    (parent, name) (entries).  complete is true when every table was read
    to its end without an error and SQLite's quick check found nothing:
@@ -58,6 +66,8 @@ struct dbox_salvage {
 	size_t nmsgs;
 	struct dbox_salvage_symlink *symlinks; /* sorted by ino */
 	size_t nsymlinks;
+	struct dbox_salvage_xattr *xattrs;     /* by ino, then name */
+	size_t nxattrs;
 	int64_t uidvalidity;   /* 0 when unreadable */
 	bool opened;           /* SQLite could open it as a database */
 	bool complete;

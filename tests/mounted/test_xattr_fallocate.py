@@ -166,6 +166,14 @@ def test_user_xattrs_as_ext4(make_mount, tmp_path):
     assert r.returncode == 0, r.stderr
     m2 = make_mount(store=store2, mnt=tmp_path / "mnt2", options=["-o", "user_xattr"])
     assert xattr_view(m2.mnt) == xattr_view(plain / "w")
+    # dboxadm rebuild keeps them (salvaged from the old index).
+    view = xattr_view(m.mnt)
+    m.unmount()
+    r = subprocess.run([str(DBOXADM), "rebuild", str(m.store)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    m.mount()
+    assert xattr_view(m.mnt) == view
 
 
 def test_xattrs_off_by_default(mount):
