@@ -10,6 +10,7 @@ checked against the index and the tree.
 import collections
 import os
 import shutil
+import sqlite3
 import stat
 import subprocess
 from pathlib import Path
@@ -394,6 +395,12 @@ def test_import_keeps_symlinks_and_fifos(tmp_path, make_mount):
     m.unmount()
     r = adm("import", store, src, check_rc=0)
     assert b"already present" in r.stderr and b"skipped" not in r.stderr.replace(b"same bytes, skipped", b"")
+    # check knows the new kinds, and a symlink that lost its target.
+    adm("check", store, check_rc=0)
+    with sqlite3.connect(store / "index.sqlite") as db:
+        db.execute("DELETE FROM symlink")
+    r = adm("check", store)
+    assert r.returncode != 0 and b"has no target" in r.stdout + r.stderr, r
 
 
 def test_stats_dead_bytes_after_expunge(tmp_path, make_mount):
