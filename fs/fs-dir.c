@@ -110,9 +110,8 @@ static void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct fuse_entry_param e;
 	struct dbox_attr attr;
-	int ret;
-
 	uint32_t imode = S_IFDIR | (mode & ~ctx->umask & 07777), gid;
+	int ret;
 
 	fs_lock(fs);
 	ret = dbox_index_begin(fs->st->index);

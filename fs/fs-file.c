@@ -191,10 +191,9 @@ static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 	struct fs_inode *inode;
 	struct dbox_msgloc loc;
 	char *mailbox = NULL;
+	uint32_t imode = S_IFREG | (mode & ~ctx->umask & 07777), gid;
 	enum dbox_kind kind;
 	int fd = -1, ret;
-
-	uint32_t imode = S_IFREG | (mode & ~ctx->umask & 07777), gid;
 
 	*h_r = NULL;
 	if ((ret = dbox_index_begin(st->index)) < 0)
