@@ -39,26 +39,26 @@ def lview(p):
 
 def fifo_roundtrip(path):
     r = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    w = os.open(path, os.O_WRONLY)
-    os.write(w, b"through the fifo")
-    data = os.read(r, 100)
-    os.close(w)
-    os.close(r)
-    return data
+    try:
+        w = os.open(path, os.O_WRONLY)
+        os.write(w, b"through the fifo")
+        os.close(w)
+        return os.read(r, 100)
+    finally:
+        os.close(r)
 
 
 def socket_roundtrip(path):
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(str(path))
-    srv.listen(1)
-    cli = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    cli.connect(str(path))
-    conn, _ = srv.accept()
-    cli.sendall(b"through the socket")
-    data = conn.recv(100)
-    for s in (conn, cli, srv):
-        s.close()
-    return data
+    # Closed also on failure: a bound socket would keep the mount busy.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv, \
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as cli:
+        srv.bind(str(path))
+        srv.listen(1)
+        cli.connect(str(path))
+        conn, _ = srv.accept()
+        with conn:
+            cli.sendall(b"through the socket")
+            return conn.recv(100)
 
 
 def special_steps(root):
