@@ -56,6 +56,11 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 		if (inode != NULL && inode->save != NULL)
 			stbuf->st_size = dbox_save_size(inode->save);
 		break;
+	case DBOX_KIND_SYMLINK:
+		break; /* st_size: the target's length, as ext4 */
+	case DBOX_KIND_SPECIAL:
+		stbuf->st_rdev = attr->rdev;
+		break;
 	case DBOX_KIND_FILE: {
 		struct stat backing;
 
@@ -78,6 +83,26 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 	}
 	}
 	stbuf->st_blocks = (stbuf->st_size + 511) / 512;
+	return 0;
+}
+
+int fs_new_owner(struct fs *fs, const struct fuse_ctx *ctx, uint64_t parent,
+		 uint32_t *mode, uint32_t *gid_r)
+{
+	struct dbox_attr dir;
+	int ret;
+
+	if ((ret = dbox_index_getattr(fs->st->index, parent, &dir)) < 0)
+		return ret;
+	if (dir.kind != DBOX_KIND_DIR)
+		return -ENOTDIR;
+	if (dir.mode & S_ISGID) {
+		*gid_r = dir.gid;
+		if (S_ISDIR(*mode))
+			*mode |= S_ISGID;
+	} else {
+		*gid_r = ctx->gid;
+	}
 	return 0;
 }
 

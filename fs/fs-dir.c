@@ -110,15 +110,17 @@ static void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct fuse_entry_param e;
 	struct dbox_attr attr;
+	uint32_t imode = S_IFDIR | (mode & ~ctx->umask & 07777), gid;
 	int ret;
 
 	fs_lock(fs);
 	ret = dbox_index_begin(fs->st->index);
 	if (ret == 0) {
-		ret = dbox_index_create(fs->st->index, parent, name, strlen(name),
-					DBOX_KIND_DIR,
-					S_IFDIR | (mode & ~ctx->umask & 07777),
-					ctx->uid, ctx->gid, dbox_now_ns(), &attr);
+		ret = fs_new_owner(fs, ctx, parent, &imode, &gid);
+		if (ret == 0)
+			ret = dbox_index_create(fs->st->index, parent, name,
+						strlen(name), DBOX_KIND_DIR, imode,
+						ctx->uid, gid, dbox_now_ns(), &attr);
 		ret = fs_tx_end(fs, ret, false);
 	}
 	if (ret == 0)
@@ -226,15 +228,200 @@ static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	reply_entry_or_err(req, ret, &e);
 }
 
-/* Symbolic links are not stored: no maildir client makes one
-   (docs/clients.md).  EPERM is what symlink(2) returns on a
-   filesystem that does not support them, and what rsync and cp report and
-   go on after; without this handler libfuse answers ENOSYS, which programs
-   take for a missing system call. */
+/* A symbolic link is an inode of its own, its target in the index (as
+   ext4 stores a short one in the inode): mode 0777, st_size the target's
+   length, named in any directory (in cur/new/tmp too, where it is a
+   symlink and not a message).  The daemon never follows one; the kernel
+   does, with the target it gets from fs_readlink. */
 static void fs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 		       const char *name)
 {
-	fuse_reply_err(req, EPERM);
+	struct fs *fs = req_fs(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct fuse_entry_param e;
+	struct dbox_attr attr;
+	uint32_t mode = S_IFLNK | 0777, gid;
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_begin(fs->st->index);
+	if (ret == 0) {
+		ret = fs_new_owner(fs, ctx, parent, &mode, &gid);
+		if (ret == 0)
+			ret = dbox_index_create(fs->st->index, parent, name,
+						strlen(name), DBOX_KIND_SYMLINK,
+						mode, ctx->uid, gid,
+						dbox_now_ns(), &attr);
+		if (ret == 0)
+			ret = dbox_index_symlink_set(fs->st->index, attr.ino,
+						     link, strlen(link));
+		if (ret == 0)
+			ret = dbox_index_getattr(fs->st->index, attr.ino, &attr);
+		ret = fs_tx_end(fs, ret, false);
+	}
+	if (ret == 0)
+		ret = fs_entry(fs, &attr, &e);
+	fs_unlock(fs);
+	reply_entry_or_err(req, ret, &e);
+}
+
+static void fs_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = req_fs(req);
+	char *target = NULL;
+	int ret;
+
+	fs_lock(fs);
+	ret = dbox_index_readlink(fs->st->index, ino, &target);
+	fs_unlock(fs);
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_readlink(req, target);
+	free(target);
+}
+
+/* Extended attributes: the user.* namespace is stored in the index, as
+   ext4 stores it; others are not (trusted.*, security.*: set gives
+   EOPNOTSUPP, get ENODATA).  The kernel asks for security.capability at
+   every write(2) to see whether it must drop capabilities: that answer
+   (ENODATA) is given at once, without the store lock or an index query.
+   ACLs (system.posix_acl_*) the kernel answers itself (EOPNOTSUPP): the
+   mount does not ask for FUSE_POSIX_ACL.
+
+   That query is a round trip per write(2) (about a third more time per
+   4 KiB write to a plain file), so the attributes are stored only with
+   -o user_xattr.  Without it every xattr request is answered ENOSYS,
+   which the kernel remembers for the mount: it answers EOPNOTSUPP itself
+   from then on and asks nothing at writes. */
+#define USER_XATTR_PREFIX "user."
+
+/* Without -o user_xattr: ENOSYS (see above); returns true when it
+   replied. */
+static bool xattr_off(fuse_req_t req)
+{
+	if (req_fs(req)->opts.user_xattr)
+		return false;
+	fuse_reply_err(req, ENOSYS);
+	return true;
+}
+
+static bool is_user_xattr(const char *name)
+{
+	return strncmp(name, USER_XATTR_PREFIX, sizeof(USER_XATTR_PREFIX) - 1) == 0;
+}
+
+/* ctime = now after an attribute change, as ext4 (in the caller's
+   transaction). */
+static int xattr_touch(struct fs *fs, uint64_t ino)
+{
+	struct dbox_attr attr;
+	int ret = dbox_index_getattr(fs->st->index, ino, &attr);
+
+	if (ret == 0) {
+		attr.ctime_ns = dbox_now_ns();
+		ret = dbox_index_setattr(fs->st->index, &attr);
+	}
+	return ret;
+}
+
+static void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			const char *value, size_t size, int flags)
+{
+	struct fs *fs = req_fs(req);
+	int ret;
+
+	if (xattr_off(req))
+		return;
+	if (!is_user_xattr(name)) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	fs_lock(fs);
+	ret = dbox_index_begin(fs->st->index);
+	if (ret == 0) {
+		ret = dbox_index_xattr_set(fs->st->index, ino, name, value,
+					   size, flags);
+		if (ret == 0)
+			ret = xattr_touch(fs, ino);
+		ret = fs_tx_end(fs, ret, false);
+	}
+	fs_unlock(fs);
+	fuse_reply_err(req, -ret);
+}
+
+static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	struct fs *fs = req_fs(req);
+	void *value = NULL;
+	size_t len = 0;
+	int ret;
+
+	if (xattr_off(req))
+		return;
+	if (!is_user_xattr(name)) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	fs_lock(fs);
+	ret = dbox_index_xattr_get(fs->st->index, ino, name, &value, &len);
+	fs_unlock(fs);
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else if (size == 0)
+		fuse_reply_xattr(req, len);  /* the size probe */
+	else if (len > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, value, len);
+	free(value);
+}
+
+static void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct fs *fs = req_fs(req);
+	char *list = NULL;
+	size_t len = 0;
+	int ret;
+
+	if (xattr_off(req))
+		return;
+	fs_lock(fs);
+	ret = dbox_index_xattr_list(fs->st->index, ino, &list, &len);
+	fs_unlock(fs);
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (len > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, list, len);
+	free(list);
+}
+
+static void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct fs *fs = req_fs(req);
+	int ret;
+
+	if (xattr_off(req))
+		return;
+	if (!is_user_xattr(name)) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	fs_lock(fs);
+	ret = dbox_index_begin(fs->st->index);
+	if (ret == 0) {
+		ret = dbox_index_xattr_remove(fs->st->index, ino, name);
+		if (ret == 0)
+			ret = xattr_touch(fs, ino);
+		ret = fs_tx_end(fs, ret, false);
+	}
+	fs_unlock(fs);
+	fuse_reply_err(req, -ret);
 }
 
 /* An open directory: the reply buffer of its listing, kept between
@@ -471,6 +658,8 @@ void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	      struct fuse_file_info *fi);
 void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		int to_set, struct fuse_file_info *fi);
+void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
+		  off_t length, struct fuse_file_info *fi);
 void fs_init(void *userdata, struct fuse_conn_info *conn);
 
 const struct fuse_lowlevel_ops fs_ops = {
@@ -487,6 +676,11 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.rename = fs_rename,
 	.link = fs_link,
 	.symlink = fs_symlink,
+	.readlink = fs_readlink,
+	.setxattr = fs_setxattr,
+	.getxattr = fs_getxattr,
+	.listxattr = fs_listxattr,
+	.removexattr = fs_removexattr,
 	.open = fs_open,
 	.read = fs_read,
 	.write = fs_write,
@@ -500,4 +694,5 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.fsyncdir = fs_fsyncdir,
 	.statfs = fs_statfs,
 	.create = fs_create,
+	.fallocate = fs_fallocate,
 };

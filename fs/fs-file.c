@@ -191,6 +191,7 @@ static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 	struct fs_inode *inode;
 	struct dbox_msgloc loc;
 	char *mailbox = NULL;
+	uint32_t imode = S_IFREG | (mode & ~ctx->umask & 07777), gid;
 	enum dbox_kind kind;
 	int fd = -1, ret;
 
@@ -199,9 +200,11 @@ static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 		return ret;
 	kind = fs_is_message_name(fs, parent, name) ? DBOX_KIND_MESSAGE :
 		DBOX_KIND_FILE;
-	ret = dbox_index_create(st->index, parent, name, strlen(name), kind,
-				S_IFREG | (mode & ~ctx->umask & 07777),
-				ctx->uid, ctx->gid, dbox_now_ns(), attr_r);
+	ret = fs_new_owner(fs, ctx, parent, &imode, &gid);
+	if (ret == 0)
+		ret = dbox_index_create(st->index, parent, name, strlen(name),
+					kind, imode, ctx->uid, gid,
+					dbox_now_ns(), attr_r);
 	if (ret < 0)
 		return fs_tx_end(fs, ret, false);
 	if ((inode = fs_inode_add(&fs->inodes, attr_r->ino)) == NULL) {
@@ -273,6 +276,33 @@ void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fuse_reply_create(req, &e, fi);
 }
 
+/* A fifo, socket (bind() of a unix socket), character or block device:
+   an inode with mode and rdev only, anywhere (in cur/new/tmp too, where
+   it is not a message); the kernel serves its I/O and never sends an
+   OPEN for it.  CAP_MKNOD for devices is checked by the kernel. */
+static int create_special(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
+			  const char *name, mode_t mode, dev_t rdev,
+			  struct dbox_attr *attr_r)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct dbox_index *index = fs->st->index;
+	uint32_t imode = (mode & S_IFMT) | (mode & ~ctx->umask & 07777), gid;
+	int ret;
+
+	if ((ret = dbox_index_begin(index)) < 0)
+		return ret;
+	ret = fs_new_owner(fs, ctx, parent, &imode, &gid);
+	if (ret == 0)
+		ret = dbox_index_create(index, parent, name, strlen(name),
+					DBOX_KIND_SPECIAL, imode, ctx->uid,
+					gid, dbox_now_ns(), attr_r);
+	if (ret == 0 && (S_ISCHR(mode) || S_ISBLK(mode))) {
+		attr_r->rdev = rdev;
+		ret = dbox_index_setattr(index, attr_r);
+	}
+	return fs_tx_end(fs, ret, false);
+}
+
 void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 	      mode_t mode, dev_t rdev)
 {
@@ -282,12 +312,14 @@ void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fs_handle *h;
 	int ret;
 
-	if (!S_ISREG(mode)) {
-		fuse_reply_err(req, EPERM);
-		return;
-	}
 	fs_lock(fs);
-	ret = create_file(fs, req, parent, name, mode, false, &attr, &h);
+	if (S_ISREG(mode))
+		ret = create_file(fs, req, parent, name, mode, false, &attr, &h);
+	else if (S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode) ||
+		 S_ISBLK(mode))
+		ret = create_special(fs, req, parent, name, mode, rdev, &attr);
+	else
+		ret = -EINVAL; /* mknod(2)'s answer to an unknown type */
 	if (ret == 0)
 		ret = fs_entry(fs, &attr, &e);
 	fs_unlock(fs);
@@ -342,6 +374,12 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if (ret == 0 && kind == DBOX_KIND_DIR)
 		ret = -EISDIR;
+	/* The kernel opens neither (it follows a symlink; a fifo, socket or
+	   device is its own): an OPEN for one is refused as Linux does. */
+	if (ret == 0 && kind == DBOX_KIND_SYMLINK)
+		ret = -ELOOP;
+	if (ret == 0 && kind == DBOX_KIND_SPECIAL)
+		ret = -ENXIO;
 	if (ret == 0 && (inode = fs_inode_add(&fs->inodes, ino)) == NULL)
 		ret = -ENOMEM;
 	if (ret == 0) {
@@ -691,6 +729,9 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		if (attr.kind == DBOX_KIND_DIR) {
 			ret = -EISDIR;
+		} else if (attr.kind == DBOX_KIND_SYMLINK ||
+			   attr.kind == DBOX_KIND_SPECIAL) {
+			ret = -EINVAL; /* truncate(2) of a non-regular file */
 		} else if (attr.kind == DBOX_KIND_FILE) {
 			int fd = fi != NULL && handle_of(fi)->fd >= 0 ?
 				dup(handle_of(fi)->fd) : open_backing(fs, ino, 0);
@@ -759,6 +800,25 @@ out:
 		fuse_reply_attr(req, &stbuf, fs->opts.attr_timeout);
 }
 
+/* fallocate(2) on a plain file: passed to its backing file (every mode
+   the kernel sends: allocate, KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE), as on
+   ext4.  A message's bytes are a record in an m.N, so there is nothing
+   to reserve: EOPNOTSUPP, after which posix_fallocate(3) writes the
+   zeros itself (glibc's fallback), which works on a message as any
+   write does. */
+void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
+		  off_t length, struct fuse_file_info *fi)
+{
+	struct fs_handle *h = handle_of(fi);
+	int ret = 0;
+
+	if (h->kind != DBOX_KIND_FILE)
+		ret = EOPNOTSUPP;
+	else if (fallocate(h->fd, mode, offset, length) < 0)
+		ret = errno;
+	fuse_reply_err(req, ret);
+}
+
 void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
 	/* READDIRPLUS in the kernel's adaptive mode: the first batch of a
@@ -776,4 +836,8 @@ void fs_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	/* A symlink's target never changes (symlink(2) makes a new inode):
+	   the kernel may keep it in its page cache. */
+	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
 }

@@ -29,6 +29,7 @@ struct fs_options {
 	unsigned int purge_threshold; /* -o purge_threshold=PERCENT (0 off) */
 	char *compress;          /* -o compress=none|gz[:LEVEL] */
 	bool readonly;           /* -o ro (also passed on to libfuse) */
+	int user_xattr;          /* -o user_xattr: store user.* xattrs */
 	int foreground, debug;
 };
 
@@ -71,6 +72,17 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf);
    replies with it).  Returns 0 or a negative errno. */
 int fs_entry(struct fs *fs, const struct dbox_attr *attr,
 	     struct fuse_entry_param *e);
+
+/* Owner group and mode of a new inode named in directory parent, by
+   Linux's rule for a setgid directory (as ext4, fs/inode.c
+   inode_init_owner): in a directory with S_ISGID the new inode takes the
+   directory's gid and a new directory keeps S_ISGID; elsewhere the gid is
+   the caller's (ctx).  *mode (type bits included) may gain S_ISGID.
+   Stripping S_ISGID from a non-member's new file is the kernel's
+   (mode_strip_sgid, before the request).  Needs the lock.  Returns 0 or a
+   negative errno (-ENOENT, -ENOTDIR for parent). */
+int fs_new_owner(struct fs *fs, const struct fuse_ctx *ctx, uint64_t parent,
+		 uint32_t *mode, uint32_t *gid_r);
 
 /* Drop n kernel references to ino; an unlinked inode nobody holds any more
    is deleted (index row, backing file).  Needs the lock. */

@@ -41,6 +41,7 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FS_OPT("compress=%s", compress),
 	FUSE_OPT_KEY("ro", KEY_RO),
 	FUSE_OPT_KEY("rw", KEY_RW),
+	FS_OPT("user_xattr", user_xattr),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -66,6 +67,9 @@ static void usage(const char *prog)
 	       "    -o compress=gz[:LEVEL] store new messages gzip-compressed, as\n"
 	       "                           Dovecot's zlib plugin (LEVEL 1-9, default 6;\n"
 	       "                           'none' is the default)\n"
+	       "    -o user_xattr          store user.* extended attributes (off:\n"
+	       "                           EOPNOTSUPP; on, every write(2) costs the\n"
+	       "                           kernel's security.capability query)\n"
 	       "\n"
 	       "general options:\n"
 	       "    -f                     stay in the foreground, log to stderr too\n"

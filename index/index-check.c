@@ -170,6 +170,18 @@ static void d_msg_no_row(sqlite3_stmt *stmt, char *buf, size_t size)
 		 "(message row)", I64(0));
 }
 
+static void d_symlink_no_target(sqlite3_stmt *stmt, char *buf, size_t size)
+{
+	snprintf(buf, size, "symbolic link inode %lld has no target", I64(0));
+}
+
+static void d_target_no_symlink(sqlite3_stmt *stmt, char *buf, size_t size)
+{
+	snprintf(buf, size, "symlink target of inode %lld, which is %s", I64(0),
+		 sqlite3_column_type(stmt, 1) == SQLITE_NULL ? "gone" :
+		 "not a symbolic link");
+}
+
 static void d_row_no_msg(sqlite3_stmt *stmt, char *buf, size_t size)
 {
 	snprintf(buf, size, "message row of inode %lld, which is %s", I64(0),
@@ -204,11 +216,11 @@ static void d_format(sqlite3_stmt *stmt, char *buf, size_t size)
 int dbox_index_check_namespace(struct dbox_index *index,
 			       dbox_problem_cb_t *cb, void *ctx)
 {
-	char sql[8][512];
+	char sql[10][512];
 	struct {
 		const char *sql;
 		describe_t *describe;
-	} checks[16];
+	} checks[18];
 	size_t n = 0;
 	int total = 0, ret;
 
@@ -261,6 +273,15 @@ int dbox_index_check_namespace(struct dbox_index *index,
 		 " ON i.ino = m.ino WHERE i.ino IS NULL OR i.kind != %d",
 		 DBOX_KIND_MESSAGE);
 	checks[n++] = (typeof(checks[0])){ sql[7], d_row_no_msg };
+	snprintf(sql[8], sizeof(sql[8]),
+		 "SELECT i.ino FROM inode i LEFT JOIN symlink s ON s.ino = i.ino"
+		 " WHERE i.kind = %d AND s.ino IS NULL", DBOX_KIND_SYMLINK);
+	checks[n++] = (typeof(checks[0])){ sql[8], d_symlink_no_target };
+	snprintf(sql[9], sizeof(sql[9]),
+		 "SELECT s.ino, i.kind FROM symlink s LEFT JOIN inode i"
+		 " ON i.ino = s.ino WHERE i.ino IS NULL OR i.kind != %d",
+		 DBOX_KIND_SYMLINK);
+	checks[n++] = (typeof(checks[0])){ sql[9], d_target_no_symlink };
 	checks[n++] = (typeof(checks[0])){
 		"SELECT file_id, offset, count(*), group_concat(ino, ' ')"
 		" FROM message WHERE state = 0 GROUP BY file_id, offset"

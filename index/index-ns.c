@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
@@ -520,5 +521,163 @@ int dbox_index_mailbox_name(struct dbox_index *index, uint64_t dir,
 				*p = '/';
 	}
 	*name_r = path;
+	return 0;
+}
+
+int dbox_index_symlink_set(struct dbox_index *index, uint64_t ino,
+			   const char *target, size_t len)
+{
+	sqlite3_stmt *stmt;
+	struct dbox_attr attr;
+	int ret;
+
+	if (len == 0 || len >= 4096)
+		return len == 0 ? -ENOENT : -ENAMETOOLONG;
+	if ((ret = dbox_index_getattr(index, ino, &attr)) < 0)
+		return ret;
+	stmt = index_stmt(index, ST_SYMLINK_SET);
+	sqlite3_bind_int64(stmt, 1, ino);
+	sqlite3_bind_blob(stmt, 2, target, len, SQLITE_STATIC);
+	if ((ret = index_exec_stmt(index, stmt, "symlink set")) < 0)
+		return ret;
+	attr.size = len;
+	return dbox_index_setattr(index, &attr);
+}
+
+int dbox_index_readlink(struct dbox_index *index, uint64_t ino,
+			char **target_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_SYMLINK_GET);
+	int rc;
+
+	sqlite3_bind_int64(stmt, 1, ino);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW) {
+		*target_r = strndup(sqlite3_column_blob(stmt, 0),
+				    sqlite3_column_bytes(stmt, 0));
+		return index_done(stmt, *target_r == NULL ? -ENOMEM : 0);
+	}
+	return rc == SQLITE_DONE ? -EINVAL : index_sql_error(index, "readlink");
+}
+
+int dbox_index_xattr_get(struct dbox_index *index, uint64_t ino,
+			 const char *name, void **value_r, size_t *len_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_XATTR_GET);
+	size_t len;
+	int rc;
+
+	*value_r = NULL;
+	*len_r = 0;
+	sqlite3_bind_int64(stmt, 1, ino);
+	sqlite3_bind_blob(stmt, 2, name, strlen(name), SQLITE_STATIC);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_DONE)
+		return index_done(stmt, -ENODATA);
+	if (rc != SQLITE_ROW)
+		return index_done(stmt, index_sql_error(index, "xattr get"));
+	len = (size_t)sqlite3_column_bytes(stmt, 0);
+	if (len > 0) {
+		if ((*value_r = malloc(len)) == NULL)
+			return index_done(stmt, -ENOMEM);
+		memcpy(*value_r, sqlite3_column_blob(stmt, 0), len);
+	}
+	*len_r = len;
+	return index_done(stmt, 0);
+}
+
+int dbox_index_xattr_set(struct dbox_index *index, uint64_t ino,
+			 const char *name, const void *value, size_t len,
+			 int flags)
+{
+	size_t namelen = strlen(name);
+	sqlite3_stmt *stmt;
+	int64_t names, total;
+	int rc;
+
+	if (namelen == 0 || namelen > DBOX_XATTR_NAME_MAX ||
+	    len > DBOX_XATTR_SIZE_MAX)
+		return -ERANGE;
+	/* What the inode holds besides this name, checked against the
+	   limits before anything is written. */
+	stmt = index_stmt(index, ST_XATTR_USAGE);
+	sqlite3_bind_int64(stmt, 1, ino);
+	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
+	if ((rc = sqlite3_step(stmt)) != SQLITE_ROW)
+		return index_done(stmt, index_sql_error(index, "xattr usage"));
+	names = sqlite3_column_int64(stmt, 0);
+	total = sqlite3_column_int64(stmt, 1);
+	index_done(stmt, 0);
+	if (names + (int64_t)namelen + 1 > DBOX_XATTR_SIZE_MAX ||
+	    total + (int64_t)namelen + (int64_t)len > DBOX_XATTR_TOTAL_MAX)
+		return -ENOSPC;
+	/* An empty value is a zero-length blob, never NULL (NOT NULL). */
+	if (value == NULL)
+		value = "";
+	stmt = index_stmt(index, flags & XATTR_REPLACE ?
+			  ST_XATTR_UPDATE : ST_XATTR_INSERT);
+	sqlite3_bind_int64(stmt, 1, ino);
+	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
+	sqlite3_bind_blob(stmt, 3, value, len, SQLITE_STATIC);
+	rc = sqlite3_step(stmt);
+	sqlite3_reset(stmt);
+	if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT) {
+		if (flags & XATTR_CREATE)
+			return -EEXIST;
+		stmt = index_stmt(index, ST_XATTR_UPDATE);
+		sqlite3_bind_int64(stmt, 1, ino);
+		sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
+		sqlite3_bind_blob(stmt, 3, value, len, SQLITE_STATIC);
+		rc = sqlite3_step(stmt);
+		sqlite3_reset(stmt);
+	}
+	if (rc != SQLITE_DONE)
+		return index_sql_error(index, "xattr set");
+	if ((flags & XATTR_REPLACE) && sqlite3_changes(index->db) == 0)
+		return -ENODATA;
+	return 0;
+}
+
+int dbox_index_xattr_remove(struct dbox_index *index, uint64_t ino,
+			    const char *name)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_XATTR_DELETE);
+	int ret;
+
+	sqlite3_bind_int64(stmt, 1, ino);
+	sqlite3_bind_blob(stmt, 2, name, strlen(name), SQLITE_STATIC);
+	if ((ret = index_exec_stmt(index, stmt, "xattr remove")) < 0)
+		return ret;
+	return sqlite3_changes(index->db) == 1 ? 0 : -ENODATA;
+}
+
+int dbox_index_xattr_list(struct dbox_index *index, uint64_t ino,
+			  char **list_r, size_t *len_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_XATTR_LIST);
+	char *list = NULL, *grown;
+	size_t len = 0;
+	int rc;
+
+	sqlite3_bind_int64(stmt, 1, ino);
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+		size_t n = (size_t)sqlite3_column_bytes(stmt, 0);
+
+		if ((grown = realloc(list, len + n + 1)) == NULL) {
+			free(list);
+			return index_done(stmt, -ENOMEM);
+		}
+		list = grown;
+		memcpy(list + len, sqlite3_column_blob(stmt, 0), n);
+		list[len + n] = '\0';
+		len += n + 1;
+	}
+	sqlite3_reset(stmt);
+	if (rc != SQLITE_DONE) {
+		free(list);
+		return index_sql_error(index, "xattr list");
+	}
+	*list_r = list;
+	*len_r = len;
 	return 0;
 }

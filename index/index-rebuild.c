@@ -27,7 +27,9 @@ struct salvage_ctx {
 	sqlite3 *db;
 	const char *path;
 	struct dbox_salvage *s;
-	size_t inodes_size, entries_size, msgs_size;
+	size_t inodes_size, entries_size, msgs_size, symlinks_size;
+	struct { uint64_t ino, rdev; } *rdevs; /* special files' rdev */
+	size_t nrdevs, rdevs_size;
 };
 
 static bool valid_name(const void *name, size_t len)
@@ -61,8 +63,13 @@ static int inode_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
 	memset(&attr, 0, sizeof(attr));
 	index_row_attr(stmt, 0, &attr);
 	if (attr.kind != DBOX_KIND_DIR && attr.kind != DBOX_KIND_MESSAGE &&
-	    attr.kind != DBOX_KIND_FILE)
+	    attr.kind != DBOX_KIND_FILE && attr.kind != DBOX_KIND_SYMLINK &&
+	    attr.kind != DBOX_KIND_SPECIAL)
 		return 0;
+	/* Read without the format 2 columns (a format 1 index has none):
+	   rdev comes from rdev_row, atime is the mtime. */
+	attr.atime_ns = attr.mtime_ns;
+	attr.rdev = 0;
 	if ((v = grow(s->inodes, s->ninodes, &ctx->inodes_size,
 		      sizeof(*v))) == NULL)
 		return -ENOMEM;
@@ -97,6 +104,96 @@ static int entry_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
 		return -ENOMEM;
 	memcpy(e->name, name, len);
 	s->nentries++;
+	return 0;
+}
+
+static int symlink_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
+{
+	struct dbox_salvage *s = ctx->s;
+	struct dbox_salvage_symlink *v;
+	const void *target = sqlite3_column_blob(stmt, 1);
+	size_t len = (size_t)sqlite3_column_bytes(stmt, 1);
+
+	if (len == 0 || len >= 4096 || memchr(target, '\0', len) != NULL)
+		return 0; /* not a target symlink(2) could have made */
+	if ((v = grow(s->symlinks, s->nsymlinks, &ctx->symlinks_size,
+		      sizeof(*v))) == NULL)
+		return -ENOMEM;
+	s->symlinks = v;
+	v = &s->symlinks[s->nsymlinks];
+	v->ino = (uint64_t)sqlite3_column_int64(stmt, 0);
+	if ((v->target = strndup(target, len)) == NULL)
+		return -ENOMEM;
+	s->nsymlinks++;
+	return 0;
+}
+
+/* The xattr table has no rowid (WITHOUT ROWID): read in one pass; a
+   damaged table keeps what was read before the damage. */
+static int read_xattrs(struct salvage_ctx *ctx)
+{
+	struct dbox_salvage *s = ctx->s;
+	size_t size = 0;
+	sqlite3_stmt *stmt;
+	int rc;
+
+	if (sqlite3_prepare_v2(ctx->db, "SELECT ino, name, value FROM xattr"
+			       " ORDER BY ino, name", -1, &stmt, NULL) != SQLITE_OK) {
+		dbox_warning("old index %s: table xattr unreadable: %s",
+			     ctx->path, sqlite3_errmsg(ctx->db));
+		s->read_errors++;
+		return 0;
+	}
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+		const void *name = sqlite3_column_blob(stmt, 1);
+		size_t nlen = (size_t)sqlite3_column_bytes(stmt, 1);
+		size_t vlen = (size_t)sqlite3_column_bytes(stmt, 2);
+		struct dbox_salvage_xattr *v;
+
+		if (nlen == 0 || nlen > DBOX_XATTR_NAME_MAX ||
+		    memchr(name, '\0', nlen) != NULL || vlen > DBOX_XATTR_SIZE_MAX)
+			continue;
+		if ((v = grow(s->xattrs, s->nxattrs, &size, sizeof(*v))) == NULL)
+			goto nomem;
+		s->xattrs = v;
+		v = &s->xattrs[s->nxattrs];
+		memset(v, 0, sizeof(*v));
+		v->ino = (uint64_t)sqlite3_column_int64(stmt, 0);
+		if ((v->name = strndup(name, nlen)) == NULL ||
+		    (vlen > 0 && (v->value = malloc(vlen)) == NULL)) {
+			free(v->name);
+			goto nomem;
+		}
+		if (vlen > 0)
+			memcpy(v->value, sqlite3_column_blob(stmt, 2), vlen);
+		v->len = vlen;
+		s->nxattrs++;
+	}
+	if (rc != SQLITE_DONE) {
+		dbox_warning("old index %s: table xattr damaged: %s", ctx->path,
+			     sqlite3_errmsg(ctx->db));
+		s->read_errors++;
+	}
+	sqlite3_finalize(stmt);
+	return 0;
+nomem:
+	sqlite3_finalize(stmt);
+	return -ENOMEM;
+}
+
+static int rdev_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
+{
+	void *v;
+
+	if (sqlite3_column_int64(stmt, 1) == 0)
+		return 0;
+	if ((v = grow(ctx->rdevs, ctx->nrdevs, &ctx->rdevs_size,
+		      sizeof(*ctx->rdevs))) == NULL)
+		return -ENOMEM;
+	ctx->rdevs = v;
+	ctx->rdevs[ctx->nrdevs].ino = (uint64_t)sqlite3_column_int64(stmt, 0);
+	ctx->rdevs[ctx->nrdevs].rdev = (uint64_t)sqlite3_column_int64(stmt, 1);
+	ctx->nrdevs++;
 	return 0;
 }
 
@@ -208,6 +305,40 @@ static int entry_cmp(const void *a, const void *b)
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
+static int symlink_cmp(const void *a, const void *b)
+{
+	uint64_t x = ((const struct dbox_salvage_symlink *)a)->ino,
+		 y = ((const struct dbox_salvage_symlink *)b)->ino;
+
+	return x < y ? -1 : x > y;
+}
+
+const char *dbox_salvage_symlink_target(const struct dbox_salvage *s,
+					uint64_t ino)
+{
+	struct dbox_salvage_symlink key = { .ino = ino }, *found;
+
+	found = s->nsymlinks == 0 ? NULL :
+		bsearch(&key, s->symlinks, s->nsymlinks, sizeof(key), symlink_cmp);
+	return found != NULL ? found->target : NULL;
+}
+
+/* Does the old index have table (format 2 added symlink and xattr)? */
+static bool has_table(sqlite3 *db, const char *table)
+{
+	sqlite3_stmt *stmt;
+	bool found = false;
+
+	if (sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE"
+			       " type = 'table' AND name = ?1", -1, &stmt,
+			       NULL) != SQLITE_OK)
+		return false;
+	sqlite3_bind_text(stmt, 1, table, -1, SQLITE_STATIC);
+	found = sqlite3_step(stmt) == SQLITE_ROW;
+	sqlite3_finalize(stmt);
+	return found;
+}
+
 static int msg_cmp(const void *a, const void *b)
 {
 	uint64_t x = ((const struct dbox_salvage_msg *)a)->ino,
@@ -280,6 +411,12 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 	     (ret = read_table(&ctx, "message", "ino, file_id, offset, state,"
 			       " guid", msg_row)) < 0))
 		goto out;
+	/* Format 2: symlink targets and device numbers. */
+	if (ctx.s->opened && has_table(ctx.db, "symlink") &&
+	    ((ret = read_table(&ctx, "symlink", "ino, target", symlink_row)) < 0 ||
+	     (ret = read_table(&ctx, "inode", "ino, rdev", rdev_row)) < 0 ||
+	     (ret = read_xattrs(&ctx)) < 0))
+		goto out;
 	ctx.s->complete = ctx.s->opened && ctx.s->read_errors == 0 &&
 		quick_check_ok(ctx.db);
 	if (ctx.s->ninodes > 1)
@@ -290,7 +427,19 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 		      entry_cmp);
 	if (ctx.s->nmsgs > 1)
 		qsort(ctx.s->msgs, ctx.s->nmsgs, sizeof(*ctx.s->msgs), msg_cmp);
+	if (ctx.s->nsymlinks > 1)
+		qsort(ctx.s->symlinks, ctx.s->nsymlinks, sizeof(*ctx.s->symlinks),
+		      symlink_cmp);
+	for (size_t i = 0; i < ctx.nrdevs; i++) {
+		struct dbox_attr key = { .ino = ctx.rdevs[i].ino }, *a;
+
+		a = bsearch(&key, ctx.s->inodes, ctx.s->ninodes,
+			    sizeof(key), inode_cmp);
+		if (a != NULL && a->kind == DBOX_KIND_SPECIAL)
+			a->rdev = ctx.rdevs[i].rdev;
+	}
 out:
+	free(ctx.rdevs);
 	sqlite3_close(ctx.db);
 	/* Reading a WAL-mode file made its -wal and -shm: leave the old
 	   index as it was found. */
@@ -314,6 +463,14 @@ void dbox_index_salvage_free(struct dbox_salvage **salvage)
 	for (size_t i = 0; i < s->nentries; i++)
 		free(s->entries[i].name);
 	free(s->entries);
+	for (size_t i = 0; i < s->nsymlinks; i++)
+		free(s->symlinks[i].target);
+	free(s->symlinks);
+	for (size_t i = 0; i < s->nxattrs; i++) {
+		free(s->xattrs[i].name);
+		free(s->xattrs[i].value);
+	}
+	free(s->xattrs);
 	free(s->inodes);
 	free(s->msgs);
 	free(s);

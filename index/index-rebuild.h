@@ -38,6 +38,20 @@ struct dbox_salvage_msg {
 	char guid[33];        /* as struct dbox_msgloc has it */
 };
 
+/* A symbolic link's target (format 2 table symlink). */
+struct dbox_salvage_symlink {
+	uint64_t ino;
+	char *target;         /* NUL-terminated, malloc()ed */
+};
+
+/* An extended attribute (format 2 table xattr). */
+struct dbox_salvage_xattr {
+	uint64_t ino;
+	char *name;           /* NUL-terminated, malloc()ed */
+	void *value;          /* malloc()ed, len bytes (NULL when 0) */
+	size_t len;
+};
+
 /* Everything salvaged; arrays sorted by ino (inodes, msgs) and by
    (parent, name) (entries).  complete is true when every table was read
    to its end without an error and SQLite's quick check found nothing:
@@ -50,6 +64,10 @@ struct dbox_salvage {
 	size_t nentries;
 	struct dbox_salvage_msg *msgs;
 	size_t nmsgs;
+	struct dbox_salvage_symlink *symlinks; /* sorted by ino */
+	size_t nsymlinks;
+	struct dbox_salvage_xattr *xattrs;     /* by ino, then name */
+	size_t nxattrs;
 	int64_t uidvalidity;   /* 0 when unreadable */
 	bool opened;           /* SQLite could open it as a database */
 	bool complete;
@@ -63,6 +81,11 @@ struct dbox_salvage {
    and *salvage_r (possibly empty when nothing was readable), or -ENOMEM.
    Problems found are logged as warnings. */
 int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r);
+
+/* The salvaged target of symbolic link ino, or NULL when it was not
+   read (then the symlink is lost, as a message whose record is). */
+const char *dbox_salvage_symlink_target(const struct dbox_salvage *s,
+					uint64_t ino);
 
 /* Free a salvage and set *salvage to NULL.  Safe on NULL. */
 void dbox_index_salvage_free(struct dbox_salvage **salvage);

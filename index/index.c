@@ -98,6 +98,16 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_MFILE_LIST] = "SELECT file_id, size FROM mfile ORDER BY file_id",
 	[ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
 	[ST_SYNC_TOUCH] = "UPDATE meta SET value = value WHERE key = 'format'",
+	[ST_SYMLINK_SET] = "INSERT OR REPLACE INTO symlink (ino, target) VALUES (?1, ?2)",
+	[ST_SYMLINK_GET] = "SELECT target FROM symlink WHERE ino = ?1",
+	[ST_XATTR_GET] = "SELECT value FROM xattr WHERE ino = ?1 AND name = ?2",
+	[ST_XATTR_INSERT] = "INSERT INTO xattr (ino, name, value) VALUES (?1, ?2, ?3)",
+	[ST_XATTR_UPDATE] = "UPDATE xattr SET value = ?3 WHERE ino = ?1 AND name = ?2",
+	[ST_XATTR_DELETE] = "DELETE FROM xattr WHERE ino = ?1 AND name = ?2",
+	[ST_XATTR_LIST] = "SELECT name FROM xattr WHERE ino = ?1 ORDER BY name",
+	[ST_XATTR_USAGE] = "SELECT coalesce(sum(length(name) + 1), 0),"
+			   " coalesce(sum(length(name) + length(value)), 0)"
+			   " FROM xattr WHERE ino = ?1 AND name != ?2",
 };
 
 int index_sql_error(struct dbox_index *index, const char *what)

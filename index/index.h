@@ -47,6 +47,11 @@ enum dbox_kind {
 	DBOX_KIND_DIR = 1,
 	DBOX_KIND_MESSAGE = 2,
 	DBOX_KIND_FILE = 3, /* plain file, bytes in STORE/files/<ino> */
+	DBOX_KIND_SYMLINK = 4, /* symbolic link, target in table symlink,
+				  size = target length */
+	DBOX_KIND_SPECIAL = 5, /* fifo, socket, character or block device:
+				  mode and rdev only, no bytes (the kernel
+				  serves their I/O) */
 };
 
 enum dbox_msg_state {
@@ -170,6 +175,54 @@ int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 /* Store the attributes kind, mode, uid, gid, size, mtime_ns and ctime_ns
    from attr for attr->ino (nlink is not touched).  Returns 0 or -ENOENT. */
 int dbox_index_setattr(struct dbox_index *index, const struct dbox_attr *attr);
+
+/* Set the target of symbolic link inode ino to target (len bytes, no
+   NUL; 1..PATH_MAX-1) and its size to len, inside the caller's
+   transaction.  Returns 0, -ENAMETOOLONG, -ENOENT. */
+int dbox_index_symlink_set(struct dbox_index *index, uint64_t ino,
+			   const char *target, size_t len);
+
+/* The target of symbolic link ino, malloc()ed and NUL-terminated into
+   *target_r (caller frees).  Returns 0, -EINVAL when ino is not a
+   symbolic link (readlink(2)'s errno), -ENOMEM. */
+int dbox_index_readlink(struct dbox_index *index, uint64_t ino,
+			char **target_r);
+
+/* Extended attributes of an inode (table xattr), names with their
+   namespace prefix ("user.x").  Limits, as the kernel's for every
+   filesystem (linux/limits.h): a name of at most DBOX_XATTR_NAME_MAX
+   bytes, a value of at most DBOX_XATTR_SIZE_MAX bytes; and per inode, as
+   ext4 with large xattrs (ea_inode): the list of names (with their NULs)
+   fits in DBOX_XATTR_SIZE_MAX bytes, names and values together in
+   DBOX_XATTR_TOTAL_MAX bytes, else -ENOSPC. */
+#define DBOX_XATTR_NAME_MAX 255
+#define DBOX_XATTR_SIZE_MAX 65536
+#define DBOX_XATTR_TOTAL_MAX (1024 * 1024)
+
+/* The value of attribute name of ino, malloc()ed into *value_r (caller
+   frees; NULL for an empty value) with its length in *len_r.  Returns 0,
+   -ENODATA when ino has no such attribute, -ENOMEM. */
+int dbox_index_xattr_get(struct dbox_index *index, uint64_t ino,
+			 const char *name, void **value_r, size_t *len_r);
+
+/* Set attribute name of ino to value (len bytes), inside the caller's
+   transaction.  flags as setxattr(2): XATTR_CREATE (-EEXIST when it
+   exists), XATTR_REPLACE (-ENODATA when it does not), 0 either.  Returns
+   0, -ERANGE (name or value too long), -ENOSPC (the inode's limit). */
+int dbox_index_xattr_set(struct dbox_index *index, uint64_t ino,
+			 const char *name, const void *value, size_t len,
+			 int flags);
+
+/* Remove attribute name of ino.  Returns 0 or -ENODATA. */
+int dbox_index_xattr_remove(struct dbox_index *index, uint64_t ino,
+			    const char *name);
+
+/* The names of ino's attributes as listxattr(2) returns them (each
+   NUL-terminated, in name order), malloc()ed into *list_r (NULL when
+   none; caller frees) with the total length in *len_r.  Returns 0 or
+   -ENOMEM. */
+int dbox_index_xattr_list(struct dbox_index *index, uint64_t ino,
+			  char **list_r, size_t *len_r);
 
 /* Delete inode ino and its message row (its m.N bytes become garbage for
    purge).  Only for an inode with no names left. */

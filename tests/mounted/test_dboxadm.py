@@ -10,6 +10,7 @@ checked against the index and the tree.
 import collections
 import os
 import shutil
+import sqlite3
 import stat
 import subprocess
 from pathlib import Path
@@ -378,17 +379,28 @@ def test_import_refuses_tree_without_maildir(tmp_path):
     adm("import", store, src, check_rc=0)
 
 
-def test_import_skips_symlinks_and_fifos(tmp_path, make_mount):
+def test_import_keeps_symlinks_and_fifos(tmp_path, make_mount):
     src = small_maildir(tmp_path / "src")
     os.symlink("0.x.host:2,S", src / "cur" / "a-symlink")
     os.mkfifo(src / "a-fifo")
     store = tmp_path / "store"
     r = adm("import", store, src, check_rc=0)
-    assert b"a-symlink: symbolic link skipped" in r.stderr
-    assert b"a-fifo: fifo skipped" in r.stderr
+    assert b"skipped" not in r.stderr
     m = make_mount(store=store, mnt=tmp_path / "mnt")
-    assert sorted(os.listdir(m.mnt / "cur")) == ["0.x.host:2,S", "1.x.host:2,S", "2.x.host:2,S"]
-    assert sorted(os.listdir(m.mnt)) == ["cur", "new", "tmp"]
+    assert sorted(os.listdir(m.mnt / "cur")) == ["0.x.host:2,S", "1.x.host:2,S", "2.x.host:2,S",
+                                                 "a-symlink"]
+    assert os.readlink(m.mnt / "cur" / "a-symlink") == "0.x.host:2,S"
+    assert stat.S_ISFIFO(os.lstat(m.mnt / "a-fifo").st_mode)
+    # Run again: present, not imported twice, not failed.
+    m.unmount()
+    r = adm("import", store, src, check_rc=0)
+    assert b"already present" in r.stderr and b"skipped" not in r.stderr.replace(b"same bytes, skipped", b"")
+    # check knows the new kinds, and a symlink that lost its target.
+    adm("check", store, check_rc=0)
+    with sqlite3.connect(store / "index.sqlite") as db:
+        db.execute("DELETE FROM symlink")
+    r = adm("check", store)
+    assert r.returncode != 0 and b"has no target" in r.stdout + r.stderr, r
 
 
 def test_stats_dead_bytes_after_expunge(tmp_path, make_mount):

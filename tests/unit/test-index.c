@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #ifndef RENAME_NOREPLACE
@@ -1994,6 +1995,141 @@ static void test_setattr(void **state)
 			 -ENOENT);
 }
 
+/* A symlink's target: stored byte for byte with its length as size,
+   readlink of anything else is -EINVAL, the row goes with the inode. */
+static void test_symlink(void **state)
+{
+	struct fix *f = *state;
+	char *target = NULL;
+	char longest[4096];
+	uint64_t l, p = mk(f, DBOX_ROOT_INO, "p", DBOX_KIND_FILE);
+	struct dbox_attr attr;
+	uint32_t nlink;
+	uint64_t ino;
+
+	tx_begin(f);
+	assert_int_equal(dbox_index_create(f->index, DBOX_ROOT_INO, "l", 1,
+					   DBOX_KIND_SYMLINK, S_IFLNK | 0777,
+					   0, 0, dbox_now_ns(), &attr), 0);
+	l = attr.ino;
+	assert_int_equal(dbox_index_symlink_set(f->index, l, "../x y\n", 7), 0);
+	assert_int_equal(tx_end(f, 0), 0);
+	assert_int_equal(attr_of(f, l).size, 7);
+	assert_int_equal(attr_of(f, l).kind, DBOX_KIND_SYMLINK);
+	reopen(f);
+	assert_int_equal(dbox_index_readlink(f->index, l, &target), 0);
+	assert_string_equal(target, "../x y\n");
+	free(target);
+	assert_int_equal(dbox_index_readlink(f->index, p, &target), -EINVAL);
+
+	memset(longest, 'a', sizeof(longest));
+	tx_begin(f);
+	assert_int_equal(dbox_index_symlink_set(f->index, l, longest, 4095), 0);
+	assert_int_equal(dbox_index_symlink_set(f->index, l, longest, 4096),
+			 -ENAMETOOLONG);
+	assert_int_equal(tx_end(f, 0), 0);
+	assert_int_equal(attr_of(f, l).size, 4095);
+
+	tx_begin(f);
+	assert_int_equal(dbox_index_remove(f->index, DBOX_ROOT_INO, "l", 1, false,
+					   dbox_now_ns(), &ino, &nlink), 0);
+	assert_int_equal(nlink, 0);
+	assert_int_equal(dbox_index_delete_inode(f->index, ino), 0);
+	assert_int_equal(tx_end(f, 0), 0);
+	dbox_index_close(&f->index);
+	raw_sql(f->path, "CREATE TABLE t AS SELECT count(*) AS n FROM symlink;"
+		"INSERT INTO meta VALUES ('symlinks_left', (SELECT n FROM t));");
+	assert_int_equal(dbox_index_open(f->path, false, &f->index), 0);
+	{
+		int64_t left = -1;
+
+		assert_int_equal(dbox_index_meta_get(f->index, "symlinks_left",
+						     &left), 0);
+		assert_int_equal(left, 0);
+	}
+}
+
+/* user.* attributes: set/get/list/remove with setxattr(2)'s flags and
+   errors, limits, and the rows going with the inode. */
+static void test_xattr(void **state)
+{
+	struct fix *f = *state;
+	uint64_t p = mk(f, DBOX_ROOT_INO, "p", DBOX_KIND_FILE);
+	static char big[DBOX_XATTR_SIZE_MAX + 1];
+	char name[300], *list = NULL;
+	void *value = NULL;
+	size_t len = 0;
+	uint32_t nlink;
+	uint64_t ino;
+
+	assert_int_equal(dbox_index_xattr_get(f->index, p, "user.a", &value, &len),
+			 -ENODATA);
+	assert_int_equal(dbox_index_xattr_list(f->index, p, &list, &len), 0);
+	assert_null(list);
+	assert_int_equal(len, 0);
+	tx_begin(f);
+	assert_int_equal(dbox_index_xattr_set(f->index, p, "user.b", "v\0w", 3, 0), 0);
+	assert_int_equal(dbox_index_xattr_set(f->index, p, "user.a", NULL, 0,
+					      XATTR_CREATE), 0);
+	assert_int_equal(dbox_index_xattr_set(f->index, p, "user.a", "x", 1,
+					      XATTR_CREATE), -EEXIST);
+	assert_int_equal(dbox_index_xattr_set(f->index, p, "user.c", "x", 1,
+					      XATTR_REPLACE), -ENODATA);
+	assert_int_equal(dbox_index_xattr_set(f->index, p, "user.b", "vw", 2,
+					      XATTR_REPLACE), 0);
+	assert_int_equal(tx_end(f, 0), 0);
+	reopen(f);
+	assert_int_equal(dbox_index_xattr_get(f->index, p, "user.b", &value, &len), 0);
+	assert_int_equal(len, 2);
+	assert_memory_equal(value, "vw", 2);
+	free(value);
+	assert_int_equal(dbox_index_xattr_get(f->index, p, "user.a", &value, &len), 0);
+	assert_int_equal(len, 0);
+	assert_null(value);
+	assert_int_equal(dbox_index_xattr_list(f->index, p, &list, &len), 0);
+	assert_int_equal(len, 14);
+	assert_memory_equal(list, "user.a\0user.b\0", 14);
+	free(list);
+
+	/* Limits. */
+	memset(name, 'n', sizeof(name));
+	memcpy(name, "user.", 5);
+	name[DBOX_XATTR_NAME_MAX] = '\0';
+	tx_begin(f);
+	assert_int_equal(dbox_index_xattr_set(f->index, p, name, "", 0, 0), 0);
+	name[DBOX_XATTR_NAME_MAX] = 'n';
+	name[DBOX_XATTR_NAME_MAX + 1] = '\0';
+	assert_int_equal(dbox_index_xattr_set(f->index, p, name, "", 0, 0), -ERANGE);
+	assert_int_equal(dbox_index_xattr_set(f->index, p, "user.big", big,
+					      DBOX_XATTR_SIZE_MAX, 0), 0);
+	assert_int_equal(dbox_index_xattr_set(f->index, p, "user.big", big,
+					      DBOX_XATTR_SIZE_MAX + 1, 0), -ERANGE);
+	/* The total per inode: 1 MiB of names and values. */
+	for (int i = 0; i < 14; i++) {
+		char n[16];
+
+		snprintf(n, sizeof(n), "user.v%d", i);
+		assert_int_equal(dbox_index_xattr_set(f->index, p, n, big,
+						      DBOX_XATTR_SIZE_MAX, 0), 0);
+	}
+	assert_int_equal(dbox_index_xattr_set(f->index, p, "user.v14", big,
+					      DBOX_XATTR_SIZE_MAX, 0), -ENOSPC);
+	/* Replacing one within the total is fine. */
+	assert_int_equal(dbox_index_xattr_set(f->index, p, "user.v0", big, 10, 0), 0);
+	assert_int_equal(dbox_index_xattr_remove(f->index, p, "user.a"), 0);
+	assert_int_equal(dbox_index_xattr_remove(f->index, p, "user.a"), -ENODATA);
+	assert_int_equal(tx_end(f, 0), 0);
+
+	/* Gone with the inode. */
+	tx_begin(f);
+	assert_int_equal(dbox_index_remove(f->index, DBOX_ROOT_INO, "p", 1, false,
+					   dbox_now_ns(), &ino, &nlink), 0);
+	assert_int_equal(dbox_index_delete_inode(f->index, ino), 0);
+	assert_int_equal(tx_end(f, 0), 0);
+	assert_int_equal(dbox_index_xattr_list(f->index, p, &list, &len), 0);
+	assert_null(list);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, fix_setup, fix_teardown)
 
 int main(void)
@@ -2029,6 +2165,8 @@ int main(void)
 		T(test_commit_sync),
 		T(test_rollback),
 		T(test_setattr),
+		T(test_symlink),
+		T(test_xattr),
 	};
 
 	dbox_log_set_sink(capture_sink);

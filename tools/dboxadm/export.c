@@ -1,7 +1,8 @@
 /*
  * export.c: dboxadm export STORE DIR - write the store's tree out as a
  * real maildir: directories, messages (plaintext, decompressed), plain
- * files, hard links as hard links, modes, and mtimes from the index
+ * files, symlinks, fifos, sockets and (as root) devices, hard links as
+ * hard links, modes, and mtimes from the index
  * (directories after their contents, so creating the contents does not
  * move them).  Never set-user-ID or set-group-ID bits: the index is
  * written by whoever owns the store, and a root-owned setuid program
@@ -33,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #define COPY_SIZE (1024 * 1024)
@@ -142,12 +144,44 @@ static int write_full(int fd, const char *buf, size_t len)
    set-group-ID (sticky and rwx kept). */
 #define EXPORT_MODE_MASK 01777
 
-/* Owner, mode and times of a finished output file or directory. */
+/* The stored (user.*) extended attributes of attr's inode onto fd.  One
+   the output filesystem refuses (EOPNOTSUPP, ENOSPC) is a warning: the
+   file is exported without it.  Returns 0 or an index error. */
+static int set_xattrs(struct export *ex, int fd, const struct dbox_attr *attr)
+{
+	char *names = NULL;
+	size_t len = 0;
+	int ret;
+
+	if ((ret = dbox_index_xattr_list(ex->index, attr->ino, &names, &len)) < 0)
+		return ret;
+	for (char *n = names; ret == 0 && n < names + len; n += strlen(n) + 1) {
+		void *value = NULL;
+		size_t vlen;
+
+		ret = dbox_index_xattr_get(ex->index, attr->ino, n, &value, &vlen);
+		if (ret == 0 && fsetxattr(fd, n, value != NULL ? value : "",
+					  vlen, 0) < 0)
+			adm_warning("%s: extended attribute %s not kept: %s",
+				    ex->path.buf, n, strerror(errno));
+		free(value);
+	}
+	free(names);
+	return ret;
+}
+
+/* Owner, mode, extended attributes and times of a finished output file
+   or directory.  Owner first: chown may clear set-id bits that the mode
+   then sets. */
 static int set_attrs(struct export *ex, int fd, const struct dbox_attr *attr,
 		     const struct timespec times[2])
 {
+	int ret;
+
 	if (ex->keep_owner && fchown(fd, attr->uid, attr->gid) < 0)
 		return -errno;
+	if ((ret = set_xattrs(ex, fd, attr)) < 0)
+		return ret;
 	if (fchmod(fd, attr->mode & EXPORT_MODE_MASK) < 0 ||
 	    futimens(fd, times) < 0)
 		return -errno;
@@ -290,6 +324,42 @@ static void export_file(struct export *ex, int dirfd, const char *name,
 	progress_add(&ex->progress, 0, total);
 }
 
+/* A symbolic link (its target from the index, never followed) or a
+   fifo, socket or device (mknod: devices need root), with its owner as
+   root, mode and mtime. */
+static void export_other(struct export *ex, int dirfd, const char *name,
+			 const struct dbox_attr *attr)
+{
+	struct timespec times[2] = { ns_ts(attr->atime_ns), ns_ts(attr->mtime_ns) };
+	char *target = NULL;
+	int ret;
+
+	if (attr->kind == DBOX_KIND_SYMLINK) {
+		if ((ret = dbox_index_readlink(ex->index, attr->ino, &target)) < 0) {
+			index_failed(ex, "readlink", -ret);
+			return;
+		}
+		ret = symlinkat(target, dirfd, name) < 0 ? -errno : 0;
+		free(target);
+	} else {
+		ret = mknodat(dirfd, name, attr->mode & (S_IFMT | EXPORT_MODE_MASK),
+			      (dev_t)attr->rdev) < 0 ? -errno : 0;
+	}
+	if (ret < 0) {
+		item_failed(ex, "", -ret);
+		return;
+	}
+	/* Owner before mode (chown may clear set-id bits); a symlink has
+	   no mode of its own. */
+	if ((ex->keep_owner &&
+	     fchownat(dirfd, name, attr->uid, attr->gid, AT_SYMLINK_NOFOLLOW) < 0) ||
+	    (attr->kind != DBOX_KIND_SYMLINK &&
+	     fchmodat(dirfd, name, attr->mode & EXPORT_MODE_MASK, 0) < 0) ||
+	    utimensat(dirfd, name, times, AT_SYMLINK_NOFOLLOW) < 0)
+		item_failed(ex, "setting owner, mode and times", errno);
+	ex->files++;
+}
+
 static void export_dir(struct export *ex, int fd, uint64_t dir);
 
 static void export_subdir(struct export *ex, int dirfd, const char *name,
@@ -339,6 +409,9 @@ static void export_entry(struct export *ex, int dirfd, const char *name,
 	}
 	if (attr->kind == DBOX_KIND_MESSAGE)
 		export_message(ex, dirfd, name, attr);
+	else if (attr->kind == DBOX_KIND_SYMLINK ||
+		 attr->kind == DBOX_KIND_SPECIAL)
+		export_other(ex, dirfd, name, attr);
 	else
 		export_file(ex, dirfd, name, attr);
 	if (attr->nlink > 1 && faccessat(dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&

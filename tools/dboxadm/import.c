@@ -10,10 +10,13 @@
  *       -> a plain file: bytes in STORE/files/<ino>, mtime kept
  *   directory -> directory; afterwards its mtime/ctime = the source's
  *   second name of one source inode (hard link) -> dbox_index_link
- *   symlink, fifo, socket, device -> skipped with a warning
+ *   symlink -> a symlink inode, target kept byte for byte (never followed)
+ *   fifo, socket, device -> a special inode with its mode and rdev
+ *       (devices need root, as mknod(2) does on the mount)
  *
  * Names are kept byte for byte, permission bits in the index mode; as root
- * the owner too (as cp -a does).  Work is committed in batches of
+ * the owner too (as cp -a does); user.* extended attributes of files and
+ * directories.  Work is committed in batches of
  * BATCH_ITEMS; before each commit the m.N files written in the batch are
  * fdatasync()ed, so the index never points at bytes not on disk.
  *
@@ -40,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 /* Items (messages, files, links, directories) per transaction. */
@@ -268,6 +272,46 @@ static int64_t copy_to_save(struct import *imp, int fd, struct dbox_save *save)
 	return (int64_t)off;
 }
 
+/* The user.* extended attributes of source fd into index inode ino (as
+   cp -a and rsync -X copy them; other namespaces are not stored).  A
+   source that has none, or cannot list them, imports without. */
+static void import_xattrs(struct import *imp, int fd, uint64_t ino)
+{
+	char *names = NULL, *value = NULL;
+	ssize_t len = flistxattr(fd, NULL, 0), vlen;
+	int ret;
+
+	if (len <= 0)
+		return;
+	if ((names = malloc((size_t)len)) == NULL ||
+	    (len = flistxattr(fd, names, (size_t)len)) < 0 ||
+	    (value = malloc(DBOX_XATTR_SIZE_MAX)) == NULL) {
+		item_failed(imp, "extended attributes", names == NULL ||
+			    value == NULL ? ENOMEM : errno);
+		goto out;
+	}
+	for (char *n = names; n < names + len; n += strlen(n) + 1) {
+		if (strncmp(n, "user.", 5) != 0)
+			continue;
+		vlen = fgetxattr(fd, n, value, DBOX_XATTR_SIZE_MAX);
+		if (vlen < 0) {
+			item_failed(imp, n, errno);
+			continue;
+		}
+		ret = dbox_index_xattr_set(imp->index, ino, n, value,
+					   (size_t)vlen, 0);
+		if (ret == -ERANGE || ret == -ENOSPC) {
+			item_failed(imp, n, -ret);
+		} else if (ret < 0) {
+			index_failed(imp, "xattr", -ret);
+			break;
+		}
+	}
+out:
+	free(names);
+	free(value);
+}
+
 /* A message: fd is the open source file, sb its fstat. */
 static void import_message(struct import *imp, int fd, const struct stat *sb,
 			   uint64_t dir, const char *name, const char *mailbox)
@@ -301,6 +345,7 @@ static void import_message(struct import *imp, int fd, const struct stat *sb,
 		index_failed(imp, "setattr", -ret);
 		return;
 	}
+	import_xattrs(imp, fd, attr.ino);
 	if (touch_file(imp, loc.file_id) < 0) {
 		index_failed(imp, "bookkeeping", ENOMEM);
 		return;
@@ -387,6 +432,7 @@ static void import_file(struct import *imp, int fd, const struct stat *sb,
 		index_failed(imp, "setattr", -ret);
 		return;
 	}
+	import_xattrs(imp, fd, attr.ino);
 	if (sb->st_nlink > 1 &&
 	    inomap_put(&imp->links, sb->st_dev, sb->st_ino, attr.ino, NULL) < 0)
 		adm_warning("%s: out of memory: its other hard links are "
@@ -575,6 +621,7 @@ static void import_subdir(struct import *imp, int dirfd, const char *name,
 {
 	struct dbox_attr attr;
 	char *mailbox = NULL;
+	bool made;
 	int fd, ret;
 
 	if (sb->st_dev == imp->store_dev && sb->st_ino == imp->store_ino) {
@@ -607,11 +654,14 @@ static void import_subdir(struct import *imp, int dirfd, const char *name,
 	} else if (ret != -EEXIST) {
 		return; /* fatal, reported */
 	}
+	made = ret == 0;
 	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		item_failed(imp, "", errno);
 		return;
 	}
+	if (made)
+		import_xattrs(imp, fd, attr.ino);
 	if (is_maildir_sub(name) &&
 	    (ret = dbox_index_mailbox_name(imp->index, attr.ino, &mailbox)) < 0) {
 		index_failed(imp, "mailbox name", -ret);
@@ -674,6 +724,90 @@ static ssize_t read_names(int fd, char ***names_r)
 	return (ssize_t)n;
 }
 
+/* A symbolic link, fifo, socket or device: an inode with mode (rdev,
+   target), owner and mtime, anywhere (in cur/new/tmp too: not a message).
+   Present with the same kind and target/rdev counts as present. */
+static void import_other(struct import *imp, int dirfd, const char *name,
+			 const struct stat *sb, uint64_t dir)
+{
+	enum dbox_kind kind = S_ISLNK(sb->st_mode) ? DBOX_KIND_SYMLINK :
+		DBOX_KIND_SPECIAL;
+	struct inomap_entry *link;
+	struct dbox_attr attr;
+	char *target = NULL, *stored = NULL;
+	ssize_t n = 0;
+	int ret;
+
+	if (kind == DBOX_KIND_SYMLINK) {
+		if ((target = malloc((size_t)sb->st_size + 2)) == NULL ||
+		    (n = readlinkat(dirfd, name, target,
+				    (size_t)sb->st_size + 1)) < 0 ||
+		    n > sb->st_size) {
+			item_failed(imp, "readlink", target == NULL ? ENOMEM :
+				    n < 0 ? errno : EAGAIN);
+			free(target);
+			return;
+		}
+		target[n] = '\0';
+	}
+	ret = dbox_index_lookup(imp->index, dir, name, strlen(name), &attr);
+	if (ret == 0) {
+		bool same = attr.kind == kind &&
+			(attr.mode & S_IFMT) == (sb->st_mode & S_IFMT) &&
+			(kind == DBOX_KIND_SYMLINK ?
+			 dbox_index_readlink(imp->index, attr.ino, &stored) == 0 &&
+			 strcmp(stored, target) == 0 :
+			 !(S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode)) ||
+			 attr.rdev == sb->st_rdev);
+
+		if (same) {
+			imp->present++;
+		} else {
+			adm_error("%s: exists in the store as something else; "
+				  "not imported", imp->path.buf);
+			imp->failed++;
+		}
+	} else if (ret != -ENOENT) {
+		index_failed(imp, "lookup", -ret);
+	} else if (sb->st_nlink > 1 &&
+		   (link = inomap_get(&imp->links, sb->st_dev, sb->st_ino)) != NULL) {
+		import_link(imp, link->value, dir, name);
+	} else if ((ret = dbox_index_create(imp->index, dir, name, strlen(name),
+					    kind, kind == DBOX_KIND_SYMLINK ?
+					    S_IFLNK | 0777 :
+					    sb->st_mode & (S_IFMT | 07777),
+					    owner_uid(imp, sb), owner_gid(imp, sb),
+					    dbox_now_ns(), &attr)) < 0) {
+		index_failed(imp, "create", -ret);
+	} else {
+		if (kind == DBOX_KIND_SYMLINK)
+			ret = dbox_index_symlink_set(imp->index, attr.ino,
+						     target, (size_t)n);
+		if (ret == 0)
+			ret = dbox_index_getattr(imp->index, attr.ino, &attr);
+		if (ret == 0) {
+			attr.mtime_ns = ts_ns(&sb->st_mtim);
+			if (S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode))
+				attr.rdev = sb->st_rdev;
+			ret = dbox_index_setattr(imp->index, &attr);
+		}
+		if (ret < 0) {
+			index_failed(imp, "setattr", -ret);
+		} else {
+			if (sb->st_nlink > 1 &&
+			    inomap_put(&imp->links, sb->st_dev, sb->st_ino,
+				       attr.ino, NULL) < 0)
+				adm_warning("%s: out of memory: its other hard "
+					    "links are imported as copies",
+					    imp->path.buf);
+			imp->files++;
+			batch_item(imp);
+		}
+	}
+	free(target);
+	free(stored);
+}
+
 static const char *type_name(mode_t mode)
 {
 	return S_ISLNK(mode) ? "symbolic link" : S_ISFIFO(mode) ? "fifo" :
@@ -704,6 +838,11 @@ static void import_dir(struct import *imp, int fd, uint64_t dir,
 				import_subdir(imp, fd, names[i], &sb, dir);
 			} else if (S_ISREG(sb.st_mode)) {
 				import_reg(imp, fd, names[i], dir, mailbox);
+			} else if (S_ISLNK(sb.st_mode) || S_ISFIFO(sb.st_mode) ||
+				   S_ISSOCK(sb.st_mode) ||
+				   ((S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)) &&
+				    imp->keep_owner)) {
+				import_other(imp, fd, names[i], &sb, dir);
 			} else {
 				adm_warning("%s: %s skipped", imp->path.buf,
 					    type_name(sb.st_mode));
@@ -986,7 +1125,9 @@ const struct adm_verb adm_verb_import = {
 	"      become plain files in STORE/files/\n"
 	"  directories keep their names, modes and mtimes (the root's too, when\n"
 	"      the store is empty); hard links stay links\n"
-	"  symbolic links, fifos, sockets and devices are skipped with a warning\n"
+	"  symbolic links (targets as they are, never followed), fifos and\n"
+	"      sockets are kept as such, anywhere; devices too as root (else\n"
+	"      skipped with a warning)\n"
 	"\n"
 	"MAILDIR must hold a cur/, new/ or tmp/ directory somewhere, else it is\n"
 	"refused (exit 2) before the store is touched.  A name that already\n"

@@ -17,7 +17,8 @@
  *  4. Match the old index's messages to records: by location and GUID,
  *     else by GUID alone.  The tree is rebuilt from the root down as the
  *     old index had it - directories, names (so flags, which live in
- *     names), hard links, modes, owners, mtimes and inode numbers - for
+ *     names), hard links, modes, owners, mtimes, inode numbers, symlink
+ *     targets, device numbers and extended attributes - for
  *     every message whose record was found, every plain file whose
  *     files/<ino> is there, and every directory reachable from the root.
  *  5. Records no old message claims are restored, unless the old index
@@ -483,11 +484,45 @@ static int place_inode(struct rebuild *rb, size_t i)
 			return ret;
 		r->placed = true;
 		rb->kept++;
-	} else if ((ret = dbox_index_rebuild_inode(rb->index, &attr)) < 0) {
+	} else if (oi->kind == DBOX_KIND_SYMLINK) {
+		const char *target = dbox_salvage_symlink_target(rb->old, oi->ino);
+
+		if (target == NULL) {
+			rb->lost_files++;
+			return 0;
+		}
+		if ((ret = dbox_index_rebuild_inode(rb->index, &attr)) < 0 ||
+		    (ret = dbox_index_symlink_set(rb->index, oi->ino, target,
+						  strlen(target))) < 0)
+			return ret;
+	} else if ((ret = dbox_index_rebuild_inode(rb->index, &attr)) < 0 ||
+		   (oi->kind == DBOX_KIND_SPECIAL &&
+		    (ret = dbox_index_setattr(rb->index, &attr)) < 0)) {
+		/* setattr: the device number too */
 		return ret;
 	}
 	rb->placed[i] = 1;
 	return 1;
+}
+
+/* The extended attributes of every old inode that was placed. */
+static int restore_xattrs(struct rebuild *rb)
+{
+	const struct dbox_salvage *old = rb->old;
+	int ret;
+
+	for (size_t k = 0; k < old->nxattrs; k++) {
+		const struct dbox_salvage_xattr *x = &old->xattrs[k];
+		size_t i = old_inode(rb, x->ino);
+
+		if (i == SIZE_MAX || rb->placed[i] != 1)
+			continue;
+		ret = dbox_index_xattr_set(rb->index, x->ino, x->name, x->value,
+					   x->len, 0);
+		if (ret < 0 && ret != -ERANGE && ret != -ENOSPC)
+			return ret;
+	}
+	return 0;
 }
 
 /* Rebuild the old tree from the root down, breadth first. */
@@ -951,6 +986,7 @@ static int run(struct rebuild *rb)
 	if ((ret = scan_storage(rb)) < 0 ||
 	    (ret = match_old(rb)) < 0 ||
 	    (ret = rebuild_tree(rb)) < 0 ||
+	    (ret = restore_xattrs(rb)) < 0 ||
 	    (ret = adopt_orphans(rb)) < 0 ||
 	    (ret = restore_unclaimed(rb)) < 0 ||
 	    (ret = folder_cur(rb, "INBOX", &inbox)) < 0 ||
