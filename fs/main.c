@@ -27,7 +27,7 @@
 
 #define DBOXFS_VERSION "0.1"
 
-enum { KEY_HELP, KEY_VERSION };
+enum { KEY_HELP, KEY_VERSION, KEY_NOATIME };
 
 #define FS_OPT(t, p) { t, offsetof(struct fs_options, p), 1 }
 
@@ -41,6 +41,7 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("noatime", KEY_NOATIME),
 	FUSE_OPT_KEY("--version", KEY_VERSION),
 	FUSE_OPT_END
 };
@@ -60,6 +61,8 @@ static void usage(const char *prog)
 	       "    -o compress=gz[:LEVEL] store new messages gzip-compressed, as\n"
 	       "                           Dovecot's zlib plugin (LEVEL 1-9, default 6;\n"
 	       "                           'none' is the default)\n"
+	       "    -o noatime             reads never change atime (default:\n"
+	       "                           relatime, as ext4)\n"
 	       "\n"
 	       "general options:\n"
 	       "    -f                     stay in the foreground, log to stderr too\n"
@@ -88,6 +91,11 @@ static int opt_proc(void *data, const char *arg, int key,
 		fuse_opt_add_arg(outargs, "-ho");
 		fuse_lowlevel_help();
 		exit(0);
+	case KEY_NOATIME:
+		/* Ours, and the kernel's too (kept: /proc/mounts shows
+		   it). */
+		opts->noatime = 1;
+		return 1;
 	case KEY_VERSION:
 		printf("dboxfs %s\n", DBOXFS_VERSION);
 		fflush(stdout); /* before fusermount3 --version writes */
