@@ -114,12 +114,18 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 		if (inode != NULL && inode->save != NULL) {
 			stbuf->st_size = dbox_save_size(inode->save);
 			stbuf->st_blocks = (stbuf->st_size + 511) / 512;
+		} else if (attr->stored >= attr->size) {
+			/* The record as it lies in its m.N: header, body,
+			   metadata; rounded up, so a stored-plain message
+			   never looks sparse (st_blocks * 512 < st_size) to
+			   cp, tar or rsync. */
+			stbuf->st_blocks = (attr->stored + 511) / 512;
 		} else if (attr->stored > 0) {
-			/* The record as it lies in its m.N: header, body
-			   as stored (compressed with -o compress), metadata.
+			/* Compressed (-o compress): the body as stored.
 			   Records are packed back to back, so rounding each
 			   to the nearest unit (not up) keeps du's sum over a
-			   folder equal to the bytes the m.N files hold; a
+			   folder equal to the bytes the m.N files hold, where
+			   rounding up would add 256 bytes per message; a
 			   record never counts as 0. */
 			stbuf->st_blocks = (attr->stored + 256) / 512;
 			if (stbuf->st_blocks == 0)
