@@ -817,11 +817,17 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	if (to_set & FUSE_SET_ATTR_GID)
 		attr.gid = in->st_gid;
 	attr.ctime_ns = now;
+	/* A write not yet stored (chmod while a writer has it open): its
+	   time goes in with this change. */
+	inode = attr.kind == DBOX_KIND_MESSAGE ?
+		fs_inode_get(&fs->inodes, ino) : NULL;
+	if (inode != NULL && inode->written &&
+	    !(to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_SIZE)))
+		attr.mtime_ns = inode->wtime;
 	if ((ret = dbox_index_begin(index)) == 0)
 		ret = fs_tx_end(fs, dbox_index_setattr(index, &attr), false);
-	if (ret == 0 && attr.kind == DBOX_KIND_MESSAGE &&
-	    (inode = fs_inode_get(&fs->inodes, ino)) != NULL)
-		inode->written = false; /* the mtime just stored is newer */
+	if (ret == 0 && inode != NULL)
+		inode->written = false; /* stored now */
 	if (ret == 0 && attr.kind == DBOX_KIND_MESSAGE &&
 	    (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_SIZE)) &&
 	    (ret = set_received(fs, &attr)) < 0)
