@@ -516,3 +516,20 @@ def test_mu_finds_overwritten_word(mount, ext4, tmp_path):
     got = mu_steps(mount.mnt, tmp_path / "mu-mnt")
     assert ref == [True, False]
     assert got == ref
+
+
+def test_rebuild_keeps_times(mount):
+    """dboxadm rebuild keeps what the old index knew: atime apart from
+    mtime, times past 2262 and before 1970."""
+    files = setup_tree(mount.mnt)
+    stamps = [(1 * G + 5, 10413792000 * G + 7), (3 * G, -G - G // 2),
+              (-1, 15032385535 * G - 1)]
+    for path, (a, mt) in zip(files, stamps):
+        os.utime(path, ns=(a, mt))
+    want = [times(p) for p in files]
+    assert want == stamps
+    mount.unmount()
+    subprocess.run([str(DBOXADM), "rebuild", str(mount.store)], check=True,
+                   capture_output=True)
+    mount.mount()
+    assert [times(p) for p in files] == want
