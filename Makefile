@@ -61,7 +61,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/tests/unit/test-common.o \
 TEST_DEBS := fuse3 libfuse3-dev libsqlite3-dev zlib1g-dev uuid-dev pkg-config \
              libcmocka-dev python3-pytest neomutt rsync sqlite3 \
              libbz2-dev liblzma-dev libzstd-dev liblz4-dev dovecot-core \
-             mutt isync notmuch procmail maildrop strace gpg-agent \
+             mutt isync notmuch procmail maildrop strace gpg-agent maildir-utils \
              clang libclang-rt-14-dev
 
 deps:

@@ -21,13 +21,68 @@ void fs_file_name(char buf[24], uint64_t ino)
 	snprintf(buf, 24, "%llu", (unsigned long long)ino);
 }
 
-static struct timespec ns_to_ts(int64_t ns)
+struct timespec fs_time_ts(int64_t t)
 {
-	struct timespec ts = {
-		.tv_sec = ns / 1000000000,
-		.tv_nsec = ns % 1000000000,
-	};
-	return ts;
+	int64_t sec, nsec;
+
+	dbox_time_split(t, &sec, &nsec);
+	return (struct timespec){ .tv_sec = sec, .tv_nsec = nsec };
+}
+
+int64_t fs_ts_time(const struct timespec *ts)
+{
+	return dbox_time_make(ts->tv_sec, ts->tv_nsec);
+}
+
+int64_t fs_message_mtime(struct fs *fs, const struct dbox_attr *attr)
+{
+	struct fs_inode *inode = fs_inode_get(&fs->inodes, attr->ino);
+
+	return inode != NULL && inode->written ? inode->wtime : attr->mtime_ns;
+}
+
+/* Linux's relatime_need_update(), ext4's default. */
+static bool relatime_due(int64_t atime, int64_t mtime, int64_t ctime,
+			 int64_t now)
+{
+	return dbox_time_cmp(mtime, atime) >= 0 ||
+		dbox_time_cmp(ctime, atime) >= 0 ||
+		dbox_time_sec(now) - dbox_time_sec(atime) >= 24 * 3600;
+}
+
+bool fs_atime_due(struct fs *fs, const struct dbox_attr *attr, int64_t now)
+{
+	int64_t mtime = attr->kind == DBOX_KIND_MESSAGE ?
+		fs_message_mtime(fs, attr) : attr->mtime_ns;
+
+	return !fs->opts.noatime &&
+		relatime_due(attr->atime_ns, mtime, attr->ctime_ns, now);
+}
+
+bool fs_backing_atime_due(struct fs *fs, int fd)
+{
+	struct stat st;
+
+	return !fs->opts.noatime && fstat(fd, &st) == 0 &&
+		relatime_due(fs_ts_time(&st.st_atim), fs_ts_time(&st.st_mtim),
+			     fs_ts_time(&st.st_ctim), dbox_now_ns());
+}
+
+int fs_atime_touch(struct fs *fs, uint64_t ino)
+{
+	struct dbox_index *index = fs->st->index;
+	struct dbox_attr attr;
+	int64_t now = dbox_now_ns();
+	int ret;
+
+	if ((ret = dbox_index_begin(index)) < 0)
+		return ret;
+	ret = dbox_index_getattr(index, ino, &attr);
+	if (ret == 0 && fs_atime_due(fs, &attr, now)) {
+		attr.atime_ns = now;
+		ret = dbox_index_setattr(index, &attr);
+	}
+	return fs_tx_end(fs, ret, false);
 }
 
 int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
@@ -43,18 +98,41 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 	stbuf->st_gid = attr->gid;
 	stbuf->st_blksize = 4096;
 	stbuf->st_size = attr->size;
-	stbuf->st_mtim = ns_to_ts(attr->mtime_ns);
-	stbuf->st_atim = stbuf->st_mtim;
-	stbuf->st_ctim = ns_to_ts(attr->ctime_ns);
+	stbuf->st_mtim = fs_time_ts(attr->mtime_ns);
+	stbuf->st_atim = fs_time_ts(attr->atime_ns);
+	stbuf->st_ctim = fs_time_ts(attr->ctime_ns);
+	/* 512-byte units of what the inode's data takes in the store. */
+	stbuf->st_blocks = (attr->size + 511) / 512;
 
 	switch (attr->kind) {
 	case DBOX_KIND_DIR:
 		stbuf->st_size = 4096;
+		stbuf->st_blocks = 8;
 		break;
 	case DBOX_KIND_MESSAGE:
 		inode = fs_inode_get(&fs->inodes, attr->ino);
-		if (inode != NULL && inode->save != NULL)
+		if (inode != NULL && inode->save != NULL) {
 			stbuf->st_size = dbox_save_size(inode->save);
+			stbuf->st_blocks = (stbuf->st_size + 511) / 512;
+		} else if (attr->stored >= attr->size) {
+			/* The record as it lies in its m.N: header, body,
+			   metadata; rounded up, so a stored-plain message
+			   never looks sparse (st_blocks * 512 < st_size) to
+			   cp, tar or rsync. */
+			stbuf->st_blocks = (attr->stored + 511) / 512;
+		} else if (attr->stored > 0) {
+			/* Compressed (-o compress): the body as stored.
+			   Records are packed back to back, so rounding each
+			   to the nearest unit (not up) keeps du's sum over a
+			   folder equal to the bytes the m.N files hold, where
+			   rounding up would add 256 bytes per message; a
+			   record never counts as 0. */
+			stbuf->st_blocks = (attr->stored + 256) / 512;
+			if (stbuf->st_blocks == 0)
+				stbuf->st_blocks = 1;
+		}
+		if (inode != NULL && inode->written)
+			stbuf->st_mtim = stbuf->st_ctim = fs_time_ts(inode->wtime);
 		break;
 	case DBOX_KIND_SYMLINK:
 		break; /* st_size: the target's length, as ext4 */
@@ -75,14 +153,17 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 			return -EIO;
 		}
 		stbuf->st_size = backing.st_size;
+		stbuf->st_blocks = backing.st_blocks;
 		stbuf->st_atim = backing.st_atim;
 		stbuf->st_mtim = backing.st_mtim;
-		if (backing.st_ctim.tv_sec > stbuf->st_ctim.tv_sec)
+		/* A write changes the backing file's ctime, a rename or
+		   link the index's: the later one. */
+		if (dbox_time_cmp(fs_ts_time(&backing.st_ctim),
+				  attr->ctime_ns) > 0)
 			stbuf->st_ctim = backing.st_ctim;
 		break;
 	}
 	}
-	stbuf->st_blocks = (stbuf->st_size + 511) / 512;
 	return 0;
 }
 
@@ -234,7 +315,8 @@ int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent)
 		ret = -errno;
 		goto out;
 	}
-	if ((ret = dbox_save_finish(save, backing.st_mtim.tv_sec, false, &loc)) < 0)
+	if ((ret = dbox_save_finish(save, dbox_time_sec(fs_ts_time(&backing.st_mtim)),
+				    false, &loc)) < 0)
 		goto out;
 	attr.kind = DBOX_KIND_MESSAGE;
 	{
@@ -244,8 +326,8 @@ int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent)
 			inode->kind = 0; /* known again at the next lookup */
 	}
 	attr.size = off;
-	attr.mtime_ns = (int64_t)backing.st_mtim.tv_sec * 1000000000 +
-			backing.st_mtim.tv_nsec;
+	attr.mtime_ns = fs_ts_time(&backing.st_mtim);
+	attr.atime_ns = fs_ts_time(&backing.st_atim);
 	ret = dbox_index_setattr(st->index, &attr);
 out:
 	if (fd >= 0)

@@ -449,6 +449,15 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	fs_lock(fs);
 	ret = dbox_index_getattr(fs->st->index, ino, &attr);
+	/* Listing a directory reads it: its atime moves by relatime (at
+	   the open, as the listing itself may come from the kernel's
+	   cache). */
+	if (ret == 0 && attr.kind == DBOX_KIND_DIR &&
+	    !(fi->flags & O_NOATIME) &&
+	    fs_atime_due(fs, &attr, dbox_now_ns()) &&
+	    fs_atime_touch(fs, ino) < 0)
+		dbox_warning("%s: directory inode %llu: atime not stored",
+			     fs->st->path, (unsigned long long)ino);
 	fs_unlock(fs);
 	if (ret == 0 && attr.kind != DBOX_KIND_DIR)
 		ret = -ENOTDIR;

@@ -69,6 +69,12 @@ static int open_backing(struct fs *fs, uint64_t ino, int flags)
 	   out of the store (ELOOP -> EIO). */
 	fd = openat(fs->st->files_fd, name, flags | O_NOFOLLOW | O_CLOEXEC |
 		    (fs->st->readonly ? O_RDONLY : O_RDWR), 0600);
+	if (fd < 0 && errno == EPERM && (flags & O_NOATIME)) {
+		/* O_NOATIME needs the file's owner (or CAP_FOWNER). */
+		fd = openat(fs->st->files_fd, name, (flags & ~O_NOATIME) |
+			    O_NOFOLLOW | O_CLOEXEC |
+			    (fs->st->readonly ? O_RDONLY : O_RDWR), 0600);
+	}
 	if (fd < 0) {
 		int err = errno;
 
@@ -172,13 +178,28 @@ static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 		return ret;
 	ret = dbox_index_getattr(index, inode->ino, &attr);
 	if (ret == 0)
-		ret = dbox_save_finish(inode->save, attr.mtime_ns / 1000000000,
+		ret = dbox_save_finish(inode->save,
+				       dbox_time_sec(fs_message_mtime(fs, &attr)),
 				       sync, &loc);
-	if (ret == 0 && attr.size != dbox_save_size(inode->save)) {
+	if (ret == 0 && (attr.size != dbox_save_size(inode->save) ||
+			 inode->written)) {
 		attr.size = dbox_save_size(inode->save);
+		if (inode->written)
+			attr.mtime_ns = attr.ctime_ns = inode->wtime;
 		ret = dbox_index_setattr(index, &attr);
 	}
-	return fs_tx_end(fs, ret, sync);
+	ret = fs_tx_end(fs, ret, sync);
+	if (ret == 0)
+		inode->written = false;
+	return ret;
+}
+
+/* A client wrote to (or truncated) message inode: its mtime and ctime
+   are now, as on ext4; stored when the record is finished. */
+static void message_written(struct fs_inode *inode)
+{
+	inode->wtime = dbox_now_ns();
+	inode->written = true;
 }
 
 /* Create a regular file: a message in cur/new/tmp, else a plain file. */
@@ -216,7 +237,7 @@ static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 		free(mailbox);
 		if (ret == 0 && !open) {
 			ret = dbox_save_finish(inode->save,
-					       attr_r->mtime_ns / 1000000000,
+					       dbox_time_sec(attr_r->mtime_ns),
 					       false, &loc);
 			dbox_save_free(&inode->save);
 		}
@@ -342,6 +363,7 @@ static int open_message(struct fs *fs, struct fs_inode *inode, int flags,
 				dbox_save_truncate(inode->save, 0);
 			if (ret < 0)
 				return ret;
+			message_written(inode);
 		}
 		h->writer = true;
 		inode->nwriters++;
@@ -390,8 +412,28 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (ret == 0) {
 		if (kind == DBOX_KIND_MESSAGE) {
 			ret = open_message(fs, inode, fi->flags, h);
+			/* The kernel never moves a FUSE file's atime: a read
+			   that would move it (relatime) must reach this
+			   daemon, so the open drops the cached pages then
+			   (rare: once after each change, or a day). */
+			if (ret == 0 && (fi->flags & O_ACCMODE) != O_WRONLY &&
+			    !(fi->flags & O_NOATIME) && !fs->opts.noatime &&
+			    dbox_index_getattr(fs->st->index, ino, &attr) == 0)
+				h->atime_due = fs_atime_due(fs, &attr,
+							    dbox_now_ns());
 		} else {
-			h->fd = ret = open_backing(fs, ino, 0);
+			/* The backing file's atime is the file's: reads
+			   move it by the backing mount's rule, or not at
+			   all with -o noatime or O_NOATIME. */
+			h->fd = ret = open_backing(fs, ino,
+						   fs->opts.noatime ||
+						   (fi->flags & O_NOATIME) ?
+						   O_NOATIME : 0);
+			/* A read that moves atime must reach the backing
+			   file: no cached pages then (as for messages). */
+			if (ret >= 0 && (fi->flags & O_ACCMODE) != O_WRONLY &&
+			    !(fi->flags & O_NOATIME))
+				h->atime_due = fs_backing_atime_due(fs, h->fd);
 			if (ret >= 0 && (fi->flags & O_TRUNC) &&
 			    ftruncate(h->fd, 0) < 0)
 				ret = -errno;
@@ -408,7 +450,7 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	fi->fh = (uintptr_t)h;
-	fi->keep_cache = 1;
+	fi->keep_cache = !h->atime_due;
 	/* Only a message writer does work at close (fs_flush): other
 	   handles spare the kernel the FLUSH round trip. */
 	fi->noflush = !h->writer;
@@ -441,6 +483,13 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				n = errno == EIO || errno == 0 ? -EIO : -errno;
 		} else {
 			fs_lock(fs);
+			if (h->atime_due) {
+				h->atime_due = false;
+				if (fs_atime_touch(fs, ino) < 0)
+					dbox_warning("%s: inode %llu: atime not "
+						     "stored", fs->st->path,
+						     (unsigned long long)ino);
+			}
 			if (h->inode->save != NULL) {
 				n = dbox_save_read(h->inode->save, buf, size, off);
 			} else {
@@ -508,6 +557,8 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 		}
 		if (ret == 0)
 			ret = dbox_save_write(inode->save, buf, size, off);
+		if (ret >= 0)
+			message_written(inode);
 		fs_unlock(fs);
 	}
 	if (ret < 0)
@@ -629,7 +680,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	}
 	ret = dbox_index_getattr(index, inode->ino, &attr);
 	if (ret == 0)
-		ret = dbox_save_seal(save, attr.mtime_ns / 1000000000);
+		ret = dbox_save_seal(save, dbox_time_sec(fs_message_mtime(fs, &attr)));
 	fd = save->mf->fd;
 	seals = save->seals;
 	fs_unlock(fs);
@@ -687,27 +738,39 @@ static int message_truncate(struct fs *fs, struct fs_inode *inode,
 
 /* The received date (R) in the message's record follows its mtime, so
    Dovecot reading the store sees the INTERNALDATE clients set with
-   utime().  A record still being written gets R when it is finished. */
-static void set_received(struct fs *fs, const struct dbox_attr *attr)
+   utime().  A record still being written gets R when it is finished.  A
+   date whose R value has another width than the one in the record (a
+   year past 2106 or before 1970, or back) cannot be patched in place:
+   the message gets a new record, as a write would make it.  Returns 0 or
+   a negative errno.  Needs the lock. */
+static int set_received(struct fs *fs, const struct dbox_attr *attr)
 {
 	struct fs_inode *inode = fs_inode_get(&fs->inodes, attr->ino);
 	struct dbox_msgloc loc;
+	int ret;
 
 	if (inode != NULL && inode->save != NULL && !inode->save->finished) {
 		inode->save->sealed = false; /* R is written at the finish */
-		return;
+		return 0;
 	}
-	if (dbox_index_msg_get(fs->st->index, attr->ino, &loc) == 0)
-		dbox_store_set_received(fs->st, &loc, attr->mtime_ns / 1000000000);
+	if (dbox_index_msg_get(fs->st->index, attr->ino, &loc) < 0)
+		return 0; /* no record (yet) */
+	ret = dbox_store_set_received(fs->st, &loc,
+				      dbox_time_sec(attr->mtime_ns));
+	if (ret != -ERANGE)
+		return ret;
+	if ((inode = fs_inode_add(&fs->inodes, attr->ino)) == NULL)
+		return -ENOMEM;
+	ret = message_truncate(fs, inode, attr->size);
+	if (fs_inode_unused(inode))
+		fs_inode_remove(&fs->inodes, attr->ino);
+	return ret;
 }
 
-static int ts_ns(const struct timespec *ts, int64_t *ns_r)
+/* The dbox time a setattr asks for: now, or the given time clamped. */
+static int64_t set_time(const struct timespec *ts, bool now, int64_t now_t)
 {
-	if (ts->tv_nsec == UTIME_NOW)
-		*ns_r = dbox_now_ns();
-	else if (ts->tv_nsec != UTIME_OMIT)
-		*ns_r = (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
-	return 0;
+	return now ? now_t : fs_ts_time(ts);
 }
 
 void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
@@ -719,9 +782,11 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	struct fs_inode *inode;
 	struct stat stbuf;
 	char name[24];
+	int64_t now;
 	int ret;
 
 	fs_lock(fs);
+	now = dbox_now_ns();
 	ret = dbox_index_getattr(index, ino, &attr);
 	if (ret < 0)
 		goto out;
@@ -751,9 +816,12 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 		}
 		if (ret < 0)
 			goto out;
-		/* message_finish stored the size; read it back. */
+		/* message_finish stored the size; read it back.  A
+		   truncate changes mtime and ctime, as ext4 does even to
+		   the same size (ftruncate, O_TRUNC). */
 		if ((ret = dbox_index_getattr(index, ino, &attr)) < 0)
 			goto out;
+		attr.mtime_ns = now;
 	}
 	if (attr.kind == DBOX_KIND_FILE &&
 	    (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
@@ -761,22 +829,28 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 			{ .tv_nsec = UTIME_OMIT }, { .tv_nsec = UTIME_OMIT },
 		};
 
+		/* Clamped as for messages, whatever the backing
+		   filesystem would do with the time. */
 		if (to_set & FUSE_SET_ATTR_ATIME)
 			times[0] = to_set & FUSE_SET_ATTR_ATIME_NOW ?
-				(struct timespec){ .tv_nsec = UTIME_NOW } : in->st_atim;
+				(struct timespec){ .tv_nsec = UTIME_NOW } :
+				fs_time_ts(fs_ts_time(&in->st_atim));
 		if (to_set & FUSE_SET_ATTR_MTIME)
 			times[1] = to_set & FUSE_SET_ATTR_MTIME_NOW ?
-				(struct timespec){ .tv_nsec = UTIME_NOW } : in->st_mtim;
+				(struct timespec){ .tv_nsec = UTIME_NOW } :
+				fs_time_ts(fs_ts_time(&in->st_mtim));
 		if (utimensat(fs->st->files_fd, name, times,
 			      AT_SYMLINK_NOFOLLOW) < 0) {
 			ret = -errno;
 			goto out;
 		}
-	} else if (to_set & FUSE_SET_ATTR_MTIME) {
-		if (to_set & FUSE_SET_ATTR_MTIME_NOW)
-			attr.mtime_ns = dbox_now_ns();
-		else
-			ts_ns(&in->st_mtim, &attr.mtime_ns);
+	} else {
+		if (to_set & FUSE_SET_ATTR_MTIME)
+			attr.mtime_ns = set_time(&in->st_mtim,
+						 to_set & FUSE_SET_ATTR_MTIME_NOW, now);
+		if (to_set & FUSE_SET_ATTR_ATIME)
+			attr.atime_ns = set_time(&in->st_atim,
+						 to_set & FUSE_SET_ATTR_ATIME_NOW, now);
 	}
 	if (to_set & FUSE_SET_ATTR_MODE)
 		attr.mode = (attr.mode & S_IFMT) | (in->st_mode & 07777);
@@ -784,12 +858,24 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 		attr.uid = in->st_uid;
 	if (to_set & FUSE_SET_ATTR_GID)
 		attr.gid = in->st_gid;
-	attr.ctime_ns = dbox_now_ns();
+	attr.ctime_ns = now;
+	/* A write not yet stored (chmod while a writer has it open): its
+	   time goes in with this change. */
+	inode = attr.kind == DBOX_KIND_MESSAGE ?
+		fs_inode_get(&fs->inodes, ino) : NULL;
+	if (inode != NULL && inode->written &&
+	    !(to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_SIZE)))
+		attr.mtime_ns = inode->wtime;
 	if ((ret = dbox_index_begin(index)) == 0)
 		ret = fs_tx_end(fs, dbox_index_setattr(index, &attr), false);
+	if (ret == 0 && inode != NULL)
+		inode->written = false; /* stored now */
 	if (ret == 0 && attr.kind == DBOX_KIND_MESSAGE &&
-	    (to_set & FUSE_SET_ATTR_MTIME))
-		set_received(fs, &attr);
+	    (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_SIZE)) &&
+	    (ret = set_received(fs, &attr)) < 0)
+		dbox_error("%s: message inode %llu: received date not set to "
+			   "its mtime: %s", fs->st->path,
+			   (unsigned long long)ino, strerror(-ret));
 out:
 	if (ret == 0)
 		ret = fs_stat(fs, &attr, &stbuf);

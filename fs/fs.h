@@ -30,6 +30,7 @@ struct fs_options {
 	char *compress;          /* -o compress=none|gz[:LEVEL] */
 	bool readonly;           /* -o ro (also passed on to libfuse) */
 	int user_xattr;          /* -o user_xattr: store user.* xattrs */
+	int noatime;             /* -o noatime: reads never move atime */
 	int foreground, debug;
 };
 
@@ -50,6 +51,7 @@ struct fs_handle {
 	struct dbox_reader *reader;/* committed message: plaintext reader */
 	uint64_t reader_gen;       /* inode->gen the reader was opened at */
 	pthread_mutex_t read_lock; /* the reader keeps stream state */
+	bool atime_due;            /* its first read moves atime (relatime) */
 };
 
 /* Take and drop the store lock. */
@@ -67,6 +69,32 @@ extern const struct fuse_lowlevel_ops fs_ops;
 /* fs-attr.c: fill a struct stat for attr (plain files take size and times
    from their backing file).  Returns 0 or a negative errno. */
 int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf);
+
+/* fs-attr.c: a dbox time (index.h) as a struct timespec, and back
+   (clamped to ext4's range as ext4 clamps). */
+struct timespec fs_time_ts(int64_t t);
+int64_t fs_ts_time(const struct timespec *ts);
+
+/* The mtime of message attr as clients see it: the time of its last
+   write while that is not yet stored (inode->written), else the index's.
+   Needs the lock. */
+int64_t fs_message_mtime(struct fs *fs, const struct dbox_attr *attr);
+
+/* Should a read at now move attr's atime?  Linux's relatime rule (ext4's
+   default): when atime is not later than mtime or ctime, or is a day old
+   or more; never with -o noatime.  Needs the lock. */
+bool fs_atime_due(struct fs *fs, const struct dbox_attr *attr, int64_t now);
+
+/* Would a read of the plain file open as fd move its backing file's
+   atime (by the same rule; the read itself moves it, by the backing
+   mount's rule)?  Never with -o noatime. */
+bool fs_backing_atime_due(struct fs *fs, int fd);
+
+/* A read of ino happened: set its atime to now when fs_atime_due, in a
+   transaction of its own, not synced: a power loss may lose a read-driven
+   atime (as ext4's lazytime would), never an explicit utime(), which
+   setattr stores as every other attribute.  Returns 0 or a negative errno.  Needs the lock. */
+int fs_atime_touch(struct fs *fs, uint64_t ino);
 
 /* Fill a fuse_entry_param for attr and count a lookup of it (the caller
    replies with it).  Returns 0 or a negative errno. */

@@ -32,6 +32,10 @@ struct fs_inode {
 	uint64_t gen;            /* bumped when the message gets a new record
 				    (copy-on-write): readers of the old one
 				    must reopen (atomic: read without lock) */
+	bool written;            /* a message written to since its mtime was
+				    last stored: mtime = ctime = wtime, stored
+				    when the record is finished */
+	int64_t wtime;           /* dbox time of that last write */
 };
 
 struct fs_inode_table {

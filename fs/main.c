@@ -28,7 +28,7 @@
 
 #define DBOXFS_VERSION "0.1"
 
-enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW };
+enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW, KEY_NOATIME };
 
 #define FS_OPT(t, p) { t, offsetof(struct fs_options, p), 1 }
 
@@ -45,6 +45,7 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("noatime", KEY_NOATIME),
 	FUSE_OPT_KEY("--version", KEY_VERSION),
 	FUSE_OPT_END
 };
@@ -70,6 +71,8 @@ static void usage(const char *prog)
 	       "    -o user_xattr          store user.* extended attributes (off:\n"
 	       "                           EOPNOTSUPP; on, every write(2) costs the\n"
 	       "                           kernel's security.capability query)\n"
+	       "    -o noatime             reads never change atime (default:\n"
+	       "                           relatime, as ext4)\n"
 	       "\n"
 	       "general options:\n"
 	       "    -f                     stay in the foreground, log to stderr too\n"
@@ -104,6 +107,11 @@ static int opt_proc(void *data, const char *arg, int key,
 		fuse_opt_add_arg(outargs, "-ho");
 		fuse_lowlevel_help();
 		exit(0);
+	case KEY_NOATIME:
+		/* Ours, and the kernel's too (kept: /proc/mounts shows
+		   it). */
+		opts->noatime = 1;
+		return 1;
 	case KEY_VERSION:
 		printf("dboxfs %s\n", DBOXFS_VERSION);
 		fflush(stdout); /* before fusermount3 --version writes */

@@ -147,7 +147,7 @@ int dbox_index_recover(struct dbox_index *index, unsigned int *writing_r,
 	/* Unfinished deliveries: their names go, their directories change. */
 	snprintf(sql, sizeof(sql),
 		 "CREATE TEMP TABLE dead AS SELECT ino FROM message WHERE state = %d;"
-		 "UPDATE inode SET mtime = max(%lld, mtime + 1), ctime = max(%lld, mtime + 1)"
+		 "UPDATE inode SET mtime = %lld, ctime = %lld"
 		 " WHERE ino IN (SELECT parent FROM entry WHERE ino IN dead);"
 		 "DELETE FROM entry WHERE ino IN dead;"
 		 "INSERT INTO dead SELECT ino FROM inode WHERE nlink = 0 AND kind != %d"

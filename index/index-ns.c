@@ -5,9 +5,11 @@
  *  - inode.nlink of a non-directory = number of entry rows naming it;
  *    of a directory = 2 + number of subdirectories.
  *  - a directory has exactly one entry (no hard links to directories).
- *  - a directory's mtime strictly increases on every add, remove or
- *    rename inside it (ST_TOUCH_DIR uses max(now, mtime + 1 ns)), so
- *    clients comparing mtimes never miss a change.
+ *  - a directory's mtime and ctime become the current time on every add,
+ *    remove or rename inside it, as ext4 sets them: also when they lay in
+ *    the future (a stepped clock, touch -d), where "never earlier than
+ *    before" would keep them there and clients comparing with the clock
+ *    (notmuch) would never look again.
  *  - a rename keeps entry.id, so readdir by id sees a renamed entry once.
  */
 #include "index-private.h"

@@ -70,12 +70,15 @@ int index_exec_stmt(struct dbox_index *index, sqlite3_stmt *stmt,
 		    const char *what);
 
 /* Fill an attr from a row whose columns start at col with
-   ino, kind, mode, uid, gid, nlink, size, mtime, ctime, atime, rdev. */
+   ino, kind, mode, uid, gid, nlink, size, mtime, ctime, atime, rdev and
+   the record size of a committed message (0 else). */
 void index_row_attr(sqlite3_stmt *stmt, int col, struct dbox_attr *attr_r);
 
 /* The column list index_row_attr() reads, for building statements. */
 #define INDEX_ATTR_COLS "i.ino, i.kind, i.mode, i.uid, i.gid, i.nlink, i.size, i.mtime, i.ctime," \
-	" coalesce(i.atime, i.mtime), i.rdev"
+	" coalesce(i.atime, i.mtime), i.rdev," \
+	" coalesce((SELECT m.record_size FROM message m WHERE m.ino = i.ino" \
+	" AND m.state = 0), 0)"
 
 /* What format 2 added to format 1 (index.c creates and upgrades with
    these): inode.atime in ns (NULL = the same as mtime, as every inode of

@@ -369,6 +369,7 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 {
 	struct salvage_ctx ctx = { .path = path };
 	sqlite3_stmt *stmt;
+	bool has_atime = false;
 	int on = 1, ret = 0;
 
 	char *aux[2] = { NULL, NULL };
@@ -403,9 +404,20 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 			     sqlite3_errmsg(ctx.db));
 		ctx.s->read_errors++;
 	}
+	/* atime came with format 2: an older index has none (NULL reads
+	   as mtime, as in a format 2 index). */
 	if (ctx.s->opened &&
-	    ((ret = read_table(&ctx, "inode", "ino, kind, mode, uid, gid, nlink,"
-			       " size, mtime, ctime", inode_row)) < 0 ||
+	    sqlite3_prepare_v2(ctx.db, "SELECT atime FROM inode LIMIT 0", -1,
+			       &stmt, NULL) == SQLITE_OK) {
+		has_atime = true;
+		sqlite3_finalize(stmt);
+	}
+	if (ctx.s->opened &&
+	    ((ret = read_table(&ctx, "inode", has_atime ?
+			       "ino, kind, mode, uid, gid, nlink, size, mtime,"
+			       " ctime, coalesce(atime, mtime)" :
+			       "ino, kind, mode, uid, gid, nlink, size, mtime,"
+			       " ctime, mtime", inode_row)) < 0 ||
 	     (ret = read_table(&ctx, "entry", "id, parent, ino, name",
 			       entry_row)) < 0 ||
 	     (ret = read_table(&ctx, "message", "ino, file_id, offset, state,"
@@ -495,10 +507,11 @@ int dbox_index_rebuild_inode(struct dbox_index *index,
 
 	if (prepare(index, attr->ino == DBOX_ROOT_INO ?
 		     "UPDATE inode SET kind = ?2, mode = ?3, uid = ?4, gid = ?5,"
-		     " nlink = ?6, size = ?7, mtime = ?8, ctime = ?9"
+		     " nlink = ?6, size = ?7, mtime = ?8, ctime = ?9, atime = ?10"
 		     " WHERE ino = ?1" :
 		     "INSERT INTO inode (ino, kind, mode, uid, gid, nlink, size,"
-		     " mtime, ctime) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+		     " mtime, ctime, atime)"
+		     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
 		     &stmt) != SQLITE_OK)
 		return index_sql_error(index, "rebuild inode");
 	sqlite3_bind_int64(stmt, 1, (int64_t)attr->ino);
@@ -510,6 +523,7 @@ int dbox_index_rebuild_inode(struct dbox_index *index,
 	sqlite3_bind_int64(stmt, 7, (int64_t)attr->size);
 	sqlite3_bind_int64(stmt, 8, attr->mtime_ns);
 	sqlite3_bind_int64(stmt, 9, attr->ctime_ns);
+	sqlite3_bind_int64(stmt, 10, attr->atime_ns);
 	rc = sqlite3_step(stmt);
 	sqlite3_finalize(stmt);
 	if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT)

@@ -76,9 +76,8 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_DIR_HAS_ENTRIES] = "SELECT 1 FROM entry WHERE parent = ?1 LIMIT 1",
 	[ST_NAME_OF] = "SELECT name FROM entry WHERE ino = ?1 LIMIT 1",
 	[ST_PARENT_OF] = "SELECT parent FROM entry WHERE ino = ?1 LIMIT 1",
-	[ST_TOUCH_DIR] = "UPDATE inode SET mtime = max(?2, mtime + 1), ctime = max(?2, mtime + 1)"
-			 " WHERE ino = ?1",
-	[ST_NLINK_ADD] = "UPDATE inode SET nlink = nlink + ?2, ctime = max(ctime, ?3) WHERE ino = ?1",
+	[ST_TOUCH_DIR] = "UPDATE inode SET mtime = ?2, ctime = ?2 WHERE ino = ?1",
+	[ST_NLINK_ADD] = "UPDATE inode SET nlink = nlink + ?2, ctime = ?3 WHERE ino = ?1",
 	[ST_SETATTR] = "UPDATE inode SET mode = ?2, uid = ?3, gid = ?4, size = ?5, mtime = ?6,"
 		       " ctime = ?7, kind = ?8, atime = ?9, rdev = ?10 WHERE ino = ?1",
 	[ST_INODE_DELETE] = "DELETE FROM inode WHERE ino = ?1",
@@ -158,6 +157,7 @@ void index_row_attr(sqlite3_stmt *stmt, int col, struct dbox_attr *attr_r)
 	attr_r->ctime_ns = sqlite3_column_int64(stmt, col + 8);
 	attr_r->atime_ns = sqlite3_column_int64(stmt, col + 9);
 	attr_r->rdev = sqlite3_column_int64(stmt, col + 10);
+	attr_r->stored = sqlite3_column_int64(stmt, col + 11);
 }
 
 int64_t dbox_now_ns(void)
@@ -165,7 +165,7 @@ int64_t dbox_now_ns(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	return dbox_time_make(ts.tv_sec, ts.tv_nsec);
 }
 
 static int exec_sql(struct dbox_index *index, const char *sql)
@@ -193,7 +193,7 @@ static int create_schema(struct dbox_index *index)
 		 "INSERT INTO meta VALUES ('format', %d), ('uidvalidity', %lld);"
 		 "INSERT INTO inode (ino, kind, mode, uid, gid, nlink, size, mtime, ctime)"
 		 " VALUES (%d, %d, %d, %u, %u, 2, 0, %lld, %lld);",
-		 DBOX_INDEX_FORMAT, (long long)(now / 1000000000),
+		 DBOX_INDEX_FORMAT, (long long)dbox_time_sec(now),
 		 DBOX_ROOT_INO, DBOX_KIND_DIR, S_IFDIR | 0700,
 		 (unsigned)getuid(), (unsigned)getgid(),
 		 (long long)now, (long long)now);

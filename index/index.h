@@ -59,9 +59,36 @@ enum dbox_msg_state {
 	DBOX_MSG_WRITING = 1,
 };
 
-/* Attributes of one inode, as stored.  Times are nanoseconds since the
-   epoch.  For DBOX_KIND_FILE size/mtime are not kept here (the backing
-   file has them). */
+/* Times.  Every inode time (struct dbox_attr's *_ns, the inode table's
+   mtime/ctime/atime columns) is a dbox time: nanoseconds since the epoch
+   modulo 2^64 in an int64, read in the window that starts at
+   DBOX_TIME_MIN_SEC (index-time.c).  Between 1901 and 2262 that is plain
+   nanoseconds; later times (to ext4's limit, 2446) wrap to values below the
+   window's start.  So never divide or compare them directly: use the
+   functions below.  The range is ext4's (256-byte inodes): seconds
+   -2^31 .. 2^34 - 2^31 - 1, nanoseconds kept. */
+#define DBOX_TIME_MIN_SEC (-2147483648LL)  /* 1901-12-13T20:45:52Z */
+#define DBOX_TIME_MAX_SEC 15032385535LL    /* 2446-05-10T22:38:55Z */
+
+/* The dbox time of sec + nsec (any nsec: it is normalised), clamped to
+   ext4's range as the kernel clamps it for ext4: a second outside it
+   becomes the nearest end, and a time at either end loses its
+   nanoseconds. */
+int64_t dbox_time_make(int64_t sec, int64_t nsec);
+
+/* Seconds (floor: -1.5 s is -2 s + 500000000 ns) and nanoseconds
+   (0..999999999) of dbox time t. */
+void dbox_time_split(int64_t t, int64_t *sec_r, int64_t *nsec_r);
+
+/* Whole seconds of t, rounded down (what time_t holds for it). */
+int64_t dbox_time_sec(int64_t t);
+
+/* -1, 0 or 1 as a is earlier than, equal to or later than b. */
+int dbox_time_cmp(int64_t a, int64_t b);
+
+/* Attributes of one inode, as stored.  Times are dbox times (above).  For
+   DBOX_KIND_FILE size/mtime/atime are not kept here (the backing file has
+   them). */
 struct dbox_attr {
 	uint64_t ino;
 	enum dbox_kind kind;
@@ -71,6 +98,9 @@ struct dbox_attr {
 	uint64_t size; /* bytes: plaintext size for a message */
 	int64_t mtime_ns, ctime_ns, atime_ns;
 	uint64_t rdev; /* device number (makedev) of a special file, else 0 */
+	uint64_t stored; /* bytes its data takes in the store: a message's
+			    record in its m.N (compressed body included);
+			    0 for others and a message not yet finished */
 };
 
 /* Where a message's record is.  Sizes in bytes. */
@@ -121,7 +151,7 @@ void dbox_index_rollback(struct dbox_index *index);
    transaction.  Returns 0 or -EIO. */
 int dbox_index_sync(struct dbox_index *index);
 
-/* Current time in nanoseconds since the epoch (CLOCK_REALTIME). */
+/* Current time (CLOCK_REALTIME) as a dbox time. */
 int64_t dbox_now_ns(void);
 
 /* Look up name (namelen bytes, not NUL-terminated) in directory parent.
@@ -135,8 +165,9 @@ int dbox_index_getattr(struct dbox_index *index, uint64_t ino,
 		       struct dbox_attr *attr_r);
 
 /* Create a new inode of kind with mode (type bits included), uid, gid,
-   mtime = ctime = now_ns, nlink 1 (2 for a directory), named name in
-   parent.  Bumps parent's mtime (and nlink for a directory).  Returns 0 and
+   mtime = ctime = atime = now_ns, nlink 1 (2 for a directory), named name
+   in parent.  Sets parent's mtime and ctime to now_ns (and adds to its
+   nlink for a directory).  Returns 0 and
    fills *attr_r; -EEXIST when the name exists, -ENOENT/-ENOTDIR when parent
    is not a directory. */
 int dbox_index_create(struct dbox_index *index, uint64_t parent,
@@ -145,7 +176,7 @@ int dbox_index_create(struct dbox_index *index, uint64_t parent,
 		      struct dbox_attr *attr_r);
 
 /* Add the name newparent/name for the existing non-directory ino; nlink+1,
-   ctime and newparent's mtime bumped.  Returns 0 and the new attributes;
+   ino's ctime and newparent's mtime and ctime set to now_ns.  Returns 0 and the new attributes;
    -EEXIST, -EPERM for a directory. */
 int dbox_index_link(struct dbox_index *index, uint64_t ino,
 		    uint64_t newparent, const char *name, size_t namelen,
@@ -164,16 +195,16 @@ int dbox_index_remove(struct dbox_index *index, uint64_t parent,
    (RENAME_NOREPLACE, RENAME_EXCHANGE).  An existing target is replaced
    atomically (its nlink drops; *replaced_ino_r / *replaced_nlink_r tell
    which inode lost a name, 0 if none).  Moving a directory below itself is
-   -EINVAL.  Both directories' mtimes advance.  The moved inode keeps its
-   number, size and mtime. */
+   -EINVAL.  Both directories' mtime and ctime and the moved inode's ctime
+   become now_ns.  The moved inode keeps its number, size and mtime. */
 int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 		      const char *name, size_t namelen, uint64_t newparent,
 		      const char *newname, size_t newnamelen,
 		      unsigned int flags, int64_t now_ns,
 		      uint64_t *replaced_ino_r, uint32_t *replaced_nlink_r);
 
-/* Store the attributes kind, mode, uid, gid, size, mtime_ns and ctime_ns
-   from attr for attr->ino (nlink is not touched).  Returns 0 or -ENOENT. */
+/* Store the attributes kind, mode, uid, gid, size, mtime_ns, ctime_ns,
+   atime_ns and rdev from attr for attr->ino (nlink is not touched).  Returns 0 or -ENOENT. */
 int dbox_index_setattr(struct dbox_index *index, const struct dbox_attr *attr);
 
 /* Set the target of symbolic link inode ino to target (len bytes, no
@@ -295,7 +326,7 @@ int dbox_index_mfile_list(struct dbox_index *index, dbox_mfile_cb_t *cb,
 
 /* Crash recovery, run once at open by the owner of the store lock: delete
    messages still WRITING (unfinished deliveries; their names go too, and
-   their directories' mtimes advance) and every inode with nlink 0 (unlinked
+   their directories' mtime and ctime become now) and every inode with nlink 0 (unlinked
    while open when the process died).  *writing_r and *orphans_r count them;
    *files_r receives a malloc()ed array of plain-file inode numbers whose
    backing files the caller removes (count in *nfiles_r). */

@@ -278,7 +278,7 @@ static void fix_received(struct purge *p, const struct dbox_file_rec *recs,
 		if (fd >= 0 &&
 		    dbox_record_set_received(fd, moves[i].new_file_id,
 					     moves[i].new_offset,
-					     moves[i].mtime_ns / 1000000000) < 0 &&
+					     dbox_time_sec(moves[i].mtime_ns)) < 0 &&
 		    errno != ERANGE)
 			dbox_warning("%s/storage/m.%u offset %llu: received "
 				     "date not updated: %s", p->st->path,

@@ -138,8 +138,10 @@ long dbox_metadata_format(const struct dbox_metadata *md, char **buf_r)
 	fputs(DBOX_MAGIC_POST, f);
 	if (md->has_plain_size)
 		fprintf(f, "Z%llx\n", (unsigned long long)md->plain_size);
-	fprintf(f, "R%llx\n", md->received < 0 ? 0ULL :
-		(unsigned long long)md->received);
+	/* As Dovecot writes it (dbox-save.c: the time_t cast to unsigned):
+	   a date before 1970 is its 64-bit two's complement, which reads
+	   back as the same negative time_t. */
+	fprintf(f, "R%llx\n", (unsigned long long)(int64_t)md->received);
 	if (md->has_vsize)
 		fprintf(f, "V%llx\n", (unsigned long long)md->vsize);
 	if (md->guid[0] != '\0')

@@ -1310,14 +1310,64 @@ static void test_rename_exchange(void **state)
 
 /* --- directory mtimes ------------------------------------------------- */
 
-static void test_dir_mtime_strict(void **state)
+/* dbox times: ext4's range to the nanosecond, clamped as the kernel
+   clamps for ext4 (values taken from utimensat() on ext4, kernel 6.18),
+   the old plain-nanosecond values reading as they did. */
+static void test_time_range(void **state)
+{
+	static const struct {
+		int64_t sec, nsec;      /* asked for */
+		int64_t want_sec, want_nsec;
+	} cases[] = {
+		{ 1, 0, 1, 0 },
+		{ -1, 999999999, -1, 999999999 },        /* -1 ns */
+		{ -2, 500000000, -2, 500000000 },        /* -1.5 s */
+		{ 10413792000LL, 123, 10413792000LL, 123 },      /* 2300 */
+		{ 15032385534LL, 999999999, 15032385534LL, 999999999 },
+		{ 15032385535LL, 5, 15032385535LL, 0 },  /* the end */
+		{ 253402300799LL, 0, 15032385535LL, 0 }, /* 9999 */
+		{ INT64_MAX, 999999999, 15032385535LL, 0 },
+		{ -2147483648LL, 5, -2147483648LL, 0 },  /* the start */
+		{ -2147483647LL, 5, -2147483647LL, 5 },
+		{ -58979923200LL, 0, -2147483648LL, 0 }, /* year 101 */
+		{ INT64_MIN, 0, -2147483648LL, 0 },
+		{ 7, 1500000000, 8, 500000000 },         /* normalised */
+		{ 7, -1, 6, 999999999 },
+	};
+	int64_t sec, nsec, t;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		t = dbox_time_make(cases[i].sec, cases[i].nsec);
+		dbox_time_split(t, &sec, &nsec);
+		assert_int_equal(sec, cases[i].want_sec);
+		assert_int_equal(nsec, cases[i].want_nsec);
+		assert_int_equal(dbox_time_sec(t), cases[i].want_sec);
+	}
+	/* 1901..2262: the nanoseconds as format 1 stored them. */
+	assert_int_equal(dbox_time_make(1234567890, 123456789),
+			 1234567890123456789LL);
+	assert_int_equal(dbox_time_make(-1, 0), -1000000000LL);
+	/* Order across the wrap at 2262. */
+	assert_true(dbox_time_cmp(dbox_time_make(10413792000LL, 0),
+				  dbox_time_make(9000000000LL, 0)) > 0);
+	assert_true(dbox_time_cmp(dbox_time_make(-5, 0),
+				  dbox_time_make(10413792000LL, 0)) < 0);
+	assert_int_equal(dbox_time_cmp(dbox_time_make(3, 3),
+				       dbox_time_make(3, 3)), 0);
+}
+
+/* A directory's mtime and ctime become the operation's now_ns, as ext4
+   sets them: also when that is earlier than before (a clock stepped back,
+   a directory touched into the future). */
+static void test_dir_mtime_now(void **state)
 {
 	struct fix *f = *state;
 	const int64_t t = dbox_now_ns() + 3600 * 1000000000LL;
+	int64_t k = 0;
 	struct dbox_attr attr;
 	uint64_t d1, d2, m, rino, ino;
 	uint32_t rnlink, nlink;
-	int64_t m1, m2;
 
 	assert_int_equal(tx_create_at(f, DBOX_ROOT_INO, "d1", DBOX_KIND_DIR,
 				      t, &attr), 0);
@@ -1326,50 +1376,60 @@ static void test_dir_mtime_strict(void **state)
 				      t, &attr), 0);
 	d2 = attr.ino;
 	assert_int_equal(attr.mtime_ns, t);
-	/* The root saw two creates at the same t. */
-	assert_int_equal(attr_of(f, DBOX_ROOT_INO).mtime_ns, t + 1);
+	/* The root saw two creates at the same t: t, not t + 1. */
+	assert_int_equal(attr_of(f, DBOX_ROOT_INO).mtime_ns, t);
 
-#define STEP(op, dir, prev) do {                                   \
-		assert_int_equal((op), 0);                          \
-		int64_t cur_ = attr_of(f, (dir)).mtime_ns;          \
-		assert_true(cur_ > (prev));                          \
-		assert_int_equal(attr_of(f, (dir)).ctime_ns, cur_); \
-		(prev) = cur_;                                       \
+	/* Each step at its own now, t + k; checks each dir it changes. */
+#define AT (t + ++k)
+#define CHANGED(dir) do {                                          \
+		assert_int_equal(attr_of(f, (dir)).mtime_ns, t + k); \
+		assert_int_equal(attr_of(f, (dir)).ctime_ns, t + k); \
 	} while (0)
 
-	m1 = attr_of(f, d1).mtime_ns;
-	m2 = attr_of(f, d2).mtime_ns;
-	assert_int_equal(m1, t);
-	STEP(tx_create_at(f, d1, "m", DBOX_KIND_MESSAGE, t, &attr), d1, m1);
+	assert_int_equal(tx_create_at(f, d1, "m", DBOX_KIND_MESSAGE, AT, &attr), 0);
+	CHANGED(d1);
 	m = attr.ino;
-	STEP(tx_create_at(f, d1, "sub", DBOX_KIND_DIR, t, &attr), d1, m1);
-	STEP(tx_link_at(f, m, d1, "m2", t, NULL), d1, m1);
-	STEP(tx_link_at(f, m, d2, "m3", t, NULL), d2, m2);
-	STEP(tx_rename_at(f, d1, "m", d1, "mm", 0, t, &rino, &rnlink), d1, m1);
-	STEP(tx_rename_at(f, d1, "mm", d2, "mm", 0, t, &rino, &rnlink), d1,
-	     m1);
-	assert_true(attr_of(f, d2).mtime_ns > m2);
-	m2 = attr_of(f, d2).mtime_ns;
-	STEP(tx_rename_at(f, d2, "mm", d1, "mback", 0, t, &rino, &rnlink), d2,
-	     m2);
-	assert_true(attr_of(f, d1).mtime_ns > m1);
-	m1 = attr_of(f, d1).mtime_ns;
-	STEP(tx_rename_at(f, d1, "sub", d2, "m3", RENAME_EXCHANGE, t, &rino,
-			  &rnlink), d1, m1);
-	assert_true(attr_of(f, d2).mtime_ns > m2);
-	m2 = attr_of(f, d2).mtime_ns;
-	STEP(tx_remove_at(f, d2, "m3", true, t, &ino, &nlink), d2, m2);
-	STEP(tx_remove_at(f, d1, "m2", false, t, &ino, &nlink), d1, m1);
-	STEP(tx_remove_at(f, d1, "sub", false, t, &ino, &nlink), d1, m1);
-	/* An old now_ns (clock stepped back) still advances by 1 ns. */
-	STEP(tx_create_at(f, d1, "old", DBOX_KIND_FILE, 1000, &attr), d1, m1);
+	assert_int_equal(tx_create_at(f, d1, "sub", DBOX_KIND_DIR, AT, &attr), 0);
+	CHANGED(d1);
+	assert_int_equal(tx_link_at(f, m, d1, "m2", AT, NULL), 0);
+	CHANGED(d1);
+	assert_int_equal(attr_of(f, m).ctime_ns, t + k);
+	assert_int_equal(tx_link_at(f, m, d2, "m3", AT, NULL), 0);
+	CHANGED(d2);
+	assert_int_equal(tx_rename_at(f, d1, "m", d1, "mm", 0, AT, &rino,
+				      &rnlink), 0);
+	CHANGED(d1);
+	assert_int_equal(tx_rename_at(f, d1, "mm", d2, "mm", 0, AT, &rino,
+				      &rnlink), 0);
+	CHANGED(d1);
+	CHANGED(d2);
+	assert_int_equal(attr_of(f, m).ctime_ns, t + k);
+	assert_int_equal(tx_rename_at(f, d2, "mm", d1, "mback", 0, AT, &rino,
+				      &rnlink), 0);
+	CHANGED(d1);
+	CHANGED(d2);
+	assert_int_equal(tx_rename_at(f, d1, "sub", d2, "m3", RENAME_EXCHANGE,
+				      AT, &rino, &rnlink), 0);
+	CHANGED(d1);
+	CHANGED(d2);
+	assert_int_equal(tx_remove_at(f, d2, "m3", true, AT, &ino, &nlink), 0);
+	CHANGED(d2);
+	assert_int_equal(tx_remove_at(f, d1, "m2", false, AT, &ino, &nlink), 0);
+	CHANGED(d1);
+	assert_int_equal(tx_remove_at(f, d1, "sub", false, AT, &ino, &nlink), 0);
+	CHANGED(d1);
+	/* An earlier now_ns (the clock stepped back) is taken as it is. */
+	assert_int_equal(tx_create_at(f, d1, "old", DBOX_KIND_FILE, 1000, &attr), 0);
 	assert_int_equal(attr.mtime_ns, 1000);
-#undef STEP
+	assert_int_equal(attr_of(f, d1).mtime_ns, 1000);
+	assert_int_equal(attr_of(f, d1).ctime_ns, 1000);
+#undef AT
+#undef CHANGED
 	/* Lookups and failed operations do not touch it. */
 	assert_int_equal(tx_create_at(f, d1, "old", DBOX_KIND_FILE, t, &attr),
 			 -EEXIST);
 	ino_at(f, d1, "old");
-	assert_int_equal(attr_of(f, d1).mtime_ns, m1);
+	assert_int_equal(attr_of(f, d1).mtime_ns, 1000);
 }
 
 /* --- readdir ---------------------------------------------------------- */
@@ -2153,7 +2213,8 @@ int main(void)
 		T(test_rename_same_inode),
 		T(test_rename_noreplace),
 		T(test_rename_exchange),
-		T(test_dir_mtime_strict),
+		T(test_time_range),
+		T(test_dir_mtime_now),
 		T(test_readdir_order_resume),
 		T(test_readdir_cb_error),
 		T(test_readdir_rename_during),

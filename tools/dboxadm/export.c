@@ -68,15 +68,13 @@ struct page {
 	bool nomem;
 };
 
-static struct timespec ns_ts(int64_t ns)
+/* A dbox time (index.h) as a struct timespec. */
+static struct timespec ns_ts(int64_t t)
 {
-	struct timespec ts = { ns / 1000000000, ns % 1000000000 };
+	int64_t sec, nsec;
 
-	if (ts.tv_nsec < 0) {
-		ts.tv_nsec += 1000000000;
-		ts.tv_sec--;
-	}
-	return ts;
+	dbox_time_split(t, &sec, &nsec);
+	return (struct timespec){ .tv_sec = sec, .tv_nsec = nsec };
 }
 
 static void item_failed(struct export *ex, const char *what, int err)
@@ -233,7 +231,7 @@ static int64_t copy_message(struct export *ex, const struct dbox_msgloc *loc,
 static void export_message(struct export *ex, int dirfd, const char *name,
 			   const struct dbox_attr *attr)
 {
-	struct timespec times[2] = { ns_ts(attr->mtime_ns), ns_ts(attr->mtime_ns) };
+	struct timespec times[2] = { ns_ts(attr->atime_ns), ns_ts(attr->mtime_ns) };
 	struct dbox_msgloc loc;
 	int64_t size;
 	int out, ret;
@@ -365,7 +363,7 @@ static void export_dir(struct export *ex, int fd, uint64_t dir);
 static void export_subdir(struct export *ex, int dirfd, const char *name,
 			  const struct dbox_attr *attr)
 {
-	struct timespec times[2] = { ns_ts(attr->mtime_ns), ns_ts(attr->mtime_ns) };
+	struct timespec times[2] = { ns_ts(attr->atime_ns), ns_ts(attr->mtime_ns) };
 	int fd, ret;
 
 	if (mkdirat(dirfd, name, 0700) < 0 ||
@@ -588,7 +586,8 @@ static int export_main(int argc, char **argv)
 	export_dir(&ex, outfd, DBOX_ROOT_INO);
 
 	/* DIR becomes the root, as cp -a src/. DIR/ would make it. */
-	times[0] = times[1] = ns_ts(root.mtime_ns);
+	times[0] = ns_ts(root.atime_ns);
+	times[1] = ns_ts(root.mtime_ns);
 	if (set_attrs(&ex, outfd, &root, times) < 0) {
 		adm_error("%s: setting mode and times: %s", argv[1],
 			  strerror(errno));

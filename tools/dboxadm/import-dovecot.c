@@ -768,7 +768,8 @@ static int fetch_cb(struct imp *imp, char **f, size_t n)
 		}
 		if (ret == 0) {
 			attr.size = size;
-			attr.mtime_ns = received * 1000000000LL;
+			attr.mtime_ns = attr.atime_ns =
+				dbox_time_make(received, 0);
 			ret = dbox_index_setattr(imp->index, &attr);
 		}
 		if (ret == 0) {

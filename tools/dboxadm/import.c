@@ -53,7 +53,7 @@
 
 struct dir_time {
 	uint64_t ino;
-	int64_t mtime_ns;
+	int64_t mtime_ns, atime_ns;
 	bool set_owner_mode;  /* also mode, uid, gid (the root) */
 	uint32_t mode, uid, gid;
 };
@@ -92,9 +92,10 @@ static void on_signal(int sig)
 	interrupted = sig;
 }
 
+/* A struct timespec as a dbox time (index.h), clamped as ext4 does. */
 static int64_t ts_ns(const struct timespec *ts)
 {
-	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+	return dbox_time_make(ts->tv_sec, ts->tv_nsec);
 }
 
 /* One item failed: report, count, go on. */
@@ -331,7 +332,8 @@ static void import_message(struct import *imp, int fd, const struct stat *sb,
 	}
 	size = copy_to_save(imp, fd, save);
 	ret = size < 0 ? (int)size :
-		dbox_save_finish(save, sb->st_mtim.tv_sec, false, &loc);
+		dbox_save_finish(save, dbox_time_sec(ts_ns(&sb->st_mtim)),
+				 false, &loc);
 	if (ret < 0) {
 		item_failed(imp, size < 0 ? "" : "storing", -ret);
 		dbox_save_free(&save); /* unfinished: its bytes are cut off */
@@ -341,6 +343,7 @@ static void import_message(struct import *imp, int fd, const struct stat *sb,
 	dbox_save_free(&save);
 	attr.size = (uint64_t)size;
 	attr.mtime_ns = ts_ns(&sb->st_mtim);
+	attr.atime_ns = ts_ns(&sb->st_atim); /* as cp -a keeps it */
 	if ((ret = dbox_index_setattr(imp->index, &attr)) < 0) {
 		index_failed(imp, "setattr", -ret);
 		return;
@@ -428,6 +431,7 @@ static void import_file(struct import *imp, int fd, const struct stat *sb,
 	}
 	attr.size = (uint64_t)size;
 	attr.mtime_ns = ts_ns(&sb->st_mtim);
+	attr.atime_ns = ts_ns(&sb->st_atim); /* as cp -a keeps it */
 	if ((ret = dbox_index_setattr(imp->index, &attr)) < 0) {
 		index_failed(imp, "setattr", -ret);
 		return;
@@ -601,7 +605,8 @@ static void import_reg(struct import *imp, int dirfd, const char *name,
 static void import_dir(struct import *imp, int dirfd, uint64_t dir,
 		       const char *mailbox);
 
-static int add_dir_time(struct import *imp, uint64_t ino, int64_t mtime_ns)
+static int add_dir_time(struct import *imp, uint64_t ino, int64_t mtime_ns,
+			int64_t atime_ns)
 {
 	struct dir_time *dirs = adm_grow(imp->dirs, imp->ndirs,
 					 &imp->dirs_size, sizeof(*dirs));
@@ -612,6 +617,7 @@ static int add_dir_time(struct import *imp, uint64_t ino, int64_t mtime_ns)
 	memset(&imp->dirs[imp->ndirs], 0, sizeof(imp->dirs[0]));
 	imp->dirs[imp->ndirs].ino = ino;
 	imp->dirs[imp->ndirs].mtime_ns = mtime_ns;
+	imp->dirs[imp->ndirs].atime_ns = atime_ns;
 	imp->ndirs++;
 	return 0;
 }
@@ -646,7 +652,8 @@ static void import_subdir(struct import *imp, int dirfd, const char *name,
 			index_failed(imp, "mkdir", -ret);
 			return;
 		}
-		if (add_dir_time(imp, attr.ino, ts_ns(&sb->st_mtim)) < 0)
+		if (add_dir_time(imp, attr.ino, ts_ns(&sb->st_mtim),
+				 ts_ns(&sb->st_atim)) < 0)
 			adm_warning("%s: out of memory: its mtime is not "
 				    "restored", imp->path.buf);
 		imp->dirs_made++;
@@ -876,6 +883,7 @@ static int restore_dir_times(struct import *imp)
 		ret = dbox_index_getattr(imp->index, imp->dirs[i].ino, &attr);
 		if (ret == 0) {
 			attr.mtime_ns = attr.ctime_ns = imp->dirs[i].mtime_ns;
+			attr.atime_ns = imp->dirs[i].atime_ns;
 			if (imp->dirs[i].set_owner_mode) {
 				attr.mode = S_IFDIR | imp->dirs[i].mode;
 				attr.uid = imp->dirs[i].uid;
@@ -916,7 +924,8 @@ static int run_import(struct import *imp, int srcfd, const char *src)
 		return ret;
 	/* A root that holds nothing yet becomes the source's root. */
 	if (root_empty && fstat(srcfd, &sb) == 0) {
-		if (add_dir_time(imp, DBOX_ROOT_INO, ts_ns(&sb.st_mtim)) < 0)
+		if (add_dir_time(imp, DBOX_ROOT_INO, ts_ns(&sb.st_mtim),
+				 ts_ns(&sb.st_atim)) < 0)
 			return -ENOMEM;
 		imp->dirs[imp->ndirs - 1].set_owner_mode = true;
 		imp->dirs[imp->ndirs - 1].mode = sb.st_mode & 07777;

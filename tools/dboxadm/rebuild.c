@@ -742,7 +742,7 @@ static int restore(struct rebuild *rb, struct rrec *r)
 	if (ret < 0)
 		return ret;
 	attr.size = r->plain_size;
-	attr.mtime_ns = (int64_t)when * 1000000000;
+	attr.mtime_ns = attr.atime_ns = dbox_time_make(when, 0);
 	rrec_loc(r, &loc);
 	if ((ret = dbox_index_setattr(rb->index, &attr)) < 0 ||
 	    (ret = dbox_index_msg_set(rb->index, attr.ino, &loc)) < 0)
@@ -837,8 +837,10 @@ static int adopt_orphans(struct rebuild *rb)
 			attr.uid = sb.st_uid;
 			attr.gid = sb.st_gid;
 			attr.mtime_ns = attr.ctime_ns =
-				(int64_t)sb.st_mtim.tv_sec * 1000000000 +
-				sb.st_mtim.tv_nsec;
+				dbox_time_make(sb.st_mtim.tv_sec,
+					       sb.st_mtim.tv_nsec);
+			attr.atime_ns = dbox_time_make(sb.st_atim.tv_sec,
+						       sb.st_atim.tv_nsec);
 			ret = dbox_index_rebuild_inode(rb->index, &attr);
 		} else {
 			/* The number is a directory or message now: the file
