@@ -66,9 +66,8 @@ static int inode_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
 	    attr.kind != DBOX_KIND_FILE && attr.kind != DBOX_KIND_SYMLINK &&
 	    attr.kind != DBOX_KIND_SPECIAL)
 		return 0;
-	/* Read without the format 2 columns (a format 1 index has none):
-	   rdev comes from rdev_row, atime is the mtime. */
-	attr.atime_ns = attr.mtime_ns;
+	/* rdev comes from rdev_row (a format 1 index has no such column);
+	   atime is read as index_row_attr reads it (NULL: the mtime). */
 	attr.rdev = 0;
 	if ((v = grow(s->inodes, s->ninodes, &ctx->inodes_size,
 		      sizeof(*v))) == NULL)
@@ -415,9 +414,9 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 	if (ctx.s->opened &&
 	    ((ret = read_table(&ctx, "inode", has_atime ?
 			       "ino, kind, mode, uid, gid, nlink, size, mtime,"
-			       " ctime, coalesce(atime, mtime)" :
+			       " ctime, coalesce(atime, mtime), 0, 0" :
 			       "ino, kind, mode, uid, gid, nlink, size, mtime,"
-			       " ctime, mtime", inode_row)) < 0 ||
+			       " ctime, mtime, 0, 0", inode_row)) < 0 ||
 	     (ret = read_table(&ctx, "entry", "id, parent, ino, name",
 			       entry_row)) < 0 ||
 	     (ret = read_table(&ctx, "message", "ino, file_id, offset, state,"

@@ -121,7 +121,7 @@ def test_special_files_as_ext4(twin_trees, tmp_path):
     subprocess.run(["rsync", "-a", f"{plain}/w/", f"{m.mnt}/rs"], check=True)
     assert tree_view(m.mnt / "rs") == tree_view(plain / "w")
     out = tmp_path / "export"
-    r = subprocess.run([str(DBOXADM), "export", str(m.store), str(out)],
+    r = subprocess.run([str(DBOXADM), "export", "--same-owner", str(m.store), str(out)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert tree_view(out / "w") == view

@@ -117,7 +117,7 @@ def test_symlinks_as_ext4(twin_trees, tmp_path):
 
     # dboxadm export (of the mounted store) and import.
     out = tmp_path / "export"
-    r = subprocess.run([str(DBOXADM), "export", str(m.store), str(out)],
+    r = subprocess.run([str(DBOXADM), "export", "--same-owner", str(m.store), str(out)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert tree_view(out / "w") == view
