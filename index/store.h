@@ -112,6 +112,10 @@ struct dbox_save {
 			    stands (finished implies sealed) */
 	uint64_t seals;  /* times the record was written (dbox_save_seal
 			    callers compare it to see a reseal meanwhile) */
+	unsigned int users; /* the caller's: threads using the save outside
+			       the store lock (an fsync between its steps) */
+	bool detached;   /* the caller's: no longer its inode's save (a new
+			    copy took over); the last user frees it */
 };
 
 /* Start saving the message of inode ino (saved to folder mailbox, copied)
@@ -156,7 +160,9 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
    negative errno. */
 int dbox_save_seal(struct dbox_save *save, time_t received_sec);
 
-/* Mark the index row WRITING again (the first write after a finish). */
+/* Mark the index row WRITING again.  Recovery drops a WRITING message
+   with all its names, so this is only for a record nobody was told is
+   stored; fs/ never writes a finished record again (it makes a copy). */
 int dbox_save_reopen(struct dbox_save *save);
 
 /* Release the m.N.  A save that never finished is cut off the file (its

@@ -45,6 +45,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import DBOXADM, Mount
 
 CYCLES = int(os.environ.get("DBOXFS_CRASH_CYCLES", "30"))
@@ -467,5 +469,126 @@ def test_crash_while_rewriting_a_message(tmp_path):
         assert rc == 0, out
         m.mount()
         assert (md / "cur" / "b:2,S").read_bytes() == b"rewritten\n"
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
+
+
+# Rewrites of an acknowledged message, each a list of steps on one maildir
+# `md` holding cur/m:2,S (and its hard link .Other/cur/m:2,S).  A step is
+# ("open", slot, flags), ("write", slot, bytes), ("pwrite", slot, bytes,
+# offset), ("fsync", slot), ("close", slot), ("ftruncate", slot, size),
+# ("rsync", bytes) (a .m.XXXXXX temporary written, fsynced and renamed over
+# the message, as rsync does), or "ack": the state of the file after the
+# steps so far is what a close or fsync acknowledged.  The daemon is killed
+# after the last step, with the slots still open.
+REWRITES = {
+    "append_fsync_append": [
+        ("open", 0, os.O_WRONLY | os.O_APPEND), ("write", 0, b"line one\n"),
+        ("fsync", 0), "ack", ("write", 0, b"line two\n")],
+    "pwrite_fsync_ftruncate": [
+        ("open", 0, os.O_RDWR), ("pwrite", 0, b"PATCHED", 40), ("fsync", 0),
+        "ack", ("ftruncate", 0, 20)],
+    "append_close_append": [
+        ("open", 0, os.O_WRONLY | os.O_APPEND), ("write", 0, b"line one\n"),
+        ("close", 0), "ack", ("open", 0, os.O_WRONLY | os.O_APPEND),
+        ("write", 0, b"line two\n")],
+    "fsync_twice": [
+        ("open", 0, os.O_WRONLY | os.O_APPEND), ("write", 0, b"one\n"),
+        ("fsync", 0), ("write", 0, b"two\n"), ("fsync", 0), "ack",
+        ("write", 0, b"three\n"), ("ftruncate", 0, 3)],
+    "fsync_then_trunc_open": [
+        ("open", 0, os.O_WRONLY | os.O_APPEND), ("write", 0, b"kept\n"),
+        ("fsync", 0), "ack", ("open", 1, os.O_WRONLY | os.O_TRUNC),
+        ("write", 1, b"half a new")],
+    "two_writers_one_closes": [
+        ("open", 0, os.O_WRONLY | os.O_APPEND), ("open", 1, os.O_RDWR),
+        ("write", 0, b"first\n"), ("close", 1), "ack",
+        ("write", 0, b"second\n")],
+    "rsync_over_then_append": [
+        ("rsync", b"replaced by rsync\n"), "ack",
+        ("open", 0, os.O_WRONLY | os.O_APPEND), ("write", 0, b"more\n")],
+}
+
+
+def run_rewrite(md, steps, fds):
+    """Run steps on maildir md; returns the file's bytes at the last "ack"."""
+    target = md / "cur" / "m:2,S"
+    acked = None
+    for step in steps:
+        if step == "ack":
+            acked = target.read_bytes()
+            continue
+        op = step[0]
+        if op == "open":
+            fds[step[1]] = os.open(target, step[2])
+        elif op == "write":
+            os.write(fds[step[1]], step[2])
+        elif op == "pwrite":
+            os.pwrite(fds[step[1]], step[2], step[3])
+        elif op == "fsync":
+            os.fsync(fds[step[1]])
+        elif op == "close":
+            os.close(fds.pop(step[1]))
+        elif op == "ftruncate":
+            os.ftruncate(fds[step[1]], step[2])
+        elif op == "rsync":
+            tmp = md / "cur" / ".m:2,S.Xy12Ab"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, step[1])
+            os.fsync(fd)
+            os.close(fd)
+            os.rename(tmp, target)
+    return acked
+
+
+@pytest.mark.parametrize("case", sorted(REWRITES))
+def test_crash_keeps_acknowledged_rewrite(tmp_path, case):
+    """A message delivered long ago, opened again and rewritten (append,
+    pwrite, ftruncate, O_TRUNC, rsync's rename-over) when the daemon is
+    SIGKILLed with the file still open: after the remount the message is
+    there, under all its names, with exactly the bytes of its last
+    successful fsync or close - the bytes the same steps leave in a file on
+    the local filesystem at that point.  Nobody acknowledged what came
+    after, so that may be lost; what was acknowledged never."""
+    steps = REWRITES[case]
+    old = content("old.message")
+    # The reference: the same steps on a plain directory.
+    ref = tmp_path / "ref"
+    for sub in ("cur", "new", "tmp"):
+        (ref / sub).mkdir(parents=True)
+    (ref / "cur" / "m:2,S").write_bytes(old)
+    fds = {}
+    want = run_rewrite(ref, steps, fds)
+    for fd in fds.values():
+        os.close(fd)
+    assert want is not None and want != old
+
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        other = m.maildir(".Other")
+        (md / "tmp" / "m").write_bytes(old)
+        os.rename(md / "tmp" / "m", md / "cur" / "m:2,S")
+        os.link(md / "cur" / "m:2,S", other / "cur" / "m:2,S")
+        m.remount()  # delivered long ago: the record is old and committed
+        fds = {}
+        got = run_rewrite(md, steps, fds)
+        assert got == want
+        m.kill()
+        for fd in fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        m.mount()
+        assert (md / "cur" / "m:2,S").read_bytes() == want
+        if case == "rsync_over_then_append":  # a new inode took the name
+            assert (other / "cur" / "m:2,S").read_bytes() == old
+        else:
+            assert (other / "cur" / "m:2,S").read_bytes() == want
+            assert os.stat(md / "cur" / "m:2,S").st_nlink == 2
+        m.unmount()
+        rc, out = dboxadm_check(m.store)
+        assert rc == 0, out
     finally:
         m.kill() if m.proc is not None else m.unmount()
