@@ -112,6 +112,12 @@ static int message_begin_write(struct fs *fs, struct fs_inode *inode,
 				   mailbox != NULL ? mailbox : "INBOX",
 				   &inode->save)) < 0)
 		goto out;
+	/* The copy leaves no WRITING row: recovery must still know it
+	   for an unfinished write (and cut it), not a lost message. */
+	if ((ret = dbox_store_note_inflight(st, inode->save->mf)) < 0) {
+		dbox_save_free(&inode->save);
+		goto out;
+	}
 	/* Until the copy is finished, the index keeps the old record: a
 	   crash in between leaves the message as it was (recovery cuts the
 	   unfinished copy), instead of dropping it with all its names. */

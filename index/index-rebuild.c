@@ -27,7 +27,7 @@ struct salvage_ctx {
 	sqlite3 *db;
 	const char *path;
 	struct dbox_salvage *s;
-	size_t inodes_size, entries_size, msgs_size;
+	size_t inodes_size, entries_size, msgs_size, mfiles_size;
 };
 
 static bool valid_name(const void *name, size_t len)
@@ -116,6 +116,24 @@ static int msg_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
 	m->state = sqlite3_column_int(stmt, 3);
 	snprintf(m->guid, sizeof(m->guid), "%s",
 		 guid != NULL ? (const char *)guid : "");
+	m->body_size = (uint64_t)sqlite3_column_int64(stmt, 5);
+	m->record_size = (uint64_t)sqlite3_column_int64(stmt, 6);
+	m->vsize = (uint64_t)sqlite3_column_int64(stmt, 7);
+	return 0;
+}
+
+static int mfile_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
+{
+	struct dbox_salvage *s = ctx->s;
+	struct dbox_salvage_mfile *v;
+
+	if ((v = grow(s->mfiles, s->nmfiles, &ctx->mfiles_size,
+		      sizeof(*v))) == NULL)
+		return -ENOMEM;
+	s->mfiles = v;
+	v[s->nmfiles].file_id = (uint32_t)sqlite3_column_int64(stmt, 0);
+	v[s->nmfiles].size = (uint64_t)sqlite3_column_int64(stmt, 1);
+	s->nmfiles++;
 	return 0;
 }
 
@@ -277,7 +295,9 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 	     (ret = read_table(&ctx, "entry", "id, parent, ino, name",
 			       entry_row)) < 0 ||
 	     (ret = read_table(&ctx, "message", "ino, file_id, offset, state,"
-			       " guid", msg_row)) < 0))
+			       " guid, body_size, record_size, vsize",
+			       msg_row)) < 0 ||
+	     (ret = read_table(&ctx, "mfile", "file_id, size", mfile_row)) < 0))
 		goto out;
 	ctx.s->complete = ctx.s->opened && ctx.s->read_errors == 0 &&
 		quick_check_ok(ctx.db);
@@ -315,6 +335,7 @@ void dbox_index_salvage_free(struct dbox_salvage **salvage)
 	free(s->entries);
 	free(s->inodes);
 	free(s->msgs);
+	free(s->mfiles);
 	free(s);
 }
 

@@ -34,8 +34,16 @@ struct dbox_salvage_msg {
 	uint64_t ino;
 	uint32_t file_id;
 	uint64_t offset;
+	uint64_t body_size, record_size, vsize; /* bytes, as the index had them */
 	enum dbox_msg_state state;
 	char guid[33];        /* as struct dbox_msgloc has it */
+};
+
+/* One m.N the old index knew, and its committed end (bytes): a record
+   past it is one the old index never knew, not an expunged one. */
+struct dbox_salvage_mfile {
+	uint32_t file_id;
+	uint64_t size;
 };
 
 /* Everything salvaged; arrays sorted by ino (inodes, msgs) and by
@@ -50,6 +58,8 @@ struct dbox_salvage {
 	size_t nentries;
 	struct dbox_salvage_msg *msgs;
 	size_t nmsgs;
+	struct dbox_salvage_mfile *mfiles; /* sorted by file_id */
+	size_t nmfiles;
 	int64_t uidvalidity;   /* 0 when unreadable */
 	bool opened;           /* SQLite could open it as a database */
 	bool complete;

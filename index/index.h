@@ -206,6 +206,19 @@ int dbox_index_msg_get(struct dbox_index *index, uint64_t ino,
 int dbox_index_msg_set(struct dbox_index *index, uint64_t ino,
 		       const struct dbox_msgloc *loc);
 
+/* Does any message row have GUID guid (its first 32 characters, as
+   the index keeps them)?  Scans the table: for crash recovery and purge
+   of files the index does not know, not for the hot path.  Returns 1, 0
+   or -EIO. */
+int dbox_index_guid_known(struct dbox_index *index, const char *guid);
+
+/* The lowest record offset >= from in m.<file_id> of a message still
+   WRITING (a delivery in flight), for crash recovery before
+   dbox_index_recover drops those rows.  Returns 1 and *offset_r, 0 when
+   there is none, or -EIO. */
+int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
+			      uint64_t from, uint64_t *offset_r);
+
 /* Set only the state of ino's message row. */
 int dbox_index_msg_set_state(struct dbox_index *index, uint64_t ino,
 			     enum dbox_msg_state state);

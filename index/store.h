@@ -57,7 +57,41 @@ struct dbox_store {
 
 	int *read_fds;              /* read_fds[file_id]: O_RDONLY fd or -1 */
 	size_t read_fds_size;
+	unsigned long kept_records; /* whole records recovery kept past what
+				       the index knows (index older than
+				       storage/) */
 };
+
+/* STORE/lost+found/: copies of the bytes crash recovery cut off an m.N
+   (named m.N-<offset>), kept until removed by hand. */
+#define DBOX_STORE_LOST_FOUND "lost+found"
+
+/* The index meta keys of m.<file_id> for crash recovery: inflight = the
+   offset where the record last appended (or being appended) to it
+   starts; kept = the end of the whole records past the committed end
+   that recovery kept (an index older than storage/).  Returns 0. */
+int dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32]);
+
+/* Was m.<file_id> forgotten by a purge of this index (meta key
+   purged.m.N, set in the purge's switch)?  Then a copy of it left on
+   disk is garbage, not messages of a newer index.  set: record that in
+   the caller's transaction (returns 0 or a negative errno); else returns
+   1 or 0. */
+int dbox_store_purged_key(struct dbox_index *index, uint32_t file_id, bool set);
+
+/* Tell crash recovery that a record about to be appended to mf (at
+   mf->size) is in flight until committed (meta inflight.m.N): for a
+   writer that leaves no WRITING row there (a copy-on-write copy; purge's
+   copies, done by dbox_store_mfile_acquire).  In the caller's transaction
+   (or on its own), before the first byte.  Needs st->lock.  Returns 0 or
+   a negative errno. */
+int dbox_store_note_inflight(struct dbox_store *st, const struct dbox_mfile *mf);
+
+/* Does m.<file_id> (open as fd; an m.N the index does not know) hold a
+   whole record whose GUID no message of the index has - a message of an
+   index newer than this one, which recovery keeps and purge must not
+   remove?  Unreadable counts as yes.  Needs st->lock.  Returns 1 or 0. */
+int dbox_store_unknown_records(struct dbox_store *st, int fd, uint32_t file_id);
 
 /* Open the store at path: create it when missing and set->create (an
    existing non-empty directory that is not a store is refused with
@@ -184,7 +218,8 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 /* For purge (index/purge.h), needs st->lock:
    acquire: an m.N of the append pool with room (or a new one), now owned
    (busy) by the caller, who may append at mf->size and must keep mf->size
-   at the end of what it wrote; 0 or a negative errno.
+   at the end of what it wrote (marked in flight for crash recovery,
+   dbox_store_note_inflight); 0 or a negative errno.
    release: give it back (a full one leaves the pool).
    seal: take m.<file_id> out of the append pool, so nothing is appended
    to it any more; 0 (also when it was not in the pool), -EBUSY when a
