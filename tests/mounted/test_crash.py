@@ -27,6 +27,14 @@ before their next step: "A" (about to do the final step) before a rename
 or link, "D" (done) once it returned 0.  The log is therefore never behind
 the filesystem: whatever is on the mount, the log explains.
 
+An editor reopens messages it delivered in earlier cycles (acknowledged
+long ago) and rewrites them as a mail editor would: append a line
+(O_APPEND write, or pwrite at the end), fsync, then more writes nobody
+acknowledges (junk, ftruncate(fd, 20), the version written again), and
+close or keep the file open.  After the kill each such message must have
+exactly the bytes of its last successful fsync or close (or of the one
+in flight at the kill).
+
 A purger runs `dboxadm purge STORE` in a loop: the mount moves the live
 messages of m.N files with dead bytes (the rewriter's old copies) to new
 files and deletes the old ones, so kills also fall inside a purge.
@@ -241,6 +249,72 @@ def actor_rewrite(ctx):
             # renamed by the flag actor meanwhile
 
 
+EDIT = ".Edit"
+
+
+def edit_version(name, v):
+    """The bytes of editor message `name` at version v: its content() and v
+    appended lines."""
+    return content(name) + b"".join(f"edit {i} of {name}\n".encode()
+                                    for i in range(1, v + 1))
+
+
+def actor_edit(ctx):
+    """The editor (see the module docstring).  Logs "P name" before the
+    rename that delivers version 0 and "C name" after it; "A name v" before
+    the fsync or close that acknowledges version v and "K name v" once it
+    returned."""
+    rng = random.Random(ctx["seed"])
+    folder, log = Path(ctx["mnt"]) / EDIT, ctx["out"]
+    versions = dict(ctx["edit"])  # name -> acknowledged version
+    for i in range(2):  # new ones, edited from the next cycle on
+        name = f"e{ctx['cycle']}.{i}"
+        data = edit_version(name, 0)
+        fd = os.open(folder / "tmp" / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            write_all(fd, data, rng)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        log.write("P", name)
+        os.rename(folder / "tmp" / name, folder / "cur" / name)
+        log.write("C", name)
+    if not versions:
+        while True:
+            time.sleep(0.05)
+            os.stat(folder)
+    fd, open_name = None, None
+    while True:
+        name = rng.choice(sorted(versions))
+        if name != open_name:
+            if fd is not None:
+                os.close(fd)  # the same bytes as acknowledged
+            mode = rng.choice((os.O_WRONLY | os.O_APPEND, os.O_RDWR))
+            fd, open_name = os.open(folder / "cur" / name, mode), name
+        v = versions[name] + 1
+        line = edit_version(name, v)[len(edit_version(name, v - 1)):]
+        if mode & os.O_APPEND:
+            os.write(fd, line)
+        else:
+            os.pwrite(fd, line, len(edit_version(name, v - 1)))
+        log.write("A", name, v)
+        os.fsync(fd)
+        log.write("K", name, v)
+        versions[name] = v
+        # Writes nobody acknowledges: junk, a truncate, then the
+        # acknowledged bytes again.
+        os.write(fd, b"junk " * rng.randrange(1, 200))
+        if rng.random() < 0.5:
+            os.ftruncate(fd, 20)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, edit_version(name, v), 0)
+        if rng.random() < 0.3:
+            log.write("A", name, v)
+            os.close(fd)
+            log.write("K", name, v)
+            fd, open_name = None, None
+
+
 def actor_purge(ctx):
     """The administrator's purge, asked of the mount again and again."""
     mnt, log = Path(ctx["mnt"]), ctx["out"]
@@ -260,6 +334,7 @@ ACTORS = (
     ("flags", actor_flags, 1),
     ("read", actor_read, 1),
     ("rewrite", actor_rewrite, 1),
+    ("edit", actor_edit, 1),
     ("purge", actor_purge, 1),
 )
 
@@ -273,6 +348,8 @@ class Ledger:
         self.tried = set()   # bases whose final step was started
         self.names = {}      # base -> set of names it may have now
         self.tmp = set()     # bases seen complete in tmp/ (never renamed)
+        self.edit = {}       # editor message -> acknowledged version
+        self.edit_pending = {}  # editor message -> version in flight
         self.errors = []
 
     def read(self, path):
@@ -281,6 +358,17 @@ class Ledger:
             f = line.split("\t")
             if f[0] == "X":
                 self.errors.append(f"{path.name}: {f[1]}")
+            elif actor == "edit":
+                if f[0] == "P":
+                    self.edit_pending[f[1]] = 0
+                elif f[0] == "C":
+                    self.edit[f[1]] = 0
+                    self.edit_pending.pop(f[1], None)
+                elif f[0] == "A":
+                    self.edit_pending[f[1]] = int(f[2])
+                elif f[0] == "K":
+                    self.edit[f[1]] = int(f[2])
+                    self.edit_pending.pop(f[1], None)
             elif actor == "deliver":
                 base, folder, name = f[1], f[2], f[3]
                 self.where[base] = folder
@@ -360,6 +448,36 @@ def verify(mnt, ledger, cycle, read_all):
     return present, problems
 
 
+def verify_edit(mnt, ledger):
+    """Each editor message has the bytes of its last acknowledged version,
+    or of the version in flight at the kill; settles the ledger to it."""
+    problems = []
+    names = set(os.listdir(mnt / EDIT / "cur"))
+    for name in sorted(set(ledger.edit) | set(ledger.edit_pending) | names):
+        allowed = []
+        if name in ledger.edit:
+            allowed.append(ledger.edit[name])
+        if name in ledger.edit_pending:
+            allowed.append(ledger.edit_pending[name])
+        if name not in names:
+            if name in ledger.edit:
+                problems.append(f"{EDIT}/cur/{name} acknowledged (version "
+                                f"{ledger.edit[name]}) but gone")
+            continue
+        if not allowed:
+            problems.append(f"{EDIT}/cur/{name} was never delivered")
+            continue
+        data = (mnt / EDIT / "cur" / name).read_bytes()
+        got = [v for v in allowed if edit_version(name, v) == data]
+        if not got:
+            problems.append(f"{EDIT}/cur/{name}: {len(data)} bytes, none of "
+                            f"versions {allowed} ({[len(edit_version(name, v)) for v in allowed]} bytes)")
+            continue
+        ledger.edit[name] = got[0]
+    ledger.edit_pending = {}
+    return problems
+
+
 def dboxadm_check(store):
     r = subprocess.run([str(DBOXADM), "check", str(store)], capture_output=True,
                        timeout=300)
@@ -377,7 +495,7 @@ def test_crash_cycles(tmp_path):
     passed = 0
     try:
         m.mount()
-        for folder in FOLDERS[1:]:
+        for folder in FOLDERS[1:] + (EDIT,):
             m.maildir(folder)
             (m.mnt / folder / "maildirfolder").write_bytes(b"")
         for cycle in range(1, CYCLES + 1):
@@ -386,7 +504,8 @@ def test_crash_cycles(tmp_path):
                 for k in range(count):
                     path = logs / f"c{cycle}-{name}-{k}.log"
                     ctx = {"mnt": str(m.mnt), "store": str(m.store), "cycle": cycle,
-                           "k": k, "log": str(path), "seed": rng.randrange(1 << 30)}
+                           "k": k, "log": str(path), "seed": rng.randrange(1 << 30),
+                           "edit": dict(ledger.edit)}
                     p = ctxs.Process(target=run_actor, args=(func, ctx))
                     p.start()
                     procs.append(p)
@@ -408,6 +527,7 @@ def test_crash_cycles(tmp_path):
             m.mount()  # recovery
             present, problems = verify(m.mnt, ledger, cycle,
                                        read_all=cycle == CYCLES or cycle % 10 == 0)
+            problems += verify_edit(m.mnt, ledger)
             assert problems == [], (f"cycle {cycle} (seed {SEED}): "
                                     f"{len(problems)} problems", problems[:20])
             ledger.settle(present)
@@ -425,7 +545,9 @@ def test_crash_cycles(tmp_path):
     finally:
         m.kill() if m.proc is not None else m.unmount()
         print(f"crash harness: {passed} of {CYCLES} kill cycles passed, "
-              f"{len(ledger.done)} deliveries checked, seed {SEED}")
+              f"{len(ledger.done)} deliveries checked, "
+              f"{sum(ledger.edit.values())} acknowledged rewrites of "
+              f"{len(ledger.edit)} edited messages checked, seed {SEED}")
 
 
 def test_crash_while_rewriting_a_message(tmp_path):
