@@ -114,7 +114,7 @@ static int message_begin_write(struct fs *fs, struct fs_inode *inode,
 		goto out;
 	/* The copy leaves no WRITING row: recovery must still know it
 	   for an unfinished write (and cut it), not a lost message. */
-	if ((ret = dbox_store_note_inflight(st, inode->save->mf)) < 0) {
+	if ((ret = dbox_save_note_inflight(inode->save)) < 0) {
 		dbox_save_free(&inode->save);
 		goto out;
 	}

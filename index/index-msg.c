@@ -201,23 +201,6 @@ fail_free:
 	return ret;
 }
 
-int dbox_index_guid_known(struct dbox_index *index, const char *guid)
-{
-	sqlite3_stmt *stmt;
-	int rc;
-
-	if (sqlite3_prepare_v2(index->db, "SELECT 1 FROM message WHERE guid ="
-			       " substr(?1, 1, 32) LIMIT 1", -1, &stmt,
-			       NULL) != SQLITE_OK)
-		return index_sql_error(index, "guid");
-	sqlite3_bind_text(stmt, 1, guid, -1, SQLITE_STATIC);
-	rc = sqlite3_step(stmt);
-	sqlite3_finalize(stmt);
-	if (rc == SQLITE_ROW)
-		return 1;
-	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "guid");
-}
-
 int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
 			      uint64_t from, uint64_t *offset_r)
 {
@@ -240,4 +223,19 @@ int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
 	}
 	sqlite3_finalize(stmt);
 	return ret;
+}
+
+int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix)
+{
+	sqlite3_stmt *stmt;
+	int rc;
+
+	if (sqlite3_prepare_v2(index->db, "DELETE FROM meta WHERE"
+			       " substr(key, 1, length(?1)) = ?1", -1, &stmt,
+			       NULL) != SQLITE_OK)
+		return index_sql_error(index, "meta");
+	sqlite3_bind_text(stmt, 1, prefix, -1, SQLITE_STATIC);
+	rc = sqlite3_step(stmt);
+	sqlite3_finalize(stmt);
+	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "meta");
 }

@@ -206,11 +206,8 @@ int dbox_index_msg_get(struct dbox_index *index, uint64_t ino,
 int dbox_index_msg_set(struct dbox_index *index, uint64_t ino,
 		       const struct dbox_msgloc *loc);
 
-/* Does any message row have GUID guid (its first 32 characters, as
-   the index keeps them)?  Scans the table: for crash recovery and purge
-   of files the index does not know, not for the hot path.  Returns 1, 0
-   or -EIO. */
-int dbox_index_guid_known(struct dbox_index *index, const char *guid);
+/* Delete every meta key that starts with prefix.  Returns 0 or -EIO. */
+int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix);
 
 /* The lowest record offset >= from in m.<file_id> of a message still
    WRITING (a delivery in flight), for crash recovery before

@@ -113,16 +113,24 @@ static void dests_release(struct purge *p, bool keep)
 	for (size_t i = 0; i < p->ndests; i++) {
 		struct dest *d = &p->dests[i];
 
+		bool cut = true;
+
 		if (!keep && d->mf->size != d->start_size) {
-			if (ftruncate(d->mf->fd, d->start_size) < 0)
+			if (ftruncate(d->mf->fd, d->start_size) < 0) {
 				dbox_error("%s/storage/m.%u: cutting purge copies "
 					   "at %llu: %s (recovery cuts them at "
 					   "the next open)", p->st->path,
 					   d->mf->file_id,
 					   (unsigned long long)d->start_size,
 					   strerror(errno));
+				cut = false;
+			}
 			d->mf->size = d->start_size;
 		}
+		/* Copies switched or given back: none in flight (a failed
+		   cut leaves them to recovery, which needs to know). */
+		if (!keep && cut)
+			dbox_store_clear_inflight(p->st, d->mf->file_id);
 		dbox_store_mfile_release(p->st, d->mf);
 	}
 	p->ndests = 0;
@@ -245,9 +253,11 @@ static int switch_file(struct purge *p, uint32_t file_id,
 			   (unsigned long long)left);
 		ret = -EAGAIN;
 	}
-	for (size_t i = 0; ret == 0 && i < p->ndests; i++)
+	for (size_t i = 0; ret == 0 && i < p->ndests; i++) {
 		ret = dbox_index_mfile_set(index, p->dests[i].mf->file_id,
 					   p->dests[i].mf->size);
+		dbox_store_clear_inflight(p->st, p->dests[i].mf->file_id);
+	}
 	if (ret == 0)
 		ret = dbox_index_mfile_delete(index, file_id);
 	if (ret == 0)

@@ -258,22 +258,6 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 	return 0;
 }
 
-struct unknown_guids {
-	struct dbox_index *index;
-	unsigned long unknown;
-};
-
-/* Count a record whose GUID no message of the index has. */
-static int count_unknown_cb(void *ctx, uint64_t offset, uint64_t body_size,
-			    const struct dbox_metadata *md, uint64_t record_size)
-{
-	struct unknown_guids *u = ctx;
-
-	if (dbox_index_guid_known(u->index, md->guid) == 0)
-		u->unknown++;
-	return 0;
-}
-
 int dbox_store_purged_key(struct dbox_index *index, uint32_t file_id, bool set)
 {
 	char key[32];
@@ -287,18 +271,17 @@ int dbox_store_purged_key(struct dbox_index *index, uint32_t file_id, bool set)
 
 int dbox_store_unknown_records(struct dbox_store *st, int fd, uint32_t file_id)
 {
-	struct unknown_guids u = { .index = st->index };
 	size_t header_len;
 	uint64_t end;
+	struct stat sb;
 
-	if (dbox_store_purged_key(st->index, file_id, false) == 1)
+	if (dbox_store_purged_key(st->index, file_id, false) == 1 ||
+	    (fstat(fd, &sb) == 0 && sb.st_size == 0))
 		return 0;
 	if (dbox_file_read_header(fd, &header_len) < 0)
 		return 1;
-	if (dbox_file_tail_records(fd, file_id, header_len, UINT64_MAX, &end,
-				   count_unknown_cb, &u) < 0)
-		return 1;
-	return u.unknown > 0;
+	return dbox_file_tail_records(fd, file_id, header_len, UINT64_MAX, &end,
+				      NULL, NULL) != 0;
 }
 
 /* Recovery of the m.N files the index does not know: their creation was
@@ -333,16 +316,18 @@ static void recover_unknown_mfiles(struct dbox_store *st)
 			/* Whole records: messages of an index newer than this
 			   one (a save commits its file first, so a file whose
 			   creation never committed holds none). */
-			struct unknown_guids u = { .index = st->index };
 			uint64_t keep_end;
 			long whole = dbox_file_tail_records(fd, id, header_len,
 							    UINT64_MAX, &keep_end,
-							    count_unknown_cb, &u);
+							    NULL, NULL);
 
-			/* All copies of messages the index has (a crash
-			   between a purge's switch and its unlink): garbage. */
-			if (u.unknown == 0 ||
-			    dbox_store_purged_key(st->index, id, false) == 1)
+			/* A file this index purged (a crash between the
+			   switch and the unlink) holds copies: garbage.  Any
+			   other may hold the only copy of a message the index
+			   lost (purge copies of an index older than storage/
+			   carry GUIDs the index has, at locations that are
+			   gone), so its whole records are kept. */
+			if (dbox_store_purged_key(st->index, id, false) == 1)
 				whole = 0;
 			if (whole > 0) {
 				dbox_info("%s/storage/%s: unknown to the index; its "
@@ -569,6 +554,7 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 		goto fail;
 	}
 	if ((ret = recover(st, &writing)) < 0 ||
+	    (ret = dbox_index_meta_delete_prefix(st->index, "inflight.")) < 0 ||
 	    (ret = dbox_index_mfile_max(st->index, &max_index)) < 0)
 		goto fail;
 	st->next_file_id = max_file_on_disk(st->storage_fd);
@@ -602,6 +588,9 @@ void dbox_store_close(struct dbox_store **stp)
 		if (st->read_fds[i] >= 0)
 			close(st->read_fds[i]);
 	free(st->read_fds);
+	/* Nothing is in flight any more (recovery reads none of these). */
+	if (st->index != NULL)
+		(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
 	dbox_index_close(&st->index);
 	if (st->storage_fd >= 0)
 		close(st->storage_fd);
@@ -849,6 +838,10 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 	    (ret = dbox_index_mfile_set(st->index, save->mf->file_id,
 					save->ap.offset + save->ap.record_size)) < 0)
 		return ret;
+	if (save->inflight) {
+		dbox_store_clear_inflight(st, save->mf->file_id);
+		save->inflight = false;
+	}
 	save->mf->size = save->ap.offset + save->ap.record_size;
 	save->finished = true;
 	return 0;
@@ -872,6 +865,9 @@ void dbox_save_free(struct dbox_save **savep)
 			/* Never committed: give the bytes back. */
 			dbox_append_abort(&save->ap);
 			save->mf->size = save->ap.offset;
+			if (save->inflight)
+				dbox_store_clear_inflight(save->st,
+							  save->mf->file_id);
 		}
 		mfile_release(save->st, save->mf);
 	}
@@ -968,6 +964,25 @@ int dbox_store_note_inflight(struct dbox_store *st, const struct dbox_mfile *mf)
 
 	dbox_store_tail_keys(mf->file_id, inflight_key, kept_key);
 	return dbox_index_set_meta(st->index, inflight_key, (int64_t)mf->size);
+}
+
+void dbox_store_clear_inflight(struct dbox_store *st, uint32_t file_id)
+{
+	char inflight_key[32], kept_key[32];
+	int64_t v;
+
+	dbox_store_tail_keys(file_id, inflight_key, kept_key);
+	if (dbox_index_meta_get(st->index, inflight_key, &v) == 0 && v != -1)
+		(void)dbox_index_set_meta(st->index, inflight_key, -1);
+}
+
+int dbox_save_note_inflight(struct dbox_save *save)
+{
+	int ret = dbox_store_note_inflight(save->st, save->mf);
+
+	if (ret == 0)
+		save->inflight = true;
+	return ret;
 }
 
 int dbox_store_mfile_acquire(struct dbox_store *st, struct dbox_mfile **mf_r)

@@ -87,9 +87,20 @@ int dbox_store_purged_key(struct dbox_index *index, uint32_t file_id, bool set);
    a negative errno. */
 int dbox_store_note_inflight(struct dbox_store *st, const struct dbox_mfile *mf);
 
-/* Does m.<file_id> (open as fd; an m.N the index does not know) hold a
-   whole record whose GUID no message of the index has - a message of an
-   index newer than this one, which recovery keeps and purge must not
+/* dbox_store_note_inflight for a save's record, forgotten again when the
+   save finishes or is freed unfinished (a stale inflight.m.N equal to the
+   committed end would make recovery with an older copy of the index cut
+   records appended later).  Returns 0 or a negative errno. */
+struct dbox_save;
+int dbox_save_note_inflight(struct dbox_save *save);
+
+/* Forget inflight.m.<file_id> (the writer committed or gave its bytes
+   back).  Needs st->lock. */
+void dbox_store_clear_inflight(struct dbox_store *st, uint32_t file_id);
+
+/* Does m.<file_id> (open as fd; an m.N the index does not know and did
+   not purge) hold a whole record - possibly the only copy of a message of
+   an index newer than this one, which recovery keeps and purge must not
    remove?  Unreadable counts as yes.  Needs st->lock.  Returns 1 or 0. */
 int dbox_store_unknown_records(struct dbox_store *st, int fd, uint32_t file_id);
 
@@ -146,6 +157,7 @@ struct dbox_save {
 			    stands (finished implies sealed) */
 	uint64_t seals;  /* times the record was written (dbox_save_seal
 			    callers compare it to see a reseal meanwhile) */
+	bool inflight;   /* inflight.m.N names this record (a copy) */
 	unsigned int users; /* the caller's: threads using the save outside
 			       the store lock (an fsync between its steps) */
 	bool detached;   /* the caller's: no longer its inode's save (a new

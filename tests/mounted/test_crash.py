@@ -42,13 +42,26 @@ files and deletes the old ones, so kills also fall inside a purge.
 Every actor is one function `actor_NAME(ctx)` listed in ACTORS, run in a
 process of its own until the mount goes away.
 
+Every tenth cycle (the 4th, 14th, ...) is an old-index cycle: a copy of
+index.sqlite is taken (unmounted) before the actors start, and after the
+kill it is put back without its WAL, as a restored backup or a lost WAL
+would leave the store.  `dboxadm check` must then report the records the
+index does not know, the mount must cut none of them, and `dboxadm
+rebuild` must bring every delivery back into its folder (by content: the
+ones the old index did not know come back under new names; superseded
+copies of rewritten messages may come back too).  The harness then puts
+the names back as the ledger has them, as an administrator would, and
+goes on.
+
 DBOXFS_CRASH_CYCLES sets the number of kill cycles (default 30, about a
 minute); DBOXFS_CRASH_SEED the random seed (default: a new one, printed).
 """
 import errno
 import multiprocessing
+import re
 import os
 import random
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -478,6 +491,107 @@ def verify_edit(mnt, ledger):
     return problems
 
 
+def subject_of(data):
+    """The base a message's bytes were made for (its Subject: line)."""
+    for line in data.split(b"\n", 3)[:3]:
+        if line.startswith(b"Subject: "):
+            return line[9:].decode(errors="replace")
+    return None
+
+
+def verify_restored(mnt, ledger, cycle):
+    """After an old-index cycle and a rebuild: every delivery whose final
+    step returned is there, byte for byte, in its folder, whatever its name
+    now; every editor message with its last acknowledged version (or the
+    one in flight).  Then the names are put back as the ledger has them
+    (duplicates - superseded copies the old index could not know were dead
+    - removed), and the ledger settled.  Returns the problems."""
+    problems, found = [], {}
+    for folder in FOLDERS + (EDIT,):
+        key = folder or "INBOX"
+        for sub in ("new", "cur", "tmp"):
+            for n in os.listdir(mnt / folder / sub):
+                data = (mnt / folder / sub / n).read_bytes()
+                base = subject_of(data)
+                found.setdefault((key, base), []).append((f"{sub}/{n}", data))
+    for (key, base), copies in sorted(found.items(), key=str):
+        folder = path(key)
+        if key == EDIT:
+            allowed = [v for v in (ledger.edit.get(base), ledger.edit_pending.get(base))
+                       if v is not None]
+            never = not allowed  # left in tmp/ by a kill before its rename
+            good = [(n, v) for v in (allowed or [0] if never else allowed)
+                    for n, d in copies if d == edit_version(base, v)]
+            if not good:
+                problems.append(f"{EDIT}: {base} has none of versions {allowed}")
+                continue
+            keep, v = max(good, key=lambda x: x[1])
+            if never:  # its rename never started: back to tmp/
+                final = f"tmp/{base}"
+            else:
+                ledger.edit[base] = v
+                final = f"cur/{base}"
+        else:
+            if base is None or (base not in ledger.tried and base not in ledger.tmp
+                                and not base.startswith(f"{cycle}.")):
+                problems.append(f"{key}: {[n for n, _ in copies]} never delivered ({base})")
+                continue
+            if base in ledger.where and key != ledger.where[base]:
+                problems.append(f"{base} in {key!r}, delivered to {ledger.where[base]!r}")
+                continue
+            good = [n for n, d in copies if d == content(base)]
+            if not good:
+                problems.append(f"{key}/{copies[0][0]}: bytes differ")
+                continue
+            names = sorted(ledger.names.get(base, ()))
+            keep = next((n for n in good if n in names), good[0])
+            # Never renamed (its final step never started): back to tmp/.
+            final = (keep if keep.startswith("tmp/") else names[-1] if names
+                     else f"tmp/{base}")
+            if final.startswith("tmp/"):
+                ledger.tmp.add(base)
+            else:
+                ledger.names[base] = {final}
+                ledger.done.add(base)
+        for n, _ in copies:
+            if n != keep:
+                os.unlink(mnt / folder / n)
+        if keep != final:
+            os.rename(mnt / folder / keep, mnt / folder / final)
+    for base in ledger.done:
+        if (ledger.where[base], base) not in found:
+            problems.append(f"{base} delivered but gone after the rebuild ({ledger.names.get(base)})")
+    for name in ledger.edit:
+        if (EDIT, name) not in found:
+            problems.append(f"{EDIT}/{name} acknowledged but gone after the rebuild")
+    ledger.edit_pending = {}
+    return problems
+
+
+def old_index_recovery(m, backup, cycle, delivered):
+    """Put the old index back (without WAL), check, mount, rebuild."""
+    for suffix in ("-wal", "-shm"):
+        if (m.store / ("index.sqlite" + suffix)).exists():
+            os.unlink(m.store / ("index.sqlite" + suffix))
+    shutil.copy(backup, m.store / "index.sqlite")
+    rc, out = dboxadm_check(m.store)
+    if delivered:
+        assert rc != 0 and "unknown to the index" in out, \
+            f"cycle {cycle}: check of the old index: {out[-3000:]}"
+    # Recovery with the old index: it must cut no whole record (the
+    # rebuild after it finds every delivery, verify_restored).
+    m.mount()
+    if delivered:
+        assert "kept" in m.log_text(), m.log_text()[-2000:]
+    m.unmount()
+    r = subprocess.run([str(DBOXADM), "rebuild", str(m.store)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if delivered:
+        assert "recovered" in r.stdout, r.stdout
+    return r.stdout
+
+
 def dboxadm_check(store):
     r = subprocess.run([str(DBOXADM), "check", str(store)], capture_output=True,
                        timeout=300)
@@ -492,13 +606,20 @@ def test_crash_cycles(tmp_path):
     m = Mount(tmp_path / "store", tmp_path / "mnt", ["-o", "rotate_size=262144"])
     ctxs = multiprocessing.get_context("fork")
     ledger = Ledger()
-    passed = 0
+    passed = restores = recovered = 0
     try:
         m.mount()
         for folder in FOLDERS[1:] + (EDIT,):
             m.maildir(folder)
             (m.mnt / folder / "maildirfolder").write_bytes(b"")
         for cycle in range(1, CYCLES + 1):
+            old_index = cycle % 10 == 4
+            if old_index:
+                m.unmount()
+                backup = tmp_path / "index.backup"
+                shutil.copy(m.store / "index.sqlite", backup)
+                m.mount()
+                done_before = len(ledger.done)
             procs, paths = [], []
             for name, func, count in ACTORS:
                 for k in range(count):
@@ -519,6 +640,22 @@ def test_crash_cycles(tmp_path):
                 if path.exists():
                     ledger.read(path)
             assert ledger.errors == [], ledger.errors[:10]
+            if old_index:
+                out = old_index_recovery(m, backup, cycle,
+                                         len(ledger.done) > done_before)
+                restores += 1
+                recovered += sum(int(w) for w in
+                                 re.findall(r"recovered (\d+) messages", out))
+                m.mount()
+                problems = verify_restored(m.mnt, ledger, cycle)
+                assert problems == [], (f"cycle {cycle} (seed {SEED}): old index: "
+                                        f"{len(problems)} problems", problems[:20])
+                m.unmount()
+                rc, out = dboxadm_check(m.store)
+                assert rc == 0, f"cycle {cycle}: check after the rebuild: {out[-4000:]}"
+                m.mount()
+                passed += 1
+                continue
             # What a crash leaves is consistent: only what recovery will
             # clean up (notes), no problem.
             rc, out = dboxadm_check(m.store)
@@ -547,7 +684,9 @@ def test_crash_cycles(tmp_path):
         print(f"crash harness: {passed} of {CYCLES} kill cycles passed, "
               f"{len(ledger.done)} deliveries checked, "
               f"{sum(ledger.edit.values())} acknowledged rewrites of "
-              f"{len(ledger.edit)} edited messages checked, seed {SEED}")
+              f"{len(ledger.edit)} edited messages checked, "
+              f"{restores} old-index cycles ({recovered} messages recovered by "
+              f"rebuild), seed {SEED}")
 
 
 def test_crash_while_rewriting_a_message(tmp_path):

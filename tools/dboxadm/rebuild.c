@@ -254,6 +254,15 @@ static int scan_storage(struct rebuild *rb)
 				close(fd);
 			continue;
 		}
+		if (sb.st_size == 0) {
+			/* Created by a save that a crash cut before its
+			   header line: no record, and no m.N of the index
+			   (check calls it a note, purge removes it). */
+			adm_warning("storage/%s: empty; left out of the index",
+				    name);
+			close(fd);
+			continue;
+		}
 		rb->scan_fd = fd;
 		rb->scan_id = ids[i];
 		ret = dbox_file_scan(fd, ids[i], UINT64_MAX, scan_cb,
