@@ -853,3 +853,54 @@ def test_crash_keeps_acknowledged_rewrite(tmp_path, case):
         assert rc == 0, out
     finally:
         m.kill() if m.proc is not None else m.unmount()
+
+
+def test_fsync_racing_rewrites(tmp_path):
+    """fsync in a loop on one descriptor of a committed message while
+    another appends, each append followed by the close of a dup (a flush
+    that commits the version, so the next append makes a new copy while
+    the fsync may still hold the old one): no error, and the bytes end as
+    the same steps leave them in a local directory."""
+    import threading
+
+    def run(md):
+        target = md / "cur" / "m:2,S"
+        target.write_bytes(content("racing"))
+        fd_w = os.open(target, os.O_WRONLY | os.O_APPEND)
+        fd_s = os.open(target, os.O_RDWR)
+        stop, errors = threading.Event(), []
+
+        def syncer():
+            while not stop.is_set():
+                try:
+                    os.fsync(fd_s)
+                except OSError as e:
+                    errors.append(e)
+                    return
+
+        t = threading.Thread(target=syncer)
+        t.start()
+        try:
+            for i in range(300):
+                os.write(fd_w, f"line {i}\n".encode())
+                os.close(os.dup(fd_w))
+        finally:
+            stop.set()
+            t.join()
+        os.close(fd_w)
+        os.close(fd_s)
+        assert errors == []
+        return target.read_bytes()
+
+    ref = tmp_path / "ref"
+    for sub in ("cur", "new", "tmp"):
+        (ref / sub).mkdir(parents=True)
+    want = run(ref)
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        assert run(md) == want
+        m.remount()
+        assert (md / "cur" / "m:2,S").read_bytes() == want
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
