@@ -121,11 +121,10 @@ static uint32_t max_file_on_disk(int storage_fd)
 	return max;
 }
 
-int dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32])
+void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32])
 {
 	snprintf(inflight, 32, "inflight.m.%u", file_id);
 	snprintf(kept, 32, "kept.m.%u", file_id);
-	return 0;
 }
 
 /* Copy bytes [from, end) of storage/name (open as fd) to
@@ -179,9 +178,10 @@ static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
    flight starts where its m.N ended when it took the file: a delivery's
    WRITING row says where, as inflight.m.N does for a copy-on-write copy
    or a purge's copies (committed before their first byte is written).
-   That record and what follows nobody was told is stored, and is cut.  Whole records before it are no unfinished write but messages an
-   older index does not know (a restored backup, a lost WAL): they are
-   never cut; kept.m.N remembers them, the file takes no new records, and
+   That record and what follows nobody was told is stored, and is cut.
+   Whole records before it are no unfinished write but messages an older
+   index does not know (a restored backup, a lost WAL): they are never
+   cut; kept.m.N remembers them, the file takes no new records, and
    'dboxadm rebuild' brings them back into their folders.  Other bytes (a
    torn record) are cut after a copy is kept in lost+found/. */
 static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
@@ -284,10 +284,15 @@ int dbox_store_unknown_records(struct dbox_store *st, int fd, uint32_t file_id)
 				      NULL, NULL) != 0;
 }
 
-/* Recovery of the m.N files the index does not know: their creation was
-   in a transaction that never committed (e.g. an import batch), so no
-   record in them is committed.  Cut them to their header line; they keep
-   their number, which is never reused. */
+/* Recovery of the m.N files the index does not know.  Their creation
+   was in a transaction that never committed - a save commits the file
+   before writing to it, so such a file holds no whole record -, or this
+   index purged them (purged.m.N: a crash between the switch and the
+   unlink left copies), or they come from a later life of the store than
+   this index (a restored backup, a lost WAL).  Whole records are kept in
+   the last case (check reports them, rebuild brings them back); other
+   bytes are cut to the header line, after a copy when they follow kept
+   records.  They keep their number, which is never reused. */
 static void recover_unknown_mfiles(struct dbox_store *st)
 {
 	DIR *dir = fdopendir(dup(st->storage_fd));
@@ -554,9 +559,11 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 		goto fail;
 	}
 	if ((ret = recover(st, &writing)) < 0 ||
-	    (ret = dbox_index_meta_delete_prefix(st->index, "inflight.")) < 0 ||
 	    (ret = dbox_index_mfile_max(st->index, &max_index)) < 0)
 		goto fail;
+	/* Recovery judged them; stale marks must not outlive it (a failure
+	   only leaves marks below the committed ends, which are ignored). */
+	(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
 	st->next_file_id = max_file_on_disk(st->storage_fd);
 	if (max_index > st->next_file_id)
 		st->next_file_id = max_index;

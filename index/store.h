@@ -69,8 +69,8 @@ struct dbox_store {
 /* The index meta keys of m.<file_id> for crash recovery: inflight = the
    offset where the record last appended (or being appended) to it
    starts; kept = the end of the whole records past the committed end
-   that recovery kept (an index older than storage/).  Returns 0. */
-int dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32]);
+   that recovery kept (an index older than storage/). */
+void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32]);
 
 /* Was m.<file_id> forgotten by a purge of this index (meta key
    purged.m.N, set in the purge's switch)?  Then a copy of it left on
@@ -107,8 +107,10 @@ int dbox_store_unknown_records(struct dbox_store *st, int fd, uint32_t file_id);
 /* Open the store at path: create it when missing and set->create (an
    existing non-empty directory that is not a store is refused with
    -ENOTEMPTY), take the lock (-EBUSY when another process holds it), open
-   the index, and recover from a crash (unfinished writes dropped, m.N
-   tails cut to their committed ends; what was done is logged).  The last
+   the index, and recover from a crash (unfinished writes dropped, the
+   record in flight at an m.N's end cut; whole records past what the index
+   knows are kept, never cut, other cut bytes copied to lost+found/; what
+   was done is logged).  The last
    m.N the index knows takes new messages again when it is below the
    rotate size and holds only whole records up to its committed end;
    otherwise the first save starts a new m.N (numbers are never reused).
