@@ -240,8 +240,16 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 	}
 	if ((uint64_t)stbuf.st_size > keep_end) {
 		/* The record in flight is dropped as its delivery is; other
-		   bytes only after a copy. */
-		if ((inflight < 0 || (uint64_t)inflight != keep_end) &&
+		   bytes only after a copy: also more than one whole record
+		   from the in-flight mark on (purge copies; or a mark an older
+		   copy of the index kept while later saves went on). */
+		uint64_t end;
+		bool only_inflight = inflight >= 0 &&
+			(uint64_t)inflight == keep_end &&
+			dbox_file_tail_records(fd, file_id, keep_end, UINT64_MAX,
+					       &end, NULL, NULL) < 2;
+
+		if (!only_inflight &&
 		    save_cut_bytes(st, fd, name, keep_end, stbuf.st_size) < 0) {
 			close(fd);
 			return 0;

@@ -475,13 +475,21 @@ static void check_tail(struct check *c, const struct mfile *f, int fd,
 			"end %llu are unknown to the index (is the index older "
 			"than storage/?); 'dboxadm rebuild' brings them back",
 			name, whole, (unsigned long long)f->committed);
-	if (c->offline && f->size > end)
+	if (c->offline && f->size > end) {
+		uint64_t e;
+		bool only_inflight;
+
+		capture_begin();
+		only_inflight = inflight >= 0 && (uint64_t)inflight == end &&
+			dbox_file_tail_records(fd, f->id, end, UINT64_MAX, &e,
+					       NULL, NULL) < 2;
+		free(capture_end());
 		note(c, "storage/%s: %llu bytes after %llu, an unfinished write "
 		     "(the next mount cuts them%s)", name,
 		     (unsigned long long)(f->size - end),
-		     (unsigned long long)end,
-		     inflight >= 0 && (uint64_t)inflight == end ? "" :
+		     (unsigned long long)end, only_inflight ? "" :
 		     ", keeping a copy in " DBOX_STORE_LOST_FOUND "/");
+	}
 }
 
 /* Scan files[next_scan] and report what is wrong with it as a file. */
