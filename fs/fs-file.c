@@ -5,10 +5,13 @@
  * A message is written straight into an m.N record owned by its inode's
  * save (inode->save, shared by every handle open for writing).  The record
  * is finished - metadata written, index row COMMITTED - at flush (close)
- * and fsync; a write after that reopens it.  A write to a committed
- * message starts a new save with a copy of its bytes (copy-on-write): the
- * index keeps the old record until the copy is finished, and the old
- * record becomes garbage for purge then.
+ * and fsync.  A finished record is never written again: a write,
+ * truncate or O_TRUNC open of a committed message - also one whose save
+ * finished a moment ago at an fsync or a close - starts a new save with a
+ * copy of its bytes (copy-on-write).  The index keeps naming the old
+ * record until the copy is finished, so a crash in between leaves the
+ * version the last close or fsync acknowledged; the old record becomes
+ * garbage for purge then.
  *
  * Plain files are pread/pwrite on STORE/files/<ino>.
  */
@@ -115,6 +118,12 @@ static int message_begin_write(struct fs *fs, struct fs_inode *inode,
 				   mailbox != NULL ? mailbox : "INBOX",
 				   &inode->save)) < 0)
 		goto out;
+	/* The copy leaves no WRITING row: recovery must still know it
+	   for an unfinished write (and cut it), not a lost message. */
+	if ((ret = dbox_save_note_inflight(inode->save)) < 0) {
+		dbox_save_free(&inode->save);
+		goto out;
+	}
 	/* Until the copy is finished, the index keeps the old record: a
 	   crash in between leaves the message as it was (recovery cuts the
 	   unfinished copy), instead of dropping it with all its names. */
@@ -160,6 +169,35 @@ static int start_write(struct fs *fs, struct fs_inode *inode,
 	if (ret < 0)
 		dbox_save_free(&inode->save);
 	return ret;
+}
+
+/* Let go of inode's save; an fsync still using it (between its steps,
+   outside the lock) frees it when done.  Needs the lock. */
+static void save_drop(struct fs_inode *inode)
+{
+	struct dbox_save *save = inode->save;
+
+	if (save != NULL && save->users > 0) {
+		save->detached = true;
+		inode->save = NULL;
+	} else {
+		dbox_save_free(&inode->save);
+	}
+}
+
+/* Make inode->save a save that may be written.  None, or one whose
+   record is finished (committed at a close or fsync: a version a client
+   was told is stored), gives way to a new save holding a copy of the
+   first copy_bytes bytes of the committed message: the finished record
+   stays what the index names until the copy is finished in its turn.
+   Needs the lock. */
+static int message_writable(struct fs *fs, struct fs_inode *inode,
+			    uint64_t copy_bytes)
+{
+	if (inode->save != NULL && !inode->save->finished)
+		return 0;
+	save_drop(inode);
+	return start_write(fs, inode, copy_bytes);
 }
 
 /* Finish the message being written: record on disk, index COMMITTED with
@@ -359,8 +397,9 @@ static int open_message(struct fs *fs, struct fs_inode *inode, int flags,
 		/* The copy (copy-on-write) is made at the first write, so an
 		   open for writing that writes nothing costs nothing. */
 		if (flags & O_TRUNC) {
-			ret = inode->save == NULL ? start_write(fs, inode, 0) :
-				dbox_save_truncate(inode->save, 0);
+			ret = message_writable(fs, inode, 0);
+			if (ret == 0)
+				ret = dbox_save_truncate(inode->save, 0);
 			if (ret < 0)
 				return ret;
 			message_written(inode);
@@ -544,17 +583,9 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 		ret = -EBADF;
 	} else {
 		fs_lock(fs);
-		ret = 0;
-		if (inode->save == NULL) {
-			/* First write to a committed message: a new copy. */
-			ret = start_write(fs, inode, UINT64_MAX);
-		} else if (inode->save->finished) {
-			/* Committed at a flush or fsync: WRITING again. */
-			ret = dbox_index_begin(fs->st->index);
-			if (ret == 0)
-				ret = fs_tx_end(fs, dbox_save_reopen(inode->save),
-						false);
-		}
+		/* The first write to a committed message, or the first after
+		   a flush or fsync committed it: a new copy. */
+		ret = message_writable(fs, inode, UINT64_MAX);
 		if (ret == 0)
 			ret = dbox_save_write(inode->save, buf, size, off);
 		if (ret >= 0)
@@ -632,7 +663,7 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			dbox_error("%s: message inode %llu could not be "
 				   "finished at close", fs->st->path,
 				   (unsigned long long)ino);
-		dbox_save_free(&inode->save);
+		save_drop(inode);
 	}
 	handle_free(h);
 	fs_inode_unref(fs, ino, 0, true);
@@ -683,19 +714,36 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		ret = dbox_save_seal(save, dbox_time_sec(fs_message_mtime(fs, &attr)));
 	fd = save->mf->fd;
 	seals = save->seals;
-	fs_unlock(fs);
-	if (ret < 0)
+	if (ret < 0) {
+		fs_unlock(fs);
 		return ret;
+	}
+	/* A flush may finish the save meanwhile and a write replace it by
+	   a new copy (message_writable): it stays ours until we let go. */
+	save->users++;
+	fs_unlock(fs);
 	if (fdatasync(fd) < 0) {
 		ret = -errno;
 		dbox_error("%s/storage/m.%u: fdatasync: %s", fs->st->path,
 			   save->mf->file_id, strerror(errno));
-		return ret;
 	}
 	fs_lock(fs);
-	/* Written to (and maybe finished by a flush) since the seal: those
-	   bytes are not synced yet. */
-	ret = message_finish(fs, inode, !save->sealed || save->seals != seals);
+	save->users--;
+	if (save->detached) {
+		/* Finished by a flush, then replaced by a copy: its record is
+		   committed (and copied), and holds every byte written before
+		   this fsync; resealed since, it needs another sync. */
+		if (ret == 0 && save->seals != seals &&
+		    fdatasync(save->mf->fd) < 0)
+			ret = -errno;
+		if (save->users == 0)
+			dbox_save_free(&save);
+	} else if (ret == 0) {
+		/* Written to (and maybe finished by a flush) since the seal:
+		   those bytes are not synced yet. */
+		ret = message_finish(fs, inode,
+				     !save->sealed || save->seals != seals);
+	}
 	seq = dbox_index_commit_seq(index);
 	fs_unlock(fs);
 	return ret < 0 ? ret : dbox_index_sync_upto(index, seq);
@@ -722,17 +770,19 @@ void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 static int message_truncate(struct fs *fs, struct fs_inode *inode,
 			    uint64_t size)
 {
-	int ret = 0;
+	int ret;
 
-	if (inode->save == NULL)
-		ret = start_write(fs, inode, size);
+	/* Committed (no save, or one finished at a close or fsync): the
+	   truncate goes to a new copy, like any write. */
+	ret = message_writable(fs, inode, size);
 	if (ret == 0)
 		ret = dbox_save_truncate(inode->save, size);
-	/* Without an open writer the truncate is complete now. */
-	if (ret == 0 && (inode->nwriters == 0 || inode->save->finished))
+	/* Without an open writer the truncate is complete now; with one,
+	   at its next close or fsync. */
+	if (ret == 0 && inode->nwriters == 0)
 		ret = message_finish(fs, inode, false);
 	if (inode->nwriters == 0)
-		dbox_save_free(&inode->save);
+		save_drop(inode);
 	return ret;
 }
 

@@ -200,3 +200,42 @@ fail_free:
 	free(files);
 	return ret;
 }
+
+int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
+			      uint64_t from, uint64_t *offset_r)
+{
+	sqlite3_stmt *stmt;
+	int rc, ret = 0;
+
+	if (sqlite3_prepare_v2(index->db, "SELECT min(offset) FROM message"
+			       " WHERE file_id = ?1 AND offset >= ?2 AND"
+			       " state = ?3", -1, &stmt, NULL) != SQLITE_OK)
+		return index_sql_error(index, "writing");
+	sqlite3_bind_int64(stmt, 1, file_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)from);
+	sqlite3_bind_int(stmt, 3, DBOX_MSG_WRITING);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW && sqlite3_column_type(stmt, 0) != SQLITE_NULL) {
+		*offset_r = (uint64_t)sqlite3_column_int64(stmt, 0);
+		ret = 1;
+	} else if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+		ret = index_sql_error(index, "writing");
+	}
+	sqlite3_finalize(stmt);
+	return ret;
+}
+
+int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix)
+{
+	sqlite3_stmt *stmt;
+	int rc;
+
+	if (sqlite3_prepare_v2(index->db, "DELETE FROM meta WHERE"
+			       " substr(key, 1, length(?1)) = ?1", -1, &stmt,
+			       NULL) != SQLITE_OK)
+		return index_sql_error(index, "meta");
+	sqlite3_bind_text(stmt, 1, prefix, -1, SQLITE_STATIC);
+	rc = sqlite3_step(stmt);
+	sqlite3_finalize(stmt);
+	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "meta");
+}

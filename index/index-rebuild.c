@@ -27,7 +27,7 @@ struct salvage_ctx {
 	sqlite3 *db;
 	const char *path;
 	struct dbox_salvage *s;
-	size_t inodes_size, entries_size, msgs_size, symlinks_size;
+	size_t inodes_size, entries_size, msgs_size, mfiles_size, symlinks_size;
 	struct { uint64_t ino, rdev; } *rdevs; /* special files' rdev */
 	size_t nrdevs, rdevs_size;
 };
@@ -212,6 +212,24 @@ static int msg_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
 	m->state = sqlite3_column_int(stmt, 3);
 	snprintf(m->guid, sizeof(m->guid), "%s",
 		 guid != NULL ? (const char *)guid : "");
+	m->body_size = (uint64_t)sqlite3_column_int64(stmt, 5);
+	m->record_size = (uint64_t)sqlite3_column_int64(stmt, 6);
+	m->vsize = (uint64_t)sqlite3_column_int64(stmt, 7);
+	return 0;
+}
+
+static int mfile_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
+{
+	struct dbox_salvage *s = ctx->s;
+	struct dbox_salvage_mfile *v;
+
+	if ((v = grow(s->mfiles, s->nmfiles, &ctx->mfiles_size,
+		      sizeof(*v))) == NULL)
+		return -ENOMEM;
+	s->mfiles = v;
+	v[s->nmfiles].file_id = (uint32_t)sqlite3_column_int64(stmt, 0);
+	v[s->nmfiles].size = (uint64_t)sqlite3_column_int64(stmt, 1);
+	s->nmfiles++;
 	return 0;
 }
 
@@ -420,7 +438,9 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 	     (ret = read_table(&ctx, "entry", "id, parent, ino, name",
 			       entry_row)) < 0 ||
 	     (ret = read_table(&ctx, "message", "ino, file_id, offset, state,"
-			       " guid", msg_row)) < 0))
+			       " guid, body_size, record_size, vsize",
+			       msg_row)) < 0 ||
+	     (ret = read_table(&ctx, "mfile", "file_id, size", mfile_row)) < 0))
 		goto out;
 	/* Format 2: symlink targets and device numbers. */
 	if (ctx.s->opened && has_table(ctx.db, "symlink") &&
@@ -484,6 +504,7 @@ void dbox_index_salvage_free(struct dbox_salvage **salvage)
 	free(s->xattrs);
 	free(s->inodes);
 	free(s->msgs);
+	free(s->mfiles);
 	free(s);
 }
 

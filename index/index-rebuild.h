@@ -34,6 +34,7 @@ struct dbox_salvage_msg {
 	uint64_t ino;
 	uint32_t file_id;
 	uint64_t offset;
+	uint64_t body_size, record_size, vsize; /* bytes, as the index had them */
 	enum dbox_msg_state state;
 	char guid[33];        /* as struct dbox_msgloc has it */
 };
@@ -52,6 +53,13 @@ struct dbox_salvage_xattr {
 	size_t len;
 };
 
+/* One m.N the old index knew, and its committed end (bytes): a record
+   past it is one the old index never knew, not an expunged one. */
+struct dbox_salvage_mfile {
+	uint32_t file_id;
+	uint64_t size;
+};
+
 /* Everything salvaged; arrays sorted by ino (inodes, msgs) and by
    (parent, name) (entries).  complete is true when every table was read
    to its end without an error and SQLite's quick check found nothing:
@@ -68,6 +76,8 @@ struct dbox_salvage {
 	size_t nsymlinks;
 	struct dbox_salvage_xattr *xattrs;     /* by ino, then name */
 	size_t nxattrs;
+	struct dbox_salvage_mfile *mfiles; /* sorted by file_id */
+	size_t nmfiles;
 	int64_t uidvalidity;   /* 0 when unreadable */
 	bool opened;           /* SQLite could open it as a database */
 	bool complete;

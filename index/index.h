@@ -302,6 +302,16 @@ int dbox_index_msg_get(struct dbox_index *index, uint64_t ino,
 int dbox_index_msg_set(struct dbox_index *index, uint64_t ino,
 		       const struct dbox_msgloc *loc);
 
+/* Delete every meta key that starts with prefix.  Returns 0 or -EIO. */
+int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix);
+
+/* The lowest record offset >= from in m.<file_id> of a message still
+   WRITING (a delivery in flight), for crash recovery before
+   dbox_index_recover drops those rows.  Returns 1 and *offset_r, 0 when
+   there is none, or -EIO. */
+int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
+			      uint64_t from, uint64_t *offset_r);
+
 /* Set only the state of ino's message row. */
 int dbox_index_msg_set_state(struct dbox_index *index, uint64_t ino,
 			     enum dbox_msg_state state);

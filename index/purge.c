@@ -113,16 +113,24 @@ static void dests_release(struct purge *p, bool keep)
 	for (size_t i = 0; i < p->ndests; i++) {
 		struct dest *d = &p->dests[i];
 
+		bool cut = true;
+
 		if (!keep && d->mf->size != d->start_size) {
-			if (ftruncate(d->mf->fd, d->start_size) < 0)
+			if (ftruncate(d->mf->fd, d->start_size) < 0) {
 				dbox_error("%s/storage/m.%u: cutting purge copies "
 					   "at %llu: %s (recovery cuts them at "
 					   "the next open)", p->st->path,
 					   d->mf->file_id,
 					   (unsigned long long)d->start_size,
 					   strerror(errno));
+				cut = false;
+			}
 			d->mf->size = d->start_size;
 		}
+		/* Copies switched or given back: none in flight (a failed
+		   cut leaves them to recovery, which needs to know). */
+		if (!keep && cut)
+			dbox_store_clear_inflight(p->st, d->mf->file_id);
 		dbox_store_mfile_release(p->st, d->mf);
 	}
 	p->ndests = 0;
@@ -245,11 +253,15 @@ static int switch_file(struct purge *p, uint32_t file_id,
 			   (unsigned long long)left);
 		ret = -EAGAIN;
 	}
-	for (size_t i = 0; ret == 0 && i < p->ndests; i++)
+	for (size_t i = 0; ret == 0 && i < p->ndests; i++) {
 		ret = dbox_index_mfile_set(index, p->dests[i].mf->file_id,
 					   p->dests[i].mf->size);
+		dbox_store_clear_inflight(p->st, p->dests[i].mf->file_id);
+	}
 	if (ret == 0)
 		ret = dbox_index_mfile_delete(index, file_id);
+	if (ret == 0)
+		ret = dbox_store_purged_key(index, file_id, true);
 	if (ret < 0 || (ret = dbox_index_commit(index, false)) < 0) {
 		dbox_index_rollback(index);
 		return ret;
@@ -295,6 +307,7 @@ static int purge_file(struct purge *p, uint32_t file_id)
 	struct dbox_file_rec *recs = NULL;
 	struct dbox_msg_move *moves = NULL;
 	struct stat sb;
+	uint64_t committed = 0;
 	size_t nrecs = 0;
 	char name[16];
 	int fd, ret;
@@ -308,9 +321,21 @@ static int purge_file(struct purge *p, uint32_t file_id)
 		return -EIO; /* logged by dbox_store_read_fd */
 	}
 	ret = dbox_index_file_records(st->index, file_id, &recs, &nrecs);
+	if (ret == 0)
+		ret = dbox_index_mfile_get(st->index, file_id, &committed);
 	unlock(p);
 	if (ret == 0 && fstat(fd, &sb) < 0)
 		ret = -errno;
+	/* Bytes past the committed end are records the index does not know
+	   (an index older than storage/, or a crash recovery has not seen
+	   yet), not expunged ones: the file is not removed. */
+	if (ret == 0 && (uint64_t)sb.st_size > committed) {
+		dbox_error("%s/storage/m.%u: %llu bytes past the end the index "
+			   "knows; not purged (run 'dboxadm check')", st->path,
+			   file_id, (unsigned long long)
+			   ((uint64_t)sb.st_size - committed));
+		ret = -EIO;
+	}
 	if (ret == 0 && nrecs > 0 &&
 	    (moves = calloc(nrecs, sizeof(*moves))) == NULL)
 		ret = -ENOMEM;
@@ -360,6 +385,22 @@ static int purge_file(struct purge *p, uint32_t file_id)
 	return ret;
 }
 
+/* Does storage/name hold a whole record of a message the index does not
+   have?  Such records are messages of an index newer than this one
+   (recovery kept them for 'dboxadm rebuild'), not garbage; copies of
+   messages the index has (a crash between a purge's switch and its
+   unlink) are. */
+static bool holds_records(struct dbox_store *st, const char *name,
+			  uint32_t id)
+{
+	int fd = openat(st->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	bool ret = fd < 0 || dbox_store_unknown_records(st, fd, id) != 0;
+
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
 /* Remove m.N files that the index does not know, that no save owns and
    that no message row points into: a file left after a crash between a
    purge's switch and its unlink (recovery cut it to its header), or after
@@ -382,7 +423,8 @@ static void remove_garbage_files(struct purge *p)
 		    dbox_index_mfile_get(st->index, id, &size) != -ENOENT ||
 		    in_pool(st, id) ||
 		    dbox_index_file_has_records(st->index, id) != 0 ||
-		    fstatat(st->storage_fd, de->d_name, &sb, 0) < 0)
+		    fstatat(st->storage_fd, de->d_name, &sb, 0) < 0 ||
+		    holds_records(st, de->d_name, id))
 			continue;
 		dbox_store_read_fd_forget(st, id);
 		if (unlinkat(st->storage_fd, de->d_name, 0) == 0) {

@@ -16,6 +16,7 @@
 
 #include "index/index-rebuild.h"
 #include "storage/dbox-read.h"
+#include "storage/dbox-scan.h"
 #include "storage/guid.h"
 #include "storage/log.h"
 
@@ -142,12 +143,77 @@ static uint32_t max_file_on_disk(int storage_fd)
 	return max;
 }
 
-/* Recovery of one m.N: cut everything past its committed end. */
+void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32])
+{
+	snprintf(inflight, 32, "inflight.m.%u", file_id);
+	snprintf(kept, 32, "kept.m.%u", file_id);
+}
+
+/* Copy bytes [from, end) of storage/name (open as fd) to
+   STORE/lost+found/name-<from> before recovery cuts them.  Returns 0 or
+   a negative errno (logged): then nothing is cut. */
+static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
+			  uint64_t from, uint64_t end)
+{
+	char copy[48], buf[65536];
+	int dir, out, ret = 0;
+
+	if (mkdirat(st->dir_fd, DBOX_STORE_LOST_FOUND, 0700) < 0 &&
+	    errno != EEXIST)
+		ret = -errno;
+	dir = ret < 0 ? -1 : openat(st->dir_fd, DBOX_STORE_LOST_FOUND,
+				    O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+				    O_CLOEXEC);
+	snprintf(copy, sizeof(copy), "%s-%llu", name, (unsigned long long)from);
+	out = dir < 0 ? -1 : openat(dir, copy, O_WRONLY | O_CREAT | O_TRUNC |
+				    O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (out < 0 && ret == 0)
+		ret = -errno;
+	for (uint64_t off = from; ret == 0 && off < end; ) {
+		size_t want = end - off < sizeof(buf) ? end - off : sizeof(buf);
+		ssize_t n = pread(fd, buf, want, (off_t)off);
+
+		if (n <= 0 || write(out, buf, (size_t)n) != n)
+			ret = n < 0 ? -errno : -EIO;
+		off += n > 0 ? (uint64_t)n : 0;
+	}
+	if (ret == 0 && fsync(out) < 0)
+		ret = -errno;
+	if (out >= 0)
+		close(out);
+	if (dir >= 0)
+		close(dir);
+	if (ret < 0)
+		dbox_error("%s/%s/%s: cannot keep the bytes recovery would cut "
+			   "(%s); storage/%s is left as it is", st->path,
+			   DBOX_STORE_LOST_FOUND, copy, strerror(-ret), name);
+	else
+		dbox_info("%s/storage/%s: the %llu bytes cut after %llu are kept "
+			  "in %s/%s until 'dboxadm check' finds the store clean",
+			  st->path, name, (unsigned long long)(end - from),
+			  (unsigned long long)from, DBOX_STORE_LOST_FOUND, copy);
+	return ret;
+}
+
+/* Recovery of one m.N past its committed end `size`, before the index's
+   own recovery drops the WRITING rows.  The record a save or purge had in
+   flight starts where its m.N ended when it took the file: a delivery's
+   WRITING row says where, as inflight.m.N does for a copy-on-write copy
+   or a purge's copies (committed before their first byte is written).
+   That record and what follows nobody was told is stored, and is cut.
+   Whole records before it are no unfinished write but messages an older
+   index does not know (a restored backup, a lost WAL): they are never
+   cut; kept.m.N remembers them, the file takes no new records, and
+   'dboxadm rebuild' brings them back into their folders.  Other bytes (a
+   torn record) are cut after a copy is kept in lost+found/. */
 static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 {
 	struct dbox_store *st = ctx;
-	char name[16];
+	char name[16], inflight_key[32], kept_key[32];
+	int64_t inflight = -1, kept = 0;
+	uint64_t start, keep_end, writing;
 	struct stat stbuf;
+	long whole = 0;
 	int fd;
 
 	dbox_file_name(name, file_id);
@@ -157,12 +223,64 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 			   "(run 'dboxadm check')", st->path, name, strerror(errno));
 		return 0;
 	}
-	if (fstat(fd, &stbuf) == 0 && (uint64_t)stbuf.st_size > size) {
+	if (fstat(fd, &stbuf) < 0 || (uint64_t)stbuf.st_size <= size) {
+		close(fd);
+		return 0;
+	}
+	dbox_store_tail_keys(file_id, inflight_key, kept_key);
+	if (dbox_index_meta_get(st->index, inflight_key, &inflight) < 0 ||
+	    (uint64_t)inflight < size)
+		inflight = -1;
+	/* A delivery in flight: its WRITING row says where it starts. */
+	if (dbox_index_writing_offset(st->index, file_id, size, &writing) == 1 &&
+	    (inflight < 0 || writing < (uint64_t)inflight))
+		inflight = (int64_t)writing;
+	if (dbox_index_meta_get(st->index, kept_key, &kept) < 0 ||
+	    (uint64_t)kept < size)
+		kept = (int64_t)size;
+	start = (uint64_t)kept;
+	keep_end = start;
+	if (inflight < 0 || (uint64_t)inflight > start) {
+		whole = dbox_file_tail_records(fd, file_id, start, inflight < 0 ?
+					       UINT64_MAX : (uint64_t)inflight,
+					       &keep_end, NULL, NULL);
+		if (whole < 0)
+			whole = 0;
+	}
+	if (whole > 0) {
+		dbox_info("%s/storage/%s: %ld whole records after the committed "
+			  "end %llu that the index does not know (is the index "
+			  "older than storage/?) are kept; 'dboxadm check' "
+			  "names them and 'dboxadm rebuild' brings them back",
+			  st->path, name, whole, (unsigned long long)size);
+		if (dbox_index_set_meta(st->index, kept_key,
+					(int64_t)keep_end) < 0) {
+			close(fd);
+			return 0; /* nothing cut */
+		}
+		st->kept_records += (unsigned long)whole;
+	}
+	if ((uint64_t)stbuf.st_size > keep_end) {
+		/* The record in flight is dropped as its delivery is; other
+		   bytes only after a copy: also more than one whole record
+		   from the in-flight mark on (purge copies; or a mark an older
+		   copy of the index kept while later saves went on). */
+		uint64_t end;
+		bool only_inflight = inflight >= 0 &&
+			(uint64_t)inflight == keep_end &&
+			dbox_file_tail_records(fd, file_id, keep_end, UINT64_MAX,
+					       &end, NULL, NULL) < 2;
+
+		if (!only_inflight &&
+		    save_cut_bytes(st, fd, name, keep_end, stbuf.st_size) < 0) {
+			close(fd);
+			return 0;
+		}
 		dbox_info("%s/storage/%s: cutting %llu bytes of unfinished "
 			  "writes after %llu", st->path, name,
-			  (unsigned long long)(stbuf.st_size - size),
-			  (unsigned long long)size);
-		if (ftruncate(fd, size) < 0)
+			  (unsigned long long)(stbuf.st_size - keep_end),
+			  (unsigned long long)keep_end);
+		if (ftruncate(fd, keep_end) < 0)
 			dbox_error("%s/storage/%s: ftruncate: %s", st->path,
 				   name, strerror(errno));
 	}
@@ -170,10 +288,41 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 	return 0;
 }
 
-/* Recovery of the m.N files the index does not know: their creation was
-   in a transaction that never committed (e.g. an import batch), so no
-   record in them is committed.  Cut them to their header line; they keep
-   their number, which is never reused. */
+int dbox_store_purged_key(struct dbox_index *index, uint32_t file_id, bool set)
+{
+	char key[32];
+	int64_t v;
+
+	snprintf(key, sizeof(key), "purged.m.%u", file_id);
+	if (set)
+		return dbox_index_set_meta(index, key, 1);
+	return dbox_index_meta_get(index, key, &v) == 0 && v == 1;
+}
+
+int dbox_store_unknown_records(struct dbox_store *st, int fd, uint32_t file_id)
+{
+	size_t header_len;
+	uint64_t end;
+	struct stat sb;
+
+	if (dbox_store_purged_key(st->index, file_id, false) == 1 ||
+	    (fstat(fd, &sb) == 0 && sb.st_size == 0))
+		return 0;
+	if (dbox_file_read_header(fd, &header_len) < 0)
+		return 1;
+	return dbox_file_tail_records(fd, file_id, header_len, UINT64_MAX, &end,
+				      NULL, NULL) != 0;
+}
+
+/* Recovery of the m.N files the index does not know.  Their creation
+   was in a transaction that never committed - a save commits the file
+   before writing to it, so such a file holds no whole record -, or this
+   index purged them (purged.m.N: a crash between the switch and the
+   unlink left copies), or they come from a later life of the store than
+   this index (a restored backup, a lost WAL).  Whole records are kept in
+   the last case (check reports them, rebuild brings them back); other
+   bytes are cut to the header line, after a copy when they follow kept
+   records.  They keep their number, which is never reused. */
 static void recover_unknown_mfiles(struct dbox_store *st)
 {
 	DIR *dir = fdopendir(dup(st->storage_fd));
@@ -199,13 +348,45 @@ static void recover_unknown_mfiles(struct dbox_store *st)
 		if (fstat(fd, &stbuf) == 0 &&
 		    dbox_file_read_header(fd, &header_len) == 0 &&
 		    (uint64_t)stbuf.st_size > header_len) {
-			dbox_info("%s/storage/%s: unknown to the index; cutting "
-				  "%llu bytes of uncommitted writes", st->path,
-				  d->d_name, (unsigned long long)
-				  (stbuf.st_size - header_len));
-			if (ftruncate(fd, header_len) < 0)
-				dbox_error("%s/storage/%s: ftruncate: %s",
-					   st->path, d->d_name, strerror(errno));
+			/* Whole records: messages of an index newer than this
+			   one (a save commits its file first, so a file whose
+			   creation never committed holds none). */
+			uint64_t keep_end;
+			long whole = dbox_file_tail_records(fd, id, header_len,
+							    UINT64_MAX, &keep_end,
+							    NULL, NULL);
+
+			/* A file this index purged (a crash between the
+			   switch and the unlink) holds copies: garbage.  Any
+			   other may hold the only copy of a message the index
+			   lost (purge copies of an index older than storage/
+			   carry GUIDs the index has, at locations that are
+			   gone), so its whole records are kept. */
+			if (dbox_store_purged_key(st->index, id, false) == 1)
+				whole = 0;
+			if (whole > 0) {
+				dbox_info("%s/storage/%s: unknown to the index; its "
+					  "%ld whole records are kept ('dboxadm "
+					  "rebuild' brings them back)", st->path,
+					  d->d_name, whole);
+				st->kept_records += (unsigned long)whole;
+			} else {
+				keep_end = header_len;
+			}
+			if ((uint64_t)stbuf.st_size > keep_end &&
+			    (keep_end == header_len ||
+			     save_cut_bytes(st, fd, d->d_name, keep_end,
+					    stbuf.st_size) == 0)) {
+				dbox_info("%s/storage/%s: unknown to the index; "
+					  "cutting %llu bytes of uncommitted "
+					  "writes", st->path, d->d_name,
+					  (unsigned long long)
+					  (stbuf.st_size - keep_end));
+				if (ftruncate(fd, keep_end) < 0)
+					dbox_error("%s/storage/%s: ftruncate: %s",
+						   st->path, d->d_name,
+						   strerror(errno));
+			}
 		}
 		close(fd);
 	}
@@ -287,6 +468,9 @@ static int recover(struct dbox_store *st, unsigned int *writing_r)
 	char name[32];
 	int ret;
 
+	/* Tails first: they need the WRITING rows recovery drops. */
+	if ((ret = dbox_index_mfile_list(st->index, recover_mfile, st)) < 0)
+		return ret;
 	ret = dbox_index_recover(st->index, &writing, &orphans, &files, &nfiles);
 	if (ret < 0)
 		return ret;
@@ -299,10 +483,15 @@ static int recover(struct dbox_store *st, unsigned int *writing_r)
 	if (writing > 0 || orphans > 0)
 		dbox_info("%s: recovery: dropped %u unfinished deliveries and "
 			  "%u unlinked files", st->path, writing, orphans);
-	if ((ret = dbox_index_mfile_list(st->index, recover_mfile, st)) < 0 ||
-	    (ret = recover_files(st)) < 0)
+	if ((ret = recover_files(st)) < 0)
 		return ret;
 	recover_unknown_mfiles(st);
+	if (st->kept_records > 0)
+		dbox_warning("%s: recovery: %lu whole records in storage/ are "
+			     "unknown to the index and were kept, not cut; run "
+			     "'dboxadm rebuild %s' (unmounted) to bring them "
+			     "back into their folders", st->path,
+			     st->kept_records, st->path);
 	return 0;
 }
 
@@ -410,6 +599,9 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	if ((!st->readonly && (ret = recover(st, &writing)) < 0) ||
 	    (ret = dbox_index_mfile_max(st->index, &max_index)) < 0)
 		goto fail;
+	/* Recovery judged them; stale marks must not outlive it (a failure
+	   only leaves marks below the committed ends, which are ignored). */
+	(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
 	st->next_file_id = max_file_on_disk(st->storage_fd);
 	if (max_index > st->next_file_id)
 		st->next_file_id = max_index;
@@ -441,6 +633,9 @@ void dbox_store_close(struct dbox_store **stp)
 		if (st->read_fds[i] >= 0)
 			close(st->read_fds[i]);
 	free(st->read_fds);
+	/* Nothing is in flight any more (recovery reads none of these). */
+	if (st->index != NULL)
+		(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
 	dbox_index_close(&st->index);
 	if (st->storage_fd >= 0)
 		close(st->storage_fd);
@@ -690,6 +885,10 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 	    (ret = dbox_index_mfile_set(st->index, save->mf->file_id,
 					save->ap.offset + save->ap.record_size)) < 0)
 		return ret;
+	if (save->inflight) {
+		dbox_store_clear_inflight(st, save->mf->file_id);
+		save->inflight = false;
+	}
 	save->mf->size = save->ap.offset + save->ap.record_size;
 	save->finished = true;
 	return 0;
@@ -713,6 +912,9 @@ void dbox_save_free(struct dbox_save **savep)
 			/* Never committed: give the bytes back. */
 			dbox_append_abort(&save->ap);
 			save->mf->size = save->ap.offset;
+			if (save->inflight)
+				dbox_store_clear_inflight(save->st,
+							  save->mf->file_id);
 		}
 		mfile_release(save->st, save->mf);
 	}
@@ -803,9 +1005,43 @@ int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc
 	return ret;
 }
 
+int dbox_store_note_inflight(struct dbox_store *st, const struct dbox_mfile *mf)
+{
+	char inflight_key[32], kept_key[32];
+
+	dbox_store_tail_keys(mf->file_id, inflight_key, kept_key);
+	return dbox_index_set_meta(st->index, inflight_key, (int64_t)mf->size);
+}
+
+void dbox_store_clear_inflight(struct dbox_store *st, uint32_t file_id)
+{
+	char inflight_key[32], kept_key[32];
+	int64_t v;
+
+	dbox_store_tail_keys(file_id, inflight_key, kept_key);
+	if (dbox_index_meta_get(st->index, inflight_key, &v) == 0 && v != -1)
+		(void)dbox_index_set_meta(st->index, inflight_key, -1);
+}
+
+int dbox_save_note_inflight(struct dbox_save *save)
+{
+	int ret = dbox_store_note_inflight(save->st, save->mf);
+
+	if (ret == 0)
+		save->inflight = true;
+	return ret;
+}
+
 int dbox_store_mfile_acquire(struct dbox_store *st, struct dbox_mfile **mf_r)
 {
-	return mfile_acquire(st, mf_r);
+	int ret = mfile_acquire(st, mf_r);
+
+	/* Purge copies: recovery cuts them if the switch never happens. */
+	if (ret == 0 && (ret = dbox_store_note_inflight(st, *mf_r)) < 0) {
+		mfile_release(st, *mf_r);
+		*mf_r = NULL;
+	}
+	return ret;
 }
 
 void dbox_store_mfile_release(struct dbox_store *st, struct dbox_mfile *mf)

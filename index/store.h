@@ -60,13 +60,60 @@ struct dbox_store {
 
 	int *read_fds;              /* read_fds[file_id]: O_RDONLY fd or -1 */
 	size_t read_fds_size;
+	unsigned long kept_records; /* whole records recovery kept past what
+				       the index knows (index older than
+				       storage/) */
 };
+
+/* STORE/lost+found/: copies of the bytes crash recovery cut off an m.N
+   (named m.N-<offset>), kept until removed by hand. */
+#define DBOX_STORE_LOST_FOUND "lost+found"
+
+/* The index meta keys of m.<file_id> for crash recovery: inflight = the
+   offset where the record last appended (or being appended) to it
+   starts; kept = the end of the whole records past the committed end
+   that recovery kept (an index older than storage/). */
+void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32]);
+
+/* Was m.<file_id> forgotten by a purge of this index (meta key
+   purged.m.N, set in the purge's switch)?  Then a copy of it left on
+   disk is garbage, not messages of a newer index.  set: record that in
+   the caller's transaction (returns 0 or a negative errno); else returns
+   1 or 0. */
+int dbox_store_purged_key(struct dbox_index *index, uint32_t file_id, bool set);
+
+/* Tell crash recovery that a record about to be appended to mf (at
+   mf->size) is in flight until committed (meta inflight.m.N): for a
+   writer that leaves no WRITING row there (a copy-on-write copy; purge's
+   copies, done by dbox_store_mfile_acquire).  In the caller's transaction
+   (or on its own), before the first byte.  Needs st->lock.  Returns 0 or
+   a negative errno. */
+int dbox_store_note_inflight(struct dbox_store *st, const struct dbox_mfile *mf);
+
+/* dbox_store_note_inflight for a save's record, forgotten again when the
+   save finishes or is freed unfinished (a stale inflight.m.N equal to the
+   committed end would make recovery with an older copy of the index cut
+   records appended later).  Returns 0 or a negative errno. */
+struct dbox_save;
+int dbox_save_note_inflight(struct dbox_save *save);
+
+/* Forget inflight.m.<file_id> (the writer committed or gave its bytes
+   back).  Needs st->lock. */
+void dbox_store_clear_inflight(struct dbox_store *st, uint32_t file_id);
+
+/* Does m.<file_id> (open as fd; an m.N the index does not know and did
+   not purge) hold a whole record - possibly the only copy of a message of
+   an index newer than this one, which recovery keeps and purge must not
+   remove?  Unreadable counts as yes.  Needs st->lock.  Returns 1 or 0. */
+int dbox_store_unknown_records(struct dbox_store *st, int fd, uint32_t file_id);
 
 /* Open the store at path: create it when missing and set->create (an
    existing non-empty directory that is not a store is refused with
    -ENOTEMPTY), take the lock (-EBUSY when another process holds it), open
-   the index, and recover from a crash (unfinished writes dropped, m.N
-   tails cut to their committed ends; what was done is logged).  The last
+   the index, and recover from a crash (unfinished writes dropped, the
+   record in flight at an m.N's end cut; whole records past what the index
+   knows are kept, never cut, other cut bytes copied to lost+found/; what
+   was done is logged).  The last
    m.N the index knows takes new messages again when it is below the
    rotate size and holds only whole records up to its committed end;
    otherwise the first save starts a new m.N (numbers are never reused).
@@ -119,6 +166,11 @@ struct dbox_save {
 			    stands (finished implies sealed) */
 	uint64_t seals;  /* times the record was written (dbox_save_seal
 			    callers compare it to see a reseal meanwhile) */
+	bool inflight;   /* inflight.m.N names this record (a copy) */
+	unsigned int users; /* the caller's: threads using the save outside
+			       the store lock (an fsync between its steps) */
+	bool detached;   /* the caller's: no longer its inode's save (a new
+			    copy took over); the last user frees it */
 };
 
 /* Start saving the message of inode ino (saved to folder mailbox, copied)
@@ -163,7 +215,9 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
    negative errno. */
 int dbox_save_seal(struct dbox_save *save, time_t received_sec);
 
-/* Mark the index row WRITING again (the first write after a finish). */
+/* Mark the index row WRITING again.  Recovery drops a WRITING message
+   with all its names, so this is only for a record nobody was told is
+   stored; fs/ never writes a finished record again (it makes a copy). */
 int dbox_save_reopen(struct dbox_save *save);
 
 /* Release the m.N.  A save that never finished is cut off the file (its
@@ -185,7 +239,8 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 /* For purge (index/purge.h), needs st->lock:
    acquire: an m.N of the append pool with room (or a new one), now owned
    (busy) by the caller, who may append at mf->size and must keep mf->size
-   at the end of what it wrote; 0 or a negative errno.
+   at the end of what it wrote (marked in flight for crash recovery,
+   dbox_store_note_inflight); 0 or a negative errno.
    release: give it back (a full one leaves the pool).
    seal: take m.<file_id> out of the append pool, so nothing is appended
    to it any more; 0 (also when it was not in the pool), -EBUSY when a

@@ -191,3 +191,45 @@ int dbox_file_scan(int fd, uint32_t file_id, uint64_t end,
 	}
 	return 0;
 }
+
+long dbox_file_tail_records(int fd, uint32_t file_id, uint64_t start,
+			    uint64_t stop, uint64_t *end_r,
+			    dbox_walk_cb_t *cb, void *ctx)
+{
+	struct stat sb;
+	uint64_t off = start;
+	long count = 0;
+
+	*end_r = start;
+	if (fstat(fd, &sb) < 0)
+		return -1;
+	while (off < (uint64_t)sb.st_size && off < stop) {
+		struct dbox_metadata md;
+		uint64_t body_size, record_size;
+		uint8_t hdr[DBOX_MSG_HEADER_SIZE];
+
+		/* A quick look at the header first: bytes that are no
+		   record end the walk without a corruption log line. */
+		if (pread(fd, hdr, sizeof(hdr), (off_t)off) != (ssize_t)sizeof(hdr) ||
+		    dbox_msg_header_parse(hdr, &body_size) < 0)
+			break;
+		memset(&md, 0, sizeof(md));
+		if (dbox_record_read(fd, file_id, off, body_size, &body_size,
+				     &md, &record_size) < 0) {
+			if (errno != EIO)
+				return -1;
+			break;
+		}
+		if (off + record_size > stop) {
+			dbox_metadata_clear(&md);
+			break;
+		}
+		if (cb != NULL)
+			(void)cb(ctx, off, body_size, &md, record_size);
+		dbox_metadata_clear(&md);
+		off += record_size;
+		count++;
+	}
+	*end_r = off;
+	return count;
+}

@@ -42,4 +42,16 @@ int dbox_file_scan(int fd, uint32_t file_id, uint64_t end,
 		   dbox_walk_cb_t *cb, dbox_bad_cb_t *bad_cb, void *ctx,
 		   bool *header_ok_r);
 
+/* Count the whole records that follow each other in m.<file_id> (open as
+   fd) from offset start: the walk stops at the first offset that holds
+   no whole record, at the end of the file, or at offset stop (a record
+   that would cross stop is not counted).  *end_r gets the end of the last
+   whole record counted (start when none); cb (may be NULL) is called for
+   each, its return value ignored.  Used by crash recovery and check for
+   the bytes past an m.N's committed end.  Returns the count or -1 with
+   errno for a read error (corruption just ends the walk). */
+long dbox_file_tail_records(int fd, uint32_t file_id, uint64_t start,
+			    uint64_t stop, uint64_t *end_r,
+			    dbox_walk_cb_t *cb, void *ctx);
+
 #endif

@@ -27,6 +27,14 @@ before their next step: "A" (about to do the final step) before a rename
 or link, "D" (done) once it returned 0.  The log is therefore never behind
 the filesystem: whatever is on the mount, the log explains.
 
+An editor reopens messages it delivered in earlier cycles (acknowledged
+long ago) and rewrites them as a mail editor would: append a line
+(O_APPEND write, or pwrite at the end), fsync, then more writes nobody
+acknowledges (junk, ftruncate(fd, 20), the version written again), and
+close or keep the file open.  After the kill each such message must have
+exactly the bytes of its last successful fsync or close (or of the one
+in flight at the kill).
+
 A purger runs `dboxadm purge STORE` in a loop: the mount moves the live
 messages of m.N files with dead bytes (the rewriter's old copies) to new
 files and deletes the old ones, so kills also fall inside a purge.
@@ -34,16 +42,31 @@ files and deletes the old ones, so kills also fall inside a purge.
 Every actor is one function `actor_NAME(ctx)` listed in ACTORS, run in a
 process of its own until the mount goes away.
 
+Every tenth cycle (the 4th, 14th, ...) is an old-index cycle: a copy of
+index.sqlite is taken (unmounted) before the actors start, and after the
+kill it is put back without its WAL, as a restored backup or a lost WAL
+would leave the store.  `dboxadm check` must then report the records the
+index does not know, the mount must cut none of them, and `dboxadm
+rebuild` must bring every delivery back into its folder (by content: the
+ones the old index did not know come back under new names; superseded
+copies of rewritten messages may come back too).  The harness then puts
+the names back as the ledger has them, as an administrator would, and
+goes on.
+
 DBOXFS_CRASH_CYCLES sets the number of kill cycles (default 30, about a
 minute); DBOXFS_CRASH_SEED the random seed (default: a new one, printed).
 """
 import errno
 import multiprocessing
+import re
 import os
 import random
+import shutil
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from conftest import DBOXADM, Mount
 
@@ -239,6 +262,72 @@ def actor_rewrite(ctx):
             # renamed by the flag actor meanwhile
 
 
+EDIT = ".Edit"
+
+
+def edit_version(name, v):
+    """The bytes of editor message `name` at version v: its content() and v
+    appended lines."""
+    return content(name) + b"".join(f"edit {i} of {name}\n".encode()
+                                    for i in range(1, v + 1))
+
+
+def actor_edit(ctx):
+    """The editor (see the module docstring).  Logs "P name" before the
+    rename that delivers version 0 and "C name" after it; "A name v" before
+    the fsync or close that acknowledges version v and "K name v" once it
+    returned."""
+    rng = random.Random(ctx["seed"])
+    folder, log = Path(ctx["mnt"]) / EDIT, ctx["out"]
+    versions = dict(ctx["edit"])  # name -> acknowledged version
+    for i in range(2):  # new ones, edited from the next cycle on
+        name = f"e{ctx['cycle']}.{i}"
+        data = edit_version(name, 0)
+        fd = os.open(folder / "tmp" / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            write_all(fd, data, rng)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        log.write("P", name)
+        os.rename(folder / "tmp" / name, folder / "cur" / name)
+        log.write("C", name)
+    if not versions:
+        while True:
+            time.sleep(0.05)
+            os.stat(folder)
+    fd, open_name = None, None
+    while True:
+        name = rng.choice(sorted(versions))
+        if name != open_name:
+            if fd is not None:
+                os.close(fd)  # the same bytes as acknowledged
+            mode = rng.choice((os.O_WRONLY | os.O_APPEND, os.O_RDWR))
+            fd, open_name = os.open(folder / "cur" / name, mode), name
+        v = versions[name] + 1
+        line = edit_version(name, v)[len(edit_version(name, v - 1)):]
+        if mode & os.O_APPEND:
+            os.write(fd, line)
+        else:
+            os.pwrite(fd, line, len(edit_version(name, v - 1)))
+        log.write("A", name, v)
+        os.fsync(fd)
+        log.write("K", name, v)
+        versions[name] = v
+        # Writes nobody acknowledges: junk, a truncate, then the
+        # acknowledged bytes again.
+        os.write(fd, b"junk " * rng.randrange(1, 200))
+        if rng.random() < 0.5:
+            os.ftruncate(fd, 20)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, edit_version(name, v), 0)
+        if rng.random() < 0.3:
+            log.write("A", name, v)
+            os.close(fd)
+            log.write("K", name, v)
+            fd, open_name = None, None
+
+
 def actor_purge(ctx):
     """The administrator's purge, asked of the mount again and again."""
     mnt, log = Path(ctx["mnt"]), ctx["out"]
@@ -258,6 +347,7 @@ ACTORS = (
     ("flags", actor_flags, 1),
     ("read", actor_read, 1),
     ("rewrite", actor_rewrite, 1),
+    ("edit", actor_edit, 1),
     ("purge", actor_purge, 1),
 )
 
@@ -271,6 +361,8 @@ class Ledger:
         self.tried = set()   # bases whose final step was started
         self.names = {}      # base -> set of names it may have now
         self.tmp = set()     # bases seen complete in tmp/ (never renamed)
+        self.edit = {}       # editor message -> acknowledged version
+        self.edit_pending = {}  # editor message -> version in flight
         self.errors = []
 
     def read(self, path):
@@ -279,6 +371,17 @@ class Ledger:
             f = line.split("\t")
             if f[0] == "X":
                 self.errors.append(f"{path.name}: {f[1]}")
+            elif actor == "edit":
+                if f[0] == "P":
+                    self.edit_pending[f[1]] = 0
+                elif f[0] == "C":
+                    self.edit[f[1]] = 0
+                    self.edit_pending.pop(f[1], None)
+                elif f[0] == "A":
+                    self.edit_pending[f[1]] = int(f[2])
+                elif f[0] == "K":
+                    self.edit[f[1]] = int(f[2])
+                    self.edit_pending.pop(f[1], None)
             elif actor == "deliver":
                 base, folder, name = f[1], f[2], f[3]
                 self.where[base] = folder
@@ -358,6 +461,137 @@ def verify(mnt, ledger, cycle, read_all):
     return present, problems
 
 
+def verify_edit(mnt, ledger):
+    """Each editor message has the bytes of its last acknowledged version,
+    or of the version in flight at the kill; settles the ledger to it."""
+    problems = []
+    names = set(os.listdir(mnt / EDIT / "cur"))
+    for name in sorted(set(ledger.edit) | set(ledger.edit_pending) | names):
+        allowed = []
+        if name in ledger.edit:
+            allowed.append(ledger.edit[name])
+        if name in ledger.edit_pending:
+            allowed.append(ledger.edit_pending[name])
+        if name not in names:
+            if name in ledger.edit:
+                problems.append(f"{EDIT}/cur/{name} acknowledged (version "
+                                f"{ledger.edit[name]}) but gone")
+            continue
+        if not allowed:
+            problems.append(f"{EDIT}/cur/{name} was never delivered")
+            continue
+        data = (mnt / EDIT / "cur" / name).read_bytes()
+        got = [v for v in allowed if edit_version(name, v) == data]
+        if not got:
+            problems.append(f"{EDIT}/cur/{name}: {len(data)} bytes, none of "
+                            f"versions {allowed} ({[len(edit_version(name, v)) for v in allowed]} bytes)")
+            continue
+        ledger.edit[name] = got[0]
+    ledger.edit_pending = {}
+    return problems
+
+
+def subject_of(data):
+    """The base a message's bytes were made for (its Subject: line)."""
+    for line in data.split(b"\n", 3)[:3]:
+        if line.startswith(b"Subject: "):
+            return line[9:].decode(errors="replace")
+    return None
+
+
+def verify_restored(mnt, ledger, cycle):
+    """After an old-index cycle and a rebuild: every delivery whose final
+    step returned is there, byte for byte, in its folder, whatever its name
+    now; every editor message with its last acknowledged version (or the
+    one in flight).  Then the names are put back as the ledger has them
+    (duplicates - superseded copies the old index could not know were dead
+    - removed), and the ledger settled.  Returns the problems."""
+    problems, found = [], {}
+    for folder in FOLDERS + (EDIT,):
+        key = folder or "INBOX"
+        for sub in ("new", "cur", "tmp"):
+            for n in os.listdir(mnt / folder / sub):
+                data = (mnt / folder / sub / n).read_bytes()
+                base = subject_of(data)
+                found.setdefault((key, base), []).append((f"{sub}/{n}", data))
+    for (key, base), copies in sorted(found.items(), key=str):
+        folder = path(key)
+        if key == EDIT:
+            allowed = [v for v in (ledger.edit.get(base), ledger.edit_pending.get(base))
+                       if v is not None]
+            never = not allowed  # left in tmp/ by a kill before its rename
+            good = [(n, v) for v in (allowed or [0] if never else allowed)
+                    for n, d in copies if d == edit_version(base, v)]
+            if not good:
+                problems.append(f"{EDIT}: {base} has none of versions {allowed}")
+                continue
+            keep, v = max(good, key=lambda x: x[1])
+            if never:  # its rename never started: back to tmp/
+                final = f"tmp/{base}"
+            else:
+                ledger.edit[base] = v
+                final = f"cur/{base}"
+        else:
+            if base is None or (base not in ledger.tried and base not in ledger.tmp
+                                and not base.startswith(f"{cycle}.")):
+                problems.append(f"{key}: {[n for n, _ in copies]} never delivered ({base})")
+                continue
+            if base in ledger.where and key != ledger.where[base]:
+                problems.append(f"{base} in {key!r}, delivered to {ledger.where[base]!r}")
+                continue
+            good = [n for n, d in copies if d == content(base)]
+            if not good:
+                problems.append(f"{key}/{copies[0][0]}: bytes differ")
+                continue
+            names = sorted(ledger.names.get(base, ()))
+            keep = next((n for n in good if n in names), good[0])
+            # Never renamed (its final step never started): back to tmp/.
+            final = (keep if keep.startswith("tmp/") else names[-1] if names
+                     else f"tmp/{base}")
+            if final.startswith("tmp/"):
+                ledger.tmp.add(base)
+            else:
+                ledger.names[base] = {final}
+                ledger.done.add(base)
+        for n, _ in copies:
+            if n != keep:
+                os.unlink(mnt / folder / n)
+        if keep != final:
+            os.rename(mnt / folder / keep, mnt / folder / final)
+    for base in ledger.done:
+        if (ledger.where[base], base) not in found:
+            problems.append(f"{base} delivered but gone after the rebuild ({ledger.names.get(base)})")
+    for name in ledger.edit:
+        if (EDIT, name) not in found:
+            problems.append(f"{EDIT}/{name} acknowledged but gone after the rebuild")
+    ledger.edit_pending = {}
+    return problems
+
+
+def old_index_recovery(m, backup, cycle, delivered):
+    """Put the old index back (without WAL), check, mount, rebuild."""
+    for suffix in ("-wal", "-shm"):
+        if (m.store / ("index.sqlite" + suffix)).exists():
+            os.unlink(m.store / ("index.sqlite" + suffix))
+    shutil.copy(backup, m.store / "index.sqlite")
+    rc, out = dboxadm_check(m.store)
+    if delivered:
+        assert rc != 0 and "unknown to the index" in out, \
+            f"cycle {cycle}: check of the old index: {out[-3000:]}"
+    # Recovery with the old index: it must cut no whole record (the
+    # rebuild after it finds every delivery, verify_restored).
+    m.mount()
+    if delivered:
+        assert "kept" in m.log_text(), m.log_text()[-2000:]
+    m.unmount()
+    r = subprocess.run([str(DBOXADM), "rebuild", str(m.store)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if delivered:
+        assert "recovered" in r.stdout, r.stdout
+    return r.stdout
+
+
 def dboxadm_check(store):
     r = subprocess.run([str(DBOXADM), "check", str(store)], capture_output=True,
                        timeout=300)
@@ -372,19 +606,27 @@ def test_crash_cycles(tmp_path):
     m = Mount(tmp_path / "store", tmp_path / "mnt", ["-o", "rotate_size=262144"])
     ctxs = multiprocessing.get_context("fork")
     ledger = Ledger()
-    passed = 0
+    passed = restores = recovered = 0
     try:
         m.mount()
-        for folder in FOLDERS[1:]:
+        for folder in FOLDERS[1:] + (EDIT,):
             m.maildir(folder)
             (m.mnt / folder / "maildirfolder").write_bytes(b"")
         for cycle in range(1, CYCLES + 1):
+            old_index = cycle % 10 == 4
+            if old_index:
+                m.unmount()
+                backup = tmp_path / "index.backup"
+                shutil.copy(m.store / "index.sqlite", backup)
+                m.mount()
+                done_before = len(ledger.done)
             procs, paths = [], []
             for name, func, count in ACTORS:
                 for k in range(count):
                     path = logs / f"c{cycle}-{name}-{k}.log"
                     ctx = {"mnt": str(m.mnt), "store": str(m.store), "cycle": cycle,
-                           "k": k, "log": str(path), "seed": rng.randrange(1 << 30)}
+                           "k": k, "log": str(path), "seed": rng.randrange(1 << 30),
+                           "edit": dict(ledger.edit)}
                     p = ctxs.Process(target=run_actor, args=(func, ctx))
                     p.start()
                     procs.append(p)
@@ -398,6 +640,22 @@ def test_crash_cycles(tmp_path):
                 if path.exists():
                     ledger.read(path)
             assert ledger.errors == [], ledger.errors[:10]
+            if old_index:
+                out = old_index_recovery(m, backup, cycle,
+                                         len(ledger.done) > done_before)
+                restores += 1
+                recovered += sum(int(w) for w in
+                                 re.findall(r"recovered (\d+) messages", out))
+                m.mount()
+                problems = verify_restored(m.mnt, ledger, cycle)
+                assert problems == [], (f"cycle {cycle} (seed {SEED}): old index: "
+                                        f"{len(problems)} problems", problems[:20])
+                m.unmount()
+                rc, out = dboxadm_check(m.store)
+                assert rc == 0, f"cycle {cycle}: check after the rebuild: {out[-4000:]}"
+                m.mount()
+                passed += 1
+                continue
             # What a crash leaves is consistent: only what recovery will
             # clean up (notes), no problem.
             rc, out = dboxadm_check(m.store)
@@ -406,6 +664,7 @@ def test_crash_cycles(tmp_path):
             m.mount()  # recovery
             present, problems = verify(m.mnt, ledger, cycle,
                                        read_all=cycle == CYCLES or cycle % 10 == 0)
+            problems += verify_edit(m.mnt, ledger)
             assert problems == [], (f"cycle {cycle} (seed {SEED}): "
                                     f"{len(problems)} problems", problems[:20])
             ledger.settle(present)
@@ -423,7 +682,11 @@ def test_crash_cycles(tmp_path):
     finally:
         m.kill() if m.proc is not None else m.unmount()
         print(f"crash harness: {passed} of {CYCLES} kill cycles passed, "
-              f"{len(ledger.done)} deliveries checked, seed {SEED}")
+              f"{len(ledger.done)} deliveries checked, "
+              f"{sum(ledger.edit.values())} acknowledged rewrites of "
+              f"{len(ledger.edit)} edited messages checked, "
+              f"{restores} old-index cycles ({recovered} messages recovered by "
+              f"rebuild), seed {SEED}")
 
 
 def test_crash_while_rewriting_a_message(tmp_path):
@@ -467,5 +730,177 @@ def test_crash_while_rewriting_a_message(tmp_path):
         assert rc == 0, out
         m.mount()
         assert (md / "cur" / "b:2,S").read_bytes() == b"rewritten\n"
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
+
+
+# Rewrites of an acknowledged message, each a list of steps on one maildir
+# `md` holding cur/m:2,S (and its hard link .Other/cur/m:2,S).  A step is
+# ("open", slot, flags), ("write", slot, bytes), ("pwrite", slot, bytes,
+# offset), ("fsync", slot), ("close", slot), ("ftruncate", slot, size),
+# ("rsync", bytes) (a .m.XXXXXX temporary written, fsynced and renamed over
+# the message, as rsync does), or "ack": the state of the file after the
+# steps so far is what a close or fsync acknowledged.  The daemon is killed
+# after the last step, with the slots still open.
+REWRITES = {
+    "append_fsync_append": [
+        ("open", 0, os.O_WRONLY | os.O_APPEND), ("write", 0, b"line one\n"),
+        ("fsync", 0), "ack", ("write", 0, b"line two\n")],
+    "pwrite_fsync_ftruncate": [
+        ("open", 0, os.O_RDWR), ("pwrite", 0, b"PATCHED", 40), ("fsync", 0),
+        "ack", ("ftruncate", 0, 20)],
+    "append_close_append": [
+        ("open", 0, os.O_WRONLY | os.O_APPEND), ("write", 0, b"line one\n"),
+        ("close", 0), "ack", ("open", 0, os.O_WRONLY | os.O_APPEND),
+        ("write", 0, b"line two\n")],
+    "fsync_twice": [
+        ("open", 0, os.O_WRONLY | os.O_APPEND), ("write", 0, b"one\n"),
+        ("fsync", 0), ("write", 0, b"two\n"), ("fsync", 0), "ack",
+        ("write", 0, b"three\n"), ("ftruncate", 0, 3)],
+    "fsync_then_trunc_open": [
+        ("open", 0, os.O_WRONLY | os.O_APPEND), ("write", 0, b"kept\n"),
+        ("fsync", 0), "ack", ("open", 1, os.O_WRONLY | os.O_TRUNC),
+        ("write", 1, b"half a new")],
+    "two_writers_one_closes": [
+        ("open", 0, os.O_WRONLY | os.O_APPEND), ("open", 1, os.O_RDWR),
+        ("write", 0, b"first\n"), ("close", 1), "ack",
+        ("write", 0, b"second\n")],
+    "rsync_over_then_append": [
+        ("rsync", b"replaced by rsync\n"), "ack",
+        ("open", 0, os.O_WRONLY | os.O_APPEND), ("write", 0, b"more\n")],
+}
+
+
+def run_rewrite(md, steps, fds):
+    """Run steps on maildir md; returns the file's bytes at the last "ack"."""
+    target = md / "cur" / "m:2,S"
+    acked = None
+    for step in steps:
+        if step == "ack":
+            acked = target.read_bytes()
+            continue
+        op = step[0]
+        if op == "open":
+            fds[step[1]] = os.open(target, step[2])
+        elif op == "write":
+            os.write(fds[step[1]], step[2])
+        elif op == "pwrite":
+            os.pwrite(fds[step[1]], step[2], step[3])
+        elif op == "fsync":
+            os.fsync(fds[step[1]])
+        elif op == "close":
+            os.close(fds.pop(step[1]))
+        elif op == "ftruncate":
+            os.ftruncate(fds[step[1]], step[2])
+        elif op == "rsync":
+            tmp = md / "cur" / ".m:2,S.Xy12Ab"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, step[1])
+            os.fsync(fd)
+            os.close(fd)
+            os.rename(tmp, target)
+    return acked
+
+
+@pytest.mark.parametrize("case", sorted(REWRITES))
+def test_crash_keeps_acknowledged_rewrite(tmp_path, case):
+    """A message delivered long ago, opened again and rewritten (append,
+    pwrite, ftruncate, O_TRUNC, rsync's rename-over) when the daemon is
+    SIGKILLed with the file still open: after the remount the message is
+    there, under all its names, with exactly the bytes of its last
+    successful fsync or close - the bytes the same steps leave in a file on
+    the local filesystem at that point.  Nobody acknowledged what came
+    after, so that may be lost; what was acknowledged never."""
+    steps = REWRITES[case]
+    old = content("old.message")
+    # The reference: the same steps on a plain directory.
+    ref = tmp_path / "ref"
+    for sub in ("cur", "new", "tmp"):
+        (ref / sub).mkdir(parents=True)
+    (ref / "cur" / "m:2,S").write_bytes(old)
+    fds = {}
+    want = run_rewrite(ref, steps, fds)
+    for fd in fds.values():
+        os.close(fd)
+    assert want is not None and want != old
+
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        other = m.maildir(".Other")
+        (md / "tmp" / "m").write_bytes(old)
+        os.rename(md / "tmp" / "m", md / "cur" / "m:2,S")
+        os.link(md / "cur" / "m:2,S", other / "cur" / "m:2,S")
+        m.remount()  # delivered long ago: the record is old and committed
+        fds = {}
+        got = run_rewrite(md, steps, fds)
+        assert got == want
+        m.kill()
+        for fd in fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        m.mount()
+        assert (md / "cur" / "m:2,S").read_bytes() == want
+        if case == "rsync_over_then_append":  # a new inode took the name
+            assert (other / "cur" / "m:2,S").read_bytes() == old
+        else:
+            assert (other / "cur" / "m:2,S").read_bytes() == want
+            assert os.stat(md / "cur" / "m:2,S").st_nlink == 2
+        m.unmount()
+        rc, out = dboxadm_check(m.store)
+        assert rc == 0, out
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
+
+
+def test_fsync_racing_rewrites(tmp_path):
+    """fsync in a loop on one descriptor of a committed message while
+    another appends, each append followed by the close of a dup (a flush
+    that commits the version, so the next append makes a new copy while
+    the fsync may still hold the old one): no error, and the bytes end as
+    the same steps leave them in a local directory."""
+    import threading
+
+    def run(md):
+        target = md / "cur" / "m:2,S"
+        target.write_bytes(content("racing"))
+        fd_w = os.open(target, os.O_WRONLY | os.O_APPEND)
+        fd_s = os.open(target, os.O_RDWR)
+        stop, errors = threading.Event(), []
+
+        def syncer():
+            while not stop.is_set():
+                try:
+                    os.fsync(fd_s)
+                except OSError as e:
+                    errors.append(e)
+                    return
+
+        t = threading.Thread(target=syncer)
+        t.start()
+        try:
+            for i in range(300):
+                os.write(fd_w, f"line {i}\n".encode())
+                os.close(os.dup(fd_w))
+        finally:
+            stop.set()
+            t.join()
+        os.close(fd_w)
+        os.close(fd_s)
+        assert errors == []
+        return target.read_bytes()
+
+    ref = tmp_path / "ref"
+    for sub in ("cur", "new", "tmp"):
+        (ref / sub).mkdir(parents=True)
+    want = run(ref)
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        assert run(md) == want
+        m.remount()
+        assert (md / "cur" / "m:2,S").read_bytes() == want
     finally:
         m.kill() if m.proc is not None else m.unmount()

@@ -91,13 +91,16 @@ def message_locations(store):
     return {bytes(n).decode(): tuple(r) for n, *r in rows}
 
 
-def tree(mnt):
-    """{relative path: bytes} of every regular file under a mount."""
+def tree(mnt, skip=()):
+    """{relative path: bytes} of every regular file under a mount (the
+    relative paths in skip are left out)."""
     out = {}
     for d, dirs, files in os.walk(mnt):
         for n in files:
             p = Path(d) / n
-            out[str(p.relative_to(mnt))] = p.read_bytes()
+            rel = str(p.relative_to(mnt))
+            if rel not in skip:
+                out[rel] = p.read_bytes()
     return out
 
 
@@ -152,6 +155,9 @@ def test_damaged_mfiles_are_eio_and_reported(make_mount):
         fh.seek(loc[name][1] + 30 + loc[name][2] + 4)
         fh.write(b"\x00garbage\xff")
     hit[name] = f"m.{f} offset {loc[name][1]}"
+    # One damaged field is no expunge: rebuild keeps this one under its
+    # name (header and size are as the index had them).
+    damaged_field = name
     # A missing file.
     f = files[4]
     os.unlink(sd / f"m.{f}")
@@ -185,11 +191,14 @@ def test_damaged_mfiles_are_eio_and_reported(make_mount):
     r = adm("check", m.store)
     assert r.returncode == 1 and r.stdout.count(b"problem: message ") >= len(hit)
 
-    # rebuild: every message whose record is whole keeps its name.
+    # rebuild: every message whose record is whole keeps its name, and so
+    # does the one whose record has only its metadata damaged (still EIO).
     r = adm("rebuild", m.store)
     assert r.returncode == 0, r.stderr
+    assert b"damaged metadata block" in r.stderr, r.stderr
     m.mount()
-    got = tree(m.mnt)
+    assert read_errno(md / "cur" / damaged_field) == errno.EIO
+    got = {k: v for k, v in tree(m.mnt, skip=[f".Lists/cur/{damaged_field}"]).items()}
     for name, data in msgs.items():
         if name not in hit:
             assert got[f".Lists/cur/{name}"] == data, name
@@ -197,7 +206,10 @@ def test_damaged_mfiles_are_eio_and_reported(make_mount):
     assert not any(f".Lists/cur/{name}" in got for name in hit)
     m.unmount()
     out = check_json(m.store)
-    assert out["problems"] == [], out
+    # Only that record: as a message, and as bytes of its m.N.
+    assert out["problems"] and all(
+        damaged_field in p or "no whole record" in p for p in out["problems"]), out
+    assert sum(damaged_field in p for p in out["problems"]) == 1, out
 
 
 # --- the index ------------------------------------------------------------------

@@ -35,6 +35,7 @@
 #include "index/index-check.h"
 #include "index/index-stats.h"
 #include "index/index.h"
+#include "index/store.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
 #include "storage/dbox-scan.h"
@@ -431,6 +432,67 @@ static void report_bads(struct check *c, const struct mfile *f)
 	}
 }
 
+/* The bytes of a known m.N past its committed end, judged as the next
+   mount's recovery judges them (index/store.c): whole records before the
+   record in flight (a WRITING row's, or inflight.m.N), or kept by an earlier recovery
+   (kept.m.N), are messages the index does not know - an index older than
+   storage/ - and a problem ('dboxadm rebuild' brings them back); the rest
+   is an unfinished write, which the mount cuts.  While mounted, only
+   what recovery kept is judged: the rest is the mount's own work. */
+static void check_tail(struct check *c, const struct mfile *f, int fd,
+		       const char *name)
+{
+	char inflight_key[32], kept_key[32];
+	int64_t inflight = -1, kept = 0;
+	uint64_t start, end, writing;
+	long whole = 0, kept_whole = 0;
+
+	dbox_store_tail_keys(f->id, inflight_key, kept_key);
+	if (dbox_index_meta_get(c->index, inflight_key, &inflight) < 0 ||
+	    (uint64_t)inflight < f->committed)
+		inflight = -1;
+	if (dbox_index_writing_offset(c->index, f->id, f->committed,
+				      &writing) == 1 &&
+	    (inflight < 0 || writing < (uint64_t)inflight))
+		inflight = (int64_t)writing;
+	if (dbox_index_meta_get(c->index, kept_key, &kept) < 0 ||
+	    (uint64_t)kept < f->committed)
+		kept = (int64_t)f->committed;
+	start = (uint64_t)kept;
+	capture_begin();
+	if (start > f->committed)
+		kept_whole = dbox_file_tail_records(fd, f->id, f->committed,
+						    start, &end, NULL, NULL);
+	if (c->offline && (inflight < 0 || (uint64_t)inflight > start))
+		whole = dbox_file_tail_records(fd, f->id, start, inflight < 0 ?
+					       UINT64_MAX : (uint64_t)inflight,
+					       &end, NULL, NULL);
+	else
+		end = start;
+	free(capture_end());
+	whole = (whole > 0 ? whole : 0) + (kept_whole > 0 ? kept_whole : 0);
+	if (whole > 0)
+		problem(c, "storage/%s: %ld whole records after the committed "
+			"end %llu are unknown to the index (is the index older "
+			"than storage/?); 'dboxadm rebuild' brings them back",
+			name, whole, (unsigned long long)f->committed);
+	if (c->offline && f->size > end) {
+		uint64_t e;
+		bool only_inflight;
+
+		capture_begin();
+		only_inflight = inflight >= 0 && (uint64_t)inflight == end &&
+			dbox_file_tail_records(fd, f->id, end, UINT64_MAX, &e,
+					       NULL, NULL) < 2;
+		free(capture_end());
+		note(c, "storage/%s: %llu bytes after %llu, an unfinished write "
+		     "(the next mount cuts them%s)", name,
+		     (unsigned long long)(f->size - end),
+		     (unsigned long long)end, only_inflight ? "" :
+		     ", keeping a copy in " DBOX_STORE_LOST_FOUND "/");
+	}
+}
+
 /* Scan files[next_scan] and report what is wrong with it as a file. */
 static int scan_one(struct check *c)
 {
@@ -467,12 +529,6 @@ static int scan_one(struct check *c)
 			(unsigned long long)f->committed);
 		end = f->size;
 	} else {
-		if (f->size > f->committed && c->offline)
-			note(c, "storage/%s: %llu bytes after the committed end "
-			     "%llu, an unfinished write (the next mount cuts "
-			     "them)", name,
-			     (unsigned long long)(f->size - f->committed),
-			     (unsigned long long)f->committed);
 		end = f->committed;
 	}
 	fd = openat(c->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -480,6 +536,8 @@ static int scan_one(struct check *c)
 		problem(c, "storage/%s: %s", name, strerror(errno));
 		return 0;
 	}
+	if (f->known && f->size > f->committed)
+		check_tail(c, f, fd, name);
 	capture_begin();
 	ret = dbox_file_scan(fd, f->id, end, rec_cb, bad_cb, c, &header_ok);
 	free(capture_end());
@@ -490,14 +548,22 @@ static int scan_one(struct check *c)
 	if (!header_ok)
 		problem(c, "storage/%s: the file header line is not \"2 M1e "
 			"C...\"", name);
-	else if (!f->known && (f->nrecs > 0 || f->nbads > 0))
-		/* What the next mount's recovery does with it: a file whose
-		   creation never committed holds only uncommitted records. */
-		note(c, "storage/%s is not in the index: its %zu records are "
-		     "uncommitted writes (an interrupted purge, import or "
-		     "delivery), which the next mount cuts off; if the index "
-		     "is older than storage/ (restored from a backup), run "
-		     "'dboxadm rebuild' first to keep them", name, f->nrecs);
+	else if (!f->known && f->nrecs > 0 &&
+		 dbox_store_purged_key(c->index, f->id, false) == 1)
+		note(c, "storage/%s was purged: its %zu records are copies "
+		     "left by a crash before its removal (the next purge "
+		     "removes it)", name, f->nrecs);
+	else if (!f->known && f->nrecs > 0)
+		/* A file whose creation never committed holds no whole
+		   record (a save commits its file before writing to it):
+		   these are messages of an index newer than this one. */
+		problem(c, "storage/%s is not in the index: its %zu whole "
+			"records are unknown to the index (is the index older "
+			"than storage/?); 'dboxadm rebuild' brings them back",
+			name, f->nrecs);
+	else if (!f->known && f->nbads > 0)
+		note(c, "storage/%s is not in the index: bytes of an "
+		     "uncommitted write, which the next mount cuts off", name);
 	else if (!f->known)
 		note(c, "storage/%s is not in the index and holds no record (a "
 		     "new file whose creation a crash cut)", name);
@@ -861,6 +927,35 @@ static void print_result(struct check *c)
 
 /* Take the store lock shared when nobody holds it.  Returns the lock fd
    (or -1 when there is no lock file) and sets c->offline. */
+/* The copies crash recovery kept in STORE/lost+found/ of bytes it cut
+   (index/store.c): notes, to be deleted by hand once the store is clean
+   (the bytes were no message any index knew). */
+static void note_lost_found(struct check *c, int dir_fd)
+{
+	int fd = openat(dir_fd, DBOX_STORE_LOST_FOUND, O_RDONLY | O_DIRECTORY |
+			O_NOFOLLOW | O_CLOEXEC);
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0 || (d = fdopendir(fd)) == NULL) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((de = readdir(d)) != NULL) {
+		struct stat sb;
+
+		if (de->d_name[0] == '.' ||
+		    fstatat(fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		note(c, "%s/%s: %llu bytes crash recovery cut off an m.N, kept "
+		     "as a copy; delete it once check finds no problem",
+		     DBOX_STORE_LOST_FOUND, de->d_name,
+		     (unsigned long long)sb.st_size);
+	}
+	closedir(d);
+}
+
 static int lock_store(struct check *c, int dir_fd)
 {
 	int fd = openat(dir_fd, "lock", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -974,6 +1069,8 @@ static int check_main(int argc, char **argv)
 			problem(&c, "storage/: %s", strerror(errno));
 		progress_init(&c.progress, "checked");
 		ret = run_check(&c);
+		if (ret >= 0)
+			note_lost_found(&c, dir_fd);
 		progress_finish(&c.progress);
 		if (ret < 0)
 			adm_error("%s: checking stopped: %s", c.store,

@@ -21,8 +21,12 @@
  *     targets, device numbers and extended attributes - for
  *     every message whose record was found, every plain file whose
  *     files/<ino> is there, and every directory reachable from the root.
+ *     A message whose record is still at its old location but has a
+ *     damaged field (GUID, metadata) keeps its names there; the damage
+ *     is reported (one damaged field is not an expunge).
  *  5. Records no old message claims are restored, unless the old index
- *     was read whole (then they are expunged messages waiting for purge;
+ *     was read whole and knew them (within its committed end of their
+ *     m.N: then they are expunged messages waiting for purge;
  *     --restore-all restores them anyway): into the cur/ of their B
  *     folder (INBOX -> the root, "A/B" -> the Maildir++ folder .A.B, or
  *     a nested A/B that exists), named "<R>.G<GUID>.rebuild:2," with the
@@ -103,7 +107,8 @@ struct rebuild {
 	int scan_fd;             /* the m.N being scanned */
 	uint32_t scan_id;
 	unsigned long mfiles, damaged, kept, names, restored, duplicates,
-		expunged, lost_msgs, lost_names, lost_files, orphans;
+		expunged, lost_msgs, lost_names, lost_files, orphans,
+		damaged_kept, unknown_restored;
 	bool fatal;
 };
 
@@ -250,6 +255,15 @@ static int scan_storage(struct rebuild *rb)
 				close(fd);
 			continue;
 		}
+		if (sb.st_size == 0) {
+			/* Created by a save that a crash cut before its
+			   header line: no record, and no m.N of the index
+			   (check calls it a note, purge removes it). */
+			adm_warning("storage/%s: empty; left out of the index",
+				    name);
+			close(fd);
+			continue;
+		}
 		rb->scan_fd = fd;
 		rb->scan_id = ids[i];
 		ret = dbox_file_scan(fd, ids[i], UINT64_MAX, scan_cb,
@@ -353,6 +367,24 @@ static size_t guid_lower(const struct rebuild *rb, const char *guid)
 	return lo;
 }
 
+/* in as printable ASCII into out (size bytes): other bytes, and '\\',
+   as \\xNN, cut short when out is full.  Bytes read from a damaged file
+   never reach a terminal raw. */
+static void escape_bytes(char *out, size_t size, const char *in)
+{
+	size_t o = 0;
+
+	for (; *in != '\0' && o + 5 < size; in++) {
+		unsigned char c = (unsigned char)*in;
+
+		if (c >= 0x20 && c < 0x7f && c != '\\')
+			out[o++] = (char)c;
+		else
+			o += (size_t)snprintf(out + o, size - o, "\\x%02x", c);
+	}
+	out[o] = '\0';
+}
+
 static int match_old(struct rebuild *rb)
 {
 	const struct dbox_salvage *old = rb->old;
@@ -397,7 +429,67 @@ static int match_old(struct rebuild *rb)
 			}
 		}
 	}
+	/* Last, a whole record still at the old location whose GUID
+	   differs: the GUID field is damaged (a committed record never
+	   moves and its bytes are never reused), not another message. */
+	for (size_t i = 0; i < old->nmsgs; i++) {
+		const struct dbox_salvage_msg *m = &old->msgs[i];
+		size_t r = rb->msg_rec[i] != SIZE_MAX || m->state !=
+			DBOX_MSG_COMMITTED ? SIZE_MAX :
+			rec_at(rb, m->file_id, m->offset);
+		char shown[2 * sizeof(rb->recs[0].guid) * 4], had[sizeof(shown)];
+
+		if (r == SIZE_MAX || rb->recs[r].claimed)
+			continue;
+		rb->recs[r].claimed = true;
+		rb->msg_rec[i] = r;
+		escape_bytes(shown, sizeof(shown), rb->recs[r].guid);
+		escape_bytes(had, sizeof(had), m->guid);
+		adm_warning("storage/m.%u offset %llu: damaged GUID field "
+			    "(the index had '%s', the record says '%s'); the "
+			    "message keeps its names", m->file_id,
+			    (unsigned long long)m->offset, had, shown);
+		rb->damaged_kept++;
+	}
 	return 0;
+}
+
+/* Is the record of old message m still at its location, with the
+   header, body size and record size the old index had, only its metadata
+   block damaged (so no scan finds it whole)?  Then the message keeps its
+   names and location: reads fail with EIO (and check reports it) until
+   the record is repaired, but no purge drops it. */
+static bool damaged_in_place(struct rebuild *rb,
+			     const struct dbox_salvage_msg *m)
+{
+	uint8_t hdr[DBOX_MSG_HEADER_SIZE];
+	uint64_t body_size;
+	struct stat sb;
+	char name[16];
+	bool ok;
+	int fd;
+
+	if (m->state != DBOX_MSG_COMMITTED || m->record_size <
+	    DBOX_MSG_HEADER_SIZE + m->body_size)
+		return false;
+	dbox_file_name(name, m->file_id);
+	fd = openat(rb->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ok = fstat(fd, &sb) == 0 &&
+		m->offset + m->record_size <= (uint64_t)sb.st_size &&
+		pread(fd, hdr, sizeof(hdr), (off_t)m->offset) ==
+		(ssize_t)sizeof(hdr) &&
+		dbox_msg_header_parse(hdr, &body_size) == 0 &&
+		body_size == m->body_size;
+	close(fd);
+	if (ok)
+		adm_warning("storage/m.%u offset %llu: damaged metadata block "
+			    "(message header and size as the index had them); "
+			    "the message keeps its names and reads fail with "
+			    "EIO until it is repaired", m->file_id,
+			    (unsigned long long)m->offset);
+	return ok;
 }
 
 /* --- the tree of the old index ----------------------------------------- */
@@ -472,6 +564,27 @@ static int place_inode(struct rebuild *rb, size_t i)
 	}
 	if (oi->kind == DBOX_KIND_MESSAGE) {
 		m = old_msg(rb, oi->ino);
+		if (m != SIZE_MAX && rb->msg_rec[m] == SIZE_MAX &&
+		    damaged_in_place(rb, &rb->old->msgs[m])) {
+			const struct dbox_salvage_msg *om = &rb->old->msgs[m];
+
+			/* As the old index had it: size, location, GUID. */
+			memset(&loc, 0, sizeof(loc));
+			loc.file_id = om->file_id;
+			loc.offset = om->offset;
+			loc.body_size = om->body_size;
+			loc.record_size = om->record_size;
+			loc.vsize = om->vsize;
+			loc.state = DBOX_MSG_COMMITTED;
+			copy_guid(&loc, om->guid);
+			if ((ret = dbox_index_rebuild_inode(rb->index, &attr)) < 0 ||
+			    (ret = dbox_index_msg_set(rb->index, oi->ino, &loc)) < 0)
+				return ret;
+			rb->damaged_kept++;
+			rb->kept++;
+			rb->placed[i] = 1;
+			return 1;
+		}
 		if (m == SIZE_MAX || rb->msg_rec[m] == SIZE_MAX) {
 			rb->lost_msgs++;
 			return 0;
@@ -730,9 +843,12 @@ static int restore(struct rebuild *rb, struct rrec *r)
 					"_%u_%llu_%u", r->file_id,
 					(unsigned long long)r->offset, n);
 		snprintf(name + len, sizeof(name) - (size_t)len, ":2,");
+		/* A foreign or damaged GUID may hold any byte: a name gets
+		   letters, digits and "._-:," only. */
 		for (char *p = name; *p != '\0'; p++)
-			if (*p == '/')
-				*p = '_'; /* a foreign GUID may hold one */
+			if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
+			      (*p >= 'A' && *p <= 'Z') || strchr("._-:,", *p) != NULL))
+				*p = '_';
 		ret = dbox_index_create(rb->index, cur, name, strlen(name),
 					DBOX_KIND_MESSAGE, S_IFREG | 0600,
 					rb->uid, rb->gid, dbox_now_ns(), &attr);
@@ -750,6 +866,28 @@ static int restore(struct rebuild *rb, struct rrec *r)
 	r->placed = true;
 	rb->restored++;
 	return 0;
+}
+
+/* Did the old index know record r: is it inside the committed end the
+   old index had for its m.N?  Only such a record, named by no message,
+   was expunged; one past that end (an index older than storage/: a
+   restored backup, a lost WAL) was never known to it. */
+static bool old_knew(const struct rebuild *rb, const struct rrec *r)
+{
+	size_t lo = 0, hi = rb->old->nmfiles;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct dbox_salvage_mfile *f = &rb->old->mfiles[mid];
+
+		if (f->file_id == r->file_id)
+			return r->offset + r->record_size <= f->size;
+		if (f->file_id < r->file_id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
 }
 
 /* Restore every record no message of the new index has, one per GUID. */
@@ -779,9 +917,12 @@ static int restore_unclaimed(struct rebuild *rb)
 				continue;
 			if (has) {
 				rb->duplicates++;
-			} else if (!rb->restore_all && rb->old->complete) {
+			} else if (!rb->restore_all && rb->old->complete &&
+				   old_knew(rb, r)) {
 				rb->expunged++;
 			} else {
+				if (rb->old->complete && !old_knew(rb, r))
+					rb->unknown_restored++;
 				if ((ret = restore(rb, r)) < 0)
 					return ret;
 				has = true;
@@ -1107,6 +1248,16 @@ static int rebuild_main(int argc, char **argv)
 		       "purge; %lu plain files put in lost+found/\n", rb.store,
 		       rb.mfiles, rb.kept, rb.names, rb.restored,
 		       rb.duplicates, rb.expunged, rb.orphans);
+		if (rb.unknown_restored > 0)
+			printf("%s: recovered %lu messages the old index did "
+			       "not know (past its end of their m.N: an index "
+			       "older than storage/)\n", rb.store,
+			       rb.unknown_restored);
+		if (rb.damaged_kept > 0)
+			printf("%s: %lu messages kept under their names with a "
+			       "damaged record field (see the warnings; "
+			       "'dboxadm check' names them)\n", rb.store,
+			       rb.damaged_kept);
 		if (rb.old != NULL && rb.old->opened && !rb.old->complete)
 			printf("%s: the old index was damaged: names of "
 			       "messages it no longer had are new\n", rb.store);
@@ -1152,9 +1303,13 @@ const struct adm_verb adm_verb_rebuild = {
 	"directories and plain files.  Messages it does not know are restored\n"
 	"into the cur/ of the folder they were saved to (B metadata: INBOX ->\n"
 	"the root, A/B -> .A.B), named <received>.G<GUID>.rebuild:2, with the\n"
-	"received date as mtime - unless the old index was read whole, which\n"
-	"means they were expunged and wait for purge.  Plain files in files/\n"
-	"that no plain file of the index owns are put in lost+found/.\n"
+	"received date as mtime - unless the old index was read whole and the\n"
+	"record lies within the end it knew for its m.N, which means it was\n"
+	"expunged and waits for purge (a record past that end is restored: the\n"
+	"index was older than storage/).  A message whose record has a damaged\n"
+	"field where the old index had it keeps its names (reported).  Plain\n"
+	"files in files/ that no plain file of the index owns are put in\n"
+	"lost+found/.\n"
 	"\n"
 	"  --restore-all   restore unknown messages even when the old index is\n"
 	"                  whole (brings back expunged mail not yet purged)\n"
