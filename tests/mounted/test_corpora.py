@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import need_corpora
+from conftest import CORPORA, need_corpora
 
 
 def tree(root):
@@ -29,8 +29,8 @@ def corpora():
     return sorted(p for p in root.iterdir() if p.is_dir())
 
 
-@pytest.mark.parametrize("corpus", [c.name for c in corpora()] if os.path.isdir(
-    os.path.join(os.path.dirname(__file__), "../../../shared/corpora")) else ["none"])
+@pytest.mark.parametrize("corpus", [c.name for c in corpora()] if CORPORA.is_dir()
+                         else ["none"])
 def test_cp_a_in_and_diff_after_remount(mount, corpus):
     src = need_corpora() / corpus
     dest = mount.mnt / f".{corpus}"
