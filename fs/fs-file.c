@@ -73,8 +73,8 @@ static int open_backing(struct fs *fs, uint64_t ino, int flags)
 		int err = errno;
 
 		dbox_error("%s/files/%s: %s", fs->st->path, name, strerror(err));
-		return err == ENOSPC || err == EMFILE || err == ENFILE ?
-			-err : -EIO;
+		return err == ENOSPC || err == EDQUOT || err == EMFILE ||
+			err == ENFILE ? -err : -EIO;
 	}
 	return fd;
 }

@@ -55,7 +55,7 @@ struct dbox_index {
 sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id);
 
 /* Log a SQLite failure (what, plus sqlite3_errmsg) and return -EIO, or
-   -ENOSPC when SQLite found the disk full. */
+   -ENOSPC / -EDQUOT when SQLite found the disk or the quota full. */
 int index_sql_error(struct dbox_index *index, const char *what);
 
 /* Reset stmt (ending its read of the database: a statement left on a row

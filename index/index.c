@@ -100,9 +100,16 @@ int index_sql_error(struct dbox_index *index, const char *what)
 {
 	dbox_error("index %s: %s: %s", index->path, what,
 		   sqlite3_errmsg(index->db));
-	/* A full disk is the client's to know (ENOSPC), not an I/O error. */
-	return (sqlite3_errcode(index->db) & 0xff) == SQLITE_FULL ? -ENOSPC :
-		-EIO;
+	/* A full disk is the client's to know (ENOSPC), not an I/O error;
+	   so is a full quota, which SQLite reports as a write error with the
+	   system errno EDQUOT. */
+	if ((sqlite3_errcode(index->db) & 0xff) == SQLITE_FULL)
+		return -ENOSPC;
+	if ((sqlite3_errcode(index->db) & 0xff) == SQLITE_IOERR &&
+	    (sqlite3_system_errno(index->db) == EDQUOT ||
+	     sqlite3_system_errno(index->db) == ENOSPC))
+		return -sqlite3_system_errno(index->db);
+	return -EIO;
 }
 
 sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id)
