@@ -16,6 +16,7 @@
 #include "fs-purge.h"
 
 #include "storage/dbox-read.h"
+#include "index/reserve.h"
 #include "index/wal-sync.h"
 #include "storage/log.h"
 
@@ -450,8 +451,9 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	ssize_t ret;
 
 	if (h->kind == DBOX_KIND_FILE) {
-		ret = pwrite(h->fd, buf, size, off);
-		if (ret < 0)
+		/* Plain files are data too: the index reserve is not theirs. */
+		ret = dbox_index_reserve_check(fs->st->index);
+		if (ret == 0 && (ret = pwrite(h->fd, buf, size, off)) < 0)
 			ret = -errno;
 	} else if (!h->writer) {
 		ret = -EBADF;

@@ -49,6 +49,8 @@ struct dbox_index {
 	uint64_t commits;  /* successful commits (atomic: read by wal-sync) */
 	struct index_wal_sync wal_sync;
 	struct index_checkpointer ckpt;
+	int reserve_fd;        /* reserve.h: the reserve, or -1 */
+	uint64_t reserve_size; /* its full size in bytes */
 };
 
 /* The statement for id, reset and with bindings cleared. */

@@ -8,6 +8,7 @@
  */
 #include "index-private.h"
 #include "checkpoint.h"
+#include "reserve.h"
 
 #include "storage/log.h"
 
@@ -252,6 +253,7 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 	struct dbox_index *index;
 	bool is_new;
 	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+	char limit_sql[64];
 	int ret;
 
 	is_new = access(path, F_OK) != 0;
@@ -266,20 +268,29 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 		return -ENOMEM;
 	}
 	index->wal_sync.fd = -1;
+	index->reserve_fd = -1;
 	pthread_mutex_init(&index->wal_sync.mutex, NULL);
 	pthread_cond_init(&index->wal_sync.cond, NULL);
 	pthread_mutex_init(&index->ckpt.mutex, NULL);
 	pthread_cond_init(&index->ckpt.cond, NULL);
-	if (sqlite3_open_v2(path, &index->db, flags, NULL) != SQLITE_OK) {
+	if (sqlite3_open_v2(path, &index->db, flags, dbox_reserve_vfs()) !=
+	    SQLITE_OK) {
 		ret = index_sql_error(index, "open");
 		goto fail;
 	}
 	sqlite3_extended_result_codes(index->db, 1);
 	sqlite3_busy_timeout(index->db, 5000);
+	/* journal_size_limit: each time the WAL starts over (after a
+	   checkpoint) it is cut to DBOX_WAL_KEEP bytes; the blocks below
+	   stay allocated for the next transactions (checkpoint.h). */
 	if ((ret = exec_sql(index, "PRAGMA journal_mode=WAL;"
 				   "PRAGMA synchronous=NORMAL;"
 				   "PRAGMA foreign_keys=OFF;"
 				   "PRAGMA cache_size=-32768;")) < 0)
+		goto fail;
+	snprintf(limit_sql, sizeof(limit_sql), "PRAGMA journal_size_limit=%d;",
+		 DBOX_WAL_KEEP);
+	if ((ret = exec_sql(index, limit_sql)) < 0)
 		goto fail;
 	if (is_new && (ret = create_schema(index)) < 0)
 		goto fail;
@@ -314,6 +325,8 @@ void dbox_index_close(struct dbox_index **indexp)
 	sqlite3_close(index->db);
 	if (index->wal_sync.fd >= 0)
 		close(index->wal_sync.fd);
+	if (index->reserve_fd >= 0)
+		close(index->reserve_fd);
 	pthread_mutex_destroy(&index->wal_sync.mutex);
 	pthread_cond_destroy(&index->wal_sync.cond);
 	pthread_mutex_destroy(&index->ckpt.mutex);

@@ -15,6 +15,7 @@
 #include "store-lock.h"
 
 #include "index/index-rebuild.h"
+#include "index/reserve.h"
 #include "storage/dbox-read.h"
 #include "storage/guid.h"
 #include "storage/log.h"
@@ -377,6 +378,8 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 				   "storage/", path, path);
 		goto fail;
 	}
+	/* Without a reserve the store works as before: logged, not fatal. */
+	(void)dbox_index_reserve_open(st->index);
 	if ((ret = recover(st, &writing)) < 0 ||
 	    (ret = dbox_index_mfile_max(st->index, &max_index)) < 0)
 		goto fail;
@@ -433,7 +436,11 @@ void dbox_store_index_suspend(struct dbox_store *st)
 
 int dbox_store_index_resume(struct dbox_store *st)
 {
-	return dbox_index_open(st->index_path, false, &st->index);
+	int ret = dbox_index_open(st->index_path, false, &st->index);
+
+	if (ret == 0)
+		(void)dbox_index_reserve_open(st->index);
+	return ret;
 }
 
 int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)
@@ -574,8 +581,13 @@ int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,
 {
 	/* Not finished from the first attempt on: a failed write may have
 	   changed the record (dbox-body.h), so the next finish rewrites it. */
+	int ret;
+
 	save->finished = false;
 	save->sealed = false;
+	/* The disk space the index reserve gave back is the index's. */
+	if ((ret = dbox_index_reserve_check(save->st->index)) < 0)
+		return ret;
 	if (dbox_body_pwrite(&save->body, buf, len, off) < 0)
 		return -errno;
 	return 0;

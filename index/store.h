@@ -124,7 +124,8 @@ int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
 /* Write plaintext bytes [off, off+len) of the message (compressed as
    the store's settings say; storage/dbox-body.h).  No lock needed beyond
    one caller per save at a time.  Returns 0 or a negative errno (-ENOSPC,
-   -EFBIG, -EIO). */
+   also while the index reserve is in use (index/reserve.h); -EFBIG,
+   -EIO). */
 int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,
 		    uint64_t off);
 
