@@ -578,13 +578,16 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 
 		ret = dbox_index_msg_get(index, inode->ino, &loc);
 		fd = ret < 0 ? ret : dbox_store_read_fd(fs->st, loc.file_id);
+		/* The cached descriptor is the store's only under the lock. */
+		if (fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+			fd = -errno;
 		seq = dbox_index_commit_seq(index);
 		fs_unlock(fs);
 		if (fd < 0)
 			return fd;
-		if (fdatasync(fd) < 0)
-			return -errno;
-		return dbox_index_sync_upto(index, seq);
+		ret = fdatasync(fd) < 0 ? -errno : 0;
+		close(fd);
+		return ret < 0 ? ret : dbox_index_sync_upto(index, seq);
 	}
 	if (!h->writer) {
 		ret = message_finish(fs, inode, true);

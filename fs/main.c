@@ -122,7 +122,9 @@ static void syslog_sink(enum dbox_log_level level, const char *fmt,
 	vsyslog(prio[level], fmt, args);
 }
 
-/* Plenty of descriptors: one per m.N file read. */
+/* Plenty of descriptors (the soft limit up to the hard one): open
+   handles read through descriptors of their own; cached m.N descriptors
+   take at most a quarter of the limit (storage/fd-cache.h). */
 static void raise_nofile(void)
 {
 	struct rlimit rl;

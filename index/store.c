@@ -361,8 +361,10 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	st->rotate_size = set->rotate_size != 0 ? set->rotate_size :
 		DBOX_DEFAULT_ROTATE_SIZE;
 	st->compress = set->compress;
+	dbox_fd_cache_init(&st->read_fds, -1, 0);
 	if ((ret = open_layout(st, path, set->create)) < 0)
 		goto fail;
+	st->read_fds.dir_fd = st->storage_fd;
 	/* Absolute, so the store survives a chdir (daemons chdir to /). */
 	if ((st->path = realpath(path, NULL)) == NULL ||
 	    asprintf(&index_path, "%s/index.sqlite", st->path) < 0) {
@@ -410,10 +412,7 @@ void dbox_store_close(struct dbox_store **stp)
 		free(st->append[i]);
 	}
 	free(st->append);
-	for (size_t i = 0; i < st->read_fds_size; i++)
-		if (st->read_fds[i] >= 0)
-			close(st->read_fds[i]);
-	free(st->read_fds);
+	dbox_fd_cache_deinit(&st->read_fds);
 	dbox_index_close(&st->index);
 	if (st->storage_fd >= 0)
 		close(st->storage_fd);
@@ -446,29 +445,13 @@ int dbox_store_index_resume(struct dbox_store *st)
 int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)
 {
 	char name[16];
-	int fd;
+	int fd = dbox_fd_cache_get(&st->read_fds, file_id);
 
-	if (file_id >= st->read_fds_size) {
-		size_t size = file_id + 64;
-		int *fds = realloc(st->read_fds, size * sizeof(*fds));
-
-		if (fds == NULL)
-			return -ENOMEM;
-		for (size_t i = st->read_fds_size; i < size; i++)
-			fds[i] = -1;
-		st->read_fds = fds;
-		st->read_fds_size = size;
-	}
-	if (st->read_fds[file_id] >= 0)
-		return st->read_fds[file_id];
+	if (fd >= 0)
+		return fd;
 	dbox_file_name(name, file_id);
-	fd = openat(st->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
-		dbox_error("%s/storage/%s: %s", st->path, name, strerror(errno));
-		return -EIO;
-	}
-	st->read_fds[file_id] = fd;
-	return fd;
+	dbox_error("%s/storage/%s: %s", st->path, name, strerror(-fd));
+	return fd == -EMFILE || fd == -ENFILE ? fd : -EIO;
 }
 
 /* A file of the pool with room for another message, or a new m.N. */
@@ -812,8 +795,5 @@ int dbox_store_mfile_seal(struct dbox_store *st, uint32_t file_id)
 
 void dbox_store_read_fd_forget(struct dbox_store *st, uint32_t file_id)
 {
-	if (file_id < st->read_fds_size && st->read_fds[file_id] >= 0) {
-		close(st->read_fds[file_id]);
-		st->read_fds[file_id] = -1;
-	}
+	dbox_fd_cache_forget(&st->read_fds, file_id);
 }

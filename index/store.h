@@ -20,6 +20,7 @@
 #include "index/index.h"
 #include "storage/dbox-body.h"
 #include "storage/dbox-file.h"
+#include "storage/fd-cache.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -55,8 +56,7 @@ struct dbox_store {
 	size_t append_count;
 	uint32_t next_file_id;
 
-	int *read_fds;              /* read_fds[file_id]: O_RDONLY fd or -1 */
-	size_t read_fds_size;
+	struct dbox_fd_cache read_fds; /* m.N O_RDONLY, bounded (LRU) */
 };
 
 /* Open the store at path: create it when missing and set->create (an
@@ -84,9 +84,11 @@ void dbox_store_close(struct dbox_store **st);
 void dbox_store_index_suspend(struct dbox_store *st);
 int dbox_store_index_resume(struct dbox_store *st);
 
-/* A read-only descriptor of m.<file_id>, cached and owned by the store
-   (do not close).  Returns the fd, or -EIO when the file is missing or
-   unreadable (logged once per file).  Needs st->lock. */
+/* A read-only descriptor of m.<file_id> from the store's bounded cache
+   (storage/fd-cache.h): owned by the store, valid only while st->lock is
+   held, so a caller that uses it after unlocking dup()s it first.
+   Returns the fd, -EMFILE/-ENFILE when out of descriptors, or -EIO when
+   the file is missing or unreadable (logged).  Needs st->lock. */
 int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id);
 
 /* Set the R metadata of a finished message record to received (UNIX

@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import random
+import resource
 import subprocess
 from pathlib import Path
 
@@ -228,3 +229,44 @@ def test_wal_stays_bounded(mount):
     # Cut back at least once while the deliveries ran.
     assert any(b < a for a, b in zip(sizes, sizes[1:])), sizes
     assert min(sizes[len(sizes) // 2:]) <= 4 << 20, sizes
+
+
+# --- open-file limit -------------------------------------------------------------
+
+def test_many_mfiles_under_a_low_open_file_limit(make_mount, monkeypatch):
+    """300 m.N files read by a daemon limited to 128 descriptors (soft and
+    hard): every read succeeds, and the daemon exits cleanly at unmount."""
+    m = make_mount(options=["-o", "rotate_size=4096"])
+    md = m.maildir()
+    want = {}
+    for i in range(300):
+        name = f"{i}.fd.host"
+        data = b"Subject: %d\n\n" % i + RNG.randbytes(5000)
+        with open(md / "tmp" / name, "wb") as f:
+            f.write(data)
+        os.rename(md / "tmp" / name, md / "cur" / name)
+        want["cur/" + name] = data
+    m.unmount()
+    assert len([n for n in os.listdir(m.store / "storage")
+                if n.startswith("m.")]) >= 300
+    # The daemon alone gets the limit (it raises soft to hard: both 128).
+    popen = subprocess.Popen
+
+    def limited(*args, **kwargs):
+        return popen(*args, preexec_fn=lambda: resource.setrlimit(
+            resource.RLIMIT_NOFILE, (128, 128)), **kwargs)
+    monkeypatch.setattr(subprocess, "Popen", limited)
+    m.mount()
+    monkeypatch.undo()
+    assert "Max open files            128                  128" in \
+        open(f"/proc/{m.proc.pid}/limits").read()
+    got, errors = {}, []
+    for rel in want:
+        try:
+            got[rel] = (md / rel).read_bytes()
+        except OSError as e:
+            errors.append((rel, e.errno))
+    assert errors == []
+    assert got == want
+    m.unmount()  # asserts a clean exit
+    assert "Too many open files" not in m.log_text()
