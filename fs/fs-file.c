@@ -80,14 +80,19 @@ static int open_backing(struct fs *fs, uint64_t ino, int flags)
 	return fd;
 }
 
-/* Start writing ino's message: a new save, holding a copy of the first
-   copy_bytes bytes of the committed message.  In the caller's
-   transaction. */
-static int message_begin_write(struct fs *fs, struct fs_inode *inode,
-			       uint64_t copy_bytes)
+/* Start writing ino's message: a new save (inode->save), holding a copy
+   of the first copy_bytes bytes of the committed message.  The index
+   keeps the committed record until the save's first finish: a crash
+   before leaves the message as it was (recovery cuts the unfinished
+   copy), instead of dropping it with all its names.  The copy runs
+   without the lock, the inode busy meanwhile: called and returns with
+   the lock held. */
+static int start_write(struct fs *fs, struct fs_inode *inode,
+		       uint64_t copy_bytes)
 {
 	struct dbox_store *st = fs->st;
 	struct dbox_reader *reader = NULL;
+	struct dbox_save *save = NULL;
 	struct dbox_msgloc loc;
 	struct dbox_attr attr;
 	uint64_t parent, off = 0;
@@ -106,60 +111,49 @@ static int message_begin_write(struct fs *fs, struct fs_inode *inode,
 	if (copy_bytes > 0 &&
 	    (ret = dbox_store_open_reader(st, &loc, attr.size, &reader)) < 0)
 		goto out;
-	if ((ret = dbox_save_begin(st, inode->ino,
-				   mailbox != NULL ? mailbox : "INBOX",
-				   &inode->save)) < 0)
+	/* In a transaction: a new m.N is entered in the index. */
+	if ((ret = dbox_index_begin(st->index)) < 0)
 		goto out;
-	/* Until the copy is finished, the index keeps the old record: a
-	   crash in between leaves the message as it was (recovery cuts the
-	   unfinished copy), instead of dropping it with all its names. */
-	if (loc.state == DBOX_MSG_COMMITTED &&
-	    (ret = dbox_index_msg_set(st->index, inode->ino, &loc)) < 0) {
-		dbox_save_free(&inode->save);
+	ret = fs_tx_end(fs, dbox_save_begin_unindexed(st, inode->ino,
+						      mailbox != NULL ? mailbox :
+						      "INBOX", &save), false);
+	if (ret < 0)
 		goto out;
-	}
-	while (off < copy_bytes) {
-		size_t want = copy_bytes - off < sizeof(buf) ?
-			copy_bytes - off : sizeof(buf);
-		ssize_t n = dbox_reader_pread(reader, buf, want, off);
+	if (copy_bytes > 0) {
+		fs_busy_begin(fs, inode);
+		while (off < copy_bytes) {
+			size_t want = copy_bytes - off < sizeof(buf) ?
+				copy_bytes - off : sizeof(buf);
+			ssize_t n = dbox_reader_pread(reader, buf, want, off);
 
-		if (n <= 0) {
-			ret = n < 0 ? -errno : -EIO;
-			break;
+			if (n <= 0) {
+				ret = n < 0 ? -errno : -EIO;
+				break;
+			}
+			if ((ret = dbox_save_write(save, buf, n, off)) < 0)
+				break;
+			off += n;
 		}
-		if ((ret = dbox_save_write(inode->save, buf, n, off)) < 0)
-			break;
-		off += n;
+		fs_busy_end(fs, inode);
 	}
-	if (ret < 0) {
-		dbox_save_free(&inode->save);
-	} else {
+	if (ret == 0) {
+		inode->save = save;
+		save = NULL;
 		__atomic_add_fetch(&inode->gen, 1, __ATOMIC_RELEASE);
 		fs_purge_note(fs, loc.file_id); /* the old record is garbage */
 	}
 out:
+	dbox_save_free(&save);
 	dbox_reader_free(&reader);
 	free(mailbox);
 	return ret;
 }
 
-/* message_begin_write in a transaction of its own. */
-static int start_write(struct fs *fs, struct fs_inode *inode,
-		       uint64_t copy_bytes)
-{
-	int ret;
-
-	if ((ret = dbox_index_begin(fs->st->index)) < 0)
-		return ret;
-	ret = fs_tx_end(fs, message_begin_write(fs, inode, copy_bytes), false);
-	if (ret < 0)
-		dbox_save_free(&inode->save);
-	return ret;
-}
-
 /* Finish the message being written: record on disk, index COMMITTED with
    its size.  sync: data and index on disk before returning.  Opens and
-   commits its own transaction. */
+   commits its own transaction.  The record is sealed without the lock
+   (the inode busy meanwhile): called and returns with the lock held, the
+   inode idle (fs_inode_wait_idle). */
 static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 {
 	struct dbox_index *index = fs->st->index;
@@ -169,6 +163,18 @@ static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 
 	if (inode->save->finished && !sync)
 		return 0;
+	if (!inode->save->sealed) {
+		/* The heavy part (V read back, compression), unlocked. */
+		struct dbox_save *save = inode->save;
+
+		if ((ret = dbox_index_getattr(index, inode->ino, &attr)) < 0)
+			return ret;
+		fs_busy_begin(fs, inode);
+		ret = dbox_save_seal(save, attr.mtime_ns / 1000000000);
+		fs_busy_end(fs, inode);
+		if (ret < 0)
+			return ret;
+	}
 	if ((ret = dbox_index_begin(index)) < 0)
 		return ret;
 	ret = dbox_index_getattr(index, inode->ino, &attr);
@@ -333,8 +339,10 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	fs_lock(fs);
 	/* The kernel opens what it looked up: the kind is usually known
-	   from the lookup, sparing an index query per open. */
-	inode = fs_inode_get(&fs->inodes, ino);
+	   from the lookup, sparing an index query per open.  A message
+	   being finished or copied, or a plain file being turned into one,
+	   is opened once that is done. */
+	inode = fs_inode_wait_idle(fs, ino);
 	if (inode != NULL && inode->kind != 0) {
 		kind = inode->kind;
 	} else {
@@ -404,6 +412,7 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				n = errno == EIO || errno == 0 ? -EIO : -errno;
 		} else {
 			fs_lock(fs);
+			fs_inode_wait_idle(fs, ino);
 			if (h->inode->save != NULL) {
 				n = dbox_save_read(h->inode->save, buf, size, off);
 			} else {
@@ -459,6 +468,7 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 		ret = -EBADF;
 	} else {
 		fs_lock(fs);
+		fs_inode_wait_idle(fs, inode->ino);
 		ret = 0;
 		if (inode->save == NULL) {
 			/* First write to a committed message: a new copy. */
@@ -490,6 +500,7 @@ void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		/* close(): the message is complete as it stands; errors
 		   (ENOSPC) reach the client here, not at release. */
 		fs_lock(fs);
+		fs_inode_wait_idle(fs, ino);
 		if (h->inode->save != NULL)
 			ret = message_finish(fs, h->inode, false);
 		fs_unlock(fs);
@@ -497,33 +508,58 @@ void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, -ret);
 }
 
-/* A plain file renamed to a message name while open (rename converts only
-   closed files) becomes a message at its last close, as rename would have
-   made it.  Needs the lock. */
-static void file_closed(struct fs *fs, uint64_t ino)
+/* Is ino a plain file with one name, a message name: parent gets its
+   directory.  Needs the lock. */
+static bool file_wants_message(struct fs *fs, uint64_t ino, uint64_t *parent_r)
 {
 	struct dbox_index *index = fs->st->index;
 	struct dbox_attr attr;
-	uint64_t parent;
-	char *name = NULL, file[24];
-	int ret;
+	char *name = NULL;
+	bool ret;
 
 	if (dbox_index_getattr(index, ino, &attr) < 0 ||
 	    attr.kind != DBOX_KIND_FILE || attr.nlink != 1 ||
-	    dbox_index_parent(index, ino, &parent) < 0 ||
+	    dbox_index_parent(index, ino, parent_r) < 0 ||
 	    dbox_index_name_of(index, ino, &name) < 0)
-		return;
-	if (fs_is_message_name(fs, parent, name) &&
-	    dbox_index_begin(index) == 0) {
-		ret = fs_tx_end(fs, fs_file_to_message(fs, ino, parent), false);
-		fs_file_name(file, ino);
-		if (ret == 0)
-			unlinkat(fs->st->files_fd, file, 0);
-		else
-			dbox_error("%s/files/%s: not turned into a message: %s",
-				   fs->st->path, file, strerror(-ret));
-	}
+		return false;
+	ret = fs_is_message_name(fs, *parent_r, name);
 	free(name);
+	return ret;
+}
+
+/* A plain file renamed to a message name while open (rename converts only
+   closed files) becomes a message at its last close, as rename would have
+   made it.  Its bytes are copied without the lock (fs_file_copy_out);
+   called and returns with the lock held.  Returns true when it did: the
+   caller then removes the backing file, after unlocking (freeing a big
+   file's blocks takes a while). */
+static bool file_closed(struct fs *fs, uint64_t ino)
+{
+	struct dbox_index *index = fs->st->index;
+	struct dbox_save *copied = NULL;
+	uint64_t parent, parent_now;
+	char file[24];
+	int ret;
+
+	if (!file_wants_message(fs, ino, &parent))
+		return false;
+	ret = fs_file_copy_out(fs, ino, parent, &copied);
+	/* Renamed or linked while it was copied (the lock was free): no
+	   message any more, or one of another folder (its B metadata
+	   differs: copied again, under the lock, in this rare case). */
+	if (ret == 0 && !file_wants_message(fs, ino, &parent_now))
+		ret = -EAGAIN;
+	if (ret == 0 && parent_now != parent)
+		dbox_save_free(&copied);
+	if (ret == 0 && (ret = dbox_index_begin(index)) == 0)
+		ret = fs_tx_end(fs, fs_file_to_message(fs, ino, parent_now,
+						      copied), false);
+	dbox_save_free(&copied);
+	fs_file_name(file, ino);
+	if (ret < 0 && ret != -EAGAIN)
+		dbox_error("%s/files/%s: not turned into a message: %s",
+			   fs->st->path, file, strerror(-ret));
+	return ret == 0;
 }
 
 void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -531,10 +567,12 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fs *fs = req_fs(req);
 	struct fs_handle *h = handle_of(fi);
 	struct fs_inode *inode = h->inode;
+	bool converted = false;
 
 	fs_lock(fs);
+	fs_inode_wait_idle(fs, ino);
 	if (h->kind == DBOX_KIND_FILE && inode->nopen == 1)
-		file_closed(fs, ino);
+		converted = file_closed(fs, ino);
 	if (h->writer && --inode->nwriters == 0 && inode->save != NULL) {
 		bool discard = inode->unlinked && inode->nopen == 1 &&
 			inode->nlookup == 0;
@@ -550,6 +588,12 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	handle_free(h);
 	fs_inode_unref(fs, ino, 0, true);
 	fs_unlock(fs);
+	if (converted) {
+		char file[24];
+
+		fs_file_name(file, ino);
+		unlinkat(fs->st->files_fd, file, 0);
+	}
 	fuse_reply_err(req, 0);
 }
 
@@ -571,6 +615,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	int fd, ret;
 
 	fs_lock(fs);
+	fs_inode_wait_idle(fs, inode->ino);
 	save = inode->save;
 	if (save == NULL) {
 		/* Committed earlier without sync: its record and the index. */
@@ -595,8 +640,11 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		return ret;
 	}
 	ret = dbox_index_getattr(index, inode->ino, &attr);
-	if (ret == 0)
+	if (ret == 0 && !save->sealed) {
+		fs_busy_begin(fs, inode);
 		ret = dbox_save_seal(save, attr.mtime_ns / 1000000000);
+		fs_busy_end(fs, inode);
+	}
 	fd = save->mf->fd;
 	seals = save->seals;
 	fs_unlock(fs);
@@ -609,6 +657,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		return ret;
 	}
 	fs_lock(fs);
+	fs_inode_wait_idle(fs, inode->ino);
 	/* Written to (and maybe finished by a flush) since the seal: those
 	   bytes are not synced yet. */
 	ret = message_finish(fs, inode, !save->sealed || save->seals != seals);
@@ -689,6 +738,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	int ret;
 
 	fs_lock(fs);
+	fs_inode_wait_idle(fs, ino);
 	ret = dbox_index_getattr(index, ino, &attr);
 	if (ret < 0)
 		goto out;
@@ -710,8 +760,9 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 			ret = -ENOMEM;
 		} else {
 			ret = message_truncate(fs, inode, in->st_size);
-			if (fs_inode_unused(inode))
-				fs_inode_remove(&fs->inodes, ino);
+			/* Unlinked meanwhile (the copy ran unlocked): the
+			   unref deletes it. */
+			fs_inode_unref(fs, ino, 0, false);
 		}
 		if (ret < 0)
 			goto out;

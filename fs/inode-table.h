@@ -32,6 +32,9 @@ struct fs_inode {
 	uint64_t gen;            /* bumped when the message gets a new record
 				    (copy-on-write): readers of the old one
 				    must reopen (atomic: read without lock) */
+	bool busy;               /* a thread works on its bytes without the
+				    store lock (a finish, a copy): everything
+				    else that touches them waits (fs.h) */
 };
 
 struct fs_inode_table {
@@ -52,7 +55,8 @@ struct fs_inode *fs_inode_get(struct fs_inode_table *table, uint64_t ino);
 /* The entry of ino, added (zeroed) if absent.  NULL on ENOMEM. */
 struct fs_inode *fs_inode_add(struct fs_inode_table *table, uint64_t ino);
 
-/* True when nothing refers to the entry any more (no lookups, no opens). */
+/* True when nothing refers to the entry any more (no lookups, no opens,
+   not busy). */
 bool fs_inode_unused(const struct fs_inode *inode);
 
 /* Remove and free the entry of ino (no-op if absent). */

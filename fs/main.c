@@ -209,6 +209,7 @@ int main(int argc, char *argv[])
 	struct fuse_loop_config *loop;
 	struct dbox_store_settings set = { .create = true };
 	struct fs fs = {
+		.idle = PTHREAD_COND_INITIALIZER,
 		.opts = {
 			.rotate_size = DBOX_DEFAULT_ROTATE_SIZE,
 			.entry_timeout = 3600,

@@ -527,8 +527,8 @@ static void save_loc(const struct dbox_save *save, enum dbox_msg_state state,
 	memcpy(loc_r->guid, save->guid, sizeof(loc_r->guid));
 }
 
-int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
-		    struct dbox_save **save_r)
+static int save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
+		      bool indexed, struct dbox_save **save_r)
 {
 	struct dbox_save *save;
 	struct dbox_msgloc loc;
@@ -550,13 +550,25 @@ int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
 	}
 	dbox_body_init(&save->body, &save->ap, &st->compress);
 	save_loc(save, DBOX_MSG_WRITING, 0, &loc);
-	if ((ret = dbox_index_msg_set(st->index, ino, &loc)) < 0)
+	if (indexed && (ret = dbox_index_msg_set(st->index, ino, &loc)) < 0)
 		goto fail;
 	*save_r = save;
 	return 0;
 fail:
 	dbox_save_free(&save);
 	return ret;
+}
+
+int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
+		    struct dbox_save **save_r)
+{
+	return save_begin(st, ino, mailbox, true, save_r);
+}
+
+int dbox_save_begin_unindexed(struct dbox_store *st, uint64_t ino,
+			      const char *mailbox, struct dbox_save **save_r)
+{
+	return save_begin(st, ino, mailbox, false, save_r);
 }
 
 int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,

@@ -123,6 +123,16 @@ struct dbox_save {
 int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
 		    struct dbox_save **save_r);
 
+/* dbox_save_begin without the WRITING row: the index keeps whatever it
+   has for ino (a committed record, or a plain file) until
+   dbox_save_finish commits the new record.  For the bytes of a message
+   or plain file copied into a new record outside the store lock (a crash
+   meanwhile leaves the index as it was; recovery cuts the copy).  Needs
+   st->lock, and a transaction when a new m.N may be created.  Returns 0
+   and *save_r, or a negative errno. */
+int dbox_save_begin_unindexed(struct dbox_store *st, uint64_t ino,
+			      const char *mailbox, struct dbox_save **save_r);
+
 /* Write plaintext bytes [off, off+len) of the message (compressed as
    the store's settings say; storage/dbox-body.h).  No lock needed beyond
    one caller per save at a time.  Returns 0 or a negative errno (-ENOSPC,
@@ -155,8 +165,10 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 /* Write the record's metadata and header for the body as it stands (the
    bytes dbox_save_finish would write) without touching the index, so
    they can be fdatasync()ed outside the store lock before the index
-   commit.  Writes after it undo it.  Needs st->lock.  Returns 0 or a
-   negative errno. */
+   commit.  Writes after it undo it.  The heavy part of a finish (V of a
+   plain body is read back, a body written out of order is compressed),
+   so it needs no store lock, only the exclusion of dbox_save_write (one
+   caller per save at a time).  Returns 0 or a negative errno. */
 int dbox_save_seal(struct dbox_save *save, time_t received_sec);
 
 /* Mark the index row WRITING again (the first write after a finish). */

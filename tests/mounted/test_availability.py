@@ -12,6 +12,8 @@ import os
 import random
 import resource
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -270,3 +272,122 @@ def test_many_mfiles_under_a_low_open_file_limit(make_mount, monkeypatch):
     assert got == want
     m.unmount()  # asserts a clean exit
     assert "Too many open files" not in m.log_text()
+
+
+# --- big messages do not hold up other clients ---------------------------------------
+
+BIG = 512 << 20
+CHUNK = b"".join(b"%06d " % i + RNG.randbytes(60).hex().encode() + b"\n"
+                 for i in range((1 << 20) // 128))
+
+
+def write_big(fd, size=BIG):
+    for _ in range(size // len(CHUNK)):
+        view = memoryview(CHUNK)
+        while view:
+            view = view[os.write(fd, view):]
+
+
+def stored_bytes(store):
+    return sum(e.stat().st_size for e in os.scandir(store / "storage"))
+
+
+def progress_during(op, probe, gate):
+    """Run op() in a thread; once gate() says its heavy part has begun,
+    stat + list probe (a maildir) from this thread until op returns.
+    Returns (operations done meanwhile, longest gap between two of them in
+    seconds)."""
+    started, done = threading.Event(), threading.Event()
+    failure = []
+
+    def run():
+        started.set()
+        try:
+            op()
+        except BaseException as e:  # reported below
+            failure.append(e)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=run)
+    t.start()
+    started.wait()
+    while not gate() and not done.is_set():
+        time.sleep(0.001)
+    count, gap, last = 0, 0.0, time.monotonic()
+    while not done.is_set():
+        os.stat(probe / "cur" / "probe.host")
+        os.listdir(probe / "cur")
+        now = time.monotonic()
+        gap, last = max(gap, now - last), now
+        count += 1
+    t.join()
+    assert not failure, failure
+    return count, gap
+
+
+def big_close(md):
+    fd = os.open(md / "tmp" / "big.host", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    write_big(fd)
+    return lambda: os.close(fd), None, md / "tmp" / "big.host"
+
+
+def big_append(md):
+    fd = os.open(md / "tmp" / "big.host", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    write_big(fd)
+    os.close(fd)
+    fd = os.open(md / "tmp" / "big.host", os.O_WRONLY | os.O_APPEND)
+    return lambda: os.write(fd, b"appended\n"), lambda: os.close(fd), \
+        md / "tmp" / "big.host"
+
+
+def big_rsync_temp(md):
+    fd = os.open(md / "cur" / ".big.host.Xy12Zq", os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                 0o600)
+    write_big(fd)
+    os.close(fd)
+    return lambda: os.rename(md / "cur" / ".big.host.Xy12Zq", md / "cur" / "big.host"), \
+        None, md / "cur" / "big.host"
+
+
+@pytest.mark.parametrize("setup", [big_close, big_append, big_rsync_temp],
+                         ids=["close", "first-append", "rsync-temporary"])
+def test_big_message_does_not_stall_others(make_mount, setup):
+    """Closing a new 512 MiB message, the first append to a committed one
+    (its copy) and turning a 512 MiB rsync temporary into a message run
+    without the store lock: a client stat()ing and listing another folder
+    meanwhile keeps being served.  (They held the lock for seconds: the
+    prober got nothing done until they returned.)  The longest gap the
+    prober saw is printed; the assertion is on progress made while the
+    copy is seen growing in storage/, not on time."""
+    m = make_mount(options=["-o", "attr_timeout=0,entry_timeout=0"])
+    md = m.maildir()
+    probe = m.maildir(".Probe")
+    (probe / "cur" / "probe.host").write_bytes(b"probe\n")
+    op, after, path = setup(md)
+    if setup is big_close:
+        # The close reads the body back (V): nothing to see on disk, and
+        # nothing else for the daemon to do first.
+        def gate():
+            return True
+    else:
+        # Counted once the copy into a new record is well under way.
+        before = stored_bytes(m.store)
+
+        def gate():
+            return stored_bytes(m.store) >= before + BIG // 8
+    count, gap = progress_during(op, probe, gate)
+    if after is not None:
+        after()
+    print(f"\n{setup.__name__}: {count} stat+listdir done meanwhile, longest gap "
+          f"{gap * 1000:.1f} ms")
+    assert count >= 100, (count, gap)
+    # The message is whole afterwards.
+    want = BIG + (len(b"appended\n") if setup is big_append else 0)
+    assert os.stat(path).st_size == want
+    with open(path, "rb") as f:
+        f.seek(BIG - len(CHUNK))
+        tail = f.read()
+    assert tail[:len(CHUNK)] == CHUNK
+    if setup is big_append:
+        assert tail[len(CHUNK):] == b"appended\n"
