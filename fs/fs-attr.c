@@ -54,7 +54,8 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 	case DBOX_KIND_MESSAGE:
 		inode = fs_inode_get(&fs->inodes, attr->ino);
 		if (inode != NULL && inode->save != NULL)
-			stbuf->st_size = dbox_save_size(inode->save);
+			stbuf->st_size = inode->busy ? inode->busy_size :
+				dbox_save_size(inode->save);
 		break;
 	case DBOX_KIND_FILE: {
 		struct stat backing;
@@ -188,6 +189,7 @@ struct fs_inode *fs_inode_wait_idle(struct fs *fs, uint64_t ino)
 void fs_busy_begin(struct fs *fs, struct fs_inode *inode)
 {
 	inode->busy = true;
+	inode->busy_size = inode->save != NULL ? dbox_save_size(inode->save) : 0;
 	fs_unlock(fs);
 }
 

@@ -414,7 +414,13 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			fs_lock(fs);
 			fs_inode_wait_idle(fs, ino);
 			if (h->inode->save != NULL) {
-				n = dbox_save_read(h->inode->save, buf, size, off);
+				/* Unlocked: reading a body being compressed
+				   turns it plain first (dbox-body.h). */
+				struct dbox_save *save = h->inode->save;
+
+				fs_busy_begin(fs, h->inode);
+				n = dbox_save_read(save, buf, size, off);
+				fs_busy_end(fs, h->inode);
 			} else {
 				/* The first read of this handle, or opened
 				   while being written, or the message was
@@ -480,8 +486,15 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 				ret = fs_tx_end(fs, dbox_save_reopen(inode->save),
 						false);
 		}
-		if (ret == 0)
-			ret = dbox_save_write(inode->save, buf, size, off);
+		if (ret == 0) {
+			/* The bytes go in without the lock: a write may
+			   also turn a compressed body plain (all of it). */
+			struct dbox_save *save = inode->save;
+
+			fs_busy_begin(fs, inode);
+			ret = dbox_save_write(save, buf, size, off);
+			fs_busy_end(fs, inode);
+		}
 		fs_unlock(fs);
 	}
 	if (ret < 0)
@@ -691,8 +704,14 @@ static int message_truncate(struct fs *fs, struct fs_inode *inode,
 
 	if (inode->save == NULL)
 		ret = start_write(fs, inode, size);
-	if (ret == 0)
-		ret = dbox_save_truncate(inode->save, size);
+	if (ret == 0) {
+		struct dbox_save *save = inode->save;
+
+		/* Unlocked: a compressed body is turned plain first. */
+		fs_busy_begin(fs, inode);
+		ret = dbox_save_truncate(save, size);
+		fs_busy_end(fs, inode);
+	}
 	/* Without an open writer the truncate is complete now. */
 	if (ret == 0 && (inode->nwriters == 0 || inode->save->finished))
 		ret = message_finish(fs, inode, false);

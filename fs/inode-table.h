@@ -33,8 +33,11 @@ struct fs_inode {
 				    (copy-on-write): readers of the old one
 				    must reopen (atomic: read without lock) */
 	bool busy;               /* a thread works on its bytes without the
-				    store lock (a finish, a copy): everything
-				    else that touches them waits (fs.h) */
+				    store lock (a write, a finish, a copy):
+				    everything else that touches them waits
+				    (fs.h) */
+	uint64_t busy_size;      /* busy: the save's size when it began, for
+				    stat (the save is not to be read) */
 };
 
 struct fs_inode_table {
