@@ -382,12 +382,31 @@ static int fs_space(int fd, uint64_t *avail_r, uint64_t *total_r)
 	return 0;
 }
 
-/* Grow the reserve to its full size.  Returns 0 or -errno. */
+/* Grow the reserve to its full size: fallocate, or zeros written where
+   the filesystem has no fallocate.  Returns 0 or -errno. */
 static int reserve_fill(struct dbox_index *index)
 {
-	if (fallocate(index->reserve_fd, 0, 0, (off_t)index->reserve_size) < 0)
-		return errno == EOPNOTSUPP ? 0 : -errno;
-	return 0;
+	static const char zeros[65536];
+	struct stat st;
+	off_t off;
+
+	if (fallocate(index->reserve_fd, 0, 0, (off_t)index->reserve_size) == 0)
+		return 0;
+	if (errno != EOPNOTSUPP)
+		return -errno;
+	if (fstat(index->reserve_fd, &st) < 0)
+		return -errno;
+	for (off = st.st_size; (uint64_t)off < index->reserve_size; ) {
+		size_t n = index->reserve_size - (uint64_t)off < sizeof(zeros) ?
+			(size_t)(index->reserve_size - (uint64_t)off) :
+			sizeof(zeros);
+		ssize_t w = pwrite(index->reserve_fd, zeros, n, off);
+
+		if (w < 0)
+			return -errno;
+		off += w;
+	}
+	return fdatasync(index->reserve_fd) < 0 ? -errno : 0;
 }
 
 int dbox_index_reserve_open(struct dbox_index *index)
