@@ -6,8 +6,10 @@
 #include "fs.h"
 #include "fs-purge.h"
 
+#include "index/wal-sync.h"
 #include "storage/log.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -112,7 +114,10 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 	case DBOX_KIND_MESSAGE:
 		inode = fs_inode_get(&fs->inodes, attr->ino);
 		if (inode != NULL && inode->save != NULL) {
-			stbuf->st_size = dbox_save_size(inode->save);
+			/* Busy: the save is not to be read; its size from
+			   before the unlocked work. */
+			stbuf->st_size = inode->busy ? inode->busy_size :
+				dbox_save_size(inode->save);
 			stbuf->st_blocks = (stbuf->st_size + 511) / 512;
 		} else if (attr->stored >= attr->size) {
 			/* The record as it lies in its m.N: header, body,
@@ -282,39 +287,137 @@ bool fs_is_message_name(struct fs *fs, uint64_t parent, const char *name)
 	return ret;
 }
 
-int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent)
+struct fs_inode *fs_inode_wait_idle(struct fs *fs, uint64_t ino)
 {
-	struct dbox_store *st = fs->st;
-	struct dbox_save *save = NULL;
-	struct dbox_msgloc loc;
-	struct dbox_attr attr;
-	struct stat backing;
-	char name[24], *mailbox = NULL;
+	struct fs_inode *inode;
+
+	while ((inode = fs_inode_get(&fs->inodes, ino)) != NULL && inode->busy)
+		pthread_cond_wait(&fs->idle, &fs->st->lock);
+	return inode;
+}
+
+void fs_busy_begin(struct fs *fs, struct fs_inode *inode)
+{
+	/* Lock order (fs.h): busy only from idle, one holder. */
+	assert(!inode->busy);
+	inode->busy = true;
+	inode->busy_size = inode->save != NULL ? dbox_save_size(inode->save) : 0;
+	fs_unlock(fs);
+}
+
+void fs_busy_end(struct fs *fs, struct fs_inode *inode)
+{
+	fs_lock(fs);
+	assert(inode->busy);
+	inode->busy = false;
+	pthread_cond_broadcast(&fs->idle);
+}
+
+/* Copy the open plain file fd into save: plaintext from offset 0 to EOF.
+   No lock needed (the caller owns save).  Returns 0 or a negative
+   errno. */
+static int copy_into(struct dbox_save *save, int fd)
+{
 	char buf[65536];
 	uint64_t off = 0;
 	ssize_t n;
+	int ret;
+
+	while ((n = read(fd, buf, sizeof(buf))) > 0) {
+		if ((ret = dbox_save_write(save, buf, n, off)) < 0)
+			return ret;
+		off += n;
+	}
+	return n < 0 ? -errno : 0;
+}
+
+/* The backing file of plain file ino, open read-only, and its stat. */
+static int open_file_ro(struct fs *fs, uint64_t ino, struct stat *st_r)
+{
+	char name[24];
 	int fd, ret;
 
 	fs_file_name(name, ino);
-	if ((fd = openat(st->files_fd, name, O_RDONLY | O_NOFOLLOW |
-			 O_CLOEXEC)) < 0 ||
-	    fstat(fd, &backing) < 0) {
+	if ((fd = openat(fs->st->files_fd, name, O_RDONLY | O_NOFOLLOW |
+			 O_CLOEXEC)) < 0)
+		return -errno;
+	if (fstat(fd, st_r) < 0) {
 		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+int fs_file_copy_out(struct fs *fs, uint64_t ino, uint64_t parent,
+		     struct dbox_save **save_r)
+{
+	struct dbox_store *st = fs->st;
+	struct dbox_save *save = NULL;
+	struct fs_inode *inode;
+	struct stat backing;
+	char *mailbox = NULL;
+	int fd, ret;
+
+	*save_r = NULL;
+	if ((fd = open_file_ro(fs, ino, &backing)) < 0)
+		return fd;
+	if ((ret = dbox_index_mailbox_name(st->index, parent, &mailbox)) < 0 ||
+	    (ret = dbox_index_begin(st->index)) < 0)
+		goto out;
+	/* In a transaction: a new m.N is entered in the index, and the
+	   copy's in-flight mark (no WRITING row names it: recovery must cut
+	   it, not keep it as a message the index lost) before its first
+	   byte. */
+	ret = dbox_save_begin_unindexed(st, ino, mailbox, &save);
+	if (ret == 0)
+		ret = dbox_save_note_inflight(save);
+	if ((ret = fs_tx_end(fs, ret, false)) < 0) {
+		if (save != NULL)
+			save->inflight = false; /* rolled back */
 		goto out;
 	}
-	if ((ret = dbox_index_getattr(st->index, ino, &attr)) < 0 ||
-	    (ret = dbox_index_mailbox_name(st->index, parent, &mailbox)) < 0 ||
-	    (ret = dbox_save_begin(st, ino, mailbox, &save)) < 0)
-		goto out;
-	while ((n = read(fd, buf, sizeof(buf))) > 0) {
-		if ((ret = dbox_save_write(save, buf, n, off)) < 0)
-			goto out;
-		off += n;
-	}
-	if (n < 0) {
-		ret = -errno;
+	save->inflight_seq = dbox_index_commit_seq(st->index);
+	if ((inode = fs_inode_add(&fs->inodes, ino)) == NULL) {
+		ret = -ENOMEM;
 		goto out;
 	}
+	fs_busy_begin(fs, inode);
+	ret = copy_into(save, fd);
+	if (ret == 0)
+		ret = dbox_save_seal(save, dbox_time_sec(fs_ts_time(&backing.st_mtim)));
+	fs_busy_end(fs, inode);
+	if (fs_inode_unused(inode))
+		fs_inode_remove(&fs->inodes, ino);
+out:
+	if (ret < 0)
+		dbox_save_free(&save);
+	close(fd);
+	free(mailbox);
+	*save_r = save;
+	return ret;
+}
+
+int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent,
+		       struct dbox_save *copied)
+{
+	struct dbox_store *st = fs->st;
+	struct dbox_save *save = copied;
+	struct dbox_msgloc loc;
+	struct dbox_attr attr;
+	struct stat backing;
+	char *mailbox = NULL;
+	int fd, ret;
+
+	if ((fd = open_file_ro(fs, ino, &backing)) < 0)
+		return fd;
+	if ((ret = dbox_index_getattr(st->index, ino, &attr)) < 0)
+		goto out;
+	if (save == NULL &&
+	    ((ret = dbox_index_mailbox_name(st->index, parent, &mailbox)) < 0 ||
+	     (ret = dbox_save_begin(st, ino, mailbox, &save)) < 0 ||
+	     (ret = copy_into(save, fd)) < 0))
+		goto out;
 	if ((ret = dbox_save_finish(save, dbox_time_sec(fs_ts_time(&backing.st_mtim)),
 				    false, &loc)) < 0)
 		goto out;
@@ -325,14 +428,14 @@ int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent)
 		if (inode != NULL)
 			inode->kind = 0; /* known again at the next lookup */
 	}
-	attr.size = off;
+	attr.size = dbox_save_size(save);
 	attr.mtime_ns = fs_ts_time(&backing.st_mtim);
 	attr.atime_ns = fs_ts_time(&backing.st_atim);
 	ret = dbox_index_setattr(st->index, &attr);
 out:
-	if (fd >= 0)
-		close(fd);
-	dbox_save_free(&save);
+	close(fd);
+	if (save != copied)
+		dbox_save_free(&save);
 	free(mailbox);
 	return ret;
 }

@@ -162,19 +162,41 @@ static void fs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	remove_name(req, parent, name, true);
 }
 
+/* May plain file ino be turned into a message now: not open, and no
+   other thread copying it? */
+static bool convertible(struct fs *fs, uint64_t ino)
+{
+	struct fs_inode *inode = fs_inode_get(&fs->inodes, ino);
+
+	return inode == NULL || (inode->nopen == 0 && !inode->busy);
+}
+
 static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      fuse_ino_t newparent, const char *newname,
 		      unsigned int flags)
 {
 	struct fs *fs = req_fs(req);
 	struct dbox_index *index = fs->st->index;
+	struct dbox_save *copied = NULL;
 	struct dbox_attr moved;
-	uint64_t replaced = 0, converted = 0;
+	uint64_t replaced = 0, converted = 0, copied_ino = 0;
 	uint32_t nlink = 1;
-	int ret;
+	int ret = 0;
 
 	fs_lock(fs);
-	ret = dbox_index_begin(index);
+	/* A plain file (rsync's .name.XXXXXX) renamed to a message name in
+	   cur/new/tmp becomes a message: its bytes are copied into a record
+	   first, without the lock (fs_file_copy_out), and the rename below
+	   takes the copy if it still renames that file. */
+	if (dbox_index_lookup(index, parent, name, strlen(name), &moved) == 0 &&
+	    moved.kind == DBOX_KIND_FILE && moved.nlink == 1 &&
+	    fs_is_message_name(fs, newparent, newname) &&
+	    convertible(fs, moved.ino)) {
+		ret = fs_file_copy_out(fs, moved.ino, newparent, &copied);
+		copied_ino = moved.ino;
+	}
+	if (ret == 0)
+		ret = dbox_index_begin(index);
 	if (ret == 0) {
 		ret = dbox_index_rename(index, parent, name, strlen(name),
 					newparent, newname, strlen(newname),
@@ -188,22 +210,26 @@ static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 				      strlen(newname), &moved) == 0 &&
 		    moved.kind == DBOX_KIND_FILE &&
 		    fs_is_message_name(fs, newparent, newname)) {
-			struct fs_inode *inode = fs_inode_get(&fs->inodes, moved.ino);
-
-			if ((inode == NULL || inode->nopen == 0) && moved.nlink == 1) {
-				ret = fs_file_to_message(fs, moved.ino, newparent);
+			if (convertible(fs, moved.ino) && moved.nlink == 1) {
+				ret = fs_file_to_message(fs, moved.ino, newparent,
+							 moved.ino == copied_ino ?
+							 copied : NULL);
 				converted = moved.ino;
 			}
 		}
 		ret = fs_tx_end(fs, ret, false);
 	}
+	dbox_save_free(&copied);
+	fs_unlock(fs);
 	if (ret == 0 && converted != 0) {
+		/* Unlocked: freeing a big file's blocks takes a while.  The
+		   inode is a message now and its number is never reused;
+		   recovery removes the file if this never happens. */
 		char file[24];
 
 		fs_file_name(file, converted);
 		unlinkat(fs->st->files_fd, file, 0);
 	}
-	fs_unlock(fs);
 	fuse_reply_err(req, -ret);
 }
 

@@ -19,6 +19,7 @@
 #include "fs-purge.h"
 
 #include "storage/dbox-read.h"
+#include "index/reserve.h"
 #include "index/wal-sync.h"
 #include "storage/log.h"
 
@@ -82,20 +83,27 @@ static int open_backing(struct fs *fs, uint64_t ino, int flags)
 		int err = errno;
 
 		dbox_error("%s/files/%s: %s", fs->st->path, name, strerror(err));
-		return err == ENOSPC || err == EMFILE || err == ENFILE ?
-			-err : -EIO;
+		return err == ENOSPC || err == EDQUOT || err == EMFILE ||
+			err == ENFILE ? -err : -EIO;
 	}
 	return fd;
 }
 
-/* Start writing ino's message: a new save, holding a copy of the first
-   copy_bytes bytes of the committed message.  In the caller's
-   transaction. */
-static int message_begin_write(struct fs *fs, struct fs_inode *inode,
-			       uint64_t copy_bytes)
+/* Start writing ino's message: a new save (inode->save), holding a copy
+   of the first copy_bytes bytes of the committed message.  The index
+   keeps the committed record until the save's first finish: a crash
+   before leaves the message as it was (recovery cuts the unfinished
+   copy), instead of dropping it with all its names.  The copy's m.N row
+   and its in-flight mark (inflight.m.N) are committed before its first
+   byte; the copy itself runs without the lock, the inode busy meanwhile
+   (inode->save is NULL until it is done): called and returns with the
+   lock held, the inode idle. */
+static int start_write(struct fs *fs, struct fs_inode *inode,
+		       uint64_t copy_bytes)
 {
 	struct dbox_store *st = fs->st;
 	struct dbox_reader *reader = NULL;
+	struct dbox_save *save = NULL;
 	struct dbox_msgloc loc;
 	struct dbox_attr attr;
 	uint64_t parent, off = 0;
@@ -114,60 +122,52 @@ static int message_begin_write(struct fs *fs, struct fs_inode *inode,
 	if (copy_bytes > 0 &&
 	    (ret = dbox_store_open_reader(st, &loc, attr.size, &reader)) < 0)
 		goto out;
-	if ((ret = dbox_save_begin(st, inode->ino,
-				   mailbox != NULL ? mailbox : "INBOX",
-				   &inode->save)) < 0)
+	/* In a transaction: a new m.N is entered in the index. */
+	if ((ret = dbox_index_begin(st->index)) < 0)
 		goto out;
-	/* The copy leaves no WRITING row: recovery must still know it
-	   for an unfinished write (and cut it), not a lost message. */
-	if ((ret = dbox_save_note_inflight(inode->save)) < 0) {
-		dbox_save_free(&inode->save);
+	/* No WRITING row: until the copy is finished the index keeps the
+	   old record.  The copy's in-flight mark goes in with its m.N row:
+	   recovery must know the copy for an unfinished write (and cut it),
+	   not take it for a lost message. */
+	ret = dbox_save_begin_unindexed(st, inode->ino,
+					mailbox != NULL ? mailbox : "INBOX",
+					&save);
+	if (ret == 0)
+		ret = dbox_save_note_inflight(save);
+	if ((ret = fs_tx_end(fs, ret, false)) < 0) {
+		/* Rolled back: the mark is not in the index any more. */
+		if (save != NULL)
+			save->inflight = false;
 		goto out;
 	}
-	/* Until the copy is finished, the index keeps the old record: a
-	   crash in between leaves the message as it was (recovery cuts the
-	   unfinished copy), instead of dropping it with all its names. */
-	if (loc.state == DBOX_MSG_COMMITTED &&
-	    (ret = dbox_index_msg_set(st->index, inode->ino, &loc)) < 0) {
-		dbox_save_free(&inode->save);
-		goto out;
-	}
-	while (off < copy_bytes) {
-		size_t want = copy_bytes - off < sizeof(buf) ?
-			copy_bytes - off : sizeof(buf);
-		ssize_t n = dbox_reader_pread(reader, buf, want, off);
+	save->inflight_seq = dbox_index_commit_seq(st->index);
+	if (copy_bytes > 0) {
+		fs_busy_begin(fs, inode);
+		while (off < copy_bytes) {
+			size_t want = copy_bytes - off < sizeof(buf) ?
+				copy_bytes - off : sizeof(buf);
+			ssize_t n = dbox_reader_pread(reader, buf, want, off);
 
-		if (n <= 0) {
-			ret = n < 0 ? -errno : -EIO;
-			break;
+			if (n <= 0) {
+				ret = n < 0 ? -errno : -EIO;
+				break;
+			}
+			if ((ret = dbox_save_write(save, buf, n, off)) < 0)
+				break;
+			off += n;
 		}
-		if ((ret = dbox_save_write(inode->save, buf, n, off)) < 0)
-			break;
-		off += n;
+		fs_busy_end(fs, inode);
 	}
-	if (ret < 0) {
-		dbox_save_free(&inode->save);
-	} else {
+	if (ret == 0) {
+		inode->save = save;
+		save = NULL;
 		__atomic_add_fetch(&inode->gen, 1, __ATOMIC_RELEASE);
 		fs_purge_note(fs, loc.file_id); /* the old record is garbage */
 	}
 out:
+	dbox_save_free(&save);
 	dbox_reader_free(&reader);
 	free(mailbox);
-	return ret;
-}
-
-/* message_begin_write in a transaction of its own. */
-static int start_write(struct fs *fs, struct fs_inode *inode,
-		       uint64_t copy_bytes)
-{
-	int ret;
-
-	if ((ret = dbox_index_begin(fs->st->index)) < 0)
-		return ret;
-	ret = fs_tx_end(fs, message_begin_write(fs, inode, copy_bytes), false);
-	if (ret < 0)
-		dbox_save_free(&inode->save);
 	return ret;
 }
 
@@ -190,7 +190,8 @@ static void save_drop(struct fs_inode *inode)
    was told is stored), gives way to a new save holding a copy of the
    first copy_bytes bytes of the committed message: the finished record
    stays what the index names until the copy is finished in its turn.
-   Needs the lock. */
+   Needs the lock and the inode idle; the copy runs unlocked with the
+   inode busy (start_write), and it is idle again on return. */
 static int message_writable(struct fs *fs, struct fs_inode *inode,
 			    uint64_t copy_bytes)
 {
@@ -202,7 +203,9 @@ static int message_writable(struct fs *fs, struct fs_inode *inode,
 
 /* Finish the message being written: record on disk, index COMMITTED with
    its size.  sync: data and index on disk before returning.  Opens and
-   commits its own transaction. */
+   commits its own transaction.  The record is sealed without the lock
+   (the inode busy meanwhile): called and returns with the lock held, the
+   inode idle (fs_inode_wait_idle). */
 static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 {
 	struct dbox_index *index = fs->st->index;
@@ -212,6 +215,27 @@ static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 
 	if (inode->save->finished && !sync)
 		return 0;
+	/* A copy's in-flight mark is durable before its bytes are (at
+	   once when an fsync synced it already). */
+	if (sync && inode->save->inflight &&
+	    (ret = dbox_index_sync_upto(index, inode->save->inflight_seq)) < 0)
+		return ret;
+	if (!inode->save->sealed) {
+		/* The heavy part (V read back, compression), unlocked. */
+		struct dbox_save *save = inode->save;
+		time_t received;
+
+		if ((ret = dbox_index_getattr(index, inode->ino, &attr)) < 0)
+			return ret;
+		/* R as the finish below would write it (h4's dbox time of
+		   the last write, not yet stored); the finish keeps it. */
+		received = dbox_time_sec(fs_message_mtime(fs, &attr));
+		fs_busy_begin(fs, inode);
+		ret = dbox_save_seal(save, received);
+		fs_busy_end(fs, inode);
+		if (ret < 0)
+			return ret;
+	}
 	if ((ret = dbox_index_begin(index)) < 0)
 		return ret;
 	ret = dbox_index_getattr(index, inode->ino, &attr);
@@ -425,8 +449,10 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	fs_lock(fs);
 	/* The kernel opens what it looked up: the kind is usually known
-	   from the lookup, sparing an index query per open. */
-	inode = fs_inode_get(&fs->inodes, ino);
+	   from the lookup, sparing an index query per open.  A message
+	   being finished or copied, or a plain file being turned into one,
+	   is opened once that is done. */
+	inode = fs_inode_wait_idle(fs, ino);
 	if (inode != NULL && inode->kind != 0) {
 		kind = inode->kind;
 	} else {
@@ -522,6 +548,7 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				n = errno == EIO || errno == 0 ? -EIO : -errno;
 		} else {
 			fs_lock(fs);
+			fs_inode_wait_idle(fs, ino);
 			if (h->atime_due) {
 				h->atime_due = false;
 				if (fs_atime_touch(fs, ino) < 0)
@@ -530,7 +557,13 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 						     (unsigned long long)ino);
 			}
 			if (h->inode->save != NULL) {
-				n = dbox_save_read(h->inode->save, buf, size, off);
+				/* Unlocked: reading a body being compressed
+				   turns it plain first (dbox-body.h). */
+				struct dbox_save *save = h->inode->save;
+
+				fs_busy_begin(fs, h->inode);
+				n = dbox_save_read(save, buf, size, off);
+				fs_busy_end(fs, h->inode);
 			} else {
 				/* The first read of this handle, or opened
 				   while being written, or the message was
@@ -576,18 +609,28 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	ssize_t ret;
 
 	if (h->kind == DBOX_KIND_FILE) {
-		ret = pwrite(h->fd, buf, size, off);
-		if (ret < 0)
+		/* Plain files are data too: the index reserve is not theirs. */
+		ret = dbox_index_reserve_check(fs->st->index);
+		if (ret == 0 && (ret = pwrite(h->fd, buf, size, off)) < 0)
 			ret = -errno;
 	} else if (!h->writer) {
 		ret = -EBADF;
 	} else {
 		fs_lock(fs);
+		fs_inode_wait_idle(fs, inode->ino);
 		/* The first write to a committed message, or the first after
-		   a flush or fsync committed it: a new copy. */
+		   a flush or fsync committed it: a new copy (made unlocked,
+		   the inode busy). */
 		ret = message_writable(fs, inode, UINT64_MAX);
-		if (ret == 0)
-			ret = dbox_save_write(inode->save, buf, size, off);
+		if (ret == 0) {
+			/* The bytes go in without the lock: a write may
+			   also turn a compressed body plain (all of it). */
+			struct dbox_save *save = inode->save;
+
+			fs_busy_begin(fs, inode);
+			ret = dbox_save_write(save, buf, size, off);
+			fs_busy_end(fs, inode);
+		}
 		if (ret >= 0)
 			message_written(inode);
 		fs_unlock(fs);
@@ -608,6 +651,7 @@ void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		/* close(): the message is complete as it stands; errors
 		   (ENOSPC) reach the client here, not at release. */
 		fs_lock(fs);
+		fs_inode_wait_idle(fs, ino);
 		if (h->inode->save != NULL)
 			ret = message_finish(fs, h->inode, false);
 		fs_unlock(fs);
@@ -615,33 +659,58 @@ void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, -ret);
 }
 
-/* A plain file renamed to a message name while open (rename converts only
-   closed files) becomes a message at its last close, as rename would have
-   made it.  Needs the lock. */
-static void file_closed(struct fs *fs, uint64_t ino)
+/* Is ino a plain file with one name, a message name: parent gets its
+   directory.  Needs the lock. */
+static bool file_wants_message(struct fs *fs, uint64_t ino, uint64_t *parent_r)
 {
 	struct dbox_index *index = fs->st->index;
 	struct dbox_attr attr;
-	uint64_t parent;
-	char *name = NULL, file[24];
-	int ret;
+	char *name = NULL;
+	bool ret;
 
 	if (dbox_index_getattr(index, ino, &attr) < 0 ||
 	    attr.kind != DBOX_KIND_FILE || attr.nlink != 1 ||
-	    dbox_index_parent(index, ino, &parent) < 0 ||
+	    dbox_index_parent(index, ino, parent_r) < 0 ||
 	    dbox_index_name_of(index, ino, &name) < 0)
-		return;
-	if (fs_is_message_name(fs, parent, name) &&
-	    dbox_index_begin(index) == 0) {
-		ret = fs_tx_end(fs, fs_file_to_message(fs, ino, parent), false);
-		fs_file_name(file, ino);
-		if (ret == 0)
-			unlinkat(fs->st->files_fd, file, 0);
-		else
-			dbox_error("%s/files/%s: not turned into a message: %s",
-				   fs->st->path, file, strerror(-ret));
-	}
+		return false;
+	ret = fs_is_message_name(fs, *parent_r, name);
 	free(name);
+	return ret;
+}
+
+/* A plain file renamed to a message name while open (rename converts only
+   closed files) becomes a message at its last close, as rename would have
+   made it.  Its bytes are copied without the lock (fs_file_copy_out);
+   called and returns with the lock held.  Returns true when it did: the
+   caller then removes the backing file, after unlocking (freeing a big
+   file's blocks takes a while). */
+static bool file_closed(struct fs *fs, uint64_t ino)
+{
+	struct dbox_index *index = fs->st->index;
+	struct dbox_save *copied = NULL;
+	uint64_t parent, parent_now;
+	char file[24];
+	int ret;
+
+	if (!file_wants_message(fs, ino, &parent))
+		return false;
+	ret = fs_file_copy_out(fs, ino, parent, &copied);
+	/* Renamed or linked while it was copied (the lock was free): no
+	   message any more, or one of another folder (its B metadata
+	   differs: copied again, under the lock, in this rare case). */
+	if (ret == 0 && !file_wants_message(fs, ino, &parent_now))
+		ret = -EAGAIN;
+	if (ret == 0 && parent_now != parent)
+		dbox_save_free(&copied);
+	if (ret == 0 && (ret = dbox_index_begin(index)) == 0)
+		ret = fs_tx_end(fs, fs_file_to_message(fs, ino, parent_now,
+						      copied), false);
+	dbox_save_free(&copied);
+	fs_file_name(file, ino);
+	if (ret < 0 && ret != -EAGAIN)
+		dbox_error("%s/files/%s: not turned into a message: %s",
+			   fs->st->path, file, strerror(-ret));
+	return ret == 0;
 }
 
 void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -649,10 +718,12 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fs *fs = req_fs(req);
 	struct fs_handle *h = handle_of(fi);
 	struct fs_inode *inode = h->inode;
+	bool converted = false;
 
 	fs_lock(fs);
+	fs_inode_wait_idle(fs, ino);
 	if (h->kind == DBOX_KIND_FILE && inode->nopen == 1)
-		file_closed(fs, ino);
+		converted = file_closed(fs, ino);
 	if (h->writer && --inode->nwriters == 0 && inode->save != NULL) {
 		bool discard = inode->unlinked && inode->nopen == 1 &&
 			inode->nlookup == 0;
@@ -668,6 +739,12 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	handle_free(h);
 	fs_inode_unref(fs, ino, 0, true);
 	fs_unlock(fs);
+	if (converted) {
+		char file[24];
+
+		fs_file_name(file, ino);
+		unlinkat(fs->st->files_fd, file, 0);
+	}
 	fuse_reply_err(req, 0);
 }
 
@@ -685,10 +762,11 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	struct fs_inode *inode = h->inode;
 	struct dbox_save *save;
 	struct dbox_attr attr;
-	uint64_t seq, seals;
+	uint64_t seq, seals, inflight_seq;
 	int fd, ret;
 
 	fs_lock(fs);
+	fs_inode_wait_idle(fs, inode->ino);
 	save = inode->save;
 	if (save == NULL) {
 		/* Committed earlier without sync: its record and the index. */
@@ -696,13 +774,16 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 
 		ret = dbox_index_msg_get(index, inode->ino, &loc);
 		fd = ret < 0 ? ret : dbox_store_read_fd(fs->st, loc.file_id);
+		/* The cached descriptor is the store's only under the lock. */
+		if (fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+			fd = -errno;
 		seq = dbox_index_commit_seq(index);
 		fs_unlock(fs);
 		if (fd < 0)
 			return fd;
-		if (fdatasync(fd) < 0)
-			return -errno;
-		return dbox_index_sync_upto(index, seq);
+		ret = fdatasync(fd) < 0 ? -errno : 0;
+		close(fd);
+		return ret < 0 ? ret : dbox_index_sync_upto(index, seq);
 	}
 	if (!h->writer) {
 		ret = message_finish(fs, inode, true);
@@ -710,8 +791,15 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		return ret;
 	}
 	ret = dbox_index_getattr(index, inode->ino, &attr);
-	if (ret == 0)
-		ret = dbox_save_seal(save, dbox_time_sec(fs_message_mtime(fs, &attr)));
+	if (ret == 0 && !save->sealed) {
+		/* R as message_finish writes it (the time of a write not
+		   stored yet), taken under the lock. */
+		time_t received = dbox_time_sec(fs_message_mtime(fs, &attr));
+
+		fs_busy_begin(fs, inode);
+		ret = dbox_save_seal(save, received);
+		fs_busy_end(fs, inode);
+	}
 	fd = save->mf->fd;
 	seals = save->seals;
 	if (ret < 0) {
@@ -721,13 +809,24 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	/* A flush may finish the save meanwhile and a write replace it by
 	   a new copy (message_writable): it stays ours until we let go. */
 	save->users++;
+	inflight_seq = save->inflight ? save->inflight_seq : 0;
 	fs_unlock(fs);
-	if (fdatasync(fd) < 0) {
+	/* A copy: its in-flight mark durable before its bytes, so that
+	   recovery after a power loss cuts a copy whose commit did not
+	   reach the disk instead of keeping it as a message (group commit;
+	   at once when synced already). */
+	if (inflight_seq != 0)
+		ret = dbox_index_sync_upto(index, inflight_seq);
+	if (ret == 0 && fdatasync(fd) < 0) {
 		ret = -errno;
 		dbox_error("%s/storage/m.%u: fdatasync: %s", fs->st->path,
 			   save->mf->file_id, strerror(errno));
 	}
 	fs_lock(fs);
+	/* Before anything else on the inode: a write may be copying into a
+	   new save, or writing this one, unlocked.  The save stays ours
+	   (users) across the wait. */
+	fs_inode_wait_idle(fs, inode->ino);
 	save->users--;
 	if (save->detached) {
 		/* Finished by a flush, then replaced by a copy: its record is
@@ -775,8 +874,14 @@ static int message_truncate(struct fs *fs, struct fs_inode *inode,
 	/* Committed (no save, or one finished at a close or fsync): the
 	   truncate goes to a new copy, like any write. */
 	ret = message_writable(fs, inode, size);
-	if (ret == 0)
-		ret = dbox_save_truncate(inode->save, size);
+	if (ret == 0) {
+		struct dbox_save *save = inode->save;
+
+		/* Unlocked: a compressed body is turned plain first. */
+		fs_busy_begin(fs, inode);
+		ret = dbox_save_truncate(save, size);
+		fs_busy_end(fs, inode);
+	}
 	/* Without an open writer the truncate is complete now; with one,
 	   at its next close or fsync. */
 	if (ret == 0 && inode->nwriters == 0)
@@ -836,6 +941,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	int ret;
 
 	fs_lock(fs);
+	fs_inode_wait_idle(fs, ino);
 	now = dbox_now_ns();
 	ret = dbox_index_getattr(index, ino, &attr);
 	if (ret < 0)
@@ -861,8 +967,9 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 			ret = -ENOMEM;
 		} else {
 			ret = message_truncate(fs, inode, in->st_size);
-			if (fs_inode_unused(inode))
-				fs_inode_remove(&fs->inodes, ino);
+			/* Unlinked meanwhile (the copy ran unlocked): the
+			   unref deletes it. */
+			fs_inode_unref(fs, ino, 0, false);
 		}
 		if (ret < 0)
 			goto out;

@@ -42,8 +42,11 @@ struct fs_purge {
 };
 
 /* The eventfd the signal handler writes to (one mount per process). */
-static volatile int signal_efd = -1;
-static volatile sig_atomic_t purge_requested;
+static int signal_efd = -1; /* atomic */
+/* Set by the handler, taken by the purge thread: atomics (lock-free for
+   int, so safe in a signal handler), as the thread is not the one the
+   signal interrupts. */
+static int purge_requested;
 
 static void wake(int efd)
 {
@@ -55,12 +58,13 @@ static void wake(int efd)
 
 static void on_sigusr1(int sig)
 {
-	int saved = errno;
+	int saved = errno, efd;
 
 	(void)sig;
-	purge_requested = 1;
-	if (signal_efd >= 0)
-		wake(signal_efd);
+	__atomic_store_n(&purge_requested, 1, __ATOMIC_RELEASE);
+	efd = __atomic_load_n(&signal_efd, __ATOMIC_ACQUIRE);
+	if (efd >= 0)
+		wake(efd);
 	errno = saved;
 }
 
@@ -176,14 +180,13 @@ static void *purge_thread(void *arg)
 			if (wait_ms < 0)
 				wait_ms = 0;
 		}
-		if (!purge_requested &&
+		if (!__atomic_load_n(&purge_requested, __ATOMIC_ACQUIRE) &&
 		    poll(&pfd, 1, (int)wait_ms) > 0 &&
 		    read(p->efd, &count, sizeof(count)) < 0 && errno != EAGAIN)
 			dbox_warning("purge thread: eventfd: %s", strerror(errno));
 		if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
 			break;
-		if (purge_requested) {
-			purge_requested = 0;
+		if (__atomic_exchange_n(&purge_requested, 0, __ATOMIC_ACQ_REL)) {
 			run_requested(p);
 			continue;
 		}
@@ -226,7 +229,7 @@ int fs_purge_start(struct fs *fs)
 		ret = -errno;
 		goto fail;
 	}
-	signal_efd = p->efd;
+	__atomic_store_n(&signal_efd, p->efd, __ATOMIC_RELEASE);
 	sigemptyset(&sa.sa_mask);
 	if (sigaction(SIGUSR1, &sa, NULL) < 0) {
 		ret = -errno;
@@ -242,7 +245,7 @@ int fs_purge_start(struct fs *fs)
 fail:
 	dbox_error("%s: cannot start the purge thread: %s", fs->st->path,
 		   strerror(-ret));
-	signal_efd = -1;
+	__atomic_store_n(&signal_efd, -1, __ATOMIC_RELEASE);
 	if (p->efd >= 0)
 		close(p->efd);
 	pthread_mutex_destroy(&p->lock);
@@ -262,7 +265,7 @@ void fs_purge_stop(struct fs *fs)
 	wake(p->efd);
 	pthread_join(p->thread, NULL);
 	fs->purge = NULL;
-	signal_efd = -1;
+	__atomic_store_n(&signal_efd, -1, __ATOMIC_RELEASE);
 	close(p->efd);
 	pthread_mutex_destroy(&p->lock);
 	free(p);

@@ -10,7 +10,26 @@
  *
  * Locking: fs->st->lock guards the index, the inode table and the append
  * pool; callbacks take it for their whole index work and drop it before
- * replying.
+ * replying.  Work on a message's bytes that takes long - reading a body
+ * back for its V, compressing it, copying a committed message before its
+ * first write, copying a plain file into a message - runs without the
+ * lock: the inode is marked busy meanwhile, and every request that would
+ * touch its save or bytes waits for it (fs_inode_wait_idle), while
+ * everything else (other files, stat, listings) goes on.
+ *
+ * Lock order (take left before right, never the other way round):
+ *   fs_handle.read_lock -> st->lock -> index mutexes (wal_sync, ckpt)
+ * and inode busy is a per-inode exclusion taken under st->lock and held
+ * without it: a thread marks at most one inode busy at a time and never
+ * waits for an inode to be idle (or for any request) while it holds one
+ * busy (fs_busy_begin asserts it is not busy already), so a busy holder
+ * only ever waits for st->lock, which no waiter for idle holds
+ * (pthread_cond_wait drops it).  A save's users count (an fsync using it
+ * between its steps outside the lock, fs-file.c) is a reference, not a
+ * lock: nobody waits for it to drop (the last user frees a save that was
+ * replaced meanwhile), so it cannot take part in a deadlock; an fsync
+ * holding one waits for idle like everyone else before it touches the
+ * inode again.
  */
 
 #define FUSE_USE_VERSION 312
@@ -40,6 +59,8 @@ struct fs {
 	struct fs_options opts;
 	struct fuse_session *se;
 	struct fs_purge *purge;    /* background purge (fs-purge.h) */
+	pthread_cond_t idle;       /* with st->lock: an inode stopped being
+				      busy */
 };
 
 /* An open file: fi->fh points at one. */
@@ -121,6 +142,19 @@ void fs_inode_unref(struct fs *fs, uint64_t ino, uint64_t nlookup,
    nothing holds it, else when the last holder goes. Needs the lock. */
 void fs_inode_unlinked(struct fs *fs, uint64_t ino, uint32_t nlink);
 
+/* The table entry of ino once it is not busy, waiting for that (the lock
+   is released meanwhile, so anything may have changed), or NULL when ino
+   is not in the table.  The pointer is valid while the lock is held.
+   Needs the lock. */
+struct fs_inode *fs_inode_wait_idle(struct fs *fs, uint64_t ino);
+
+/* Mark inode busy and drop the lock (fs_busy_begin), or take the lock
+   again and end it, waking waiters; an inode nobody holds any more then
+   leaves the table (deleted when it has no names: fs_inode_unref).  The
+   busy thread must hold the inode itself (a handle, or fs_inode_add). */
+void fs_busy_begin(struct fs *fs, struct fs_inode *inode);
+void fs_busy_end(struct fs *fs, struct fs_inode *inode);
+
 /* Name of the backing file of plain-file inode ino in STORE/files/. */
 void fs_file_name(char buf[24], uint64_t ino);
 
@@ -129,10 +163,20 @@ void fs_file_name(char buf[24], uint64_t ino);
    '.'.  Needs the lock. */
 bool fs_is_message_name(struct fs *fs, uint64_t parent, const char *name);
 
+/* Copy the bytes of plain file ino (closed) into a new, sealed message
+   record of folder parent, not yet known to the index, for
+   fs_file_to_message.  The copy runs without the lock (the inode is busy
+   meanwhile; fs_busy_begin): called and returns with the lock held.
+   Returns 0 and *save_r (the caller frees it), or a negative errno. */
+int fs_file_copy_out(struct fs *fs, uint64_t ino, uint64_t parent,
+		     struct dbox_save **save_r);
+
 /* Turn plain file ino (closed) into a message: its bytes are saved as an
-   m.N record and the index says it is a message, inside the caller's
-   transaction; the caller removes the backing file after the commit.
-   Needs the lock. */
-int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent);
+   m.N record (the one save holds, from fs_file_copy_out, or copied now
+   when save is NULL) and the index says it is a message, inside the
+   caller's transaction; the caller removes the backing file after the
+   commit and frees save.  Needs the lock. */
+int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent,
+		       struct dbox_save *save);
 
 #endif

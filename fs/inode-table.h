@@ -36,6 +36,12 @@ struct fs_inode {
 				    last stored: mtime = ctime = wtime, stored
 				    when the record is finished */
 	int64_t wtime;           /* dbox time of that last write */
+	bool busy;               /* a thread works on its bytes without the
+				    store lock (a write, a finish, a copy):
+				    everything else that touches them waits
+				    (fs.h) */
+	uint64_t busy_size;      /* busy: the save's size when it began, for
+				    stat (the save is not to be read) */
 };
 
 struct fs_inode_table {
@@ -56,7 +62,8 @@ struct fs_inode *fs_inode_get(struct fs_inode_table *table, uint64_t ino);
 /* The entry of ino, added (zeroed) if absent.  NULL on ENOMEM. */
 struct fs_inode *fs_inode_add(struct fs_inode_table *table, uint64_t ino);
 
-/* True when nothing refers to the entry any more (no lookups, no opens). */
+/* True when nothing refers to the entry any more (no lookups, no opens,
+   not busy). */
 bool fs_inode_unused(const struct fs_inode *inode);
 
 /* Remove and free the entry of ino (no-op if absent). */

@@ -161,7 +161,9 @@ static void exit_reason(unsigned long errors_before, const char *what, int err)
 		dbox_error("%s; exiting", what);
 }
 
-/* Plenty of descriptors: one per m.N file read. */
+/* Plenty of descriptors (the soft limit up to the hard one): open
+   handles read through descriptors of their own; cached m.N descriptors
+   take at most a quarter of the limit (storage/fd-cache.h). */
 static void raise_nofile(void)
 {
 	struct rlimit rl;
@@ -246,6 +248,7 @@ int main(int argc, char *argv[])
 	struct fuse_loop_config *loop;
 	struct dbox_store_settings set = { .create = true };
 	struct fs fs = {
+		.idle = PTHREAD_COND_INITIALIZER,
 		.opts = {
 			.rotate_size = DBOX_DEFAULT_ROTATE_SIZE,
 			.entry_timeout = 3600,

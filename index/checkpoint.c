@@ -10,6 +10,7 @@
  */
 #include "index-private.h"
 #include "checkpoint.h"
+#include "reserve.h"
 
 #include "storage/log.h"
 
@@ -21,8 +22,12 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 	struct dbox_index *index = arg;
 	struct index_checkpointer *ck = &index->ckpt;
 
-	if (pages >= DBOX_CHECKPOINT_INLINE_PAGES) {
-		/* The thread is behind: do it here, as SQLite would. */
+	if (pages >= DBOX_CHECKPOINT_INLINE_PAGES ||
+	    (pages >= DBOX_CHECKPOINT_SHORT_PAGES &&
+	     dbox_index_reserve_short(index))) {
+		/* The thread is behind, or the disk is full and the WAL
+		   must start over in the blocks it has: do it here, as
+		   SQLite would (the next commit starts the WAL over). */
 		sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE,
 					  NULL, NULL);
 		return SQLITE_OK;
@@ -69,7 +74,8 @@ int dbox_index_checkpointer_start(struct dbox_index *index)
 		return 0;
 	if (sqlite3_open_v2(index->path, &ck->db,
 			    SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX |
-			    SQLITE_OPEN_NOFOLLOW, NULL) != SQLITE_OK) {
+			    SQLITE_OPEN_NOFOLLOW,
+			    dbox_reserve_vfs()) != SQLITE_OK) {
 		dbox_error("index %s: checkpointer: %s", index->path,
 			   ck->db != NULL ? sqlite3_errmsg(ck->db) : "out of memory");
 		sqlite3_close(ck->db);

@@ -10,7 +10,9 @@
  * PASSIVE checkpoints (copy what no reader needs, never block writers)
  * once the WAL passes DBOX_CHECKPOINT_PAGES.  A WAL that grows past
  * DBOX_CHECKPOINT_INLINE_PAGES anyway (the thread cannot keep up) is
- * checkpointed by the committing thread as before.
+ * checkpointed by the committing thread as before (so is one past
+ * DBOX_CHECKPOINT_SHORT_PAGES while the disk is full).  Each time the WAL
+ * starts over, SQLite cuts it to DBOX_WAL_KEEP bytes.
  *
  * Durability is SQLite's: a checkpoint syncs the WAL before copying and
  * the database after, so no commit depends on the thread being alive.
@@ -19,7 +21,16 @@
 #include <stdint.h>
 
 #define DBOX_CHECKPOINT_PAGES 1000
-#define DBOX_CHECKPOINT_INLINE_PAGES 16000
+#define DBOX_CHECKPOINT_INLINE_PAGES 2000
+/* While the index reserve is in use (reserve.h: the disk is full), the
+   committing thread checkpoints at this many pages, so the WAL starts
+   over in its own blocks instead of asking for more. */
+#define DBOX_CHECKPOINT_SHORT_PAGES 64
+/* Bytes the WAL keeps when it starts over (PRAGMA journal_size_limit):
+   with 4 KiB pages the WAL stays below about DBOX_CHECKPOINT_INLINE_PAGES
+   pages (8 MiB) under load and goes back to 4 MiB after each checkpoint.
+   Before, it grew to 16,000 pages (64 MiB) and kept that size. */
+#define DBOX_WAL_KEEP (4 * 1024 * 1024)
 
 struct dbox_index;
 

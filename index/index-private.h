@@ -51,13 +51,15 @@ struct dbox_index {
 	uint64_t commits;  /* successful commits (atomic: read by wal-sync) */
 	struct index_wal_sync wal_sync;
 	struct index_checkpointer ckpt;
+	int reserve_fd;        /* reserve.h: the reserve, or -1 */
+	uint64_t reserve_size; /* its full size in bytes */
 };
 
 /* The statement for id, reset and with bindings cleared. */
 sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id);
 
 /* Log a SQLite failure (what, plus sqlite3_errmsg) and return -EIO, or
-   -ENOSPC when SQLite found the disk full. */
+   -ENOSPC / -EDQUOT when SQLite found the disk or the quota full. */
 int index_sql_error(struct dbox_index *index, const char *what);
 
 /* Reset stmt (ending its read of the database: a statement left on a row

@@ -8,6 +8,7 @@
  */
 #include "index-private.h"
 #include "checkpoint.h"
+#include "reserve.h"
 
 #include "storage/log.h"
 
@@ -113,9 +114,16 @@ int index_sql_error(struct dbox_index *index, const char *what)
 {
 	dbox_error("index %s: %s: %s", index->path, what,
 		   sqlite3_errmsg(index->db));
-	/* A full disk is the client's to know (ENOSPC), not an I/O error. */
-	return (sqlite3_errcode(index->db) & 0xff) == SQLITE_FULL ? -ENOSPC :
-		-EIO;
+	/* A full disk is the client's to know (ENOSPC), not an I/O error;
+	   so is a full quota, which SQLite reports as a write error with the
+	   system errno EDQUOT. */
+	if ((sqlite3_errcode(index->db) & 0xff) == SQLITE_FULL)
+		return -ENOSPC;
+	if ((sqlite3_errcode(index->db) & 0xff) == SQLITE_IOERR &&
+	    (sqlite3_system_errno(index->db) == EDQUOT ||
+	     sqlite3_system_errno(index->db) == ENOSPC))
+		return -sqlite3_system_errno(index->db);
+	return -EIO;
 }
 
 sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id)
@@ -420,6 +428,7 @@ static int index_open(const char *path, bool create, bool readonly,
 	   owner could point it anywhere). */
 	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX |
 		SQLITE_OPEN_NOFOLLOW;
+	char limit_sql[64];
 	int ret;
 
 	is_new = access(path, F_OK) != 0;
@@ -434,24 +443,35 @@ static int index_open(const char *path, bool create, bool readonly,
 		return -ENOMEM;
 	}
 	index->wal_sync.fd = -1;
+	index->reserve_fd = -1;
 	pthread_mutex_init(&index->wal_sync.mutex, NULL);
 	pthread_cond_init(&index->wal_sync.cond, NULL);
 	pthread_mutex_init(&index->ckpt.mutex, NULL);
 	pthread_cond_init(&index->ckpt.cond, NULL);
+	/* Read-only: the default VFS (nothing is written, no reserve). */
 	if (readonly) {
 		if ((ret = open_db_readonly(index, path)) < 0)
 			goto fail;
-	} else if (sqlite3_open_v2(path, &index->db, flags, NULL) != SQLITE_OK) {
+	} else if (sqlite3_open_v2(path, &index->db, flags,
+				   dbox_reserve_vfs()) != SQLITE_OK) {
 		ret = index_sql_error(index, "open");
 		goto fail;
 	}
 	sqlite3_extended_result_codes(index->db, 1);
 	sqlite3_busy_timeout(index->db, 5000);
+	/* journal_size_limit: each time the WAL starts over (after a
+	   checkpoint) it is cut to DBOX_WAL_KEEP bytes; the blocks below
+	   stay allocated for the next transactions (checkpoint.h).  A
+	   read-only connection writes no WAL. */
 	if ((ret = exec_sql(index, readonly ? "PRAGMA cache_size=-32768;" :
 				   "PRAGMA journal_mode=WAL;"
 				   "PRAGMA synchronous=NORMAL;"
 				   "PRAGMA foreign_keys=OFF;"
 				   "PRAGMA cache_size=-32768;")) < 0)
+		goto fail;
+	snprintf(limit_sql, sizeof(limit_sql), "PRAGMA journal_size_limit=%d;",
+		 DBOX_WAL_KEEP);
+	if (!readonly && (ret = exec_sql(index, limit_sql)) < 0)
 		goto fail;
 	if (is_new && (ret = create_schema(index)) < 0)
 		goto fail;
@@ -488,6 +508,8 @@ void dbox_index_close(struct dbox_index **indexp)
 	sqlite3_close(index->db);
 	if (index->wal_sync.fd >= 0)
 		close(index->wal_sync.fd);
+	if (index->reserve_fd >= 0)
+		close(index->reserve_fd);
 	pthread_mutex_destroy(&index->wal_sync.mutex);
 	pthread_cond_destroy(&index->wal_sync.cond);
 	pthread_mutex_destroy(&index->ckpt.mutex);

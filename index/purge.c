@@ -16,6 +16,7 @@
 #include "purge.h"
 
 #include "index/index-purge.h"
+#include "index/reserve.h"
 #include "storage/log.h"
 
 #include <dirent.h>
@@ -191,7 +192,10 @@ static int copy_records(struct purge *p, uint32_t file_id, int fd,
 				   "size differs from the index");
 			return -EIO;
 		}
-		if ((ret = dest_for(p, record_size, &d)) < 0)
+		/* Copies wait while the index uses its reserve: files
+		   without live records (no copy) give space back first. */
+		if ((ret = dbox_index_reserve_check(p->st->index)) < 0 ||
+		    (ret = dest_for(p, record_size, &d)) < 0)
 			return ret;
 		ret = copy_range(p, fd, r->offset, d->mf->fd, d->mf->size,
 				 record_size);
@@ -460,8 +464,9 @@ static int collect_cb(void *ctx, uint32_t file_id, uint64_t size)
 }
 
 /* Does m.<file_id> need a purge under the settings?  Needs st->lock.
-   Returns 1 yes, 0 no, -EBUSY when a save owns it, or an error. */
-static int wanted(struct purge *p, uint32_t file_id)
+   Returns 1 yes (*live_r: its live bytes), 0 no, -EBUSY when a save owns
+   it, or an error. */
+static int wanted(struct purge *p, uint32_t file_id, uint64_t *live_r)
 {
 	struct dbox_store *st = p->st;
 	struct dbox_file_usage u;
@@ -486,7 +491,22 @@ static int wanted(struct purge *p, uint32_t file_id)
 	dead = data > u.live_bytes ? data - u.live_bytes : 0;
 	if (dead == 0 || dead * 100 < (uint64_t)p->set->threshold * data)
 		return 0;
+	*live_r = u.live_bytes;
 	return 1;
+}
+
+struct candidate {
+	uint32_t file_id;
+	uint64_t live;
+};
+
+static int candidate_cmp(const void *a, const void *b)
+{
+	const struct candidate *x = a, *y = b;
+
+	if (x->live != y->live)
+		return x->live < y->live ? -1 : 1;
+	return x->file_id < y->file_id ? -1 : x->file_id > y->file_id;
 }
 
 int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
@@ -494,6 +514,7 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 {
 	struct purge p = { .st = st, .set = set, .res = res_r };
 	struct candidates c = { 0 };
+	struct candidate *todo = NULL;
 	size_t n = 0;
 	int ret = 0, r;
 
@@ -513,9 +534,13 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 	/* Seal every file to purge before copying anything, so no copy goes
 	   to a file that is purged later in this run.  The lock is taken per
 	   file: the mount keeps serving between them. */
+	if (c.count > 0 && (todo = calloc(c.count, sizeof(*todo))) == NULL)
+		ret = -ENOMEM;
 	for (size_t i = 0; ret == 0 && i < c.count; i++) {
+		uint64_t live = 0;
+
 		lock(&p);
-		r = wanted(&p, c.ids[i]);
+		r = wanted(&p, c.ids[i], &live);
 		if (r == 1)
 			r = dbox_store_mfile_seal(st, c.ids[i]) < 0 ? -EBUSY : 1;
 		unlock(&p);
@@ -526,11 +551,15 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 		else if (r < 0)
 			res_r->files_failed++;
 		else
-			c.ids[n++] = c.ids[i];
+			todo[n++] = (struct candidate){ c.ids[i], live };
 	}
+	/* Fewest live bytes first: a file with none needs no room for
+	   copies, and on a full disk it makes the room the others need. */
+	if (n > 0)
+		qsort(todo, n, sizeof(*todo), candidate_cmp);
 
 	for (size_t i = 0; ret == 0 && i < n; i++) {
-		r = purge_file(&p, c.ids[i]);
+		r = purge_file(&p, todo[i].file_id);
 		if (r == -ECANCELED) {
 			ret = r;
 		} else if (r < 0) {
@@ -542,6 +571,7 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 	res_r->end_ns = dbox_now_ns();
 	res_r->error = ret;
 	free(c.ids);
+	free(todo);
 	free(p.dests);
 	free(p.buf);
 	return ret;

@@ -6,6 +6,10 @@
  * abandoned records in storage/m.N files, as Dovecot's `doveadm purge`
  * does for mdbox (mdbox-purge.c; docs/dbox-format.md section 11).
  *
+ * Files go in order of their live bytes, fewest first: those with none
+ * need no room for copies, so on a full disk they make the room the
+ * others need (copies wait while the index reserve is in use, reserve.h).
+ *
  * For each m.N with dead bytes: take it out of the append pool, copy its
  * live records verbatim (header + body + metadata, no recompression) to
  * the end of m.N files of the append pool - chosen exactly as a new save

@@ -15,6 +15,7 @@
 #include "store-lock.h"
 
 #include "index/index-rebuild.h"
+#include "index/reserve.h"
 #include "storage/dbox-read.h"
 #include "storage/dbox-scan.h"
 #include "storage/guid.h"
@@ -572,8 +573,10 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	st->rotate_size = set->rotate_size != 0 ? set->rotate_size :
 		DBOX_DEFAULT_ROTATE_SIZE;
 	st->compress = set->compress;
+	dbox_fd_cache_init(&st->read_fds, -1, 0);
 	if ((ret = open_layout(st, path, set->create)) < 0)
 		goto fail;
+	st->read_fds.dir_fd = st->storage_fd;
 	/* Absolute, so the store survives a chdir (daemons chdir to /); and
 	   the directory opened above, not one switched in meanwhile. */
 	if ((st->path = realpath(path, NULL)) == NULL ||
@@ -596,6 +599,10 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 				   "storage/", path, path);
 		goto fail;
 	}
+	/* Without a reserve the store works as before: logged, not fatal.
+	   A read-only store writes nothing, a reserve neither. */
+	if (!st->readonly)
+		(void)dbox_index_reserve_open(st->index);
 	if ((!st->readonly && (ret = recover(st, &writing)) < 0) ||
 	    (ret = dbox_index_mfile_max(st->index, &max_index)) < 0)
 		goto fail;
@@ -629,10 +636,7 @@ void dbox_store_close(struct dbox_store **stp)
 		free(st->append[i]);
 	}
 	free(st->append);
-	for (size_t i = 0; i < st->read_fds_size; i++)
-		if (st->read_fds[i] >= 0)
-			close(st->read_fds[i]);
-	free(st->read_fds);
+	dbox_fd_cache_deinit(&st->read_fds);
 	/* Nothing is in flight any more (recovery reads none of these). */
 	if (st->index != NULL)
 		(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
@@ -658,37 +662,26 @@ void dbox_store_index_suspend(struct dbox_store *st)
 
 int dbox_store_index_resume(struct dbox_store *st)
 {
-	return st->readonly ?
-		dbox_index_open_readonly(st->index_path, &st->index) :
-		dbox_index_open(st->index_path, false, &st->index);
+	int ret;
+
+	if (st->readonly)
+		return dbox_index_open_readonly(st->index_path, &st->index);
+	ret = dbox_index_open(st->index_path, false, &st->index);
+	if (ret == 0)
+		(void)dbox_index_reserve_open(st->index);
+	return ret;
 }
 
 int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)
 {
 	char name[16];
-	int fd;
+	int fd = dbox_fd_cache_get(&st->read_fds, file_id);
 
-	if (file_id >= st->read_fds_size) {
-		size_t size = file_id + 64;
-		int *fds = realloc(st->read_fds, size * sizeof(*fds));
-
-		if (fds == NULL)
-			return -ENOMEM;
-		for (size_t i = st->read_fds_size; i < size; i++)
-			fds[i] = -1;
-		st->read_fds = fds;
-		st->read_fds_size = size;
-	}
-	if (st->read_fds[file_id] >= 0)
-		return st->read_fds[file_id];
+	if (fd >= 0)
+		return fd;
 	dbox_file_name(name, file_id);
-	fd = openat(st->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
-		dbox_error("%s/storage/%s: %s", st->path, name, strerror(errno));
-		return -EIO;
-	}
-	st->read_fds[file_id] = fd;
-	return fd;
+	dbox_error("%s/storage/%s: %s", st->path, name, strerror(-fd));
+	return fd == -EMFILE || fd == -ENFILE ? fd : -EIO;
 }
 
 /* A file of the pool with room for another message, or a new m.N. */
@@ -764,8 +757,8 @@ static void save_loc(const struct dbox_save *save, enum dbox_msg_state state,
 	memcpy(loc_r->guid, save->guid, sizeof(loc_r->guid));
 }
 
-int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
-		    struct dbox_save **save_r)
+static int save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
+		      bool indexed, struct dbox_save **save_r)
 {
 	struct dbox_save *save;
 	struct dbox_msgloc loc;
@@ -787,7 +780,7 @@ int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
 	}
 	dbox_body_init(&save->body, &save->ap, &st->compress);
 	save_loc(save, DBOX_MSG_WRITING, 0, &loc);
-	if ((ret = dbox_index_msg_set(st->index, ino, &loc)) < 0)
+	if (indexed && (ret = dbox_index_msg_set(st->index, ino, &loc)) < 0)
 		goto fail;
 	*save_r = save;
 	return 0;
@@ -796,13 +789,30 @@ fail:
 	return ret;
 }
 
+int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
+		    struct dbox_save **save_r)
+{
+	return save_begin(st, ino, mailbox, true, save_r);
+}
+
+int dbox_save_begin_unindexed(struct dbox_store *st, uint64_t ino,
+			      const char *mailbox, struct dbox_save **save_r)
+{
+	return save_begin(st, ino, mailbox, false, save_r);
+}
+
 int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,
 		    uint64_t off)
 {
 	/* Not finished from the first attempt on: a failed write may have
 	   changed the record (dbox-body.h), so the next finish rewrites it. */
+	int ret;
+
 	save->finished = false;
 	save->sealed = false;
+	/* The disk space the index reserve gave back is the index's. */
+	if ((ret = dbox_index_reserve_check(save->st->index)) < 0)
+		return ret;
 	if (dbox_body_pwrite(&save->body, buf, len, off) < 0)
 		return -errno;
 	return 0;
@@ -1068,8 +1078,5 @@ int dbox_store_mfile_seal(struct dbox_store *st, uint32_t file_id)
 
 void dbox_store_read_fd_forget(struct dbox_store *st, uint32_t file_id)
 {
-	if (file_id < st->read_fds_size && st->read_fds[file_id] >= 0) {
-		close(st->read_fds[file_id]);
-		st->read_fds[file_id] = -1;
-	}
+	dbox_fd_cache_forget(&st->read_fds, file_id);
 }

@@ -20,6 +20,7 @@
 #include "index/index.h"
 #include "storage/dbox-body.h"
 #include "storage/dbox-file.h"
+#include "storage/fd-cache.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -58,8 +59,7 @@ struct dbox_store {
 	size_t append_count;
 	uint32_t next_file_id;
 
-	int *read_fds;              /* read_fds[file_id]: O_RDONLY fd or -1 */
-	size_t read_fds_size;
+	struct dbox_fd_cache read_fds; /* m.N O_RDONLY, bounded (LRU) */
 	unsigned long kept_records; /* whole records recovery kept past what
 				       the index knows (index older than
 				       storage/) */
@@ -138,9 +138,11 @@ void dbox_store_close(struct dbox_store **st);
 void dbox_store_index_suspend(struct dbox_store *st);
 int dbox_store_index_resume(struct dbox_store *st);
 
-/* A read-only descriptor of m.<file_id>, cached and owned by the store
-   (do not close).  Returns the fd, or -EIO when the file is missing or
-   unreadable (logged once per file).  Needs st->lock. */
+/* A read-only descriptor of m.<file_id> from the store's bounded cache
+   (storage/fd-cache.h): owned by the store, valid only while st->lock is
+   held, so a caller that uses it after unlocking dup()s it first.
+   Returns the fd, -EMFILE/-ENFILE when out of descriptors, or -EIO when
+   the file is missing or unreadable (logged).  Needs st->lock. */
 int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id);
 
 /* Set the R metadata of a finished message record to received (UNIX
@@ -171,6 +173,11 @@ struct dbox_save {
 			       the store lock (an fsync between its steps) */
 	bool detached;   /* the caller's: no longer its inode's save (a new
 			    copy took over); the last user frees it */
+	uint64_t inflight_seq; /* the caller's: dbox_index_commit_seq of the
+				  commit that marked it in flight (0: none);
+				  synced before its bytes are (a durable
+				  record past the committed end needs a
+				  durable mark to be cut, not kept) */
 };
 
 /* Start saving the message of inode ino (saved to folder mailbox, copied)
@@ -180,10 +187,21 @@ struct dbox_save {
 int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
 		    struct dbox_save **save_r);
 
+/* dbox_save_begin without the WRITING row: the index keeps whatever it
+   has for ino (a committed record, or a plain file) until
+   dbox_save_finish commits the new record.  For the bytes of a message
+   or plain file copied into a new record outside the store lock (a crash
+   meanwhile leaves the index as it was; recovery cuts the copy).  Needs
+   st->lock, and a transaction when a new m.N may be created.  Returns 0
+   and *save_r, or a negative errno. */
+int dbox_save_begin_unindexed(struct dbox_store *st, uint64_t ino,
+			      const char *mailbox, struct dbox_save **save_r);
+
 /* Write plaintext bytes [off, off+len) of the message (compressed as
    the store's settings say; storage/dbox-body.h).  No lock needed beyond
    one caller per save at a time.  Returns 0 or a negative errno (-ENOSPC,
-   -EFBIG, -EIO). */
+   also while the index reserve is in use (index/reserve.h); -EFBIG,
+   -EIO). */
 int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,
 		    uint64_t off);
 
@@ -211,8 +229,10 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 /* Write the record's metadata and header for the body as it stands (the
    bytes dbox_save_finish would write) without touching the index, so
    they can be fdatasync()ed outside the store lock before the index
-   commit.  Writes after it undo it.  Needs st->lock.  Returns 0 or a
-   negative errno. */
+   commit.  Writes after it undo it.  The heavy part of a finish (V of a
+   plain body is read back, a body written out of order is compressed),
+   so it needs no store lock, only the exclusion of dbox_save_write (one
+   caller per save at a time).  Returns 0 or a negative errno. */
 int dbox_save_seal(struct dbox_save *save, time_t received_sec);
 
 /* Mark the index row WRITING again.  Recovery drops a WRITING message

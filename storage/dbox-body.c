@@ -12,7 +12,8 @@
  *  SEALED  compressed: the body [0, ap->body_size) is one whole stream of
  *          the codec holding plain_size bytes, vsize is their V; plain: as
  *          PLAIN.  The metadata block may follow (after a finish).
- *  BROKEN  compressed bytes were lost; only dbox_body_free is useful.
+ *  BROKEN  compressed bytes were lost; only dbox_body_free is useful,
+ *          every other call fails with the error that broke it (error).
  *
  * Conversions use the tail of the record, which the writer owns (nothing
  * follows the record in the m.N while it is being written): plaintext is
@@ -124,6 +125,7 @@ static int broken(struct dbox_body *body, int err)
 	encoder_free(body);
 	dbox_reader_free(&body->reader);
 	body->mode = DBOX_BODY_BROKEN;
+	body->error = err;
 	dbox_error("m.N record at offset %llu: message body lost while "
 		   "writing it compressed: %s",
 		   (unsigned long long)body->ap->offset, strerror(err));
@@ -272,7 +274,7 @@ static int to_plain(struct dbox_body *body)
 	case DBOX_BODY_PLAIN:
 		return 0;
 	case DBOX_BODY_BROKEN:
-		errno = EIO;
+		errno = body->error;
 		return -1;
 	case DBOX_BODY_STREAM:
 		if (stream_finish(body) < 0)
@@ -374,7 +376,7 @@ int dbox_body_pwrite(struct dbox_body *body, const void *buf, size_t len,
 int dbox_body_truncate(struct dbox_body *body, uint64_t size)
 {
 	if (body->mode == DBOX_BODY_BROKEN) {
-		errno = EIO;
+		errno = body->error;
 		return -1;
 	}
 	if (size == body->plain_size)
@@ -400,7 +402,7 @@ ssize_t dbox_body_pread(struct dbox_body *body, void *buf, size_t len,
 			uint64_t off)
 {
 	if (body->mode == DBOX_BODY_BROKEN) {
-		errno = EIO;
+		errno = EIO; /* the bytes are gone */
 		return -1;
 	}
 	if (off >= body->plain_size || len == 0)
@@ -432,7 +434,7 @@ int dbox_body_finish(struct dbox_body *body, struct dbox_metadata *md)
 {
 	switch (body->mode) {
 	case DBOX_BODY_BROKEN:
-		errno = EIO;
+		errno = body->error;
 		return -1;
 	case DBOX_BODY_STREAM:
 		if (stream_finish(body) < 0)

@@ -35,8 +35,9 @@
  *    changing it.
  *
  * An I/O error while compressed bytes are being written (ENOSPC) leaves
- * the body unusable: that call returns the error, every later call EIO,
- * and the caller drops the record (dbox_append_abort).  Errors that leave
+ * the body unusable: that call and every later one return that same
+ * error (a full disk stays ENOSPC at write, fsync and close alike), and
+ * the caller drops the record (dbox_append_abort).  Errors that leave
  * the body as it was (ENOSPC while decompressing into the tail, EFBIG)
  * are returned and the body stays usable.
  *
@@ -86,6 +87,7 @@ struct dbox_body {
 	void *encoder;                 /* STREAM */
 	uint8_t *buf;                  /* work buffer, BODY_BUF_SIZE */
 	struct dbox_reader *reader;    /* SEALED compressed, for reads */
+	int error;                     /* BROKEN: the errno that broke it */
 };
 
 /* Start the body of the record ap has just begun (empty, plain). */
@@ -93,8 +95,8 @@ void dbox_body_init(struct dbox_body *body, struct dbox_append *ap,
 		    const struct dbox_compress_settings *set);
 
 /* Write plaintext [off, off+len).  Returns 0 or -1 with errno (EFBIG past
-   the 4 GiB file limit, ENOSPC, EIO for a broken body, ENOMEM, or the
-   write error). */
+   the 4 GiB file limit, ENOSPC, ENOMEM, the write error, or for a broken
+   body the error that broke it). */
 int dbox_body_pwrite(struct dbox_body *body, const void *buf, size_t len,
 		     uint64_t off);
 

@@ -16,10 +16,12 @@
 #include "storage/dbox-file.h"
 #include "storage/dbox-format.h"
 #include "storage/dbox-read.h"
+#include "storage/fd-cache.h"
 #include "storage/guid.h"
 #include "storage/log.h"
 #include "test-common.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -747,6 +749,59 @@ static void test_fixture_lz4(void **state)
 }
 
 /* m.N names: only "m." and a decimal file_id without leading zeros. */
+/* Open descriptors of the process, counted in /proc/self/fd. */
+static int open_fds(void)
+{
+	int n = 0, fd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY);
+	DIR *d = fdopendir(fd);
+
+	assert_non_null(d);
+	while (readdir(d) != NULL)
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* The m.N descriptor cache keeps at most max open, closing the least
+   recently used; each descriptor reads its own file; a forgotten or
+   missing file is not served from the cache. */
+static void test_fd_cache_bounded(void **state)
+{
+	struct tmpdir *t = *state;
+	struct dbox_fd_cache cache;
+	uint64_t size;
+	int base, fd;
+
+	for (uint32_t id = 1; id <= 40; id++) {
+		fd = dbox_file_create(t->fd, id, &size);
+		assert_true(fd >= 0);
+		close(fd);
+	}
+	base = open_fds();
+	dbox_fd_cache_init(&cache, t->fd, 8);
+	for (int round = 0; round < 3; round++) {
+		for (uint32_t id = 1; id <= 40; id++) {
+			size_t header_len;
+
+			fd = dbox_fd_cache_get(&cache, id);
+			assert_true(fd >= 0);
+			assert_int_equal(dbox_file_read_header(fd, &header_len), 0);
+			assert_true(open_fds() <= base + 8);
+		}
+	}
+	/* The most recent one is still cached: the same descriptor. */
+	fd = dbox_fd_cache_get(&cache, 40);
+	assert_int_equal(dbox_fd_cache_get(&cache, 40), fd);
+	dbox_fd_cache_forget(&cache, 40);
+	assert_int_equal(unlinkat(t->fd, "m.40", 0), 0);
+	assert_int_equal(dbox_fd_cache_get(&cache, 40), -ENOENT);
+	dbox_fd_cache_deinit(&cache);
+	assert_int_equal(open_fds(), base);
+	dbox_fd_cache_deinit(&cache); /* safe twice */
+	assert_true(dbox_fd_cache_default_max() >= 8 &&
+		    dbox_fd_cache_default_max() <= 1024);
+}
+
 static void test_mfile_parse_name(void **state)
 {
 	static const char *const bad[] = {
@@ -1451,6 +1506,8 @@ int main(void)
 		cmocka_unit_test(test_fixture_zstd),
 		cmocka_unit_test(test_fixture_lz4),
 		cmocka_unit_test(test_mfile_parse_name),
+		cmocka_unit_test_setup_teardown(test_fd_cache_bounded, tmpdir_setup,
+						tmpdir_teardown),
 		TMP_TEST(test_create),
 		TMP_TEST(test_append_two_records),
 		TMP_TEST(test_append_nonsequential),

@@ -25,6 +25,7 @@
 #include "index/index.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
+#include "storage/fd-cache.h"
 #include "storage/log.h"
 
 #include <dirent.h>
@@ -45,8 +46,7 @@ struct export {
 	struct dbox_index *index;
 	const char *store;
 	int storage_fd, files_fd;  /* STORE/storage, STORE/files, or -1 */
-	int *mfds;                 /* mfds[file_id]: m.N O_RDONLY, or -1 */
-	size_t nmfds;
+	struct dbox_fd_cache mfds; /* m.N O_RDONLY, bounded (fd-cache.h) */
 	struct inomap links;       /* (0, index ino) -> exported path */
 	struct progress progress;
 	struct adm_path path;      /* output path of the current item */
@@ -92,34 +92,11 @@ static void index_failed(struct export *ex, const char *what, int err)
 	ex->fatal = true;
 }
 
-/* The read descriptor of m.<file_id>, opened once.  -errno on failure
-   (logged by the caller). */
+/* The read descriptor of m.<file_id>, from the bounded cache (valid
+   until the next call).  -errno on failure (logged by the caller). */
 static int mfile_fd(struct export *ex, uint32_t file_id)
 {
-	char name[16];
-	int fd;
-
-	if (file_id >= ex->nmfds) {
-		size_t n = (size_t)file_id + 64;
-		int *fds = realloc(ex->mfds, n * sizeof(*fds));
-
-		if (fds == NULL)
-			return -ENOMEM;
-		for (size_t i = ex->nmfds; i < n; i++)
-			fds[i] = -1;
-		ex->mfds = fds;
-		ex->nmfds = n;
-	}
-	if (ex->mfds[file_id] >= 0)
-		return ex->mfds[file_id];
-	if (ex->storage_fd < 0)
-		return -ENOENT;
-	dbox_file_name(name, file_id);
-	fd = openat(ex->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	ex->mfds[file_id] = fd;
-	return fd;
+	return dbox_fd_cache_get(&ex->mfds, file_id);
 }
 
 static int write_full(int fd, const char *buf, size_t len)
@@ -521,10 +498,7 @@ static int open_store_dir(const char *store, const char *name)
 
 static void export_free(struct export *ex)
 {
-	for (size_t i = 0; i < ex->nmfds; i++)
-		if (ex->mfds[i] >= 0)
-			close(ex->mfds[i]);
-	free(ex->mfds);
+	dbox_fd_cache_deinit(&ex->mfds);
 	if (ex->storage_fd >= 0)
 		close(ex->storage_fd);
 	if (ex->files_fd >= 0)
@@ -572,6 +546,7 @@ static int export_main(int argc, char **argv)
 		return ADM_EXIT_USAGE;
 	}
 	ex.storage_fd = open_store_dir(ex.store, "storage");
+	dbox_fd_cache_init(&ex.mfds, ex.storage_fd, 0);
 	ex.files_fd = open_store_dir(ex.store, "files");
 	ex.keep_owner = same_owner;
 	ex.buf = malloc(COPY_SIZE);

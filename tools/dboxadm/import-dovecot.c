@@ -1012,7 +1012,7 @@ static void remove_new_store(const char *path, bool dir_made)
 {
 	static const char *const names[] = {
 		"index.sqlite", "index.sqlite-wal", "index.sqlite-shm",
-		"index.sqlite-journal", "lock" };
+		"index.sqlite-journal", "index.sqlite-reserve", "lock" };
 	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int sfd;
 

@@ -1,0 +1,475 @@
+/*
+ * reserve.c: the index reserve and the SQLite VFS that draws on it (see
+ * reserve.h).
+ *
+ * The VFS wraps every file SQLite opens through it: a struct rfile
+ * followed by the default VFS's own file object.  Every method is passed
+ * through; writes (and the size hint and shared-memory growth, which
+ * allocate too) that fail with a full disk release a chunk of the reserve
+ * and run again.  The VFS keeps no state of its own: the reserve of a
+ * file is <its database's name>-reserve, opened only when needed.
+ */
+#include "index-private.h"
+#include "reserve.h"
+
+#include "storage/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+/* What a failed write of the reserve VFS's files needs: more space. */
+static bool is_full(int rc)
+{
+	return rc == SQLITE_FULL || rc == SQLITE_IOERR_SHMSIZE;
+}
+
+/* Give DBOX_RESERVE_CHUNK bytes of the reserve at path back to the
+   filesystem.  Returns true when something was given back. */
+static bool reserve_release(const char *path)
+{
+	struct stat st;
+	off_t size;
+	int fd;
+
+	if (path == NULL)
+		return false;
+	fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	if (fstat(fd, &st) < 0 || st.st_size <= 0) {
+		close(fd);
+		return false;
+	}
+	size = st.st_size > DBOX_RESERVE_CHUNK ?
+		st.st_size - DBOX_RESERVE_CHUNK : 0;
+	if (ftruncate(fd, size) < 0) {
+		dbox_error("%s: ftruncate: %s", path, strerror(errno));
+		close(fd);
+		return false;
+	}
+	/* ext4 reuses freed blocks only once the freeing is committed. */
+	fsync(fd);
+	close(fd);
+	dbox_warning("%s: the disk is full; %lld KiB of the index reserve "
+		     "used for the index (%lld KiB left); new mail waits until "
+		     "there is room again (expunge and purge)", path,
+		     (long long)(st.st_size - size) / 1024, (long long)size / 1024);
+	return true;
+}
+
+struct rfile {
+	sqlite3_file base;
+	char *reserve;        /* path of the reserve, or NULL */
+	sqlite3_file *real;   /* the default VFS's file, right after us */
+};
+
+/* The file object sizes are multiples of 8: real stays aligned. */
+#define RFILE_SIZE ((sizeof(struct rfile) + 7) & ~(size_t)7)
+
+static sqlite3_vfs *real_vfs;
+
+static sqlite3_file *real_of(sqlite3_file *f)
+{
+	return ((struct rfile *)f)->real;
+}
+
+static int r_close(sqlite3_file *f)
+{
+	struct rfile *rf = (struct rfile *)f;
+	int rc = rf->real->pMethods->xClose(rf->real);
+
+	free(rf->reserve);
+	rf->reserve = NULL;
+	return rc;
+}
+
+static int r_read(sqlite3_file *f, void *buf, int amt, sqlite3_int64 off)
+{
+	return real_of(f)->pMethods->xRead(real_of(f), buf, amt, off);
+}
+
+static int r_write(sqlite3_file *f, const void *buf, int amt,
+		   sqlite3_int64 off)
+{
+	struct rfile *rf = (struct rfile *)f;
+	int rc;
+
+	while (is_full(rc = rf->real->pMethods->xWrite(rf->real, buf, amt, off)) &&
+	       reserve_release(rf->reserve))
+		;
+	return rc;
+}
+
+static int r_truncate(sqlite3_file *f, sqlite3_int64 size)
+{
+	return real_of(f)->pMethods->xTruncate(real_of(f), size);
+}
+
+static int r_sync(sqlite3_file *f, int flags)
+{
+	return real_of(f)->pMethods->xSync(real_of(f), flags);
+}
+
+static int r_file_size(sqlite3_file *f, sqlite3_int64 *size_r)
+{
+	return real_of(f)->pMethods->xFileSize(real_of(f), size_r);
+}
+
+static int r_lock(sqlite3_file *f, int lock)
+{
+	return real_of(f)->pMethods->xLock(real_of(f), lock);
+}
+
+static int r_unlock(sqlite3_file *f, int lock)
+{
+	return real_of(f)->pMethods->xUnlock(real_of(f), lock);
+}
+
+static int r_check_reserved_lock(sqlite3_file *f, int *out)
+{
+	return real_of(f)->pMethods->xCheckReservedLock(real_of(f), out);
+}
+
+static int r_file_control(sqlite3_file *f, int op, void *arg)
+{
+	struct rfile *rf = (struct rfile *)f;
+	int rc;
+
+	/* The size hint allocates (fallocate) where the VFS does that. */
+	while (is_full(rc = rf->real->pMethods->xFileControl(rf->real, op, arg)) &&
+	       op == SQLITE_FCNTL_SIZE_HINT && reserve_release(rf->reserve))
+		;
+	return rc;
+}
+
+static int r_sector_size(sqlite3_file *f)
+{
+	return real_of(f)->pMethods->xSectorSize(real_of(f));
+}
+
+static int r_device_characteristics(sqlite3_file *f)
+{
+	return real_of(f)->pMethods->xDeviceCharacteristics(real_of(f));
+}
+
+static int r_shm_map(sqlite3_file *f, int region, int size, int extend,
+		     void volatile **p)
+{
+	struct rfile *rf = (struct rfile *)f;
+	int rc;
+
+	while (is_full(rc = rf->real->pMethods->xShmMap(rf->real, region, size,
+							extend, p)) &&
+	       reserve_release(rf->reserve))
+		;
+	return rc;
+}
+
+static int r_shm_lock(sqlite3_file *f, int offset, int n, int flags)
+{
+	return real_of(f)->pMethods->xShmLock(real_of(f), offset, n, flags);
+}
+
+static void r_shm_barrier(sqlite3_file *f)
+{
+	real_of(f)->pMethods->xShmBarrier(real_of(f));
+}
+
+static int r_shm_unmap(sqlite3_file *f, int delete_flag)
+{
+	return real_of(f)->pMethods->xShmUnmap(real_of(f), delete_flag);
+}
+
+static int r_fetch(sqlite3_file *f, sqlite3_int64 off, int amt, void **pp)
+{
+	sqlite3_file *real = real_of(f);
+
+	if (real->pMethods->iVersion < 3) {
+		*pp = NULL;
+		return SQLITE_OK;
+	}
+	return real->pMethods->xFetch(real, off, amt, pp);
+}
+
+static int r_unfetch(sqlite3_file *f, sqlite3_int64 off, void *p)
+{
+	sqlite3_file *real = real_of(f);
+
+	if (real->pMethods->iVersion < 3)
+		return SQLITE_OK;
+	return real->pMethods->xUnfetch(real, off, p);
+}
+
+/* Version 3; xFetch and xUnfetch fall back for an older real VFS. */
+static const sqlite3_io_methods rfile_methods = {
+	.iVersion = 3,
+	.xClose = r_close,
+	.xRead = r_read,
+	.xWrite = r_write,
+	.xTruncate = r_truncate,
+	.xSync = r_sync,
+	.xFileSize = r_file_size,
+	.xLock = r_lock,
+	.xUnlock = r_unlock,
+	.xCheckReservedLock = r_check_reserved_lock,
+	.xFileControl = r_file_control,
+	.xSectorSize = r_sector_size,
+	.xDeviceCharacteristics = r_device_characteristics,
+	.xShmMap = r_shm_map,
+	.xShmLock = r_shm_lock,
+	.xShmBarrier = r_shm_barrier,
+	.xShmUnmap = r_shm_unmap,
+	.xFetch = r_fetch,
+	.xUnfetch = r_unfetch,
+};
+
+/* <database>-reserve for the files of a database (the database itself,
+   its WAL and journal); NULL for temporary files. */
+static char *reserve_path_of(const char *name, int flags)
+{
+	const char *db;
+	char *path;
+
+	if (name == NULL)
+		return NULL;
+	if (flags & SQLITE_OPEN_MAIN_DB)
+		db = name;
+	else if (flags & (SQLITE_OPEN_WAL | SQLITE_OPEN_MAIN_JOURNAL))
+		db = sqlite3_filename_database(name);
+	else
+		return NULL;
+	if (db == NULL || asprintf(&path, "%s" DBOX_RESERVE_SUFFIX, db) < 0)
+		return NULL;
+	return path;
+}
+
+static int r_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f,
+		  int flags, int *out_flags)
+{
+	struct rfile *rf = (struct rfile *)f;
+	int rc;
+
+	memset(rf, 0, sizeof(*rf));
+	rf->real = (sqlite3_file *)((char *)f + RFILE_SIZE);
+	rc = real_vfs->xOpen(real_vfs, name, rf->real, flags, out_flags);
+	if (rc != SQLITE_OK || rf->real->pMethods == NULL) {
+		/* SQLite calls no method of a file whose open failed. */
+		rf->base.pMethods = NULL;
+		return rc;
+	}
+	rf->reserve = reserve_path_of(name, flags);
+	rf->base.pMethods = &rfile_methods;
+	return SQLITE_OK;
+}
+
+static int r_delete(sqlite3_vfs *vfs, const char *name, int sync_dir)
+{
+	return real_vfs->xDelete(real_vfs, name, sync_dir);
+}
+
+static int r_access(sqlite3_vfs *vfs, const char *name, int flags, int *out)
+{
+	return real_vfs->xAccess(real_vfs, name, flags, out);
+}
+
+static int r_full_pathname(sqlite3_vfs *vfs, const char *name, int n,
+			   char *out)
+{
+	return real_vfs->xFullPathname(real_vfs, name, n, out);
+}
+
+static void *r_dl_open(sqlite3_vfs *vfs, const char *name)
+{
+	return real_vfs->xDlOpen(real_vfs, name);
+}
+
+static void r_dl_error(sqlite3_vfs *vfs, int n, char *msg)
+{
+	real_vfs->xDlError(real_vfs, n, msg);
+}
+
+static void (*r_dl_sym(sqlite3_vfs *vfs, void *h, const char *sym))(void)
+{
+	return real_vfs->xDlSym(real_vfs, h, sym);
+}
+
+static void r_dl_close(sqlite3_vfs *vfs, void *h)
+{
+	real_vfs->xDlClose(real_vfs, h);
+}
+
+static int r_randomness(sqlite3_vfs *vfs, int n, char *out)
+{
+	return real_vfs->xRandomness(real_vfs, n, out);
+}
+
+static int r_sleep(sqlite3_vfs *vfs, int us)
+{
+	return real_vfs->xSleep(real_vfs, us);
+}
+
+static int r_current_time(sqlite3_vfs *vfs, double *t)
+{
+	return real_vfs->xCurrentTime(real_vfs, t);
+}
+
+static int r_get_last_error(sqlite3_vfs *vfs, int n, char *msg)
+{
+	return real_vfs->xGetLastError(real_vfs, n, msg);
+}
+
+static int r_current_time_int64(sqlite3_vfs *vfs, sqlite3_int64 *t)
+{
+	return real_vfs->xCurrentTimeInt64(real_vfs, t);
+}
+
+static sqlite3_vfs reserve_vfs = {
+	.iVersion = 2,
+	.zName = DBOX_RESERVE_VFS,
+	.xOpen = r_open,
+	.xDelete = r_delete,
+	.xAccess = r_access,
+	.xFullPathname = r_full_pathname,
+	.xDlOpen = r_dl_open,
+	.xDlError = r_dl_error,
+	.xDlSym = r_dl_sym,
+	.xDlClose = r_dl_close,
+	.xRandomness = r_randomness,
+	.xSleep = r_sleep,
+	.xCurrentTime = r_current_time,
+	.xGetLastError = r_get_last_error,
+	.xCurrentTimeInt64 = r_current_time_int64,
+};
+
+static pthread_once_t vfs_once = PTHREAD_ONCE_INIT;
+static bool vfs_ok;
+
+static void vfs_register(void)
+{
+	real_vfs = sqlite3_vfs_find(NULL);
+	if (real_vfs == NULL || real_vfs->iVersion < 2)
+		return;
+	reserve_vfs.szOsFile = (int)RFILE_SIZE + real_vfs->szOsFile;
+	reserve_vfs.mxPathname = real_vfs->mxPathname;
+	vfs_ok = sqlite3_vfs_register(&reserve_vfs, 0) == SQLITE_OK;
+}
+
+const char *dbox_reserve_vfs(void)
+{
+	pthread_once(&vfs_once, vfs_register);
+	return vfs_ok ? DBOX_RESERVE_VFS : NULL;
+}
+
+/* Bytes of free space the process may use on the filesystem of fd
+   (root may use the blocks reserved for root), and its size.  Returns 0
+   or -errno. */
+static int fs_space(int fd, uint64_t *avail_r, uint64_t *total_r)
+{
+	struct statvfs sv;
+
+	if (fstatvfs(fd, &sv) < 0)
+		return -errno;
+	*avail_r = (uint64_t)(geteuid() == 0 ? sv.f_bfree : sv.f_bavail) *
+		sv.f_frsize;
+	*total_r = (uint64_t)sv.f_blocks * sv.f_frsize;
+	return 0;
+}
+
+/* Grow the reserve to its full size: fallocate, or zeros written where
+   the filesystem has no fallocate.  Returns 0 or -errno. */
+static int reserve_fill(struct dbox_index *index)
+{
+	static const char zeros[65536];
+	struct stat st;
+	off_t off;
+
+	if (fallocate(index->reserve_fd, 0, 0, (off_t)index->reserve_size) == 0)
+		return 0;
+	if (errno != EOPNOTSUPP)
+		return -errno;
+	if (fstat(index->reserve_fd, &st) < 0)
+		return -errno;
+	for (off = st.st_size; (uint64_t)off < index->reserve_size; ) {
+		size_t n = index->reserve_size - (uint64_t)off < sizeof(zeros) ?
+			(size_t)(index->reserve_size - (uint64_t)off) :
+			sizeof(zeros);
+		ssize_t w = pwrite(index->reserve_fd, zeros, n, off);
+
+		if (w < 0)
+			return -errno;
+		off += w;
+	}
+	return fdatasync(index->reserve_fd) < 0 ? -errno : 0;
+}
+
+int dbox_index_reserve_open(struct dbox_index *index)
+{
+	uint64_t avail, total;
+	char *path;
+	int fd, ret;
+
+	if (index->reserve_fd >= 0)
+		return 0;
+	if (asprintf(&path, "%s" DBOX_RESERVE_SUFFIX, index->path) < 0)
+		return -ENOMEM;
+	fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		dbox_error("%s: %s; the index has no reserve for a full disk",
+			   path, strerror(errno));
+		free(path);
+		return ret;
+	}
+	if (fs_space(fd, &avail, &total) < 0)
+		total = (uint64_t)DBOX_RESERVE_MAX * 16;
+	index->reserve_size = total / 16 < DBOX_RESERVE_MAX ?
+		(total / 16) & ~(uint64_t)4095 : DBOX_RESERVE_MAX;
+	index->reserve_fd = fd;
+	if (!dbox_index_reserve_short(index)) {
+		free(path);
+		return 0;
+	}
+	if ((ret = reserve_fill(index)) < 0)
+		dbox_warning("%s: %s; the index reserve is not whole: new mail "
+			     "waits until there is room", path, strerror(-ret));
+	free(path);
+	return 0;
+}
+
+bool dbox_index_reserve_short(struct dbox_index *index)
+{
+	struct stat st;
+
+	return index->reserve_fd >= 0 &&
+		(fstat(index->reserve_fd, &st) < 0 ||
+		 (uint64_t)st.st_size < index->reserve_size);
+}
+
+int dbox_index_reserve_check(struct dbox_index *index)
+{
+	uint64_t avail, total, missing;
+	struct stat st;
+
+	if (index->reserve_fd < 0)
+		return 0;
+	if (fstat(index->reserve_fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size >= index->reserve_size)
+		return 0;
+	/* Refill only with room to spare, or each delivery would take back
+	   what the index just freed. */
+	missing = index->reserve_size - (uint64_t)st.st_size;
+	if (fs_space(index->reserve_fd, &avail, &total) < 0 ||
+	    avail < missing + DBOX_RESERVE_CHUNK || reserve_fill(index) < 0)
+		return -ENOSPC;
+	dbox_info("%s%s: refilled; the disk has room again", index->path,
+		  DBOX_RESERVE_SUFFIX);
+	return 0;
+}
