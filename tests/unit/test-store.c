@@ -1480,6 +1480,88 @@ static void test_crash_while_rewriting_in_place(void **state)
 	crash_while_rewriting(*state, 4);
 }
 
+/* The copy fs/ makes of a committed message before writing to it (or of
+   a plain file turned into a message) starts without a WRITING row
+   (dbox_save_begin_unindexed) and is copied and sealed outside the store
+   lock: killed after its seal, before its finish commits it, it is a
+   whole record past the committed end.  With its in-flight mark committed
+   before the first byte (as fs/ does) recovery cuts it and the index
+   keeps naming the acknowledged record; without one, recovery must take
+   it for a record of a newer index and keep it (kept_records) - which is
+   why the mark may not be skipped. */
+static void crash_after_unlocked_copy(struct fix *f, bool mark)
+{
+	struct saved *a = new_msg(40, 2500), *c = new_msg(41, 4000);
+	struct dbox_msgloc loc;
+	uint64_t copy_at[2];
+	int pipefd[2];
+	pid_t pid;
+
+	open_fix(f, 0);
+	save_msg(f->st, DBOX_ROOT_INO, "a", "INBOX", a);
+	close_fix(f);
+
+	assert_int_equal(pipe(pipefd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct dbox_store *st = NULL;
+		struct dbox_save *save = NULL;
+
+		close(pipefd[0]);
+		CHILD_CHECK(store_open(f->store, 0, true, &st) == 0);
+		CHILD_CHECK(dbox_index_begin(st->index) == 0);
+		CHILD_CHECK(dbox_save_begin_unindexed(st, a->ino, "INBOX",
+						      &save) == 0);
+		if (mark)
+			CHILD_CHECK(dbox_save_note_inflight(save) == 0);
+		CHILD_CHECK(dbox_index_commit(st->index, false) == 0);
+		/* Unlocked in fs/: the bytes, then the seal. */
+		CHILD_CHECK(dbox_save_write(save, c->body, c->len, 0) == 0);
+		CHILD_CHECK(dbox_save_seal(save, c->received) == 0);
+		copy_at[0] = save->mf->file_id;
+		copy_at[1] = save->ap.offset;
+		CHILD_CHECK(write(pipefd[1], copy_at, sizeof(copy_at)) ==
+			    (ssize_t)sizeof(copy_at));
+		_exit(0); /* no finish, no free, no close */
+	}
+	close(pipefd[1]);
+	assert_int_equal(read(pipefd[0], copy_at, sizeof(copy_at)),
+			 sizeof(copy_at));
+	close(pipefd[0]);
+	wait_child(pid);
+	/* The sealed copy is a whole record on disk past the committed end. */
+	assert_true(mfile_size(f, (uint32_t)copy_at[0]) >
+		    (int64_t)copy_at[1] + (int64_t)c->len);
+
+	errors_reset();
+	open_fix(f, 0);
+	/* The index still names the acknowledged record, whole. */
+	assert_int_equal(dbox_index_msg_get(f->st->index, a->ino, &loc), 0);
+	assert_int_equal(loc.file_id, a->loc.file_id);
+	assert_int_equal(loc.offset, a->loc.offset);
+	expect_content(f->st, a, 1024);
+	if (mark) {
+		assert_int_equal(f->st->kept_records, 0);
+		assert_int_equal(mfile_size(f, (uint32_t)copy_at[0]),
+				 (int64_t)copy_at[1]);
+	} else {
+		assert_int_equal(f->st->kept_records, 1);
+	}
+	free_msg(a);
+	free_msg(c);
+}
+
+static void test_crash_after_unlocked_copy(void **state)
+{
+	crash_after_unlocked_copy(*state, true);
+}
+
+static void test_crash_after_unmarked_copy_keeps_it(void **state)
+{
+	crash_after_unlocked_copy(*state, false);
+}
+
 /* Plain files unlinked while open are removed at the next open. */
 static void test_recover_plain_files(void **state)
 {
@@ -1637,6 +1719,8 @@ int main(void)
 		T(test_crash_before_commit),
 		T(test_crash_while_rewriting),
 		T(test_crash_while_rewriting_in_place),
+		T(test_crash_after_unlocked_copy),
+		T(test_crash_after_unmarked_copy_keeps_it),
 		T(test_recover_plain_files),
 	};
 
