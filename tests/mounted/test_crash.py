@@ -63,6 +63,7 @@ import os
 import random
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -902,5 +903,63 @@ def test_fsync_racing_rewrites(tmp_path):
         assert run(md) == want
         m.remount()
         assert (md / "cur" / "m:2,S").read_bytes() == want
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
+
+
+def test_crash_during_unlocked_copy_after_fsync(tmp_path):
+    """h1 x h3: a write after an fsync copies the whole message into a new
+    record (never in place), and that copy runs without the store lock,
+    the inode busy.  The daemon SIGKILLed while a big copy is under way:
+    after the remount the message has exactly the fsynced bytes, recovery
+    cut the copy (in flight, marked before its first byte) rather than
+    keeping it, and check is clean."""
+    size = 256 << 20
+    chunk = b"".join(b"%06d " % i + random.Random(i).randbytes(60).hex().encode() +
+                     b"\n" for i in range((1 << 20) // 128))
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        path = md / "tmp" / "big.host"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        for _ in range(size // len(chunk)):
+            os.write(fd, chunk)
+        os.fsync(fd)  # acknowledged: these bytes must survive
+        before = sum(e.stat().st_size for e in os.scandir(m.store / "storage"))
+        done = threading.Event()
+
+        def rewrite():
+            try:
+                os.pwrite(fd, b"PATCHED", 0)  # the copy first, then this
+            except OSError:
+                pass  # the daemon died under it
+            done.set()
+
+        t = threading.Thread(target=rewrite)
+        t.start()
+        while not done.is_set():
+            grown = sum(e.stat().st_size
+                        for e in os.scandir(m.store / "storage")) - before
+            if grown >= size // 8:
+                break
+            time.sleep(0.001)
+        mid_copy = not done.is_set()
+        m.kill()
+        t.join()
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        print(f"\nkilled {'during' if mid_copy else 'after'} the copy")
+        m.mount()
+        assert os.stat(path).st_size == size
+        with open(path, "rb") as f:
+            for i in range(size // len(chunk)):
+                assert f.read(len(chunk)) == chunk, i
+        log = m.log_text()
+        assert "are kept" not in log, log
+        m.unmount()
+        rc, out = dboxadm_check(m.store)
+        assert rc == 0, out
     finally:
         m.kill() if m.proc is not None else m.unmount()
