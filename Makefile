@@ -60,7 +60,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/tests/unit/test-common.o \
 # Debian packages the tests drive; installed when missing (needs root).
 TEST_DEBS := fuse3 libfuse3-dev libsqlite3-dev zlib1g-dev uuid-dev pkg-config \
              libcmocka-dev python3-pytest neomutt rsync sqlite3 \
-             libbz2-dev liblzma-dev libzstd-dev liblz4-dev dovecot-core \
+             libbz2-dev liblzma-dev libzstd-dev liblz4-dev dovecot-core dovecot-imapd \
              mutt isync notmuch procmail maildrop strace \
              clang libclang-rt-14-dev
 
