@@ -297,11 +297,20 @@ void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fuse_reply_entry(req, &e);
 }
 
+static int message_truncate(struct fs *fs, struct fs_inode *inode,
+			    uint64_t size);
+
 static int open_message(struct fs *fs, struct fs_inode *inode, int flags,
 			struct fs_handle *h)
 {
 	int ret;
 
+	if ((flags & O_TRUNC) && (flags & O_ACCMODE) == O_RDONLY) {
+		/* Linux truncates at O_TRUNC whatever the access mode (ext4
+		   does for O_RDONLY too): complete now, as a truncate(). */
+		if ((ret = message_truncate(fs, inode, 0)) < 0)
+			return ret;
+	}
 	if ((flags & O_ACCMODE) != O_RDONLY) {
 		/* The copy (copy-on-write) is made at the first write, so an
 		   open for writing that writes nothing costs nothing. */
