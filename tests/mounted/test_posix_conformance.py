@@ -387,6 +387,62 @@ def permissions(r, d):
     r("root reads a 0000 file", read, a)
 
 
+@scenario
+def two_handles(r, d):
+    a = d / "a"
+    fds = {}
+
+    def step(fn):
+        return lambda: fn(fds)
+    r("create and write", step(lambda f: f.update(w=os.open(a, os.O_CREAT | os.O_WRONLY, 0o644))
+                               or os.write(f["w"], b"abc")))
+    r("open a reader", step(lambda f: f.update(r=os.open(a, os.O_RDONLY))))
+    r("reader reads", step(lambda f: os.pread(f["r"], 100, 0)))
+    r("writer appends", step(lambda f: os.write(f["w"], b"def")))
+    r("reader reads again", step(lambda f: (os.pread(f["r"], 100, 0), os.fstat(f["r"]).st_size)))
+    r("writer overwrites", step(lambda f: os.pwrite(f["w"], b"XY", 1)))
+    r("writer closes", step(lambda f: os.close(f.pop("w"))))
+    r("reader reads after close", step(lambda f: os.pread(f["r"], 100, 0)))
+    r("a third handle truncates", os.truncate, a, 2)
+    r("reader sees the truncate", step(lambda f: (os.pread(f["r"], 100, 0), os.fstat(f["r"]).st_size)))
+    r("reader closes", step(lambda f: os.close(f.pop("r"))))
+
+
+@scenario
+def maildir_moves(r, d):
+    """Delivery and flag changes as maildir programs do them; in the plain
+    place under directories not named tmp/new/cur (so, plain files)."""
+    if d.name == "cur":
+        tmp, new, cur = d.parent / "tmp", d.parent / "new", d
+    else:
+        tmp, new, cur = d / "t", d / "n", d / "c"
+        for x in (tmp, new, cur):
+            x.mkdir()
+    body = b"From: a@example.org\r\nSubject: moves\r\n\r\n" + b"x" * 3000
+
+    def deliver():
+        fd = os.open(tmp / "1.M1P1.host", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            os.write(fd, body)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    r("write in tmp", deliver)
+    r("rename to new", os.rename, tmp / "1.M1P1.host", new / "1.M1P1.host")
+    r("rename to cur with flags", os.rename, new / "1.M1P1.host", cur / "1.M1P1.host:2,S")
+    r("read", read, cur / "1.M1P1.host:2,S")
+    r("flag change", os.rename, cur / "1.M1P1.host:2,S", cur / "1.M1P1.host:2,RS")
+    r("link as a copy", os.link, cur / "1.M1P1.host:2,RS", cur / "2.M2P2.host:2,")
+    r("dot-file in cur", create, cur / ".2.tmp123", body[:100])
+    r("dot-file renamed to a name", os.rename, cur / ".2.tmp123", cur / "3.M3P3.host:2,")
+    r("read it", read, cur / "3.M3P3.host:2,")
+    r("message renamed to a dot-file", os.rename, cur / "3.M3P3.host:2,", cur / ".3.old")
+    r("read the dot-file", read, cur / ".3.old")
+    r("replace a message by rename", os.rename, cur / ".3.old", cur / "2.M2P2.host:2,")
+    r("read the replaced name", read, cur / "2.M2P2.host:2,")
+    r("expunge", os.unlink, cur / "1.M1P1.host:2,RS")
+
+
 # --- the run -------------------------------------------------------------------
 
 PLACES = ("plain", "cur")
