@@ -770,6 +770,8 @@ out:
 
 void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
+	struct fs *fs = userdata;
+
 	/* READDIRPLUS in the kernel's adaptive mode: the first batch of a
 	   listing comes with attributes, the rest only while the reader
 	   stats the entries it gets (ls -l, NeoMutt).  A reader of names
@@ -785,4 +787,16 @@ void fs_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
 	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
 		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	/* Without it, a GETATTR answered while another process's write is
+	   in flight reaches the caller with the new size although the kernel
+	   keeps its own (fuse_do_getattr fills the stat from the reply even
+	   when it does not take it): fstat() then says more than pread()
+	   gives, and a mapping of that size faults (SIGBUS) - Dovecot's
+	   readers of dovecot.index.log take no lock.  With it, the kernel
+	   reports its own size of a regular file, always in step with its
+	   page cache; written data reaches the daemon at writeback, close
+	   (FLUSH) and fsync. */
+	if (fs->opts.writeback_cache &&
+	    (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
 }

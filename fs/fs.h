@@ -28,6 +28,8 @@ struct fs_options {
 	double attr_timeout;     /* -o attr_timeout=SECONDS */
 	unsigned int purge_threshold; /* -o purge_threshold=PERCENT (0 off) */
 	char *compress;          /* -o compress=none|gz[:LEVEL] */
+	int writeback_cache;     /* -o writeback_cache: the kernel caches
+				    writes (FUSE_CAP_WRITEBACK_CACHE) */
 	int foreground, debug;
 };
 

@@ -38,6 +38,7 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FS_OPT("attr_timeout=%lf", attr_timeout),
 	FS_OPT("purge_threshold=%u", purge_threshold),
 	FS_OPT("compress=%s", compress),
+	FS_OPT("writeback_cache", writeback_cache),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -60,6 +61,10 @@ static void usage(const char *prog)
 	       "    -o compress=gz[:LEVEL] store new messages gzip-compressed, as\n"
 	       "                           Dovecot's zlib plugin (LEVEL 1-9, default 6;\n"
 	       "                           'none' is the default)\n"
+	       "    -o writeback_cache     the kernel caches writes and keeps file\n"
+	       "                           sizes itself: processes reading a file\n"
+	       "                           another one appends to without a lock\n"
+	       "                           (Dovecot's index) see sizes they can read\n"
 	       "\n"
 	       "general options:\n"
 	       "    -f                     stay in the foreground, log to stderr too\n"
