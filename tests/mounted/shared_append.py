@@ -136,3 +136,66 @@ def run(path, procs=2, rounds=500, mode="keep"):
     result["lines"] = {tag: sum(1 for ln in lines if ln == good[tag]) for tag in tags}
     result["torn"] = sum(1 for ln in lines if ln not in good.values())
     return result
+
+
+def _lockless_reader(path, report_fd, stop_fd):
+    """Until stop_fd has EOF: fstat, map that size and touch its last
+    byte, pread the file's tail; report the first pread that ends before
+    fstat's size."""
+    fd = os.open(path, os.O_RDONLY)
+    problem, rounds = "", 0
+    os.set_blocking(stop_fd, False)
+    while True:
+        try:
+            if os.read(stop_fd, 1) == b"":
+                break
+        except BlockingIOError:
+            pass
+        size = os.fstat(fd).st_size
+        if size:
+            mapping = _libc.mmap(None, size, _PROT_READ, _MAP_SHARED, fd, 0)
+            assert mapping not in (None, _MAP_FAILED), ctypes.get_errno()
+            ctypes.c_char.from_address(mapping + size - 1).value  # SIGBUS?
+            _libc.munmap(mapping, size)
+        off = max(0, size - 4096)  # the tail: where an append lands
+        got = off + len(os.pread(fd, 65536, off))
+        rounds += 1
+        if got < size:
+            problem = f"read {rounds}: pread to {got} < fstat {size}"
+            break
+    os.write(report_fd, problem.encode())
+    os._exit(0)
+
+
+def run_lockless(path, appends=2000, chunk=1000):
+    """A reader without locks (as Dovecot reads its transaction log) while
+    one process appends `appends` chunks: on ext4 the reader's pread never
+    returns less than the fstat before it and its mapping never faults.
+    Returns {"signals": [...], "short": [...], "size": N}."""
+    r, w = os.pipe()
+    stop_r, stop_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.close(stop_w)
+            _lockless_reader(str(path), w, stop_r)
+        finally:
+            os._exit(1)
+    os.close(w)
+    os.close(stop_r)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for _ in range(appends):
+            os.pwrite(fd, b"w" * (chunk - 1) + b"\n", os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+        os.close(stop_w)
+    with os.fdopen(r, "rb") as f:
+        problem = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    result = {"signals": [], "short": [problem] if problem else [],
+              "size": os.stat(path).st_size}
+    if os.WIFSIGNALED(status):
+        result["signals"].append(signal.Signals(os.WTERMSIG(status)).name)
+    return result

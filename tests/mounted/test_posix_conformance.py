@@ -479,9 +479,12 @@ def traversable_base():
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_posix_conformance(make_mount, traversable_base):
+@pytest.mark.parametrize("options", [[], ["-o", "writeback_cache"]],
+                         ids=["default", "writeback"])
+def test_posix_conformance(make_mount, traversable_base, options):
     base = traversable_base
-    m = make_mount(store=base / "store", mnt=base / "mnt", options=["-o", "allow_other"])
+    m = make_mount(store=base / "store", mnt=base / "mnt",
+                   options=["-o", "allow_other", *options])
     native = base / "native"
     for root in (m.mnt, native):
         for sub in ("cur", "new", "tmp"):
