@@ -93,6 +93,7 @@ TSAN_TESTS := tests/mounted/test_semantics.py::test_concurrent_writers \
               tests/mounted/test_semantics.py::test_open_readers_see_writes_to_message \
               tests/mounted/test_safety.py::test_check_while_delivering \
               tests/mounted/test_fsync_group.py \
+              tests/mounted/test_shared_files.py \
               tests/mounted/test_crash.py
 check-tsan: deps
 	$(MAKE) BUILD=build-tsan CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" all
