@@ -443,6 +443,36 @@ def maildir_moves(r, d):
     r("expunge", os.unlink, cur / "1.M1P1.host:2,RS")
 
 
+@scenario
+def folders(r, d):
+    """Mail folders (directories holding cur/new/tmp) made, filled,
+    renamed with their messages, linked across and removed."""
+    base = d.parent if d.name == "cur" else d
+
+    def folder(name):
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(base / name / sub)
+    r("make folder A", folder, ".A")
+    r("make folder C", folder, ".C")
+    r("message in A", create, base / ".A" / "cur" / "1.M1.h:2,S", b"one" * 500)
+    r("message in A/new", create, base / ".A" / "new" / "2.M2.h", b"two" * 500)
+    r("rename folder A to B", os.rename, base / ".A", base / ".B")
+    r("read after folder rename", read, base / ".B" / "cur" / "1.M1.h:2,S")
+    r("link across folders", os.link, base / ".B" / "cur" / "1.M1.h:2,S",
+      base / ".C" / "cur" / "1.M1.h:2,S")
+    r("move across folders", os.rename, base / ".B" / "new" / "2.M2.h",
+      base / ".C" / "cur" / "2.M2.h:2,")
+    r("rename folder over non-empty folder", os.rename, base / ".B", base / ".C")
+    r("rmdir non-empty cur", os.rmdir, base / ".B" / "cur")
+    r("nested folder", folder, ".C/.D")
+    r("rename folder into its own child", os.rename, base / ".C", base / ".C" / ".D" / ".E")
+    r("expunge in B", os.unlink, base / ".B" / "cur" / "1.M1.h:2,S")
+    r("read the link in C", read, base / ".C" / "cur" / "1.M1.h:2,S")
+    for sub in ("cur", "new", "tmp"):
+        r(f"rmdir B/{sub}", os.rmdir, base / ".B" / sub)
+    r("rmdir B", os.rmdir, base / ".B")
+
+
 # --- the run -------------------------------------------------------------------
 
 PLACES = ("plain", "cur")
