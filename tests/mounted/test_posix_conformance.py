@@ -501,7 +501,8 @@ def run_all(root):
 
 @pytest.fixture
 def traversable_base():
-    """A temporary directory the unprivileged user may traverse."""
+    """A temporary directory the unprivileged user may traverse; asked
+    for before make_mount, so it is removed after the mount in it is gone."""
     base = Path(tempfile.mkdtemp(prefix="dboxfs-test-posix-"))
     os.chmod(base, 0o755)
     yield base
@@ -511,7 +512,7 @@ def traversable_base():
 
 @pytest.mark.parametrize("options", [[], ["-o", "writeback_cache"]],
                          ids=["default", "writeback"])
-def test_posix_conformance(make_mount, traversable_base, options):
+def test_posix_conformance(traversable_base, make_mount, options):
     base = traversable_base
     m = make_mount(store=base / "store", mnt=base / "mnt",
                    options=["-o", "allow_other", *options])
