@@ -31,6 +31,8 @@ struct fs_options {
 	bool readonly;           /* -o ro (also passed on to libfuse) */
 	int user_xattr;          /* -o user_xattr: store user.* xattrs */
 	int noatime;             /* -o noatime: reads never move atime */
+	int writeback_cache;     /* -o writeback_cache: the kernel caches
+				    writes (FUSE_CAP_WRITEBACK_CACHE) */
 	int foreground, debug;
 };
 

@@ -42,6 +42,7 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FUSE_OPT_KEY("ro", KEY_RO),
 	FUSE_OPT_KEY("rw", KEY_RW),
 	FS_OPT("user_xattr", user_xattr),
+	FS_OPT("writeback_cache", writeback_cache),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -73,6 +74,10 @@ static void usage(const char *prog)
 	       "                           kernel's security.capability query)\n"
 	       "    -o noatime             reads never change atime (default:\n"
 	       "                           relatime, as ext4)\n"
+	       "    -o writeback_cache     the kernel caches writes and keeps file\n"
+	       "                           sizes itself: processes reading a file\n"
+	       "                           another one appends to without a lock\n"
+	       "                           (Dovecot's index) see sizes they can read\n"
 	       "\n"
 	       "general options:\n"
 	       "    -f                     stay in the foreground, log to stderr too\n"
