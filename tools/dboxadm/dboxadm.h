@@ -39,7 +39,7 @@ struct adm_verb {
 extern const struct adm_verb adm_verb_import, adm_verb_export,
 	adm_verb_stats, adm_verb_dump, adm_verb_purge,
 	adm_verb_import_dovecot, adm_verb_cat, adm_verb_check,
-	adm_verb_rebuild;
+	adm_verb_rebuild, adm_verb_altmove;
 
 /* Print "dboxadm: <message>\n" on stderr (after erasing a progress line).
    adm_warning prefixes "warning: ". */

@@ -28,7 +28,7 @@
 
 static const struct adm_verb *const verbs[] = {
 	&adm_verb_import, &adm_verb_export, &adm_verb_stats, &adm_verb_dump,
-	&adm_verb_purge, &adm_verb_import_dovecot,
+	&adm_verb_purge, &adm_verb_altmove, &adm_verb_import_dovecot,
 	&adm_verb_cat,
 	&adm_verb_check, &adm_verb_rebuild,
 };
