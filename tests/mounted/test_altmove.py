@@ -220,22 +220,39 @@ def test_altmove_killed_midway(tmp_path, make_mount):
     alt.mkdir()
     m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", "rotate_size=4096"])
     cur = m.mnt / "cur"
-    data, old = fill(cur, 300, old_every=1)
+    data, old = fill(cur, 600, old_every=1)
     m.unmount()
     rnd = random.Random(1515)
-    kills = 0
-    for attempt in range(40):
+    # How long a whole run takes, on a copy: kills fall inside it.
+    shutil.copytree(store, tmp_path / "copy")
+    (tmp_path / "copy-alt").mkdir()
+    t0 = time.monotonic()
+    adm("altmove", tmp_path / "copy", "--older-than", "1",
+        f"--alt={tmp_path / 'copy-alt'}", check_rc=0)
+    span = time.monotonic() - t0
+    shutil.copytree(store, tmp_path / "pristine")
+    kills, midway, remaining = 0, 0, 1.0
+    for attempt in range(100):
         p = subprocess.Popen([str(DBOXADM), "altmove", str(store), "--older-than", "1",
                               f"--alt={alt}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(rnd.uniform(0.0, 0.15))
+        time.sleep(rnd.uniform(0.05, 0.6) * span * remaining)
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
             kills += 1
         p.communicate()
-        if p.returncode == 0:
-            break
         check_store(store, data, alt)
-    assert kills >= 3
+        in_alt = sum(a for _, a in where(store).values())
+        midway += 0 < in_alt < len(data)
+        remaining = max(1 - in_alt / len(data), 0.2)
+        if kills >= 6:
+            break
+        if p.returncode == 0:
+            # Finished before the kill: start over from the same store.
+            shutil.rmtree(store)
+            shutil.rmtree(alt / "storage")
+            shutil.copytree(tmp_path / "pristine", store)
+            remaining = 1.0
+    assert kills >= 6 and midway >= 3, (kills, midway)
     check_store(store, data, alt)
     moved = where(store)
     # Finish, then every message is in ALT.
@@ -259,14 +276,26 @@ def test_altmove_killed_midway(tmp_path, make_mount):
     for p in (alt / "storage").glob("m.*"):
         shutil.copy2(p, tmp_path / "alt2" / "storage" / p.name)
     alt = tmp_path / "alt2"
-    for attempt in range(10):
+    midway, limit = 0, 0.3
+    for attempt in range(40):
         m.mount()
+        if all(a for _, a in where(store).values()):
+            more, _ = fill(cur, 150, old_every=1, prefix=f"c{attempt}.")
+            data.update(more)
+        before = sum(a for _, a in where(store).values())
         p = subprocess.Popen([str(DBOXADM), "altmove", str(store), "--older-than", "1"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(rnd.uniform(0.05, 0.3))
+        time.sleep(rnd.uniform(0.02, limit))
         m.kill()
         p.communicate()
         check_store(store, data, alt)
+        in_alt = sum(a for _, a in where(store).values())
+        if in_alt == len(data):
+            limit /= 2
+        midway += before < in_alt < len(data)
+        if midway >= 3:
+            break
+    assert midway >= 3
     m.mount()
     adm("altmove", store, "--older-than", "1", check_rc=0)
     for n, body in data.items():
