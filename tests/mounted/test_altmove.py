@@ -393,3 +393,37 @@ def test_dovecot_resync_over_primary_and_alt(dovecot_tmp, make_mount):
         want = data.get(name) if t["mailbox"] == "INBOX" else lists.get(name)
         assert want is not None, (t, name)
         assert dv.text(t["mailbox"], t["uid"]) == want
+
+
+def test_rebuild_export_stats_know_alt(tmp_path, make_mount):
+    """rebuild scans ALT/storage/ too (ALT taken from the old index, or
+    --alt when the index is gone), export reads messages wherever they
+    are, and the mount reads them all after a rebuild."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    cur = m.mnt / "cur"
+    data, old = fill(cur, 30)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+
+    out = tmp_path / "export"
+    adm("export", store, out, check_rc=0)
+    assert {p.name: p.read_bytes() for p in (out / "cur").iterdir()} == data
+
+    adm("rebuild", store, check_rc=0)
+    assert sum(a for _, a in where(store).values()) == len(old)
+    adm("check", store, check_rc=0)
+    # Without an index to say where ALT is: --alt.
+    for p in store.glob("index.sqlite*"):
+        p.unlink()
+    adm("rebuild", store, check_rc=0)
+    assert sum(a for _, a in where(store).values()) == 0   # ALT not known
+    for p in store.glob("index.sqlite*"):
+        p.unlink()
+    adm("rebuild", store, f"--alt={alt}", check_rc=0)
+    assert sum(a for _, a in where(store).values()) == len(old)
+    m.mount()   # names are new (no old index): compare the bytes
+    assert sorted(p.read_bytes() for p in cur.iterdir()) == sorted(data.values())
+    m.unmount()
+    adm("check", store, check_rc=0)

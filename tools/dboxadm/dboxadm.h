@@ -113,4 +113,10 @@ int adm_open_in_store(const char *store, const char *sub, const char *name,
 struct dbox_index;
 int adm_open_index(const char *store, struct dbox_index **index_r);
 
+/* ALT/storage/ of the alternate storage the index records (ALT as given,
+   storage/ in it never through a symbolic link), for reading.  Returns
+   its fd, or -1: none recorded, or one that cannot be opened (reported
+   on stderr naming the path: the messages in it are unreadable). */
+int adm_open_alt_storage(const char *store, struct dbox_index *index);
+
 #endif

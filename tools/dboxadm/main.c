@@ -159,6 +159,26 @@ int adm_open_index(const char *store, struct dbox_index **index_r)
 	return ret < 0 ? ADM_EXIT_USAGE : ADM_EXIT_OK;
 }
 
+int adm_open_alt_storage(const char *store, struct dbox_index *index)
+{
+	char *alt = NULL;
+	int fd, sfd = -1;
+
+	if (dbox_index_setting_get(index, DBOX_SETTING_ALT_PATH, &alt) < 0)
+		return -1;
+	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		sfd = openat(fd, "storage", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			     O_CLOEXEC);
+		close(fd);
+	}
+	if (sfd < 0)
+		adm_error("%s: alternate storage %s/storage: %s; the messages "
+			  "in it are unreadable", store, alt, strerror(errno));
+	free(alt);
+	return sfd;
+}
+
 /* The parent directory of path ("." for a bare name), malloc()ed. */
 static char *parent_of(const char *path)
 {
