@@ -427,3 +427,41 @@ def test_rebuild_export_stats_know_alt(tmp_path, make_mount):
     assert sorted(p.read_bytes() for p in cur.iterdir()) == sorted(data.values())
     m.unmount()
     adm("check", store, check_rc=0)
+
+
+def test_import_dovecot_with_alt(dovecot_tmp, make_mount):
+    """A Dovecot mdbox that moved mail to ALT= with `doveadm altmove` is
+    adopted: its ALT m.N are hard-linked into the store's alternate
+    storage, and the mount shows every message Dovecot lists, byte-equal."""
+    from test_import_dovecot import check_adopted
+    mails = corpus(12)
+    root, altroot, store = dovecot_tmp / "mdbox", dovecot_tmp / "mdbox-alt", dovecot_tmp / "store"
+    salt = dovecot_tmp / "store-alt"
+    altroot.mkdir()
+    salt.mkdir()
+    dv = Mdbox(root, dovecot_tmp / "dovecot", location=f"mdbox:{root}:ALT={altroot}")
+    os.chown(altroot, dv.uid, dv.gid)
+    dv.doveadm("mailbox", "create", "Archive")
+    for i, body in enumerate(mails):
+        dv.save("INBOX" if i < 8 else "Archive", body)
+    dv.doveadm("copy", "Archive", "mailbox", "INBOX", "uid", "2")
+    dv.doveadm("altmove", "mailbox", "INBOX", "uid", "1:5")
+    dv.doveadm("altmove", "mailbox", "Archive", "all")
+    assert list((altroot / "storage").glob("m.*"))
+    truth = dv.messages()
+    texts = {(t["mailbox"], t["uid"]): dv.text(t["mailbox"], t["uid"]) for t in truth}
+
+    # Without --dovecot-alt the ALT messages are not found.
+    r = adm("import-dovecot", dovecot_tmp / "nostore", root, check_rc=1)
+    assert b"alternate storage" in r.stderr
+    adm("import-dovecot", store, root, f"--dovecot-alt={altroot}", f"--alt={salt}",
+        check_rc=0)
+    ours = list((salt / "storage").glob("m.*"))
+    assert ours
+    # Hard links: no byte copied.
+    assert all(p.stat().st_nlink == 2 for p in ours)
+    alt_files = [f for f, a in index_rows(store, "SELECT file_id, alt FROM mfile") if a]
+    assert sorted(f"m.{f}" for f in alt_files) == sorted(p.name for p in ours)
+    adm("check", store, check_rc=0)
+    m = make_mount(store=store, mnt=dovecot_tmp / "mnt")
+    check_adopted(m.mnt, truth, lambda t: texts[(t["mailbox"], t["uid"])])
