@@ -465,3 +465,52 @@ def test_import_dovecot_with_alt(dovecot_tmp, make_mount):
     adm("check", store, check_rc=0)
     m = make_mount(store=store, mnt=dovecot_tmp / "mnt")
     check_adopted(m.mnt, truth, lambda t: texts[(t["mailbox"], t["uid"])])
+
+
+def test_alt_recorded_by_a_user_leads_root_nowhere(tmp_path):
+    """The ALT path is recorded in an index its user may write.  Pointed at
+    a directory of root's, neither root's dboxadm altmove (it drops to the
+    store's owner) nor root's mount of the store (ALT must belong to the
+    store's owner) creates or changes anything there."""
+    from sysenv import (as_user, need_root, sample_maildir, unprivileged_user,
+                        user_scratch)
+    from conftest import Mount, unmount
+    import sqlite3
+    need_root()
+    name, uid, gid = unprivileged_user()
+    scratch = user_scratch(name, "dboxfs-alt-")
+    try:
+        store = scratch / "store"
+        src = sample_maildir(scratch / "Maildir", owner=name, messages=3)
+        r = as_user(name, [DBOXADM, "import", store, src])
+        assert r.returncode == 0, r.stderr
+        m = Mount(store, scratch / "mnt").mount()   # root's mount, user's store
+        try:
+            body = b"Subject: x\n\nx\n"
+            (m.mnt / "cur" / "1.x:2,S").write_bytes(body)
+            os.utime(m.mnt / "cur" / "1.x:2,S", ns=(OLD_NS, OLD_NS))
+        finally:
+            m.unmount()
+        for victim_mode in (0o700, 0o755, 0o777):
+            victim = tmp_path / f"root-{victim_mode:o}"
+            victim.mkdir()
+            victim.chmod(victim_mode)
+            db = sqlite3.connect(store / "index.sqlite")
+            with db:
+                db.execute("INSERT OR REPLACE INTO setting VALUES ('alt_path', ?)",
+                           (str(victim).encode(),))
+            db.close()
+            for p in [store, *store.rglob("*")]:
+                os.chown(p, uid, gid, follow_symlinks=False)
+            r = adm("altmove", store, "--older-than", "1")
+            assert r.returncode == 2, (r.stdout, r.stderr)
+            m = Mount(store, scratch / "mnt").mount()
+            try:
+                assert (m.mnt / "cur" / "1.x:2,S").read_bytes() == body
+            finally:
+                m.unmount()
+            assert list(victim.iterdir()) == [], victim_mode
+            assert all(not a for _, a in where(store).values())
+    finally:
+        unmount(scratch / "mnt")
+        shutil.rmtree(scratch, ignore_errors=True)
