@@ -357,6 +357,11 @@ def test_alt_of_another_owner_is_refused(tmp_path, make_mount):
     m.unmount()
     r = adm("altmove", store, "--older-than", "0", check_rc=2)
     assert b"alternate storage" in r.stderr
+    r = adm("check", store, check_rc=1)
+    assert b"refused" in r.stdout + r.stderr
+    r = adm("rebuild", store, check_rc=2)
+    assert b"refused" in r.stderr
+    assert (store / "index.sqlite").exists()
 
 
 def test_dovecot_resync_over_primary_and_alt(dovecot_tmp, make_mount):

@@ -940,15 +940,13 @@ static void open_alt(struct check *c)
 
 	if (dbox_index_setting_get(c->index, DBOX_SETTING_ALT_PATH, &alt) < 0)
 		return;
-	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		c->alt_fd = openat(fd, "storage", O_RDONLY | O_DIRECTORY |
-				   O_NOFOLLOW | O_CLOEXEC);
-		close(fd);
-	}
-	if (c->alt_fd < 0)
+	if ((fd = adm_open_alt_dir(c->store, alt)) < 0)
 		problem(c, "alternate storage %s/storage: %s; the messages "
-			"in it are unreadable", alt, strerror(errno));
+			"in it are unreadable", alt, fd == -EPERM ?
+			"not owned by the store's owner (refused)" :
+			strerror(-fd));
+	else
+		c->alt_fd = fd;
 	free(alt);
 }
 

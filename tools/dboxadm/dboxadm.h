@@ -119,4 +119,10 @@ int adm_open_index(const char *store, struct dbox_index **index_r);
    on stderr naming the path: the messages in it are unreadable). */
 int adm_open_alt_storage(const char *store, struct dbox_index *index);
 
+/* ALT/storage/ of the alternate storage alt of store: alt must be a
+   directory owned by the owner of store, storage/ in it is never
+   followed through a symbolic link.  Returns the fd, or -errno (-EPERM:
+   another owner's). */
+int adm_open_alt_dir(const char *store, const char *alt);
+
 #endif

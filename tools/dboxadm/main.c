@@ -159,22 +159,43 @@ int adm_open_index(const char *store, struct dbox_index **index_r)
 	return ret < 0 ? ADM_EXIT_USAGE : ADM_EXIT_OK;
 }
 
+int adm_open_alt_dir(const char *store, const char *alt)
+{
+	struct stat store_sb, alt_sb;
+	int fd, sfd = -1;
+
+	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0 && (fstat(fd, &alt_sb) < 0 || stat(store, &store_sb) < 0)) {
+		sfd = -errno;
+	} else if (fd >= 0 && alt_sb.st_uid != store_sb.st_uid) {
+		sfd = -EPERM;
+	} else if (fd >= 0) {
+		sfd = openat(fd, "storage", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			     O_CLOEXEC);
+		if (sfd < 0)
+			sfd = -errno;
+	} else {
+		sfd = -errno;
+	}
+	if (fd >= 0)
+		close(fd);
+	return sfd;
+}
+
 int adm_open_alt_storage(const char *store, struct dbox_index *index)
 {
 	char *alt = NULL;
-	int fd, sfd = -1;
+	int sfd;
 
 	if (dbox_index_setting_get(index, DBOX_SETTING_ALT_PATH, &alt) < 0)
 		return -1;
-	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		sfd = openat(fd, "storage", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-			     O_CLOEXEC);
-		close(fd);
-	}
-	if (sfd < 0)
+	if ((sfd = adm_open_alt_dir(store, alt)) < 0) {
 		adm_error("%s: alternate storage %s/storage: %s; the messages "
-			  "in it are unreadable", store, alt, strerror(errno));
+			  "in it are unreadable", store, alt, sfd == -EPERM ?
+			  "not owned by the store's owner (refused)" :
+			  strerror(-sfd));
+		sfd = -1;
+	}
 	free(alt);
 	return sfd;
 }

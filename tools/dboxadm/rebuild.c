@@ -333,18 +333,15 @@ static int open_alt(struct rebuild *rb)
 	}
 	if (rb->alt_path == NULL)
 		return 0;
-	fd = open(rb->alt_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		rb->alt_fd = openat(fd, "storage", O_RDONLY | O_DIRECTORY |
-				    O_NOFOLLOW | O_CLOEXEC);
-		close(fd);
-	}
-	if (rb->alt_fd < 0) {
+	if ((fd = adm_open_alt_dir(rb->store, rb->alt_path)) < 0) {
 		adm_error("%s: alternate storage %s/storage: %s; nothing was "
 			  "rebuilt (give --alt=PATH where it is now)",
-			  rb->store, rb->alt_path, strerror(errno));
+			  rb->store, rb->alt_path, fd == -EPERM ?
+			  "not owned by the store's owner (refused)" :
+			  strerror(-fd));
 		return ADM_EXIT_USAGE;
 	}
+	rb->alt_fd = fd;
 	return 0;
 }
 
