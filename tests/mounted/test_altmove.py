@@ -10,6 +10,7 @@ A missing ALT gives EIO for its messages only.  Dovecot's force-resync on
 a copy of storage/ + ALT/storage/ finds every message.
 """
 import errno
+import json
 import os
 import random
 import shutil
@@ -126,6 +127,26 @@ def test_altmove_offline_then_reads(tmp_path, make_mount):
     # A second run finds nothing more to move.
     r = adm("altmove", store, "--older-than", "30", check_rc=0)
     assert b"records moved       0" in r.stdout
+    # Expunged from ALT: purge gives the bytes back there, and what stays
+    # in ALT stays in ALT.
+    m.mount()
+    gone = sorted(old)[1:4]
+    for n in gone:
+        os.unlink(cur / n)
+        del data[n]
+    m.unmount()
+    alt_before = {p.name for p in (alt / "storage").glob("m.*")}
+    adm("purge", store, check_rc=0)
+    st = json.loads(adm("stats", store, "--json", check_rc=0).stdout)
+    assert st["dead_bytes"] == 0
+    assert {p.name for p in (alt / "storage").glob("m.*")} != alt_before
+    w = where(store)
+    assert {n for n, (_, a) in w.items() if a} == (old | {linked}) - set(gone)
+    m.mount()
+    for n, body in data.items():
+        assert (cur / n).read_bytes() == body
+    m.unmount()
+    adm("check", store, check_rc=0)
 
 
 def test_altmove_folder(tmp_path, make_mount):
@@ -411,6 +432,18 @@ def test_rebuild_export_stats_know_alt(tmp_path, make_mount):
     data, old = fill(cur, 30)
     m.unmount()
     adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+
+    st = json.loads(adm("stats", store, "--json", check_rc=0).stdout)
+    alt_bytes = sum(p.stat().st_size for p in (alt / "storage").glob("m.*"))
+    all_bytes = alt_bytes + sum(p.stat().st_size for p in (store / "storage").glob("m.*"))
+    assert (st["alt_mfiles"], st["alt_mfile_bytes"]) == (1, alt_bytes)
+    assert st["mfile_bytes"] == all_bytes
+    assert st["messages"] == len(data)
+    # The moved records are dead in the primary files until a purge.
+    adm("purge", store, check_rc=0)
+    st = json.loads(adm("stats", store, "--json", check_rc=0).stdout)
+    assert st["dead_bytes"] == 0
+    assert sum(a for _, a in where(store).values()) == len(old)
 
     out = tmp_path / "export"
     adm("export", store, out, check_rc=0)
