@@ -43,7 +43,9 @@ struct fs_purge {
 
 /* The eventfd the signal handler writes to (one mount per process). */
 static volatile int signal_efd = -1;
-static volatile sig_atomic_t purge_requested;
+/* Set by the SIGUSR1 handler (in whichever thread takes the signal),
+   taken by the purge thread: atomic, not just volatile. */
+static int purge_requested;
 
 static void wake(int efd)
 {
@@ -58,7 +60,7 @@ static void on_sigusr1(int sig)
 	int saved = errno;
 
 	(void)sig;
-	purge_requested = 1;
+	__atomic_store_n(&purge_requested, 1, __ATOMIC_RELEASE);
 	if (signal_efd >= 0)
 		wake(signal_efd);
 	errno = saved;
@@ -218,14 +220,13 @@ static void *purge_thread(void *arg)
 			if (wait_ms < 0)
 				wait_ms = 0;
 		}
-		if (!purge_requested &&
+		if (!__atomic_load_n(&purge_requested, __ATOMIC_ACQUIRE) &&
 		    poll(&pfd, 1, (int)wait_ms) > 0 &&
 		    read(p->efd, &count, sizeof(count)) < 0 && errno != EAGAIN)
 			dbox_warning("purge thread: eventfd: %s", strerror(errno));
 		if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
 			break;
-		if (purge_requested) {
-			purge_requested = 0;
+		if (__atomic_exchange_n(&purge_requested, 0, __ATOMIC_ACQ_REL)) {
 			if (!p->fs->opts.readonly && run_altmove(p))
 				continue;
 			run_requested(p);
