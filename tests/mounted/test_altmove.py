@@ -113,6 +113,13 @@ def test_altmove_offline_then_reads(tmp_path, make_mount):
     assert all(not a for n, (_, a) in w.items() if n not in old)
     assert list((alt / "storage").glob("m.*"))
     adm("check", store, check_rc=0)
+    # dump and cat find an m.N in ALT too.
+    fid = w[linked][0]
+    r = adm("dump", store, f"m.{fid}", check_rc=0)
+    assert r.stdout
+    off = dict((n.decode(), o) for n, o in index_rows(
+        store, "SELECT e.name, m.offset FROM message m JOIN entry e ON e.ino = m.ino"))[linked]
+    assert adm("cat", store, f"m.{fid}", off, check_rc=0).stdout == data[linked]
 
     m.mount()   # no -o alt: the store recorded it
     assert attrs(cur, sorted(data)) == before

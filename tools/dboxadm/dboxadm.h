@@ -125,4 +125,9 @@ int adm_open_alt_storage(const char *store, struct dbox_index *index);
    another owner's). */
 int adm_open_alt_dir(const char *store, const char *alt);
 
+/* Open STORE/storage/name for reading (as adm_open_in_store), or, when it
+   is not there, name in the alternate storage the index records.
+   Returns the fd or -errno. */
+int adm_open_mfile(const char *store, const char *name);
+
 #endif

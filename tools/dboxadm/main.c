@@ -200,6 +200,26 @@ int adm_open_alt_storage(const char *store, struct dbox_index *index)
 	return sfd;
 }
 
+int adm_open_mfile(const char *store, const char *name)
+{
+	struct dbox_index *index = NULL;
+	char *path;
+	int fd = adm_open_in_store(store, "storage", name, O_RDONLY), sfd;
+
+	if (fd != -ENOENT || asprintf(&path, "%s/index.sqlite", store) < 0)
+		return fd;
+	if (dbox_index_open_readonly(path, &index) == 0) {
+		if ((sfd = adm_open_alt_storage(store, index)) >= 0) {
+			fd = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+			fd = fd < 0 ? -errno : fd;
+			close(sfd);
+		}
+		dbox_index_close(&index);
+	}
+	free(path);
+	return fd;
+}
+
 /* The parent directory of path ("." for a bare name), malloc()ed. */
 static char *parent_of(const char *path)
 {
