@@ -111,6 +111,25 @@ static void log_result(const char *what, int ret,
 		  ret == -ECANCELED ? " (cancelled)" : "");
 }
 
+/* Progress of a requested altmove, written to the index for dboxadm at
+   most every PROGRESS_MS. */
+#define PROGRESS_MS 300
+struct altmove_progress {
+	struct dbox_store *st;
+	int64_t request_ns, last_ns;
+};
+
+static void altmove_progress_cb(void *ctx, const struct dbox_purge_result *res)
+{
+	struct altmove_progress *ap = ctx;
+	int64_t now = dbox_now_ns();
+
+	if (now - ap->last_ns < (int64_t)PROGRESS_MS * 1000000)
+		return;
+	ap->last_ns = now;
+	(void)dbox_altmove_progress(ap->st, ap->request_ns, res);
+}
+
 /* An altmove `dboxadm altmove` asked for (index/purge.h): pending when
    the request time in the index is newer than the last one done.
    Returns true when there was one (then it was run and recorded). */
@@ -120,6 +139,7 @@ static bool run_altmove(struct fs_purge *p)
 	struct dbox_purge_settings set = { .altmove = true,
 					   .cancel = &p->stop };
 	struct dbox_purge_result res, purged;
+	struct altmove_progress ap = { 0 };
 	int64_t request = 0, done = 0, before = 0, folder = 0;
 	int ret;
 
@@ -139,6 +159,10 @@ static bool run_altmove(struct fs_purge *p)
 		return false;
 	set.altmove_before_ns = before;
 	set.altmove_folder = (uint64_t)folder;
+	ap.st = st;
+	ap.request_ns = request;
+	set.progress = altmove_progress_cb;
+	set.hook_ctx = &ap;
 	ret = dbox_altmove(st, &set, &res, &purged);
 	dbox_info("requested altmove: %llu records (%llu bytes) moved to %s, "
 		  "%llu files emptied%s%s", (unsigned long long)res.records_moved,

@@ -648,6 +648,31 @@ int dbox_altmove(struct dbox_store *st, const struct dbox_purge_settings *set,
 	return ret;
 }
 
+int dbox_altmove_progress(struct dbox_store *st, int64_t request_ns,
+			  const struct dbox_purge_result *res)
+{
+	struct dbox_index *index = st->index;
+	int ret;
+
+	pthread_mutex_lock(&st->lock);
+	if ((ret = dbox_index_begin(index)) == 0) {
+		if ((ret = dbox_index_meta_set(index,
+					       DBOX_META_ALTMOVE_PROGRESS_RECORDS,
+					       (int64_t)res->records_moved)) == 0 &&
+		    (ret = dbox_index_meta_set(index,
+					       DBOX_META_ALTMOVE_PROGRESS_BYTES,
+					       (int64_t)res->bytes_moved)) == 0 &&
+		    (ret = dbox_index_meta_set(index,
+					       DBOX_META_ALTMOVE_PROGRESS_REQUEST,
+					       request_ns)) == 0)
+			ret = dbox_index_commit(index, false);
+		else
+			dbox_index_rollback(index);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return ret;
+}
+
 int dbox_altmove_record(struct dbox_store *st, int64_t request_ns,
 			const struct dbox_purge_result *res)
 {

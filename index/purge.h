@@ -127,6 +127,16 @@ int dbox_altmove(struct dbox_store *st, const struct dbox_purge_settings *set,
 #define DBOX_META_ALTMOVE_RECORDS "altmove_done_records"
 #define DBOX_META_ALTMOVE_BYTES "altmove_done_bytes"
 #define DBOX_META_ALTMOVE_FILES "altmove_done_files"
+/* Progress of the request being run, for dboxadm's progress line: the
+   request time it belongs to, records and bytes moved so far (written
+   by the mount now and then, without waiting for the disk). */
+#define DBOX_META_ALTMOVE_PROGRESS_REQUEST "altmove_progress_request_ns"
+#define DBOX_META_ALTMOVE_PROGRESS_RECORDS "altmove_progress_records"
+#define DBOX_META_ALTMOVE_PROGRESS_BYTES "altmove_progress_bytes"
+/* Record the progress (res so far) of the request made at request_ns;
+   takes st->lock.  Returns 0 or -EIO. */
+int dbox_altmove_progress(struct dbox_store *st, int64_t request_ns,
+			  const struct dbox_purge_result *res);
 /* Record the outcome of the request made at request_ns (see above);
    takes st->lock.  Returns 0 or -EIO. */
 int dbox_altmove_record(struct dbox_store *st, int64_t request_ns,

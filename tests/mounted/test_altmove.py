@@ -226,6 +226,10 @@ def test_altmove_online_under_load(tmp_path, make_mount):
         stop.set()
         t.join()
     assert errors == []
+    # The mount wrote its progress for dboxadm's progress line.
+    meta = dict(index_rows(store, "SELECT key, value FROM meta WHERE key LIKE 'altmove%'"))
+    assert meta["altmove_progress_request_ns"] > 0
+    assert meta["altmove_progress_records"] > 0
     assert sorted(os.listdir(cur)) == sorted(model)
     for n, body in model.items():
         assert (cur / n).read_bytes() == body

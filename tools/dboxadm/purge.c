@@ -555,6 +555,7 @@ static int altmove_online(const struct altmove_args *a, int lock_fd)
 {
 	struct dbox_index *index = NULL;
 	struct dbox_purge_result res = { 0 };
+	struct altmove_progress ap = { 0 };
 	uint64_t folder = 0;
 	int64_t t0, deadline;
 	char *recorded = NULL;
@@ -607,11 +608,22 @@ static int altmove_online(const struct altmove_args *a, int lock_fd)
 		goto out;
 	}
 	deadline = t0 + (int64_t)a->timeout * 1000000000;
+	progress_init(&ap.pr, "moved");
 	for (;;) {
 		struct timespec ts = { 0, POLL_MS * 1000000L };
 
 		if (meta(index, DBOX_META_ALTMOVE_DONE) >= t0)
 			break;
+		if (dbox_index_snapshot_begin(index) == 0) {
+			if (meta(index, DBOX_META_ALTMOVE_PROGRESS_REQUEST) == t0) {
+				res.records_moved = (uint64_t)meta(index,
+					DBOX_META_ALTMOVE_PROGRESS_RECORDS);
+				res.bytes_moved = (uint64_t)meta(index,
+					DBOX_META_ALTMOVE_PROGRESS_BYTES);
+				altmove_progress_cb(&ap, &res);
+			}
+			dbox_index_snapshot_end(index);
+		}
 		if (pid_signal(pidfd, 0) == -ESRCH) {
 			adm_error("%s: the mount (pid %d) went away during the "
 				  "altmove; run it again", a->store, (int)pid);
@@ -627,6 +639,8 @@ static int altmove_online(const struct altmove_args *a, int lock_fd)
 		}
 		nanosleep(&ts, NULL);
 	}
+	progress_finish(&ap.pr);
+	ap.pr.enabled = false; /* finished: not again at out */
 	if ((ret = dbox_index_snapshot_begin(index)) == 0) {
 		res.error = (int)meta(index, DBOX_META_ALTMOVE_ERROR);
 		res.records_moved = (uint64_t)meta(index, DBOX_META_ALTMOVE_RECORDS);
@@ -643,6 +657,7 @@ static int altmove_online(const struct altmove_args *a, int lock_fd)
 		ret = ADM_EXIT_FAILED;
 	}
 out:
+	progress_finish(&ap.pr); /* the line ends before we return */
 	free(recorded);
 	dbox_index_close(&index);
 	close(pidfd);
