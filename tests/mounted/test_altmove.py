@@ -185,7 +185,7 @@ def test_altmove_online_under_load(tmp_path, make_mount):
     data, old = fill(cur, 120)
     bodies = corpus(400)
     model = dict(data)     # name -> bytes, what the client expects
-    errors, stop = [], threading.Event()
+    errors, stop, ops = [], threading.Event(), [0]
     rnd = random.Random(15)
 
     def client():
@@ -200,6 +200,10 @@ def test_altmove_online_under_load(tmp_path, make_mount):
                 model[name] = bodies[i % 400] + b"load %d\n" % i
                 os.rename(new / name, cur / (name + ":2,"))
                 model[name + ":2,"] = model.pop(name)
+                if i % 2:   # old mail arriving late: the next altmove takes it
+                    os.utime(cur / (name + ":2,"), ns=(OLD_NS, OLD_NS))
+                    old.add(name + ":2,")
+                ops[0] += 1
                 names = sorted(model)
                 # rename one (a flag change), expunge one
                 n = rnd.choice(names)
@@ -219,9 +223,13 @@ def test_altmove_online_under_load(tmp_path, make_mount):
     t = threading.Thread(target=client)
     t.start()
     try:
-        for _ in range(3):
+        for _ in range(5):
             r = adm("altmove", store, "--older-than", "30", check_rc=0)
             assert b"moved by the mount" in r.stdout
+        # At least one more run after the client got going.
+        while ops[0] < 20 and not errors:
+            time.sleep(0.05)
+        adm("altmove", store, "--older-than", "30", check_rc=0)
     finally:
         stop.set()
         t.join()
@@ -236,7 +244,11 @@ def test_altmove_online_under_load(tmp_path, make_mount):
     # Every old message still there is in ALT now.
     w = where(store)
     old_left = [n for n in model if n.rstrip("F") in old]
-    assert old_left and all(w[n][1] for n in old_left)
+    moved = [n for n in old_left if w[n][1]]
+    # Everything old before the last run is in ALT; a message delivered
+    # during it may not be yet.
+    assert len(moved) > len(data) // 4
+    assert all(w[n][1] for n in old_left if n in data or n.rstrip("F") in data)
     m.remount()
     for n, body in model.items():
         assert (cur / n).read_bytes() == body
