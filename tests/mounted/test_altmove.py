@@ -312,6 +312,8 @@ def test_altmove_killed_midway(tmp_path, make_mount):
     (tmp_path / "alt2").mkdir()
     m.options = ["-o", f"rotate_size=4096,alt={tmp_path / 'alt2'}"]
     m.mount()
+    assert f"alternate storage changed from {alt} to {tmp_path / 'alt2'}" in m.log_text()
+    m.options = ["-o", "rotate_size=4096"]   # the new one is recorded
     data2, _ = fill(cur, 150, old_every=1, prefix="b")
     data.update(data2)
     m.unmount()
