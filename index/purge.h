@@ -13,6 +13,9 @@
  * transaction point every message row still at its copied record to the
  * copy and forget the old file, and only then unlink it.  A message's
  * inode, names, size and mtime never change; only its (file, offset).
+ * An m.N in the alternate storage (store.h) is purged the same way into
+ * new m.N files there (dbox_store_alt_create), so what was moved to ALT
+ * stays in ALT.
  *
  * Concurrency: runs beside a mounted, multithreaded dboxfs.  st->lock is
  * taken for the index work only; bytes are copied without it.  A message
