@@ -92,6 +92,7 @@ TSAN_TESTS := tests/mounted/test_semantics.py::test_concurrent_writers \
               tests/mounted/test_semantics.py::test_big_directory_listing_during_renames \
               tests/mounted/test_semantics.py::test_open_readers_see_writes_to_message \
               tests/mounted/test_safety.py::test_check_while_delivering \
+              tests/mounted/test_altmove.py::test_altmove_online_under_load \
               tests/mounted/test_fsync_group.py \
               tests/mounted/test_shared_files.py \
               tests/mounted/test_crash.py

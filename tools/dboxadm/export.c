@@ -45,6 +45,7 @@ struct export {
 	struct dbox_index *index;
 	const char *store;
 	int storage_fd, files_fd;  /* STORE/storage, STORE/files, or -1 */
+	int alt_fd;                /* ALT/storage (alternate storage), or -1 */
 	int *mfds;                 /* mfds[file_id]: m.N O_RDONLY, or -1 */
 	size_t nmfds;
 	struct inomap links;       /* (0, index ino) -> exported path */
@@ -97,7 +98,9 @@ static void index_failed(struct export *ex, const char *what, int err)
 static int mfile_fd(struct export *ex, uint32_t file_id)
 {
 	char name[16];
-	int fd;
+	uint64_t size;
+	bool alt;
+	int fd, dir;
 
 	if (file_id >= ex->nmfds) {
 		size_t n = (size_t)file_id + 64;
@@ -112,10 +115,13 @@ static int mfile_fd(struct export *ex, uint32_t file_id)
 	}
 	if (ex->mfds[file_id] >= 0)
 		return ex->mfds[file_id];
-	if (ex->storage_fd < 0)
+	if (dbox_index_mfile_where(ex->index, file_id, &size, &alt) < 0)
+		alt = false;
+	dir = alt ? ex->alt_fd : ex->storage_fd;
+	if (dir < 0)
 		return -ENOENT;
 	dbox_file_name(name, file_id);
-	fd = openat(ex->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	ex->mfds[file_id] = fd;
@@ -527,6 +533,8 @@ static void export_free(struct export *ex)
 	free(ex->mfds);
 	if (ex->storage_fd >= 0)
 		close(ex->storage_fd);
+	if (ex->alt_fd >= 0)
+		close(ex->alt_fd);
 	if (ex->files_fd >= 0)
 		close(ex->files_fd);
 	inomap_free(&ex->links);
@@ -538,7 +546,7 @@ static void export_free(struct export *ex)
 static int export_main(int argc, char **argv)
 {
 	static const char *const flags[] = { "--same-owner", NULL };
-	struct export ex = { .storage_fd = -1, .files_fd = -1 };
+	struct export ex = { .storage_fd = -1, .files_fd = -1, .alt_fd = -1 };
 	bool same_owner = false, *flag_r[] = { &same_owner };
 	struct dbox_attr root;
 	struct timespec times[2];
@@ -572,6 +580,7 @@ static int export_main(int argc, char **argv)
 		return ADM_EXIT_USAGE;
 	}
 	ex.storage_fd = open_store_dir(ex.store, "storage");
+	ex.alt_fd = adm_open_alt_storage(ex.store, ex.index);
 	ex.files_fd = open_store_dir(ex.store, "files");
 	ex.keep_owner = same_owner;
 	ex.buf = malloc(COPY_SIZE);
