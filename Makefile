@@ -60,7 +60,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/tests/unit/test-common.o \
 # Debian packages the tests drive; installed when missing (needs root).
 TEST_DEBS := fuse3 libfuse3-dev libsqlite3-dev zlib1g-dev uuid-dev pkg-config \
              libcmocka-dev python3-pytest neomutt rsync sqlite3 \
-             libbz2-dev liblzma-dev libzstd-dev liblz4-dev dovecot-core \
+             libbz2-dev liblzma-dev libzstd-dev liblz4-dev dovecot-core dovecot-imapd \
              mutt isync notmuch procmail maildrop strace gpg-agent maildir-utils \
              clang libclang-rt-14-dev
 
@@ -92,8 +92,10 @@ TSAN_TESTS := tests/mounted/test_semantics.py::test_concurrent_writers \
               tests/mounted/test_semantics.py::test_big_directory_listing_during_renames \
               tests/mounted/test_semantics.py::test_open_readers_see_writes_to_message \
               tests/mounted/test_safety.py::test_check_while_delivering \
+              tests/mounted/test_altmove.py::test_altmove_online_under_load \
               tests/mounted/test_fsync_group.py \
               tests/mounted/test_availability.py::test_big_message_does_not_stall_others \
+              tests/mounted/test_shared_files.py \
               tests/mounted/test_crash.py
 check-tsan: deps
 	$(MAKE) BUILD=build-tsan CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" all

@@ -412,11 +412,20 @@ void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fuse_reply_entry(req, &e);
 }
 
+static int message_truncate(struct fs *fs, struct fs_inode *inode,
+			    uint64_t size);
+
 static int open_message(struct fs *fs, struct fs_inode *inode, int flags,
 			struct fs_handle *h)
 {
 	int ret;
 
+	if ((flags & O_TRUNC) && (flags & O_ACCMODE) == O_RDONLY) {
+		/* Linux truncates at O_TRUNC whatever the access mode (ext4
+		   does for O_RDONLY too): complete now, as a truncate(). */
+		if ((ret = message_truncate(fs, inode, 0)) < 0)
+			return ret;
+	}
 	if ((flags & O_ACCMODE) != O_RDONLY) {
 		/* The copy (copy-on-write) is made at the first write, so an
 		   open for writing that writes nothing costs nothing. */
@@ -1064,6 +1073,8 @@ void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 
 void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
+	struct fs *fs = userdata;
+
 	/* READDIRPLUS in the kernel's adaptive mode: the first batch of a
 	   listing comes with attributes, the rest only while the reader
 	   stats the entries it gets (ls -l, NeoMutt).  A reader of names
@@ -1083,4 +1094,16 @@ void fs_init(void *userdata, struct fuse_conn_info *conn)
 	   the kernel may keep it in its page cache. */
 	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
 		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	/* Without it, a GETATTR answered while another process's write is
+	   in flight reaches the caller with the new size although the kernel
+	   keeps its own (fuse_do_getattr fills the stat from the reply even
+	   when it does not take it): fstat() then says more than pread()
+	   gives, and a mapping of that size faults (SIGBUS) - Dovecot's
+	   readers of dovecot.index.log take no lock.  With it, the kernel
+	   reports its own size of a regular file, always in step with its
+	   page cache; written data reaches the daemon at writeback, close
+	   (FLUSH) and fsync. */
+	if (fs->opts.writeback_cache &&
+	    (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
 }

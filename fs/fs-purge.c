@@ -113,6 +113,72 @@ static void log_result(const char *what, int ret,
 		  ret == -ECANCELED ? " (cancelled)" : "");
 }
 
+/* Progress of a requested altmove, written to the index for dboxadm at
+   most every PROGRESS_MS. */
+#define PROGRESS_MS 300
+struct altmove_progress {
+	struct dbox_store *st;
+	int64_t request_ns, last_ns;
+};
+
+static void altmove_progress_cb(void *ctx, const struct dbox_purge_result *res)
+{
+	struct altmove_progress *ap = ctx;
+	int64_t now = dbox_now_ns();
+
+	if (now - ap->last_ns < (int64_t)PROGRESS_MS * 1000000)
+		return;
+	ap->last_ns = now;
+	(void)dbox_altmove_progress(ap->st, ap->request_ns, res);
+}
+
+/* An altmove `dboxadm altmove` asked for (index/purge.h): pending when
+   the request time in the index is newer than the last one done.
+   Returns true when there was one (then it was run and recorded). */
+static bool run_altmove(struct fs_purge *p)
+{
+	struct dbox_store *st = p->fs->st;
+	struct dbox_purge_settings set = { .altmove = true,
+					   .cancel = &p->stop };
+	struct dbox_purge_result res, purged;
+	struct altmove_progress ap = { 0 };
+	int64_t request = 0, done = 0, before = 0, folder = 0;
+	int ret;
+
+	pthread_mutex_lock(&st->lock);
+	ret = dbox_index_meta_get(st->index, DBOX_META_ALTMOVE_REQUEST,
+				  &request);
+	if (ret == 0) {
+		(void)dbox_index_meta_get(st->index, DBOX_META_ALTMOVE_DONE,
+					  &done);
+		(void)dbox_index_meta_get(st->index, DBOX_META_ALTMOVE_BEFORE,
+					  &before);
+		(void)dbox_index_meta_get(st->index, DBOX_META_ALTMOVE_FOLDER,
+					  &folder);
+	}
+	pthread_mutex_unlock(&st->lock);
+	if (ret < 0 || request <= done)
+		return false;
+	set.altmove_before_ns = before;
+	set.altmove_folder = (uint64_t)folder;
+	ap.st = st;
+	ap.request_ns = request;
+	set.progress = altmove_progress_cb;
+	set.hook_ctx = &ap;
+	ret = dbox_altmove(st, &set, &res, &purged);
+	dbox_info("requested altmove: %llu records (%llu bytes) moved to %s, "
+		  "%llu files emptied%s%s", (unsigned long long)res.records_moved,
+		  (unsigned long long)res.bytes_moved,
+		  st->alt_path != NULL ? st->alt_path : "(no ALT)",
+		  (unsigned long long)res.files_purged,
+		  ret < 0 ? ": " : "", ret < 0 ? strerror(-ret) : "");
+	res.error = ret;
+	if (ret != -ECANCELED && dbox_altmove_record(st, request, &res) < 0)
+		dbox_error("%s: altmove done, but not recorded in the index "
+			   "(dboxadm altmove will time out)", st->path);
+	return true;
+}
+
 /* The purge `dboxadm purge` asked for: every file with a dead byte. */
 static void run_requested(struct fs_purge *p)
 {
@@ -187,6 +253,8 @@ static void *purge_thread(void *arg)
 		if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
 			break;
 		if (__atomic_exchange_n(&purge_requested, 0, __ATOMIC_ACQ_REL)) {
+			if (!p->fs->opts.readonly && run_altmove(p))
+				continue;
 			run_requested(p);
 			continue;
 		}

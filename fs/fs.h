@@ -47,9 +47,12 @@ struct fs_options {
 	double attr_timeout;     /* -o attr_timeout=SECONDS */
 	unsigned int purge_threshold; /* -o purge_threshold=PERCENT (0 off) */
 	char *compress;          /* -o compress=none|gz[:LEVEL] */
+	char *alt;               /* -o alt=PATH: the alternate storage */
 	bool readonly;           /* -o ro (also passed on to libfuse) */
 	int user_xattr;          /* -o user_xattr: store user.* xattrs */
 	int noatime;             /* -o noatime: reads never move atime */
+	int writeback_cache;     /* -o writeback_cache: the kernel caches
+				    writes (FUSE_CAP_WRITEBACK_CACHE) */
 	int foreground, debug;
 };
 

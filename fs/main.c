@@ -39,9 +39,11 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FS_OPT("attr_timeout=%lf", attr_timeout),
 	FS_OPT("purge_threshold=%u", purge_threshold),
 	FS_OPT("compress=%s", compress),
+	FS_OPT("alt=%s", alt),
 	FUSE_OPT_KEY("ro", KEY_RO),
 	FUSE_OPT_KEY("rw", KEY_RW),
 	FS_OPT("user_xattr", user_xattr),
+	FS_OPT("writeback_cache", writeback_cache),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -68,11 +70,19 @@ static void usage(const char *prog)
 	       "    -o compress=gz[:LEVEL] store new messages gzip-compressed, as\n"
 	       "                           Dovecot's zlib plugin (LEVEL 1-9, default 6;\n"
 	       "                           'none' is the default)\n"
+	       "    -o alt=PATH            alternate storage (Dovecot's mdbox ALT=):\n"
+	       "                           m.N moved by 'dboxadm altmove' live in\n"
+	       "                           PATH/storage/; recorded in the store, so\n"
+	       "                           later mounts may leave it out\n"
 	       "    -o user_xattr          store user.* extended attributes (off:\n"
 	       "                           EOPNOTSUPP; on, every write(2) costs the\n"
 	       "                           kernel's security.capability query)\n"
 	       "    -o noatime             reads never change atime (default:\n"
 	       "                           relatime, as ext4)\n"
+	       "    -o writeback_cache     the kernel caches writes and keeps file\n"
+	       "                           sizes itself: processes reading a file\n"
+	       "                           another one appends to without a lock\n"
+	       "                           (Dovecot's index) see sizes they can read\n"
 	       "\n"
 	       "general options:\n"
 	       "    -f                     stay in the foreground, log to stderr too\n"
@@ -294,6 +304,18 @@ int main(int argc, char *argv[])
 			"(1-9)\n", argv[0], fs.opts.compress);
 		goto out_args;
 	}
+	if (fs.opts.alt != NULL && fs.opts.alt[0] != '/') {
+		char *abs = realpath(fs.opts.alt, NULL);
+
+		if (abs == NULL) {
+			fprintf(stderr, "%s: alt=%s: %s\n", argv[0],
+				fs.opts.alt, strerror(errno));
+			goto out_args;
+		}
+		free(fs.opts.alt);
+		fs.opts.alt = abs;
+	}
+	set.alt_path = fs.opts.alt;
 	/* The session first: it rejects unknown -o options before the
 	   store is created or opened. */
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
@@ -410,6 +432,7 @@ out_args:
 	free(cmd.mountpoint);
 	free(fs.opts.store);
 	free(fs.opts.compress);
+	free(fs.opts.alt);
 	fuse_opt_free_args(&args);
 	return ret;
 }

@@ -89,6 +89,66 @@ int dbox_index_mfile_set(struct dbox_index *index, uint32_t file_id,
 	return index_exec_stmt(index, stmt, "mfile set");
 }
 
+int dbox_index_mfile_where(struct dbox_index *index, uint32_t file_id,
+			   uint64_t *size_r, bool *alt_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_MFILE_WHERE);
+	int rc;
+
+	sqlite3_bind_int64(stmt, 1, file_id);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW) {
+		*size_r = sqlite3_column_int64(stmt, 0);
+		*alt_r = sqlite3_column_int(stmt, 1) != 0;
+		return index_done(stmt, 0);
+	}
+	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "mfile");
+}
+
+int dbox_index_mfile_add_alt(struct dbox_index *index, uint32_t file_id,
+			     uint64_t size)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_MFILE_ADD_ALT);
+
+	sqlite3_bind_int64(stmt, 1, file_id);
+	sqlite3_bind_int64(stmt, 2, size);
+	return index_exec_stmt(index, stmt, "mfile add alt");
+}
+
+int dbox_index_setting_get(struct dbox_index *index, const char *key,
+			   char **value_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_SETTING_GET);
+	int rc;
+
+	sqlite3_bind_text(stmt, 1, key, -1, SQLITE_STATIC);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW) {
+		const void *v = sqlite3_column_blob(stmt, 0);
+		int len = sqlite3_column_bytes(stmt, 0);
+		char *value = malloc((size_t)len + 1);
+
+		if (value == NULL)
+			return index_done(stmt, -ENOMEM);
+		if (len > 0)
+			memcpy(value, v, (size_t)len);
+		value[len] = '\0';
+		*value_r = value;
+		return index_done(stmt, 0);
+	}
+	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "setting");
+}
+
+int dbox_index_setting_set(struct dbox_index *index, const char *key,
+			   const char *value)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_SETTING_SET);
+
+	sqlite3_bind_text(stmt, 1, key, -1, SQLITE_STATIC);
+	sqlite3_bind_blob(stmt, 2, value, (int)strlen(value), SQLITE_STATIC);
+	return index_exec_stmt(index, stmt, "setting set");
+}
+
 int dbox_index_mfile_max(struct dbox_index *index, uint32_t *file_id_r)
 {
 	sqlite3_stmt *stmt = index_stmt(index, ST_MFILE_MAX);

@@ -18,6 +18,7 @@ enum index_stmt {
 	ST_SETATTR, ST_INODE_DELETE, ST_MSG_DELETE, ST_READDIR,
 	ST_MSG_GET, ST_MSG_SET, ST_MSG_SET_STATE,
 	ST_MFILE_GET, ST_MFILE_SET, ST_MFILE_MAX, ST_MFILE_LIST,
+	ST_MFILE_WHERE, ST_MFILE_ADD_ALT, ST_SETTING_GET, ST_SETTING_SET,
 	ST_META_GET, ST_SYNC_TOUCH, ST_SYMLINK_SET, ST_SYMLINK_GET,
 	ST_XATTR_GET, ST_XATTR_INSERT, ST_XATTR_UPDATE, ST_XATTR_DELETE,
 	ST_XATTR_LIST, ST_XATTR_USAGE,
@@ -99,5 +100,16 @@ void index_row_attr(sqlite3_stmt *stmt, int col, struct dbox_attr *attr_r);
 	"  DELETE FROM symlink WHERE ino = old.ino;\n" \
 	"  DELETE FROM xattr WHERE ino = old.ino;\n" \
 	"END;\n"
+
+/* What format 3 added to format 2 (alternate storage, Dovecot's mdbox
+   ALT=): mfile.alt (1: the m.N lives in ALT/storage/, 0: in
+   STORE/storage/) and a table of text settings (key "alt_path": the ALT
+   directory the store was last opened with).  An upgraded store has every
+   m.N in STORE/storage/, as before. */
+#define INDEX_FORMAT3_MFILE_COLS \
+	",\n  alt     INTEGER NOT NULL DEFAULT 0"
+#define INDEX_FORMAT3_TABLES \
+	"CREATE TABLE setting (key TEXT PRIMARY KEY, value BLOB NOT NULL)" \
+	" WITHOUT ROWID;\n"
 
 #endif

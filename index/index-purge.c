@@ -217,6 +217,28 @@ static int exec_bound(struct dbox_index *index, const char *sql,
 	return rc == SQLITE_DONE ? 0 : index_sql_error(index, sql);
 }
 
+int dbox_index_ino_in_folder(struct dbox_index *index, uint64_t ino,
+			     uint64_t dir)
+{
+	sqlite3_stmt *stmt;
+	int ret, rc;
+
+	if ((ret = prepare(index,
+			   "SELECT 1 FROM entry e WHERE e.ino = ?1 AND"
+			   " (e.parent = ?2 OR e.parent IN (SELECT s.ino FROM"
+			   " entry s WHERE s.parent = ?2 AND s.name IN"
+			   " (CAST('cur' AS BLOB), CAST('new' AS BLOB),"
+			   " CAST('tmp' AS BLOB)))) LIMIT 1", &stmt)) < 0)
+		return ret;
+	sqlite3_bind_int64(stmt, 1, (int64_t)ino);
+	sqlite3_bind_int64(stmt, 2, (int64_t)dir);
+	rc = sqlite3_step(stmt);
+	sqlite3_finalize(stmt);
+	if (rc == SQLITE_ROW)
+		return 1;
+	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "in folder");
+}
+
 int dbox_index_mfile_delete(struct dbox_index *index, uint32_t file_id)
 {
 	return exec_bound(index, "DELETE FROM mfile WHERE file_id = ?1",

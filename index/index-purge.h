@@ -88,6 +88,11 @@ int dbox_index_mfile_delete(struct dbox_index *index, uint32_t file_id);
 /* Does any message row point into m.<file_id>?  Returns 1, 0 or -EIO. */
 int dbox_index_file_has_records(struct dbox_index *index, uint32_t file_id);
 
+/* Has message inode ino a name in folder dir (dir itself or its cur/,
+   new/ or tmp/)?  For altmove --folder.  Returns 1, 0 or -EIO. */
+int dbox_index_ino_in_folder(struct dbox_index *index, uint64_t ino,
+			     uint64_t dir);
+
 /* Set a key of the meta table (see dbox_index_meta_get) to value. */
 int dbox_index_meta_set(struct dbox_index *index, const char *key,
 			int64_t value);

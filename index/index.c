@@ -55,7 +55,9 @@ static const char schema_sql[] =
 	"CREATE INDEX message_file ON message (file_id, offset);\n"
 	"CREATE TABLE mfile (\n"
 	"  file_id INTEGER PRIMARY KEY,\n"
-	"  size    INTEGER NOT NULL);\n"; /* committed end */
+	"  size    INTEGER NOT NULL" /* committed end */
+	INDEX_FORMAT3_MFILE_COLS ");\n"
+	INDEX_FORMAT3_TABLES;
 
 static const char *const stmt_sql[ST_COUNT] = {
 	[ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -93,9 +95,15 @@ static const char *const stmt_sql[ST_COUNT] = {
 		       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
 	[ST_MSG_SET_STATE] = "UPDATE message SET state = ?2 WHERE ino = ?1",
 	[ST_MFILE_GET] = "SELECT size FROM mfile WHERE file_id = ?1",
-	[ST_MFILE_SET] = "INSERT OR REPLACE INTO mfile (file_id, size) VALUES (?1, ?2)",
+	/* An upsert, not a REPLACE: the row keeps its alt flag. */
+	[ST_MFILE_SET] = "INSERT INTO mfile (file_id, size) VALUES (?1, ?2)"
+			 " ON CONFLICT (file_id) DO UPDATE SET size = excluded.size",
 	[ST_MFILE_MAX] = "SELECT coalesce(max(file_id), 0) FROM mfile",
 	[ST_MFILE_LIST] = "SELECT file_id, size FROM mfile ORDER BY file_id",
+	[ST_MFILE_WHERE] = "SELECT size, alt FROM mfile WHERE file_id = ?1",
+	[ST_MFILE_ADD_ALT] = "INSERT INTO mfile (file_id, size, alt) VALUES (?1, ?2, 1)",
+	[ST_SETTING_GET] = "SELECT value FROM setting WHERE key = ?1",
+	[ST_SETTING_SET] = "INSERT OR REPLACE INTO setting (key, value) VALUES (?1, ?2)",
 	[ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
 	[ST_SYNC_TOUCH] = "UPDATE meta SET value = value WHERE key = 'format'",
 	[ST_SYMLINK_SET] = "INSERT OR REPLACE INTO symlink (ino, target) VALUES (?1, ?2)",
@@ -242,16 +250,28 @@ static int check_format(struct dbox_index *index, int64_t *format_r)
 	return 0;
 }
 
-/* Bring an index of an older format up to DBOX_INDEX_FORMAT, in one
-   transaction.  Format 1 -> 2 adds inode.atime (NULL: "the same as mtime",
-   so the upgrade rewrites no row and costs the same on a million messages
-   as on ten), inode.rdev, and the symlink and xattr tables.  Returns 0,
-   or a negative errno (-EROFS when the index cannot be written: an old
-   store on read-only media is refused, never half upgraded). */
+/* The schema changes from format `from` to from + 1. */
+static const char *const upgrade_sql[] = {
+	/* 1 -> 2: inode.atime (NULL: "the same as mtime", so the upgrade
+	   rewrites no row and costs the same on a million messages as on
+	   ten), inode.rdev, the symlink and xattr tables. */
+	[1] = "ALTER TABLE inode ADD COLUMN atime INTEGER;"
+	      "ALTER TABLE inode ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0;"
+	      INDEX_FORMAT2_TABLES,
+	/* 2 -> 3: mfile.alt (0: every m.N of an older store is in
+	   STORE/storage/; again no row rewritten) and the setting table. */
+	[2] = "ALTER TABLE mfile ADD COLUMN alt INTEGER NOT NULL DEFAULT 0;"
+	      INDEX_FORMAT3_TABLES,
+};
+
+/* Bring an index of an older format up to DBOX_INDEX_FORMAT, one step
+   per format (upgrade_sql), all in one transaction.  Returns 0, or a
+   negative errno (-EROFS when the index cannot be written: an old store
+   on read-only media is refused, never half upgraded). */
 static int upgrade_format(struct dbox_index *index, int64_t format)
 {
 	char sql[128];
-	int ret;
+	int ret = 0;
 
 	if (format >= DBOX_INDEX_FORMAT)
 		return 0;
@@ -266,11 +286,10 @@ static int upgrade_format(struct dbox_index *index, int64_t format)
 		 DBOX_INDEX_FORMAT);
 	if ((ret = exec_sql(index, "BEGIN IMMEDIATE")) < 0)
 		return ret;
-	if ((ret = exec_sql(index,
-			    "ALTER TABLE inode ADD COLUMN atime INTEGER;"
-			    "ALTER TABLE inode ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0;"
-			    INDEX_FORMAT2_TABLES)) < 0 ||
-	    (ret = exec_sql(index, sql)) < 0 ||
+	for (int64_t from = format < 1 ? 1 : format;
+	     ret == 0 && from < DBOX_INDEX_FORMAT; from++)
+		ret = exec_sql(index, upgrade_sql[from]);
+	if (ret < 0 || (ret = exec_sql(index, sql)) < 0 ||
 	    (ret = exec_sql(index, "COMMIT")) < 0) {
 		exec_sql(index, "ROLLBACK");
 		return ret;

@@ -15,7 +15,9 @@
  *   message the dbox location of a message inode: m.N file, record offset,
  *           sizes, GUID; state WRITING while a writer still holds it.
  *   mfile   one row per storage/m.N: the committed end (bytes); anything
- *           past it is an unfinished write, cut off by recovery.
+ *           past it is an unfinished write, cut off by recovery; and
+ *           whether it lives in the alternate storage (ALT/storage/).
+ *   setting text settings of the store (the ALT path).
  *
  * Never does file I/O on m.N files and never includes FUSE headers.
  *
@@ -36,7 +38,7 @@
 
 /* Version of the schema this code writes; a store with a higher one is
    refused (-EPROTO), an older one is upgraded when opened read-write. */
-#define DBOX_INDEX_FORMAT 2
+#define DBOX_INDEX_FORMAT 3
 /* The root directory (INBOX of the Maildir++ tree) = FUSE_ROOT_ID. */
 #define DBOX_ROOT_INO 1
 /* Longest name in bytes (NAME_MAX); a longer one is -ENAMETOOLONG.  The
@@ -323,6 +325,30 @@ int dbox_index_mfile_get(struct dbox_index *index, uint32_t file_id,
 /* Set the committed end of m.<file_id> (inserting the row if new). */
 int dbox_index_mfile_set(struct dbox_index *index, uint32_t file_id,
 			 uint64_t size);
+
+/* Committed end of m.<file_id> and whether it lives in the alternate
+   storage (ALT/storage/m.N, as opposed to STORE/storage/m.N).  Returns
+   0, -ENOENT if unknown, -EIO. */
+int dbox_index_mfile_where(struct dbox_index *index, uint32_t file_id,
+			   uint64_t *size_r, bool *alt_r);
+
+/* Record a new m.<file_id> in the alternate storage with committed end
+   size (bytes).  Returns 0, -EIO (also when the row exists). */
+int dbox_index_mfile_add_alt(struct dbox_index *index, uint32_t file_id,
+			     uint64_t size);
+
+/* A text setting of the store (e.g. DBOX_SETTING_ALT_PATH) into *value_r
+   (malloc()ed, caller frees).  Returns 0, -ENOENT, -ENOMEM, -EIO. */
+int dbox_index_setting_get(struct dbox_index *index, const char *key,
+			   char **value_r);
+
+/* Set a text setting of the store.  Returns 0 or -EIO. */
+int dbox_index_setting_set(struct dbox_index *index, const char *key,
+			   const char *value);
+
+/* Key of the alternate storage path (absolute), recorded by the first
+   open that names one (dboxfs -o alt=, dboxadm altmove --alt=). */
+#define DBOX_SETTING_ALT_PATH "alt_path"
 
 /* Highest file_id known (0 when none). */
 int dbox_index_mfile_max(struct dbox_index *index, uint32_t *file_id_r);

@@ -47,6 +47,12 @@ struct purge {
 	char *buf;                  /* COPY_SIZE */
 	struct dest *dests;
 	size_t ndests, dests_size;
+	/* The file being purged lives in the alternate storage, or this is an
+	   altmove: copies go to ALT m.N files of this run (alts, the last one
+	   taking more), never to the append pool. */
+	bool to_alt;
+	struct dbox_mfile **alts;
+	size_t nalts;
 };
 
 static void lock(struct purge *p)
@@ -69,6 +75,15 @@ static bool in_pool(const struct dbox_store *st, uint32_t file_id)
 {
 	for (size_t i = 0; i < st->append_count; i++)
 		if (st->append[i]->file_id == file_id)
+			return true;
+	return false;
+}
+
+/* Is mf a destination of the file being purged already? */
+static bool dest_used(const struct purge *p, const struct dbox_mfile *mf)
+{
+	for (size_t i = 0; i < p->ndests; i++)
+		if (p->dests[i].mf == mf)
 			return true;
 	return false;
 }
@@ -96,7 +111,30 @@ static int dest_for(struct purge *p, uint64_t record_size, struct dest **d_r)
 		p->dests_size = size;
 	}
 	lock(p);
-	ret = dbox_store_mfile_acquire(p->st, &mf);
+	if (!p->to_alt) {
+		ret = dbox_store_mfile_acquire(p->st, &mf);
+	} else if (p->nalts > 0 && !dest_used(p, p->alts[p->nalts - 1]) &&
+		   p->alts[p->nalts - 1]->size < p->st->rotate_size &&
+		   p->alts[p->nalts - 1]->size + record_size <= MFILE_MAX) {
+		/* The ALT file the previous file's copies went to. */
+		mf = p->alts[p->nalts - 1];
+		ret = 0;
+	} else {
+		struct dbox_mfile **alts = realloc(p->alts, (p->nalts + 1) *
+						   sizeof(*alts));
+
+		ret = -ENOMEM;
+		if (alts != NULL) {
+			p->alts = alts;
+			ret = dbox_store_alt_create(p->st, &mf);
+			if (ret == 0)
+				p->alts[p->nalts++] = mf;
+		}
+	}
+	/* An ALT file's copies are in flight until the switch, as pool
+	   files' are (dbox_store_mfile_acquire notes those). */
+	if (ret == 0 && p->to_alt)
+		ret = dbox_store_note_inflight(p->st, mf);
 	unlock(p);
 	if (ret < 0)
 		return ret;
@@ -120,7 +158,8 @@ static void dests_release(struct purge *p, bool keep)
 			if (ftruncate(d->mf->fd, d->start_size) < 0) {
 				dbox_error("%s/storage/m.%u: cutting purge copies "
 					   "at %llu: %s (recovery cuts them at "
-					   "the next open)", p->st->path,
+					   "the next open)",
+					   dbox_store_dir_name(p->st, p->to_alt),
 					   d->mf->file_id,
 					   (unsigned long long)d->start_size,
 					   strerror(errno));
@@ -132,7 +171,8 @@ static void dests_release(struct purge *p, bool keep)
 		   cut leaves them to recovery, which needs to know). */
 		if (!keep && cut)
 			dbox_store_clear_inflight(p->st, d->mf->file_id);
-		dbox_store_mfile_release(p->st, d->mf);
+		if (!p->to_alt) /* ALT files stay until the run ends */
+			dbox_store_mfile_release(p->st, d->mf);
 	}
 	p->ndests = 0;
 }
@@ -240,18 +280,25 @@ static int dest_fd(const struct purge *p, uint32_t file_id)
    when committed and on disk; 1 when committed but the sync failed (the
    copies are in use, but the old file must stay until a later sync);
    -EAGAIN when rows are left in the old file (nothing switched), or
-   another negative errno (nothing switched). */
+   another negative errno (nothing switched).  An altmove (set->altmove)
+   moves some records only: rows left in the old file are fine, and the
+   file is forgotten only when none is left and it takes no new ones (out
+   of the append pool); *forgot_r says whether it was. */
 static int switch_file(struct purge *p, uint32_t file_id,
-		       struct dbox_msg_move *moves, size_t nmoves)
+		       struct dbox_msg_move *moves, size_t nmoves,
+		       bool *forgot_r)
 {
 	struct dbox_index *index = p->st->index;
 	uint64_t left;
 	int ret;
 
+	*forgot_r = false;
 	if ((ret = dbox_index_begin(index)) < 0)
 		return ret;
 	ret = dbox_index_msg_move(index, file_id, moves, nmoves, &left);
-	if (ret == 0 && left > 0) {
+	if (ret == 0 && p->set->altmove) {
+		*forgot_r = left == 0 && !in_pool(p->st, file_id);
+	} else if (ret == 0 && left > 0) {
 		dbox_error("%s/storage/m.%u: %llu records appeared in it during "
 			   "the purge; the file is kept", p->st->path, file_id,
 			   (unsigned long long)left);
@@ -262,9 +309,11 @@ static int switch_file(struct purge *p, uint32_t file_id,
 					   p->dests[i].mf->size);
 		dbox_store_clear_inflight(p->st, p->dests[i].mf->file_id);
 	}
-	if (ret == 0)
+	if (ret == 0 && !p->set->altmove)
+		*forgot_r = true;
+	if (ret == 0 && *forgot_r)
 		ret = dbox_index_mfile_delete(index, file_id);
-	if (ret == 0)
+	if (ret == 0 && *forgot_r)
 		ret = dbox_store_purged_key(index, file_id, true);
 	if (ret < 0 || (ret = dbox_index_commit(index, false)) < 0) {
 		dbox_index_rollback(index);
@@ -304,7 +353,35 @@ static void fix_received(struct purge *p, const struct dbox_file_rec *recs,
 	}
 }
 
-/* Purge one sealed m.N. */
+/* The records an altmove takes from recs (committed, received before
+   set->altmove_before_ns, in set->altmove_folder when set), packed at
+   the start of recs; returns their count. */
+static size_t altmove_select(struct purge *p, struct dbox_file_rec *recs,
+			     size_t nrecs)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < nrecs; i++) {
+		if (recs[i].state != DBOX_MSG_COMMITTED ||
+		    recs[i].mtime_ns >= p->set->altmove_before_ns)
+			continue;
+		if (p->set->altmove_folder != 0) {
+			int in;
+
+			lock(p);
+			in = dbox_index_ino_in_folder(p->st->index, recs[i].ino,
+						      p->set->altmove_folder);
+			unlock(p);
+			if (in <= 0)
+				continue;
+		}
+		recs[n++] = recs[i];
+	}
+	return n;
+}
+
+/* Purge one sealed m.N (or, for an altmove, move its selected records to
+   the alternate storage). */
 static int purge_file(struct purge *p, uint32_t file_id)
 {
 	struct dbox_store *st = p->st;
@@ -314,20 +391,30 @@ static int purge_file(struct purge *p, uint32_t file_id)
 	uint64_t committed = 0;
 	size_t nrecs = 0;
 	char name[16];
-	int fd, ret;
+	bool alt = false, forgot = false;
+	int fd, dir, ret;
 
 	lock(p);
-	fd = dbox_store_read_fd(st, file_id);
+	dir = dbox_store_mfile_dir(st, file_id, &alt);
+	fd = dir >= 0 ? dbox_store_read_fd(st, file_id) : -EIO;
 	if (fd >= 0)
 		fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	if (fd < 0) {
 		unlock(p);
 		return -EIO; /* logged by dbox_store_read_fd */
 	}
+	p->to_alt = alt || p->set->altmove;
 	ret = dbox_index_file_records(st->index, file_id, &recs, &nrecs);
 	if (ret == 0)
 		ret = dbox_index_mfile_get(st->index, file_id, &committed);
 	unlock(p);
+	if (ret == 0 && p->set->altmove)
+		nrecs = altmove_select(p, recs, nrecs);
+	if (ret == 0 && p->set->altmove && nrecs == 0) {
+		close(fd);
+		free(recs);
+		return 0;
+	}
 	if (ret == 0 && fstat(fd, &sb) < 0)
 		ret = -errno;
 	/* Bytes past the committed end are records the index does not know
@@ -335,8 +422,8 @@ static int purge_file(struct purge *p, uint32_t file_id)
 	   yet), not expunged ones: the file is not removed. */
 	if (ret == 0 && (uint64_t)sb.st_size > committed) {
 		dbox_error("%s/storage/m.%u: %llu bytes past the end the index "
-			   "knows; not purged (run 'dboxadm check')", st->path,
-			   file_id, (unsigned long long)
+			   "knows; not purged (run 'dboxadm check')",
+			   dbox_store_dir_name(st, alt), file_id, (unsigned long long)
 			   ((uint64_t)sb.st_size - committed));
 		ret = -EIO;
 	}
@@ -350,18 +437,20 @@ static int purge_file(struct purge *p, uint32_t file_id)
 
 	lock(p);
 	if (ret == 0)
-		ret = switch_file(p, file_id, moves, nrecs);
+		ret = switch_file(p, file_id, moves, nrecs, &forgot);
 	if (ret >= 0) {
 		fix_received(p, recs, moves, nrecs);
-		dbox_store_read_fd_forget(st, file_id);
 		dbox_file_name(name, file_id);
+		if (forgot)
+			dbox_store_read_fd_forget(st, file_id);
 		/* Not durable (1): the old file stays, as garbage that a
 		   later full purge removes. */
-		if (ret == 0 && unlinkat(st->storage_fd, name, 0) < 0 &&
+		if (ret == 0 && forgot && unlinkat(dir, name, 0) < 0 &&
 		    errno != ENOENT)
 			dbox_error("%s/storage/%s: unlink after purge: %s "
-				   "(the next full purge removes it)", st->path,
-				   name, strerror(errno));
+				   "(the next full purge removes it)",
+				   dbox_store_dir_name(st, alt), name,
+				   strerror(errno));
 		for (size_t i = 0; i < nrecs; i++) {
 			if (moves[i].moved) {
 				p->res->records_moved++;
@@ -370,12 +459,16 @@ static int purge_file(struct purge *p, uint32_t file_id)
 				p->res->records_dropped++;
 			}
 		}
-		if (ret == 0) {
+		if (ret == 0 && forgot) {
 			p->res->files_purged++;
 			p->res->bytes_freed += (uint64_t)sb.st_size;
-			dbox_info("%s/storage/%s: purged: %zu records moved, "
-				  "%llu bytes freed", st->path, name, nrecs,
+			dbox_info("%s/storage/%s: %s: %zu records moved, "
+				  "%llu bytes freed", dbox_store_dir_name(st, alt),
+				  name, p->set->altmove ? "moved to the "
+				  "alternate storage" : "purged", nrecs,
 				  (unsigned long long)sb.st_size);
+		} else if (ret == 0 && p->set->altmove) {
+			p->res->files_partial++;
 		}
 		dests_release(p, true);
 		ret = ret == 1 ? -EIO : 0;
@@ -383,6 +476,8 @@ static int purge_file(struct purge *p, uint32_t file_id)
 		dests_release(p, false);
 	}
 	unlock(p);
+	if (ret == 0 && p->set->progress != NULL)
+		p->set->progress(p->set->hook_ctx, p->res);
 	close(fd);
 	free(recs);
 	free(moves);
@@ -394,10 +489,10 @@ static int purge_file(struct purge *p, uint32_t file_id)
    (recovery kept them for 'dboxadm rebuild'), not garbage; copies of
    messages the index has (a crash between a purge's switch and its
    unlink) are. */
-static bool holds_records(struct dbox_store *st, const char *name,
+static bool holds_records(struct dbox_store *st, int dir_fd, const char *name,
 			  uint32_t id)
 {
-	int fd = openat(st->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	bool ret = fd < 0 || dbox_store_unknown_records(st, fd, id) != 0;
 
 	if (fd >= 0)
@@ -409,10 +504,11 @@ static bool holds_records(struct dbox_store *st, const char *name,
    that no message row points into: a file left after a crash between a
    purge's switch and its unlink (recovery cut it to its header), or after
    an import batch that never committed.  Needs st->lock. */
-static void remove_garbage_files(struct purge *p)
+static void remove_garbage_files(struct purge *p, bool alt)
 {
 	struct dbox_store *st = p->st;
-	DIR *dir = fdopendir(dup(st->storage_fd));
+	int dir_fd = alt ? st->alt_fd : st->storage_fd;
+	DIR *dir = dir_fd >= 0 ? fdopendir(dup(dir_fd)) : NULL;
 	struct dirent *de;
 	uint64_t size;
 	uint32_t id;
@@ -427,13 +523,13 @@ static void remove_garbage_files(struct purge *p)
 		    dbox_index_mfile_get(st->index, id, &size) != -ENOENT ||
 		    in_pool(st, id) ||
 		    dbox_index_file_has_records(st->index, id) != 0 ||
-		    fstatat(st->storage_fd, de->d_name, &sb, 0) < 0 ||
-		    holds_records(st, de->d_name, id))
+		    fstatat(dir_fd, de->d_name, &sb, 0) < 0 ||
+		    holds_records(st, dir_fd, de->d_name, id))
 			continue;
 		dbox_store_read_fd_forget(st, id);
-		if (unlinkat(st->storage_fd, de->d_name, 0) == 0) {
+		if (unlinkat(dir_fd, de->d_name, 0) == 0) {
 			dbox_info("%s/storage/%s: not in the index; removed",
-				  st->path, de->d_name);
+				  dbox_store_dir_name(st, alt), de->d_name);
 			p->res->garbage_files++;
 			p->res->bytes_freed += (uint64_t)sb.st_size;
 		}
@@ -525,7 +621,10 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 	lock(&p);
 	if (set->only == NULL) {
 		ret = dbox_index_mfile_list(st->index, collect_cb, &c);
-		remove_garbage_files(&p);
+		if (!set->altmove) {
+			remove_garbage_files(&p, false);
+			remove_garbage_files(&p, true);
+		}
 	} else {
 		for (size_t i = 0; i < set->only_count && ret == 0; i++)
 			ret = collect_cb(&c, set->only[i], 0);
@@ -538,8 +637,19 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 		ret = -ENOMEM;
 	for (size_t i = 0; ret == 0 && i < c.count; i++) {
 		uint64_t live = 0;
+		bool alt = false;
 
 		lock(&p);
+		if (set->altmove) {
+			/* Not sealed: its committed records are copied, the
+			   rows switched; the file goes only when empty. */
+			r = dbox_store_mfile_dir(st, c.ids[i], &alt) >= 0 &&
+				!alt ? 1 : 0;
+			unlock(&p);
+			if (r == 1)
+				todo[n++] = (struct candidate){ c.ids[i], 0 };
+			continue;
+		}
 		r = wanted(&p, c.ids[i], &live);
 		if (r == 1)
 			r = dbox_store_mfile_seal(st, c.ids[i]) < 0 ? -EBUSY : 1;
@@ -570,10 +680,97 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 		ret = -EIO;
 	res_r->end_ns = dbox_now_ns();
 	res_r->error = ret;
+	for (size_t i = 0; i < p.nalts; i++) {
+		close(p.alts[i]->fd);
+		free(p.alts[i]);
+	}
+	free(p.alts);
 	free(c.ids);
 	free(todo);
 	free(p.dests);
 	free(p.buf);
+	return ret;
+}
+
+/* The move, then the files it left with dead bytes purged as `dboxadm
+   purge` does (every m.N with a dead byte, in either storage). */
+int dbox_altmove(struct dbox_store *st, const struct dbox_purge_settings *set,
+		 struct dbox_purge_result *res_r,
+		 struct dbox_purge_result *purge_r)
+{
+	struct dbox_purge_settings ps = { .threshold = 0,
+					  .cancel = set->cancel };
+	int ret;
+
+	memset(res_r, 0, sizeof(*res_r));
+	if (purge_r != NULL)
+		memset(purge_r, 0, sizeof(*purge_r));
+	pthread_mutex_lock(&st->lock);
+	ret = st->alt_fd >= 0 ? 0 : -ENOENT;
+	if (ret < 0)
+		dbox_error("%s: no alternate storage to move messages to (%s)",
+			   st->path, st->alt_path == NULL ? "no ALT path set" :
+			   strerror(st->alt_err));
+	pthread_mutex_unlock(&st->lock);
+	if (ret < 0)
+		return res_r->error = ret;
+	ret = dbox_purge(st, set, res_r);
+	if (ret == 0 && res_r->files_partial > 0 && purge_r != NULL) {
+		ret = dbox_purge(st, &ps, purge_r);
+		if (ret == 0 || ret == -EIO)
+			(void)dbox_purge_record(st, purge_r, false);
+	}
+	return ret;
+}
+
+int dbox_altmove_progress(struct dbox_store *st, int64_t request_ns,
+			  const struct dbox_purge_result *res)
+{
+	struct dbox_index *index = st->index;
+	int ret;
+
+	pthread_mutex_lock(&st->lock);
+	if ((ret = dbox_index_begin(index)) == 0) {
+		if ((ret = dbox_index_meta_set(index,
+					       DBOX_META_ALTMOVE_PROGRESS_RECORDS,
+					       (int64_t)res->records_moved)) == 0 &&
+		    (ret = dbox_index_meta_set(index,
+					       DBOX_META_ALTMOVE_PROGRESS_BYTES,
+					       (int64_t)res->bytes_moved)) == 0 &&
+		    (ret = dbox_index_meta_set(index,
+					       DBOX_META_ALTMOVE_PROGRESS_REQUEST,
+					       request_ns)) == 0)
+			ret = dbox_index_commit(index, false);
+		else
+			dbox_index_rollback(index);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return ret;
+}
+
+int dbox_altmove_record(struct dbox_store *st, int64_t request_ns,
+			const struct dbox_purge_result *res)
+{
+	const struct { const char *key; int64_t value; } kv[] = {
+		{ DBOX_META_ALTMOVE_ERROR, res->error },
+		{ DBOX_META_ALTMOVE_RECORDS, (int64_t)res->records_moved },
+		{ DBOX_META_ALTMOVE_BYTES, (int64_t)res->bytes_moved },
+		{ DBOX_META_ALTMOVE_FILES, (int64_t)res->files_purged },
+		{ DBOX_META_ALTMOVE_DONE, request_ns },
+	};
+	struct dbox_index *index = st->index;
+	int ret;
+
+	pthread_mutex_lock(&st->lock);
+	if ((ret = dbox_index_begin(index)) == 0) {
+		for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && ret == 0; i++)
+			ret = dbox_index_meta_set(index, kv[i].key, kv[i].value);
+		if (ret == 0)
+			ret = dbox_index_commit(index, true);
+		else
+			dbox_index_rollback(index);
+	}
+	pthread_mutex_unlock(&st->lock);
 	return ret;
 }
 

@@ -17,6 +17,9 @@
  * transaction point every message row still at its copied record to the
  * copy and forget the old file, and only then unlink it.  A message's
  * inode, names, size and mtime never change; only its (file, offset).
+ * An m.N in the alternate storage (store.h) is purged the same way into
+ * new m.N files there (dbox_store_alt_create), so what was moved to ALT
+ * stays in ALT.
  *
  * Concurrency: runs beside a mounted, multithreaded dboxfs.  st->lock is
  * taken for the index work only; bytes are copied without it.  A message
@@ -45,6 +48,8 @@
    sealed m.N by itself (-o purge_threshold). */
 #define DBOX_PURGE_DEFAULT_THRESHOLD 50
 
+struct dbox_purge_result;
+
 struct dbox_purge_settings {
 	/* Purge an m.N when dead bytes are at least this percent of its
 	   bytes after the file header; 0 = any dead byte at all. */
@@ -60,9 +65,25 @@ struct dbox_purge_settings {
 	/* Checked between records: stop (the file being purged is kept
 	   whole) when it becomes true. */
 	const bool *cancel; /* read atomically; set by another thread */
+	/* Altmove (Dovecot's `doveadm altmove`): instead of purging, copy
+	   the committed records received before altmove_before_ns (inode
+	   mtime, ns), and when altmove_folder is not 0 only those with a
+	   name in that folder (the directory or its cur/ new/ tmp/), of
+	   every m.N in STORE/storage/ to new m.N files in ALT/storage/ (see
+	   dbox_store_alt_create), synced, then switch their rows in one
+	   durable transaction per file, exactly as a purge does.  Files are
+	   not sealed; an old file is removed when no row is left in it and
+	   it takes no new messages; one with rows left keeps dead bytes (see
+	   dbox_altmove).  threshold, only and sealed_only are ignored. */
+	bool altmove;
+	int64_t altmove_before_ns;
+	uint64_t altmove_folder;
 	/* Test hook: called after a file's records were copied and synced,
 	   before the switch, without st->lock. */
 	void (*after_copy)(void *ctx, uint32_t file_id);
+	/* Called after each file's switch with the counts so far, without
+	   st->lock. */
+	void (*progress)(void *ctx, const struct dbox_purge_result *res);
 	void *hook_ctx;
 };
 
@@ -75,6 +96,7 @@ struct dbox_purge_result {
 	uint64_t records_dropped;  /* copied, but changed meanwhile */
 	uint64_t bytes_moved;      /* bytes of the records moved */
 	uint64_t bytes_freed;      /* bytes of the removed m.N files */
+	uint64_t files_partial;    /* altmove: kept, some rows left in it */
 	int64_t start_ns, end_ns;  /* CLOCK_REALTIME */
 	int error;                 /* what dbox_purge returned */
 };
@@ -86,6 +108,46 @@ struct dbox_purge_result {
    counts what was done in any case.  Errors are logged naming the file. */
 int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 	       struct dbox_purge_result *res_r);
+
+/* Move old messages to the alternate storage (set->altmove must be
+   true; see there), then purge the files they left partly dead (every
+   m.N with a dead byte in either storage).  Takes st->lock as needed.
+   Returns 0, -ENOENT when the store has no usable alternate storage,
+   -ECANCELED, or the first error; *res_r counts the moves (records_moved,
+   bytes_moved, files_purged: primary files emptied and removed), and
+   *purge_r what the purge after it did (NULL: no purge). */
+int dbox_altmove(struct dbox_store *st, const struct dbox_purge_settings *set,
+		 struct dbox_purge_result *res_r,
+		 struct dbox_purge_result *purge_r);
+
+/* Meta keys of a requested altmove (`dboxadm altmove` on a mounted
+   store): dboxadm sets the cutoff (ns), the folder (ino, 0 = all) and,
+   last, the request time (ns) in one transaction and signals the mount;
+   the mount runs dbox_altmove and records DONE = the request time with
+   the outcome (error, records and bytes moved, files removed), in one
+   durable transaction. */
+#define DBOX_META_ALTMOVE_REQUEST "altmove_request_ns"
+#define DBOX_META_ALTMOVE_BEFORE "altmove_request_before_ns"
+#define DBOX_META_ALTMOVE_FOLDER "altmove_request_folder"
+#define DBOX_META_ALTMOVE_DONE "altmove_done_request_ns"
+#define DBOX_META_ALTMOVE_ERROR "altmove_done_error"
+#define DBOX_META_ALTMOVE_RECORDS "altmove_done_records"
+#define DBOX_META_ALTMOVE_BYTES "altmove_done_bytes"
+#define DBOX_META_ALTMOVE_FILES "altmove_done_files"
+/* Progress of the request being run, for dboxadm's progress line: the
+   request time it belongs to, records and bytes moved so far (written
+   by the mount now and then, without waiting for the disk). */
+#define DBOX_META_ALTMOVE_PROGRESS_REQUEST "altmove_progress_request_ns"
+#define DBOX_META_ALTMOVE_PROGRESS_RECORDS "altmove_progress_records"
+#define DBOX_META_ALTMOVE_PROGRESS_BYTES "altmove_progress_bytes"
+/* Record the progress (res so far) of the request made at request_ns;
+   takes st->lock.  Returns 0 or -EIO. */
+int dbox_altmove_progress(struct dbox_store *st, int64_t request_ns,
+			  const struct dbox_purge_result *res);
+/* Record the outcome of the request made at request_ns (see above);
+   takes st->lock.  Returns 0 or -EIO. */
+int dbox_altmove_record(struct dbox_store *st, int64_t request_ns,
+			const struct dbox_purge_result *res);
 
 /* Meta keys (dbox_index_meta_get) the purge keeps, for `dboxadm purge`
    waiting on a mount and for `dboxadm stats`: number of runs, the end

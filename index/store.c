@@ -144,6 +144,59 @@ static uint32_t max_file_on_disk(int storage_fd)
 	return max;
 }
 
+const char *dbox_store_dir_name(const struct dbox_store *st, bool alt)
+{
+	return alt && st->alt_path != NULL ? st->alt_path : st->path;
+}
+
+int dbox_store_mfile_dir(struct dbox_store *st, uint32_t file_id, bool *alt_r)
+{
+	uint64_t size;
+	int ret = dbox_index_mfile_where(st->index, file_id, &size, alt_r);
+
+	if (ret == -ENOENT) {
+		*alt_r = false;
+		return -ENOENT;
+	}
+	if (ret < 0)
+		return ret;
+	if (!*alt_r)
+		return st->storage_fd;
+	if (st->alt_fd >= 0)
+		return st->alt_fd;
+	if (st->alt_path == NULL)
+		dbox_error("%s: m.%u is in the alternate storage, and the store "
+			   "has no ALT path (dboxfs -o alt=PATH); its messages "
+			   "fail with EIO", st->path, file_id);
+	else
+		dbox_error("%s/storage/m.%u: the alternate storage %s/storage "
+			   "is not available (%s); its messages fail with EIO",
+			   st->alt_path, file_id, st->alt_path,
+			   strerror(st->alt_err));
+	return -EIO;
+}
+
+int dbox_store_mfile_open(struct dbox_store *st, uint32_t file_id, int flags)
+{
+	char name[16];
+	bool alt;
+	int dir = dbox_store_mfile_dir(st, file_id, &alt), fd;
+
+	if (dir == -ENOENT)
+		dir = st->storage_fd;
+	if (dir < 0)
+		return -EIO;
+	dbox_file_name(name, file_id);
+	fd = openat(dir, name, flags | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		dbox_error("%s/storage/%s: %s", dbox_store_dir_name(st, alt),
+			   name, strerror(errno));
+		return -EIO;
+	}
+	return fd;
+}
+
+
 void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32])
 {
 	snprintf(inflight, 32, "inflight.m.%u", file_id);
@@ -215,13 +268,18 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 	uint64_t start, keep_end, writing;
 	struct stat stbuf;
 	long whole = 0;
-	int fd;
+	bool alt;
+	int fd, dir;
 
 	dbox_file_name(name, file_id);
-	fd = openat(st->storage_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	dir = dbox_store_mfile_dir(st, file_id, &alt);
+	if (dir < 0)
+		return 0; /* logged: ALT is missing */
+	fd = openat(dir, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		dbox_error("%s/storage/%s: %s; its messages will fail with EIO "
-			   "(run 'dboxadm check')", st->path, name, strerror(errno));
+			   "(run 'dboxadm check')", dbox_store_dir_name(st, alt),
+			   name, strerror(errno));
 		return 0;
 	}
 	if (fstat(fd, &stbuf) < 0 || (uint64_t)stbuf.st_size <= size) {
@@ -324,9 +382,11 @@ int dbox_store_unknown_records(struct dbox_store *st, int fd, uint32_t file_id)
    the last case (check reports them, rebuild brings them back); other
    bytes are cut to the header line, after a copy when they follow kept
    records.  They keep their number, which is never reused. */
-static void recover_unknown_mfiles(struct dbox_store *st)
+static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 {
-	DIR *dir = fdopendir(dup(st->storage_fd));
+	int dir_fd = alt ? st->alt_fd : st->storage_fd;
+	const char *root = dbox_store_dir_name(st, alt);
+	DIR *dir = dir_fd >= 0 ? fdopendir(dup(dir_fd)) : NULL;
 	struct dirent *d;
 
 	if (dir == NULL)
@@ -342,7 +402,7 @@ static void recover_unknown_mfiles(struct dbox_store *st)
 		if (!mfile_name_id(d->d_name, &id) ||
 		    dbox_index_mfile_get(st->index, id, &size) != -ENOENT)
 			continue;
-		fd = openat(st->storage_fd, d->d_name, O_RDWR | O_NOFOLLOW |
+		fd = openat(dir_fd, d->d_name, O_RDWR | O_NOFOLLOW |
 			    O_CLOEXEC);
 		if (fd < 0)
 			continue;
@@ -368,7 +428,7 @@ static void recover_unknown_mfiles(struct dbox_store *st)
 			if (whole > 0) {
 				dbox_info("%s/storage/%s: unknown to the index; its "
 					  "%ld whole records are kept ('dboxadm "
-					  "rebuild' brings them back)", st->path,
+					  "rebuild' brings them back)", root,
 					  d->d_name, whole);
 				st->kept_records += (unsigned long)whole;
 			} else {
@@ -380,12 +440,12 @@ static void recover_unknown_mfiles(struct dbox_store *st)
 					    stbuf.st_size) == 0)) {
 				dbox_info("%s/storage/%s: unknown to the index; "
 					  "cutting %llu bytes of uncommitted "
-					  "writes", st->path, d->d_name,
+					  "writes", root, d->d_name,
 					  (unsigned long long)
 					  (stbuf.st_size - keep_end));
 				if (ftruncate(fd, keep_end) < 0)
 					dbox_error("%s/storage/%s: ftruncate: %s",
-						   st->path, d->d_name,
+						   root, d->d_name,
 						   strerror(errno));
 			}
 		}
@@ -486,7 +546,8 @@ static int recover(struct dbox_store *st, unsigned int *writing_r)
 			  "%u unlinked files", st->path, writing, orphans);
 	if ((ret = recover_files(st)) < 0)
 		return ret;
-	recover_unknown_mfiles(st);
+	recover_unknown_mfiles(st, false);
+	recover_unknown_mfiles(st, true);
 	if (st->kept_records > 0)
 		dbox_warning("%s: recovery: %lu whole records in storage/ are "
 			     "unknown to the index and were kept, not cut; run "
@@ -555,6 +616,73 @@ static void adopt_mfile(struct dbox_store *st, uint32_t file_id, bool walk)
 	st->append[st->append_count++] = mf;
 }
 
+/* The alternate storage: set->alt_path, else the recorded one; a new
+   path given is recorded.  A missing or refused ALT is logged and leaves
+   st->alt_fd at -1 (its messages fail with EIO); only an index error
+   fails. */
+static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set)
+{
+	struct stat store_sb, alt_sb;
+	char *recorded = NULL;
+	int ret, fd;
+
+	ret = dbox_index_setting_get(st->index, DBOX_SETTING_ALT_PATH, &recorded);
+	if (ret < 0 && ret != -ENOENT)
+		return ret;
+	if (set->alt_path != NULL && set->alt_path[0] != '/') {
+		dbox_error("%s: the alternate storage path '%s' is not "
+			   "absolute", st->path, set->alt_path);
+		free(recorded);
+		return -EINVAL;
+	}
+	if (set->alt_path != NULL &&
+	    (recorded == NULL || strcmp(recorded, set->alt_path) != 0)) {
+		if (!st->readonly &&
+		    (ret = dbox_index_setting_set(st->index, DBOX_SETTING_ALT_PATH,
+						  set->alt_path)) < 0) {
+			free(recorded);
+			return ret;
+		}
+		if (recorded != NULL)
+			dbox_warning("%s: alternate storage changed from %s to "
+				     "%s", st->path, recorded, set->alt_path);
+		free(recorded);
+		recorded = strdup(set->alt_path);
+		if (recorded == NULL)
+			return -ENOMEM;
+	}
+	st->alt_path = recorded;
+	if (recorded == NULL)
+		return 0;
+	/* ALT itself is an admin's path (like STORE: symbolic links on the
+	   way are followed); storage/ inside it is not followed.  Owned by
+	   the store's owner: a path recorded in an index its user may write
+	   must not make a process of another user (root) read or create
+	   m.N files where that user could not. */
+	fd = open(recorded, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		st->alt_err = errno;
+	} else if (fstat(fd, &alt_sb) < 0 || fstat(st->dir_fd, &store_sb) < 0) {
+		st->alt_err = errno;
+	} else if (alt_sb.st_uid != store_sb.st_uid) {
+		st->alt_err = EPERM;
+		dbox_error("%s: the alternate storage %s belongs to uid %u, the "
+			   "store to uid %u; refused", st->path, recorded,
+			   (unsigned)alt_sb.st_uid, (unsigned)store_sb.st_uid);
+	} else if ((ret = open_subdir(fd, "storage", !st->readonly)) < 0) {
+		st->alt_err = -ret;
+	} else {
+		st->alt_fd = ret;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (st->alt_fd < 0)
+		dbox_error("%s/storage: alternate storage not available: %s; "
+			   "messages stored there fail with EIO", recorded,
+			   strerror(st->alt_err));
+	return 0;
+}
+
 int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 		    struct dbox_store **st_r)
 {
@@ -568,15 +696,15 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	if (st == NULL)
 		return -ENOMEM;
 	st->dir_fd = st->storage_fd = st->files_fd = st->lock_fd = -1;
+	st->alt_fd = -1;
 	st->readonly = set->readonly;
 	pthread_mutex_init(&st->lock, NULL);
 	st->rotate_size = set->rotate_size != 0 ? set->rotate_size :
 		DBOX_DEFAULT_ROTATE_SIZE;
 	st->compress = set->compress;
-	dbox_fd_cache_init(&st->read_fds, -1, 0);
+	dbox_fd_cache_init(&st->read_fds, 0);
 	if ((ret = open_layout(st, path, set->create)) < 0)
 		goto fail;
-	st->read_fds.dir_fd = st->storage_fd;
 	/* Absolute, so the store survives a chdir (daemons chdir to /); and
 	   the directory opened above, not one switched in meanwhile. */
 	if ((st->path = realpath(path, NULL)) == NULL ||
@@ -603,13 +731,16 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	   A read-only store writes nothing, a reserve neither. */
 	if (!st->readonly)
 		(void)dbox_index_reserve_open(st->index);
-	if ((!st->readonly && (ret = recover(st, &writing)) < 0) ||
+	if ((ret = open_alt(st, set)) < 0 ||
+	    (!st->readonly && (ret = recover(st, &writing)) < 0) ||
 	    (ret = dbox_index_mfile_max(st->index, &max_index)) < 0)
 		goto fail;
 	/* Recovery judged them; stale marks must not outlive it (a failure
 	   only leaves marks below the committed ends, which are ignored). */
 	(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
 	st->next_file_id = max_file_on_disk(st->storage_fd);
+	if (st->alt_fd >= 0 && max_file_on_disk(st->alt_fd) > st->next_file_id)
+		st->next_file_id = max_file_on_disk(st->alt_fd);
 	if (max_index > st->next_file_id)
 		st->next_file_id = max_index;
 	st->next_file_id++;
@@ -643,6 +774,9 @@ void dbox_store_close(struct dbox_store **stp)
 	dbox_index_close(&st->index);
 	if (st->storage_fd >= 0)
 		close(st->storage_fd);
+	if (st->alt_fd >= 0)
+		close(st->alt_fd);
+	free(st->alt_path);
 	if (st->files_fd >= 0)
 		close(st->files_fd);
 	if (st->dir_fd >= 0)
@@ -675,12 +809,21 @@ int dbox_store_index_resume(struct dbox_store *st)
 int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)
 {
 	char name[16];
-	int fd = dbox_fd_cache_get(&st->read_fds, file_id);
+	bool alt = false;
+	/* The one place an m.N is opened for reading: wherever it lives
+	   (the index says; one it does not know is in storage/). */
+	int dir = dbox_store_mfile_dir(st, file_id, &alt), fd;
 
+	if (dir == -ENOENT)
+		dir = st->storage_fd;
+	if (dir < 0)
+		return -EIO; /* logged: the alternate storage is missing */
+	fd = dbox_fd_cache_get(&st->read_fds, dir, file_id);
 	if (fd >= 0)
 		return fd;
 	dbox_file_name(name, file_id);
-	dbox_error("%s/storage/%s: %s", st->path, name, strerror(-fd));
+	dbox_error("%s/storage/%s: %s", dbox_store_dir_name(st, alt), name,
+		   strerror(-fd));
 	return fd == -EMFILE || fd == -ENFILE ? fd : -EIO;
 }
 
@@ -1000,9 +1143,11 @@ int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc
 
 	dbox_file_name(name, loc->file_id);
 	/* Read-write: the record is read to find its R line. */
-	fd = openat(st->storage_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 || dbox_record_set_received(fd, loc->file_id, loc->offset,
-					       received) < 0) {
+	fd = dbox_store_mfile_open(st, loc->file_id, O_RDWR);
+	if (fd < 0)
+		return -EIO; /* logged */
+	if (dbox_record_set_received(fd, loc->file_id, loc->offset,
+				     received) < 0) {
 		ret = -errno;
 		if (errno != ERANGE)
 			dbox_warning("%s/storage/%s offset %llu: received date "
@@ -1079,4 +1224,40 @@ int dbox_store_mfile_seal(struct dbox_store *st, uint32_t file_id)
 void dbox_store_read_fd_forget(struct dbox_store *st, uint32_t file_id)
 {
 	dbox_fd_cache_forget(&st->read_fds, file_id);
+}
+
+int dbox_store_alt_create(struct dbox_store *st, struct dbox_mfile **mf_r)
+{
+	struct dbox_mfile *mf;
+	uint64_t size;
+	int fd, ret;
+
+	if (st->alt_fd < 0) {
+		dbox_error("%s: no alternate storage to move messages to (%s)",
+			   st->path, st->alt_path == NULL ? "no ALT path set" :
+			   strerror(st->alt_err));
+		return -ENOENT;
+	}
+	fd = dbox_file_create(st->alt_fd, st->next_file_id, &size);
+	if (fd < 0) {
+		ret = -errno;
+		dbox_error("%s/storage/m.%u: create: %s", st->alt_path,
+			   st->next_file_id, strerror(errno));
+		return ret;
+	}
+	if ((mf = calloc(1, sizeof(*mf))) == NULL) {
+		close(fd);
+		return -ENOMEM;
+	}
+	mf->file_id = st->next_file_id++;
+	mf->fd = fd;
+	mf->size = size;
+	mf->busy = true;
+	if ((ret = dbox_index_mfile_add_alt(st->index, mf->file_id, size)) < 0) {
+		close(fd);
+		free(mf);
+		return ret;
+	}
+	*mf_r = mf;
+	return 0;
 }

@@ -10,6 +10,8 @@
  *   STORE/index.sqlite  the index (index.h)
  *   STORE/files/<ino>   bytes of plain (non-message) files
  *   STORE/lock          flock()ed exclusively while the store is open
+ *   ALT/storage/m.N     m.N files moved to the alternate storage (Dovecot's
+ *                       mdbox ALT=; index mfile.alt says which are there)
  *
  * Locking: st->lock serialises the index and the append pool.  Callers
  * take it around every index call and around dbox_save_begin/finish/free;
@@ -35,6 +37,11 @@ struct dbox_store_settings {
 	bool readonly;        /* open for reading only (dboxfs -o ro): see
 				 dbox_store_open */
 	struct dbox_compress_settings compress; /* new message bodies */
+	/* The alternate storage directory (absolute; ALT/storage/ holds its
+	   m.N), or NULL: the one the index recorded, if any.  A path given
+	   here is recorded in the index (unless readonly) for later opens
+	   and dboxadm; see dbox_store_open. */
+	const char *alt_path;
 };
 
 /* An m.N open for appending.  busy while a save owns its tail. */
@@ -58,6 +65,11 @@ struct dbox_store {
 	struct dbox_mfile **append; /* files that may take more messages */
 	size_t append_count;
 	uint32_t next_file_id;
+
+	char *alt_path;             /* the alternate storage, or NULL */
+	int alt_fd;                 /* ALT/storage/, or -1 (none, or missing:
+				       alt_err says why) */
+	int alt_err;                /* errno of opening ALT/storage/ */
 
 	struct dbox_fd_cache read_fds; /* m.N O_RDONLY, bounded (LRU) */
 	unsigned long kept_records; /* whole records recovery kept past what
@@ -144,6 +156,24 @@ int dbox_store_index_resume(struct dbox_store *st);
    Returns the fd, -EMFILE/-ENFILE when out of descriptors, or -EIO when
    the file is missing or unreadable (logged).  Needs st->lock. */
 int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id);
+
+/* Open m.<file_id> wherever it lives (STORE/storage/ or, when the index
+   says so, ALT/storage/) with open(2) flags (O_NOFOLLOW|O_CLOEXEC are
+   added).  Returns the fd (the caller's to close), or -EIO when the file
+   or the alternate storage is missing or unreadable (logged with the
+   full path).  Needs st->lock. */
+int dbox_store_mfile_open(struct dbox_store *st, uint32_t file_id, int flags);
+
+/* The directory fd holding m.<file_id> (storage_fd or alt_fd) and, in
+   *alt_r, whether it is the alternate storage.  Returns the fd (owned by
+   the store), -ENOENT when the index does not know the file (then
+   storage_fd's is the natural place: *alt_r = false, and -ENOENT is
+   returned), or -EIO (ALT missing; logged).  Needs st->lock. */
+int dbox_store_mfile_dir(struct dbox_store *st, uint32_t file_id, bool *alt_r);
+
+/* The root whose storage/ holds the file, for log lines ("%s/storage/m.N"):
+   st->path, or the ALT path when alt (valid while the store is open). */
+const char *dbox_store_dir_name(const struct dbox_store *st, bool alt);
 
 /* Set the R metadata of a finished message record to received (UNIX
    seconds), in place (dbox_record_set_received).  Returns 0 or a negative
@@ -271,5 +301,14 @@ int dbox_store_mfile_acquire(struct dbox_store *st, struct dbox_mfile **mf_r);
 void dbox_store_mfile_release(struct dbox_store *st, struct dbox_mfile *mf);
 int dbox_store_mfile_seal(struct dbox_store *st, uint32_t file_id);
 void dbox_store_read_fd_forget(struct dbox_store *st, uint32_t file_id);
+
+/* For altmove and the purge of files in the alternate storage: create
+   m.<next id> in ALT/storage/ (header only), recorded in the index as an
+   ALT file whose committed end is its header (autocommit: the caller
+   must not be in a transaction), owned by the caller (not in the append
+   pool; close mf->fd and free mf when done).  Needs st->lock.  Returns 0
+   and *mf_r, -ENOENT when there is no alternate storage (logged), or a
+   negative errno. */
+int dbox_store_alt_create(struct dbox_store *st, struct dbox_mfile **mf_r);
 
 #endif

@@ -26,9 +26,8 @@ size_t dbox_fd_cache_default_max(void)
 	return max < 8 ? 8 : max > 1024 ? 1024 : (size_t)max;
 }
 
-void dbox_fd_cache_init(struct dbox_fd_cache *cache, int dir_fd, size_t max)
+void dbox_fd_cache_init(struct dbox_fd_cache *cache, size_t max)
 {
-	cache->dir_fd = dir_fd;
 	cache->slots = NULL;
 	cache->count = 0;
 	cache->max = max != 0 ? max : dbox_fd_cache_default_max();
@@ -56,7 +55,8 @@ static bool evict(struct dbox_fd_cache *cache)
 	return true;
 }
 
-int dbox_fd_cache_get(struct dbox_fd_cache *cache, uint32_t file_id)
+int dbox_fd_cache_get(struct dbox_fd_cache *cache, int dir_fd,
+		      uint32_t file_id)
 {
 	char name[16];
 	int fd;
@@ -67,13 +67,13 @@ int dbox_fd_cache_get(struct dbox_fd_cache *cache, uint32_t file_id)
 			return cache->slots[i].fd;
 		}
 	}
-	if (cache->dir_fd < 0)
+	if (dir_fd < 0)
 		return -ENOENT;
 	if (cache->slots == NULL &&
 	    (cache->slots = calloc(cache->max, sizeof(*cache->slots))) == NULL)
 		return -ENOMEM;
 	dbox_file_name(name, file_id);
-	while ((fd = openat(cache->dir_fd, name, O_RDONLY | O_NOFOLLOW |
+	while ((fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW |
 			    O_CLOEXEC)) < 0 &&
 	       (errno == EMFILE || errno == ENFILE) && evict(cache))
 		;

@@ -24,7 +24,6 @@ struct dbox_fd_slot {
 };
 
 struct dbox_fd_cache {
-	int dir_fd;          /* storage/, not owned; -1: nothing opens */
 	struct dbox_fd_slot *slots;
 	size_t count, max;
 	uint64_t clock;
@@ -34,15 +33,19 @@ struct dbox_fd_cache {
    1024 descriptors. */
 size_t dbox_fd_cache_default_max(void);
 
-/* Start an empty cache of m.N in directory dir_fd (not owned) holding at
-   most max descriptors (0: dbox_fd_cache_default_max()). */
-void dbox_fd_cache_init(struct dbox_fd_cache *cache, int dir_fd, size_t max);
+/* Start an empty cache holding at most max descriptors (0:
+   dbox_fd_cache_default_max()). */
+void dbox_fd_cache_init(struct dbox_fd_cache *cache, size_t max);
 
-/* The O_RDONLY descriptor of m.<file_id> (O_NOFOLLOW), opened when not
-   cached.  Out of descriptors (EMFILE, ENFILE), it closes cached ones and
-   tries again.  Returns the fd (owned by the cache, see above), -ENOMEM,
-   -ENOENT when dir_fd is -1, or -errno of openat. */
-int dbox_fd_cache_get(struct dbox_fd_cache *cache, uint32_t file_id);
+/* The O_RDONLY descriptor of m.<file_id> (O_NOFOLLOW), opened in dir_fd
+   (the storage/ that holds it: the store's own or the alternate one; not
+   owned) when not cached.  File numbers are unique across both, so the
+   cache is keyed by number alone.  Out of descriptors (EMFILE, ENFILE),
+   it closes cached ones and tries again.  Returns the fd (owned by the
+   cache, see above), -ENOMEM, -ENOENT when dir_fd is -1, or -errno of
+   openat. */
+int dbox_fd_cache_get(struct dbox_fd_cache *cache, int dir_fd,
+		      uint32_t file_id);
 
 /* Close the descriptor of m.<file_id>, if cached (the file was removed). */
 void dbox_fd_cache_forget(struct dbox_fd_cache *cache, uint32_t file_id);

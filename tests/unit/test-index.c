@@ -462,7 +462,7 @@ static void test_format_newer(void **state)
 	snprintf(sql, sizeof(sql),
 		 "UPDATE meta SET value = %d WHERE key = 'format';"
 		 "CREATE TABLE mfile (file_id INTEGER PRIMARY KEY,"
-		 " size INTEGER NOT NULL);"
+		 " size INTEGER NOT NULL, alt INTEGER NOT NULL DEFAULT 0);"
 		 "ALTER TABLE names RENAME TO entry", DBOX_INDEX_FORMAT);
 	raw_sql(f->path, sql);
 	assert_int_equal(dbox_index_open(f->path, false, &f->index), 0);
@@ -484,6 +484,7 @@ static void test_format1_upgrade(void **state)
 	dbox_index_close(&f->index);
 	raw_sql(f->path, "DROP TRIGGER inode_gone;"
 			 "DROP TABLE symlink; DROP TABLE xattr;"
+			 "DROP TABLE setting; ALTER TABLE mfile DROP COLUMN alt;"
 			 "ALTER TABLE inode DROP COLUMN atime;"
 			 "ALTER TABLE inode DROP COLUMN rdev;"
 			 "UPDATE inode SET mtime = 1234567890123456789 WHERE ino = 2;"
@@ -498,6 +499,44 @@ static void test_format1_upgrade(void **state)
 	assert_int_equal(after.atime_ns, after.mtime_ns);
 	assert_int_equal(after.rdev, 0);
 	assert_int_equal(after.nlink, before.nlink);
+}
+
+/* A format 2 index (no mfile.alt, no setting table) is upgraded to
+   format 3 in place: every m.N it knows stays in STORE/storage/ (alt 0),
+   committed ends are kept, and the new columns and table work. */
+static void test_format2_upgrade(void **state)
+{
+	struct fix *f = *state;
+	uint64_t size;
+	char *value = NULL;
+	int64_t format;
+	bool alt = true;
+
+	assert_int_equal(dbox_index_mfile_set(f->index, 7, 4321), 0);
+	dbox_index_close(&f->index);
+	raw_sql(f->path, "DROP TABLE setting; ALTER TABLE mfile DROP COLUMN alt;"
+			 "UPDATE meta SET value = 2 WHERE key = 'format'");
+
+	assert_int_equal(dbox_index_open(f->path, false, &f->index), 0);
+	assert_int_equal(dbox_index_meta_get(f->index, "format", &format), 0);
+	assert_int_equal(format, 3);
+	assert_int_equal(dbox_index_mfile_where(f->index, 7, &size, &alt), 0);
+	assert_int_equal(size, 4321);
+	assert_false(alt);
+	/* mfile_set keeps the flag of a row in ALT (an upsert). */
+	assert_int_equal(dbox_index_mfile_add_alt(f->index, 8, 34), 0);
+	assert_int_equal(dbox_index_mfile_set(f->index, 8, 99), 0);
+	assert_int_equal(dbox_index_mfile_where(f->index, 8, &size, &alt), 0);
+	assert_int_equal(size, 99);
+	assert_true(alt);
+	assert_int_equal(dbox_index_setting_get(f->index, DBOX_SETTING_ALT_PATH,
+						&value), -ENOENT);
+	assert_int_equal(dbox_index_setting_set(f->index, DBOX_SETTING_ALT_PATH,
+						"/slow/mdbox"), 0);
+	assert_int_equal(dbox_index_setting_get(f->index, DBOX_SETTING_ALT_PATH,
+						&value), 0);
+	assert_string_equal(value, "/slow/mdbox");
+	free(value);
 }
 
 static void test_not_an_index(void **state)
@@ -2199,6 +2238,7 @@ int main(void)
 		T(test_reopen_keeps_data),
 		T(test_format_newer),
 		T(test_format1_upgrade),
+		T(test_format2_upgrade),
 		T(test_not_an_index),
 		T(test_create_lookup_getattr),
 		T(test_create_errors),

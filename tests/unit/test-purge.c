@@ -284,17 +284,17 @@ struct usage_sum {
 static int usage_cb(void *ctx, const struct dbox_file_usage *u)
 {
 	struct usage_sum *s = ctx;
-	char path[256];
 	size_t header_len;
+	struct stat sb;
 	int fd;
 
-	snprintf(path, sizeof(path), "%s/storage/m.%u", s->f->store,
-		 u->file_id);
-	fd = open(path, O_RDONLY);
+	/* Wherever it lives: storage/ or the alternate storage. */
+	fd = dbox_store_mfile_open(s->f->st, u->file_id, O_RDONLY);
 	assert_true(fd >= 0);
 	assert_int_equal(dbox_file_read_header(fd, &header_len), 0);
+	assert_int_equal(fstat(fd, &sb), 0);
 	close(fd);
-	assert_int_equal(file_size(s->f, u->file_id), (int64_t)u->committed);
+	assert_int_equal(sb.st_size, (int64_t)u->committed);
 	s->disk += u->committed;
 	s->live += u->live_bytes;
 	s->dead += u->committed - header_len - u->live_bytes;
@@ -342,8 +342,9 @@ static int walk_file_cb(void *ctx, uint32_t file_id, uint64_t size)
 	int fd;
 
 	(void)size;
-	snprintf(path, sizeof(path), "%s/storage/m.%u", w->f->store, file_id);
-	fd = open(path, O_RDONLY);
+	(void)path;
+	/* Wherever it lives: storage/ or the alternate storage. */
+	fd = dbox_store_mfile_open(w->f->st, file_id, O_RDONLY);
 	assert_true(fd >= 0);
 	assert_int_equal(dbox_file_walk(fd, file_id, guid_cb, &w->g, NULL), 0);
 	close(fd);
@@ -728,6 +729,166 @@ static void test_crash_after_switch(void **state)
 	expect_guids_once(f);
 }
 
+/* --- alternate storage (altmove) ---------------------------------------- */
+
+/* Reopen the store with the alternate storage DIR/alt (made here). */
+static void open_with_alt(struct fix *f, char *alt, size_t size)
+{
+	struct dbox_store_settings set = { .rotate_size = ROTATE,
+					   .alt_path = alt };
+
+	snprintf(alt, size, "%s/alt", f->dir);
+	if (mkdir(alt, 0700) < 0)
+		assert_int_equal(errno, EEXIST);
+	dbox_store_close(&f->st);
+	assert_int_equal(dbox_store_open(f->store, &set, &f->st), 0);
+	assert_true(f->st->alt_fd >= 0);
+}
+
+/* Is m's m.N in the alternate storage? */
+static bool in_alt(struct fix *f, const struct msg *m)
+{
+	uint64_t size;
+	bool alt;
+
+	assert_int_equal(dbox_index_mfile_where(f->st->index,
+						loc_of(f, m).file_id, &size,
+						&alt), 0);
+	return alt;
+}
+
+static struct dbox_purge_settings altmove_set(const struct fix *f)
+{
+	/* The first half is older than the cutoff. */
+	return (struct dbox_purge_settings){
+		.altmove = true,
+		.altmove_before_ns = (int64_t)f->msgs[NMSG / 2].received *
+			1000000000,
+	};
+}
+
+static void test_altmove_moves_old(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_purge_settings set = altmove_set(f);
+	struct dbox_purge_result res, purged;
+	char alt[128];
+
+	expunge(f, &f->msgs[1]);
+	open_with_alt(f, alt, sizeof(alt));
+	assert_int_equal(dbox_altmove(f->st, &set, &res, &purged), 0);
+	assert_int_equal(res.records_moved, NMSG / 2 - 1);
+	for (unsigned int i = 0; i < NMSG; i++)
+		if (!f->msgs[i].expunged)
+			assert_true(in_alt(f, &f->msgs[i]) == (i < NMSG / 2));
+	/* The files left partly dead were purged: nothing dead, each GUID
+	   once, in either storage. */
+	assert_int_equal(usage(f).dead, 0);
+	expect_messages(f);
+	expect_guids_once(f);
+	/* Again: nothing to move; after a reopen (the ALT path is recorded)
+	   everything still reads. */
+	assert_int_equal(dbox_altmove(f->st, &set, &res, NULL), 0);
+	assert_int_equal(res.records_moved, 0);
+	dbox_store_close(&f->st);
+	open_store(f);
+	assert_non_null(f->st->alt_path);
+	assert_string_equal(f->st->alt_path, alt);
+	expect_messages(f);
+	/* A purge of an ALT file (an expunge there) keeps the rest in ALT. */
+	expunge(f, &f->msgs[0]);
+	set = (struct dbox_purge_settings){ .threshold = 0 };
+	assert_int_equal(dbox_purge(f->st, &set, &res), 0);
+	assert_true(res.files_purged > 0);
+	for (unsigned int i = 2; i < NMSG / 2; i++)
+		assert_true(in_alt(f, &f->msgs[i]));
+	assert_int_equal(usage(f).dead, 0);
+	expect_messages(f);
+	expect_guids_once(f);
+}
+
+static void test_altmove_crash_before_switch(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_purge_settings set = altmove_set(f);
+	struct dbox_purge_result res;
+	char alt[128];
+	int status;
+	pid_t pid;
+
+	open_with_alt(f, alt, sizeof(alt));
+	dbox_store_close(&f->st);
+	set.after_copy = crash_hook;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct dbox_store *st = NULL;
+		struct dbox_store_settings ss = { .rotate_size = ROTATE };
+
+		if (dbox_store_open(f->store, &ss, &st) < 0)
+			_exit(2);
+		dbox_altmove(st, &set, &res, NULL);
+		_exit(3);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+
+	/* Nothing switched: every message where it was, the copies cut by
+	   recovery; the rerun moves them, each GUID stays once. */
+	open_store(f);
+	for (unsigned int i = 0; i < NMSG; i++)
+		assert_false(in_alt(f, &f->msgs[i]));
+	expect_messages(f);
+	expect_guids_once(f);
+	set.after_copy = NULL;
+	assert_int_equal(dbox_altmove(f->st, &set, &res, NULL), 0);
+	for (unsigned int i = 0; i < NMSG; i++)
+		assert_true(in_alt(f, &f->msgs[i]) == (i < NMSG / 2));
+	expect_messages(f);
+}
+
+static void test_missing_alt_is_eio_for_its_messages(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_purge_settings set = altmove_set(f);
+	struct dbox_purge_result res;
+	struct dbox_reader *reader = NULL;
+	struct dbox_msgloc loc;
+	char alt[128], away[160];
+
+	open_with_alt(f, alt, sizeof(alt));
+	assert_int_equal(dbox_altmove(f->st, &set, &res, NULL), 0);
+	dbox_store_close(&f->st);
+	snprintf(away, sizeof(away), "%s.away", alt);
+	assert_int_equal(rename(alt, away), 0);
+
+	errors_reset();
+	open_store(f);   /* still opens; says why ALT is not there */
+	assert_non_null(strstr(last_error, alt));
+	for (unsigned int i = 0; i < NMSG; i++) {
+		loc = loc_of(f, &f->msgs[i]);
+		errors_reset();
+		pthread_mutex_lock(&f->st->lock);
+		assert_int_equal(dbox_store_open_reader(f->st, &loc,
+							f->msgs[i].len, &reader),
+				 i < NMSG / 2 ? -EIO : 0);
+		pthread_mutex_unlock(&f->st->lock);
+		if (i < NMSG / 2) {
+			assert_non_null(strstr(last_error, alt));
+			continue;
+		}
+		expect_bytes(reader, &f->msgs[i]);
+		dbox_reader_free(&reader);
+	}
+	/* No altmove without it. */
+	assert_int_equal(dbox_altmove(f->st, &set, &res, NULL), -ENOENT);
+	dbox_store_close(&f->st);
+	assert_int_equal(rename(away, alt), 0);
+	open_store(f);
+	expect_messages(f);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fix_setup, fix_teardown)
 
 int main(void)
@@ -740,6 +901,9 @@ int main(void)
 		T(test_busy_file_left_alone),
 		T(test_crash_before_switch),
 		T(test_crash_after_switch),
+		T(test_altmove_moves_old),
+		T(test_altmove_crash_before_switch),
+		T(test_missing_alt_is_eio_for_its_messages),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -778,23 +778,23 @@ static void test_fd_cache_bounded(void **state)
 		close(fd);
 	}
 	base = open_fds();
-	dbox_fd_cache_init(&cache, t->fd, 8);
+	dbox_fd_cache_init(&cache, 8);
 	for (int round = 0; round < 3; round++) {
 		for (uint32_t id = 1; id <= 40; id++) {
 			size_t header_len;
 
-			fd = dbox_fd_cache_get(&cache, id);
+			fd = dbox_fd_cache_get(&cache, t->fd, id);
 			assert_true(fd >= 0);
 			assert_int_equal(dbox_file_read_header(fd, &header_len), 0);
 			assert_true(open_fds() <= base + 8);
 		}
 	}
 	/* The most recent one is still cached: the same descriptor. */
-	fd = dbox_fd_cache_get(&cache, 40);
-	assert_int_equal(dbox_fd_cache_get(&cache, 40), fd);
+	fd = dbox_fd_cache_get(&cache, t->fd, 40);
+	assert_int_equal(dbox_fd_cache_get(&cache, t->fd, 40), fd);
 	dbox_fd_cache_forget(&cache, 40);
 	assert_int_equal(unlinkat(t->fd, "m.40", 0), 0);
-	assert_int_equal(dbox_fd_cache_get(&cache, 40), -ENOENT);
+	assert_int_equal(dbox_fd_cache_get(&cache, t->fd, 40), -ENOENT);
 	dbox_fd_cache_deinit(&cache);
 	assert_int_equal(open_fds(), base);
 	dbox_fd_cache_deinit(&cache); /* safe twice */

@@ -57,7 +57,7 @@ static int open_file(const char *store, const char *arg, const char *path,
 		return fd < 0 ? -errno : fd;
 	}
 	snprintf(name, sizeof(name), "m.%u", id);
-	return adm_open_in_store(store, "storage", name, O_RDONLY);
+	return adm_open_mfile(store, name);
 }
 
 static int write_full(int fd, const void *buf, size_t len)

@@ -71,7 +71,9 @@ struct bad {
 struct mfile {
 	uint32_t id;
 	bool known;            /* in the index's mfile table */
-	bool exists;           /* a regular file in storage/ */
+	bool exists;           /* a regular file in storage/ or ALT/storage/ */
+	bool alt;              /* the index says: in ALT/storage/ */
+	bool on_alt;           /* found in ALT/storage/ */
 	uint64_t committed;    /* the index's committed end */
 	uint64_t size;         /* on disk */
 	bool scanned;
@@ -92,6 +94,7 @@ struct check {
 	bool offline;          /* we hold the store lock (shared) */
 	bool json;
 	int storage_fd, files_fd;
+	int alt_fd;            /* ALT/storage/ of the recorded ALT, or -1 */
 	struct progress progress;
 	struct strs problems, notes;
 	struct mfile *files;
@@ -299,13 +302,22 @@ static int known_cb(void *ctx, uint32_t file_id, uint64_t size)
 		return -ENOMEM;
 	f->known = true;
 	f->committed = size;
+	(void)dbox_index_mfile_where(((struct check *)ctx)->index, file_id,
+				     &size, &f->alt);
 	return 0;
 }
 
-/* What storage/ holds. */
-static int list_storage(struct check *c)
+/* The directory holding f: ALT/storage/ when found there. */
+static int file_dir(const struct check *c, const struct mfile *f)
 {
-	DIR *d = fdopendir(dup(c->storage_fd));
+	return f->on_alt ? c->alt_fd : c->storage_fd;
+}
+
+/* What storage/ (or ALT/storage/) holds. */
+static int list_storage(struct check *c, bool alt)
+{
+	int dir_fd = alt ? c->alt_fd : c->storage_fd;
+	DIR *d = fdopendir(dup(dir_fd));
 	struct dirent *de;
 
 	if (d == NULL)
@@ -318,7 +330,7 @@ static int list_storage(struct check *c)
 
 		if (!dbox_mfile_parse_name(de->d_name, &id))
 			continue;
-		if (fstatat(c->storage_fd, de->d_name, &sb,
+		if (fstatat(dir_fd, de->d_name, &sb,
 			    AT_SYMLINK_NOFOLLOW) < 0)
 			continue; /* gone since readdir (a purge) */
 		if (!S_ISREG(sb.st_mode)) {
@@ -332,8 +344,19 @@ static int list_storage(struct check *c)
 			closedir(d);
 			return -ENOMEM;
 		}
+		if (f->exists) {
+			problem(c, "m.%u is both in storage/ and in the "
+				"alternate storage", id);
+			continue;
+		}
 		f->exists = true;
+		f->on_alt = alt;
 		f->size = (uint64_t)sb.st_size;
+		if (f->known && f->alt != alt)
+			problem(c, "storage/%s: the index says it is in %s, "
+				"but it is in %s", de->d_name,
+				f->alt ? "the alternate storage" : "storage/",
+				alt ? "the alternate storage" : "storage/");
 	}
 	closedir(d);
 	return 0;
@@ -531,7 +554,7 @@ static int scan_one(struct check *c)
 	} else {
 		end = f->committed;
 	}
-	fd = openat(c->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(file_dir(c, f), name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		problem(c, "storage/%s: %s", name, strerror(errno));
 		return 0;
@@ -627,8 +650,11 @@ static int body_fd(struct check *c, uint32_t id)
 	if (c->body_fd >= 0)
 		close(c->body_fd);
 	dbox_file_name(name, id);
-	c->body_fd = openat(c->storage_fd, name, O_RDONLY | O_NOFOLLOW |
-			    O_CLOEXEC);
+	c->body_fd = -1;
+	for (size_t i = 0; i < c->nfiles; i++)
+		if (c->files[i].id == id)
+			c->body_fd = openat(file_dir(c, &c->files[i]), name,
+					    O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	c->body_fd_id = id;
 	return c->body_fd;
 }
@@ -999,6 +1025,26 @@ static int open_index(struct check *c, int dir_fd)
 	return ADM_EXIT_FAILED;
 }
 
+/* The alternate storage the index recorded: ALT/storage/ into c->alt_fd
+   (storage/ in it never through a symbolic link); a recorded one that
+   cannot be opened is a problem (its messages are unreadable). */
+static void open_alt(struct check *c)
+{
+	char *alt = NULL;
+	int fd;
+
+	if (dbox_index_setting_get(c->index, DBOX_SETTING_ALT_PATH, &alt) < 0)
+		return;
+	if ((fd = adm_open_alt_dir(c->store, alt)) < 0)
+		problem(c, "alternate storage %s/storage: %s; the messages "
+			"in it are unreadable", alt, fd == -EPERM ?
+			"not owned by the store's owner (refused)" :
+			strerror(-fd));
+	else
+		c->alt_fd = fd;
+	free(alt);
+}
+
 static int run_check(struct check *c)
 {
 	uint64_t writing = 0, unnamed = 0;
@@ -1020,7 +1066,9 @@ static int run_check(struct check *c)
 		note(c, "%llu files have no name left (unlinked while open "
 		     "when the store was last used): the next mount deletes "
 		     "them", (unsigned long long)unnamed);
-	if (c->storage_fd >= 0 && (ret = list_storage(c)) < 0)
+	if (c->storage_fd >= 0 && (ret = list_storage(c, false)) < 0)
+		goto out;
+	if (c->alt_fd >= 0 && (ret = list_storage(c, true)) < 0)
 		goto out;
 	if (c->nfiles > 1)
 		qsort(c->files, c->nfiles, sizeof(*c->files), file_cmp);
@@ -1039,7 +1087,8 @@ out:
 static int check_main(int argc, char **argv)
 {
 	static const char *const flags[] = { "--json", NULL };
-	struct check c = { .storage_fd = -1, .files_fd = -1, .body_fd = -1 };
+	struct check c = { .storage_fd = -1, .files_fd = -1, .body_fd = -1,
+			   .alt_fd = -1 };
 	bool *flag_r[] = { &c.json };
 	int npos, dir_fd, lock_fd, ret;
 
@@ -1067,6 +1116,7 @@ static int check_main(int argc, char **argv)
 				    O_NOFOLLOW | O_CLOEXEC);
 		if (c.storage_fd < 0)
 			problem(&c, "storage/: %s", strerror(errno));
+		open_alt(&c);
 		progress_init(&c.progress, "checked");
 		ret = run_check(&c);
 		if (ret >= 0)
@@ -1096,6 +1146,8 @@ static int check_main(int argc, char **argv)
 	strs_free(&c.notes);
 	if (c.storage_fd >= 0)
 		close(c.storage_fd);
+	if (c.alt_fd >= 0)
+		close(c.alt_fd);
 	if (c.files_fd >= 0)
 		close(c.files_fd);
 	if (c.body_fd >= 0)

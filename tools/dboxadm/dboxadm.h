@@ -39,7 +39,7 @@ struct adm_verb {
 extern const struct adm_verb adm_verb_import, adm_verb_export,
 	adm_verb_stats, adm_verb_dump, adm_verb_purge,
 	adm_verb_import_dovecot, adm_verb_cat, adm_verb_check,
-	adm_verb_rebuild;
+	adm_verb_rebuild, adm_verb_altmove;
 
 /* Print "dboxadm: <message>\n" on stderr (after erasing a progress line).
    adm_warning prefixes "warning: ". */
@@ -112,5 +112,22 @@ int adm_open_in_store(const char *store, const char *sub, const char *name,
    format). */
 struct dbox_index;
 int adm_open_index(const char *store, struct dbox_index **index_r);
+
+/* ALT/storage/ of the alternate storage the index records (ALT as given,
+   storage/ in it never through a symbolic link), for reading.  Returns
+   its fd, or -1: none recorded, or one that cannot be opened (reported
+   on stderr naming the path: the messages in it are unreadable). */
+int adm_open_alt_storage(const char *store, struct dbox_index *index);
+
+/* ALT/storage/ of the alternate storage alt of store: alt must be a
+   directory owned by the owner of store, storage/ in it is never
+   followed through a symbolic link.  Returns the fd, or -errno (-EPERM:
+   another owner's). */
+int adm_open_alt_dir(const char *store, const char *alt);
+
+/* Open STORE/storage/name for reading (as adm_open_in_store), or, when it
+   is not there, name in the alternate storage the index records.
+   Returns the fd or -errno. */
+int adm_open_mfile(const char *store, const char *name);
 
 #endif

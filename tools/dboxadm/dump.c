@@ -161,7 +161,7 @@ static int dump_main(int argc, char **argv)
 		char name[16];
 
 		snprintf(name, sizeof(name), "m.%u", id);
-		fd = adm_open_in_store(argv[0], "storage", name, O_RDONLY);
+		fd = adm_open_mfile(argv[0], name);
 		if (fd < 0)
 			errno = -fd;
 	} else {

@@ -46,6 +46,7 @@ struct export {
 	struct dbox_index *index;
 	const char *store;
 	int storage_fd, files_fd;  /* STORE/storage, STORE/files, or -1 */
+	int alt_fd;                /* ALT/storage (alternate storage), or -1 */
 	struct dbox_fd_cache mfds; /* m.N O_RDONLY, bounded (fd-cache.h) */
 	struct inomap links;       /* (0, index ino) -> exported path */
 	struct progress progress;
@@ -96,7 +97,13 @@ static void index_failed(struct export *ex, const char *what, int err)
    until the next call).  -errno on failure (logged by the caller). */
 static int mfile_fd(struct export *ex, uint32_t file_id)
 {
-	return dbox_fd_cache_get(&ex->mfds, file_id);
+	uint64_t size;
+	bool alt;
+
+	if (dbox_index_mfile_where(ex->index, file_id, &size, &alt) < 0)
+		alt = false;
+	return dbox_fd_cache_get(&ex->mfds, alt ? ex->alt_fd : ex->storage_fd,
+				 file_id);
 }
 
 static int write_full(int fd, const char *buf, size_t len)
@@ -501,6 +508,8 @@ static void export_free(struct export *ex)
 	dbox_fd_cache_deinit(&ex->mfds);
 	if (ex->storage_fd >= 0)
 		close(ex->storage_fd);
+	if (ex->alt_fd >= 0)
+		close(ex->alt_fd);
 	if (ex->files_fd >= 0)
 		close(ex->files_fd);
 	inomap_free(&ex->links);
@@ -512,7 +521,7 @@ static void export_free(struct export *ex)
 static int export_main(int argc, char **argv)
 {
 	static const char *const flags[] = { "--same-owner", NULL };
-	struct export ex = { .storage_fd = -1, .files_fd = -1 };
+	struct export ex = { .storage_fd = -1, .files_fd = -1, .alt_fd = -1 };
 	bool same_owner = false, *flag_r[] = { &same_owner };
 	struct dbox_attr root;
 	struct timespec times[2];
@@ -546,7 +555,8 @@ static int export_main(int argc, char **argv)
 		return ADM_EXIT_USAGE;
 	}
 	ex.storage_fd = open_store_dir(ex.store, "storage");
-	dbox_fd_cache_init(&ex.mfds, ex.storage_fd, 0);
+	dbox_fd_cache_init(&ex.mfds, 0);
+	ex.alt_fd = adm_open_alt_storage(ex.store, ex.index);
 	ex.files_fd = open_store_dir(ex.store, "files");
 	ex.keep_owner = same_owner;
 	ex.buf = malloc(COPY_SIZE);

@@ -71,6 +71,7 @@
 struct rec {
 	char guid[DBOX_GUID_HEX_LEN * 2 + 1];
 	uint32_t dfile;          /* Dovecot's m.<dfile> */
+	bool alt;                /* in Dovecot's ALT=/storage */
 	uint64_t offset, body_size, record_size, plain_size;
 	bool external;           /* X metadata: external attachments */
 	uint64_t ino;            /* our message inode, 0 until adopted */
@@ -80,6 +81,7 @@ struct rec {
 /* A Dovecot m.N that holds adopted messages. */
 struct adopted {
 	uint32_t dfile, file_id; /* Dovecot's id, ours */
+	bool alt;                /* from Dovecot's ALT, into STORE's ALT */
 	uint64_t size;
 };
 
@@ -100,6 +102,8 @@ struct imp {
 	struct dbox_index *index;
 	const char *root;
 	int storage_dfd;         /* ROOT/storage */
+	int alt_dfd;             /* Dovecot's ALT/storage, or -1 */
+	const char *dalt;        /* Dovecot's ALT root (--dovecot-alt) */
 	char *location;          /* mail_location */
 	const char *doveadm;
 	char tmpdir[64];
@@ -337,6 +341,7 @@ static int run_doveadm(struct imp *imp, const char *const *args,
 struct walk_ctx {
 	struct imp *imp;
 	uint32_t dfile;
+	bool alt;
 };
 
 static int walk_cb(void *ctx, uint64_t offset, uint64_t body_size,
@@ -354,6 +359,7 @@ static int walk_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	memset(r, 0, sizeof(*r));
 	snprintf(r->guid, sizeof(r->guid), "%s", md->guid);
 	r->dfile = w->dfile;
+	r->alt = w->alt;
 	r->offset = offset;
 	r->body_size = body_size;
 	r->record_size = record_size;
@@ -375,9 +381,11 @@ static int rec_cmp(const void *a, const void *b)
 	return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* Every record of ROOT/storage/m.*, sorted by GUID. */
-static int walk_storage(struct imp *imp, int dfd)
+/* Every record of ROOT/storage/m.* (or of Dovecot's ALT/storage/m.*),
+   added to imp->recs, sorted by GUID. */
+static int walk_storage(struct imp *imp, int dfd, bool alt)
 {
+	const char *root = alt ? imp->dalt : imp->root;
 	DIR *dir = fdopendir(dup(dfd));
 	struct dirent *de;
 	int ret = 0;
@@ -386,7 +394,7 @@ static int walk_storage(struct imp *imp, int dfd)
 		return -errno;
 	rewinddir(dir);
 	while (ret == 0 && (de = readdir(dir)) != NULL) {
-		struct walk_ctx w = { .imp = imp };
+		struct walk_ctx w = { .imp = imp, .alt = alt };
 		uint64_t bad = 0;
 		int fd, r;
 
@@ -394,7 +402,7 @@ static int walk_storage(struct imp *imp, int dfd)
 			continue;
 		fd = openat(dfd, de->d_name, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
-			adm_error("%s/storage/%s: %s", imp->root, de->d_name,
+			adm_error("%s/storage/%s: %s", root, de->d_name,
 				  strerror(errno));
 			imp->failed++;
 			continue;
@@ -406,7 +414,7 @@ static int walk_storage(struct imp *imp, int dfd)
 		} else if (r != 0) {
 			adm_warning("%s/storage/%s: corrupt record at %llu; "
 				    "messages after it cannot be found (run "
-				    "'doveadm force-resync' first)", imp->root,
+				    "'doveadm force-resync' first)", root,
 				    de->d_name, (unsigned long long)bad);
 			imp->warnings++;
 		}
@@ -444,18 +452,34 @@ static void stage_name(char buf[32], uint32_t file_id)
 	snprintf(buf, 32, STAGE_PREFIX "m.%u", file_id);
 }
 
-/* Our file id for Dovecot's m.<dfile>, linking it in (staged) the first
-   time. */
-static int adopt_file(struct imp *imp, int dfd, uint32_t dfile,
+/* Our directory of an adopted file: STORE/storage or ALT/storage. */
+static int our_dir(const struct imp *imp, bool alt)
+{
+	return alt ? imp->st->alt_fd : imp->st->storage_fd;
+}
+
+/* Our file id for Dovecot's m.<dfile> (in its ALT when alt), linking it
+   in (staged) the first time: into STORE/storage, or from Dovecot's ALT
+   into the store's ALT/storage. */
+static int adopt_file(struct imp *imp, bool alt, uint32_t dfile,
 		      uint32_t *file_id_r)
 {
 	struct dbox_store *st = imp->st;
 	struct adopted *files, *a;
 	char src[32], dst[32];
 	struct stat sb;
+	int dfd = alt ? imp->alt_dfd : imp->storage_dfd;
+	int our = our_dir(imp, alt);
+	const char *root = alt ? imp->dalt : imp->root;
 
+	if (our < 0) {
+		adm_error("%s/storage/m.%u: in Dovecot's alternate storage, "
+			  "and the store has none: give --alt=PATH", root,
+			  dfile);
+		return -ENOENT;
+	}
 	for (size_t i = 0; i < imp->nfiles; i++) {
-		if (imp->files[i].dfile == dfile) {
+		if (imp->files[i].dfile == dfile && imp->files[i].alt == alt) {
 			*file_id_r = imp->files[i].file_id;
 			return 0;
 		}
@@ -470,27 +494,28 @@ static int adopt_file(struct imp *imp, int dfd, uint32_t dfile,
 		return -errno;
 	a = &files[imp->nfiles];
 	a->dfile = dfile;
+	a->alt = alt;
 	a->file_id = st->next_file_id;
 	a->size = (uint64_t)sb.st_size;
 	stage_name(dst, a->file_id);
-	unlinkat(st->storage_fd, dst, 0);
-	if (linkat(dfd, src, st->storage_fd, dst, 0) < 0) {
+	unlinkat(our, dst, 0);
+	if (linkat(dfd, src, our, dst, 0) < 0) {
 		int err = errno;
 
 		adm_error("%s/storage/%s: cannot link it into %s/storage: %s%s",
-			  imp->root, src, st->path, strerror(err),
+			  root, src, dbox_store_dir_name(st, alt), strerror(err),
 			  err == EXDEV ? " (the store must be on the same "
 			  "filesystem as the Dovecot root: adopting moves no "
 			  "bytes)" : "");
 		return -err;
 	}
 	/* Recovery opens every m.N read-write. */
-	if (faccessat(st->storage_fd, dst, R_OK | W_OK, 0) < 0) {
+	if (faccessat(our, dst, R_OK | W_OK, 0) < 0) {
 		int err = errno;
 
-		unlinkat(st->storage_fd, dst, 0);
+		unlinkat(our, dst, 0);
 		adm_error("%s/storage/%s: %s (run as root or as the owner of "
-			  "the Dovecot files)", imp->root, src, strerror(err));
+			  "the Dovecot files)", root, src, strerror(err));
 		return -err;
 	}
 	st->next_file_id++;
@@ -502,10 +527,11 @@ static int adopt_file(struct imp *imp, int dfd, uint32_t dfile,
 /* Leftovers of an earlier run: staged links the index knows (the run
    died after its commit) get their final name; others (it died before)
    go. */
-static void finish_staged(struct imp *imp)
+static void finish_staged_in(struct imp *imp, bool alt)
 {
 	struct dbox_store *st = imp->st;
-	DIR *dir = fdopendir(dup(st->storage_fd));
+	int dfd = our_dir(imp, alt);
+	DIR *dir = dfd >= 0 ? fdopendir(dup(dfd)) : NULL;
 	struct dirent *de;
 	uint32_t id;
 	uint64_t size;
@@ -521,18 +547,23 @@ static void finish_staged(struct imp *imp)
 			continue;
 		dbox_file_name(final, id);
 		if (dbox_index_mfile_get(st->index, id, &size) == 0 &&
-		    faccessat(st->storage_fd, final, F_OK, 0) < 0 &&
+		    faccessat(dfd, final, F_OK, 0) < 0 &&
 		    errno == ENOENT) {
-			if (renameat(st->storage_fd, de->d_name, st->storage_fd,
-				     final) == 0)
+			if (renameat(dfd, de->d_name, dfd, final) == 0)
 				adm_warning("%s/storage/%s: finished the "
 					    "adoption an earlier run began",
-					    st->path, final);
+					    dbox_store_dir_name(st, alt), final);
 		} else {
-			unlinkat(st->storage_fd, de->d_name, 0);
+			unlinkat(dfd, de->d_name, 0);
 		}
 	}
 	closedir(dir);
+}
+
+static void finish_staged(struct imp *imp)
+{
+	finish_staged_in(imp, false);
+	finish_staged_in(imp, true);
 }
 
 /* --- the index ------------------------------------------------------------ */
@@ -721,9 +752,10 @@ static int fetch_cb(struct imp *imp, char **f, size_t n)
 	}
 	if ((r = find_rec(imp, f[1], size)) == NULL) {
 		adm_error("mailbox '%s' uid %lu: message %s (%llu bytes) not "
-			  "found in %s/storage (alternate storage is not "
-			  "searched)", f[7], uid, f[1], (unsigned long long)size,
-			  imp->root);
+			  "found in %s/storage%s", f[7], uid, f[1],
+			  (unsigned long long)size, imp->root,
+			  imp->dalt != NULL ? " nor in the alternate storage" :
+			  " (alternate storage: --dovecot-alt=PATH)");
 		imp->not_found++;
 		imp->failed++;
 		return 0;
@@ -750,7 +782,7 @@ static int fetch_cb(struct imp *imp, char **f, size_t n)
 
 	if (r->ino == 0) {
 		memset(&loc, 0, sizeof(loc));
-		ret = adopt_file(imp, imp->storage_dfd, r->dfile, &loc.file_id);
+		ret = adopt_file(imp, r->alt, r->dfile, &loc.file_id);
 		if (ret < 0) {
 			if (ret == -ENOMEM || ret == -EXDEV)
 				fatal(imp, "adopting storage", -ret);
@@ -880,8 +912,8 @@ static int sync_all(struct imp *imp)
 		int fd;
 
 		stage_name(name, imp->files[i].file_id);
-		fd = openat(imp->st->storage_fd, name, O_RDONLY | O_NOFOLLOW |
-			    O_CLOEXEC);
+		fd = openat(our_dir(imp, imp->files[i].alt), name,
+			    O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0 || fdatasync(fd) < 0) {
 			int err = errno;
 
@@ -891,7 +923,8 @@ static int sync_all(struct imp *imp)
 		}
 		close(fd);
 	}
-	if (syncfs(imp->st->files_fd) < 0 || fsync(imp->st->storage_fd) < 0)
+	if (syncfs(imp->st->files_fd) < 0 || fsync(imp->st->storage_fd) < 0 ||
+	    (imp->st->alt_fd >= 0 && fsync(imp->st->alt_fd) < 0))
 		return -errno;
 	return 0;
 }
@@ -902,7 +935,7 @@ static void drop_staged(struct imp *imp)
 
 	for (size_t i = 0; i < imp->nfiles; i++) {
 		stage_name(name, imp->files[i].file_id);
-		unlinkat(imp->st->storage_fd, name, 0);
+		unlinkat(our_dir(imp, imp->files[i].alt), name, 0);
 	}
 }
 
@@ -914,15 +947,18 @@ static int finish_renames(struct imp *imp)
 	for (size_t i = 0; i < imp->nfiles; i++) {
 		stage_name(from, imp->files[i].file_id);
 		dbox_file_name(to, imp->files[i].file_id);
-		if (renameat(imp->st->storage_fd, from, imp->st->storage_fd,
-			     to) < 0) {
+		int dfd = our_dir(imp, imp->files[i].alt);
+
+		if (renameat(dfd, from, dfd, to) < 0) {
 			ret = -errno;
 			adm_error("%s/storage/%s: rename to %s: %s (run "
 				  "import-dovecot again to finish)",
-				  imp->st->path, from, to, strerror(errno));
+				  dbox_store_dir_name(imp->st, imp->files[i].alt),
+				  from, to, strerror(errno));
 		}
 	}
-	if (fsync(imp->st->storage_fd) < 0 && ret == 0)
+	if ((fsync(imp->st->storage_fd) < 0 ||
+	     (imp->st->alt_fd >= 0 && fsync(imp->st->alt_fd) < 0)) && ret == 0)
 		ret = -errno;
 	return ret;
 }
@@ -940,7 +976,10 @@ static int run(struct imp *imp)
 		"size.physical", "size.virtual", "mailbox" };
 	int ret;
 
-	if ((ret = walk_storage(imp, imp->storage_dfd)) < 0)
+	imp->nrecs = 0;
+	if ((ret = walk_storage(imp, imp->storage_dfd, false)) < 0 ||
+	    (imp->alt_dfd >= 0 &&
+	     (ret = walk_storage(imp, imp->alt_dfd, true)) < 0))
 		return ret;
 	if ((ret = dbox_index_begin(imp->index)) < 0)
 		return ret;
@@ -972,8 +1011,12 @@ static int run(struct imp *imp)
 	if (ret == 0 && !imp->fatal && imp->nfiles > 0)
 		ret = fresh_mfile(imp);
 	for (size_t i = 0; ret == 0 && i < imp->nfiles; i++)
-		ret = dbox_index_mfile_set(imp->index, imp->files[i].file_id,
-					   imp->files[i].size);
+		ret = imp->files[i].alt ?
+			dbox_index_mfile_add_alt(imp->index,
+						 imp->files[i].file_id,
+						 imp->files[i].size) :
+			dbox_index_mfile_set(imp->index, imp->files[i].file_id,
+					     imp->files[i].size);
 	if (ret == 0 && !imp->fatal)
 		ret = sync_all(imp);
 	if (ret < 0 || imp->fatal) {
@@ -1002,6 +1045,9 @@ static void imp_free(struct imp *imp)
 	free(imp->recs);
 	free(imp->files);
 	free(imp->location);
+	if (imp->alt_dfd >= 0)
+		close(imp->alt_dfd);
+	imp->alt_dfd = -1;
 }
 
 /* Undo a store this run created (STORE had no index.sqlite) when the run
@@ -1051,13 +1097,15 @@ static int import_dovecot_main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "doveadm", required_argument, NULL, 'd' },
 		{ "mail-location", required_argument, NULL, 'l' },
+		{ "dovecot-alt", required_argument, NULL, 'D' },
+		{ "alt", required_argument, NULL, 'a' },
 		{ 0 },
 	};
 	struct dbox_store_settings set = { .create = true };
 	struct imp imp = { .doveadm = "doveadm", .storage_dfd = -1,
-			   .zlib = true };
+			   .alt_dfd = -1, .zlib = true };
 	const char *location = NULL;
-	char *root_real, *index_path = NULL;
+	char *root_real, *index_path = NULL, *dalt_real = NULL;
 	bool store_new, dir_made;
 	struct stat sb;
 	int c, ret;
@@ -1069,6 +1117,10 @@ static int import_dovecot_main(int argc, char **argv)
 			imp.doveadm = optarg;
 		else if (c == 'l')
 			location = optarg;
+		else if (c == 'D')
+			imp.dalt = optarg;
+		else if (c == 'a')
+			set.alt_path = optarg;
 		else
 			return adm_usage_error(&adm_verb_import_dovecot,
 					       "import-dovecot: unknown option "
@@ -1090,9 +1142,32 @@ static int import_dovecot_main(int argc, char **argv)
 	}
 	imp.owner_uid = sb.st_uid;
 	imp.owner_gid = sb.st_gid;
+	if (imp.dalt != NULL &&
+	    ((dalt_real = realpath(imp.dalt, NULL)) == NULL ||
+	     (imp.alt_dfd = adm_open_in_store(dalt_real, "storage", NULL,
+					      0)) < 0)) {
+		adm_error("%s/storage: %s (not Dovecot's ALT= root?)", imp.dalt,
+			  dalt_real == NULL ? strerror(errno) :
+			  strerror(-imp.alt_dfd));
+		free(root_real);
+		free(dalt_real);
+		return ADM_EXIT_USAGE;
+	}
+	if (set.alt_path != NULL && set.alt_path[0] != '/') {
+		adm_error("--alt=%s: the store's alternate storage must be an "
+			  "absolute path", set.alt_path);
+		free(root_real);
+		free(dalt_real);
+		if (imp.alt_dfd >= 0)
+			close(imp.alt_dfd);
+		return ADM_EXIT_USAGE;
+	}
 	ret = location != NULL ? asprintf(&imp.location, "%s", location) :
+		dalt_real != NULL ?
+		asprintf(&imp.location, "mdbox:%s:ALT=%s", root_real, dalt_real) :
 		asprintf(&imp.location, "mdbox:%s", root_real);
 	free(root_real);
+	free(dalt_real);
 	if (ret < 0)
 		return ADM_EXIT_FAILED;
 	imp.storage_dfd = openat(AT_FDCWD, imp.root, O_RDONLY | O_DIRECTORY |
@@ -1178,6 +1253,7 @@ const struct adm_verb adm_verb_import_dovecot = {
 	.usage =
 	"usage: dboxadm import-dovecot STORE DOVECOT_MDBOX_ROOT\n"
 	"         [--doveadm=PATH] [--mail-location=LOCATION]\n"
+	"         [--dovecot-alt=PATH --alt=PATH]\n"
 	"\n"
 	"Adopt the Dovecot mdbox store at DOVECOT_MDBOX_ROOT (what Dovecot's\n"
 	"mail_location = mdbox:DOVECOT_MDBOX_ROOT points at) into STORE, created\n"
@@ -1192,6 +1268,11 @@ const struct adm_verb adm_verb_import_dovecot = {
 	"\n"
 	"  --doveadm=PATH           the doveadm to run (default: doveadm in PATH)\n"
 	"  --mail-location=LOC      Dovecot's mail_location, when it has more than\n"
-	"                           the root (e.g. mdbox:/r:INDEX=/i)\n",
+	"                           the root (e.g. mdbox:/r:INDEX=/i)\n"
+	"  --dovecot-alt=PATH       Dovecot's alternate storage (mail_location's\n"
+	"                           ALT=PATH): its storage/m.N are adopted too,\n"
+	"                           hard-linked into the store's alternate storage\n"
+	"  --alt=PATH               the store's alternate storage (recorded in the\n"
+	"                           store; on the filesystem of --dovecot-alt)\n",
 	.run = import_dovecot_main,
 };

@@ -28,7 +28,7 @@
 
 static const struct adm_verb *const verbs[] = {
 	&adm_verb_import, &adm_verb_export, &adm_verb_stats, &adm_verb_dump,
-	&adm_verb_purge, &adm_verb_import_dovecot,
+	&adm_verb_purge, &adm_verb_altmove, &adm_verb_import_dovecot,
 	&adm_verb_cat,
 	&adm_verb_check, &adm_verb_rebuild,
 };
@@ -157,6 +157,67 @@ int adm_open_index(const char *store, struct dbox_index **index_r)
 	else if (ret < 0)
 		adm_error("%s: cannot open the index: %s", store, strerror(-ret));
 	return ret < 0 ? ADM_EXIT_USAGE : ADM_EXIT_OK;
+}
+
+int adm_open_alt_dir(const char *store, const char *alt)
+{
+	struct stat store_sb, alt_sb;
+	int fd, sfd = -1;
+
+	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0 && (fstat(fd, &alt_sb) < 0 || stat(store, &store_sb) < 0)) {
+		sfd = -errno;
+	} else if (fd >= 0 && alt_sb.st_uid != store_sb.st_uid) {
+		sfd = -EPERM;
+	} else if (fd >= 0) {
+		sfd = openat(fd, "storage", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			     O_CLOEXEC);
+		if (sfd < 0)
+			sfd = -errno;
+	} else {
+		sfd = -errno;
+	}
+	if (fd >= 0)
+		close(fd);
+	return sfd;
+}
+
+int adm_open_alt_storage(const char *store, struct dbox_index *index)
+{
+	char *alt = NULL;
+	int sfd;
+
+	if (dbox_index_setting_get(index, DBOX_SETTING_ALT_PATH, &alt) < 0)
+		return -1;
+	if ((sfd = adm_open_alt_dir(store, alt)) < 0) {
+		adm_error("%s: alternate storage %s/storage: %s; the messages "
+			  "in it are unreadable", store, alt, sfd == -EPERM ?
+			  "not owned by the store's owner (refused)" :
+			  strerror(-sfd));
+		sfd = -1;
+	}
+	free(alt);
+	return sfd;
+}
+
+int adm_open_mfile(const char *store, const char *name)
+{
+	struct dbox_index *index = NULL;
+	char *path;
+	int fd = adm_open_in_store(store, "storage", name, O_RDONLY), sfd;
+
+	if (fd != -ENOENT || asprintf(&path, "%s/index.sqlite", store) < 0)
+		return fd;
+	if (dbox_index_open_readonly(path, &index) == 0) {
+		if ((sfd = adm_open_alt_storage(store, index)) >= 0) {
+			fd = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+			fd = fd < 0 ? -errno : fd;
+			close(sfd);
+		}
+		dbox_index_close(&index);
+	}
+	free(path);
+	return fd;
 }
 
 /* The parent directory of path ("." for a bare name), malloc()ed. */

@@ -23,7 +23,9 @@
  * went away, or did not finish in time), 2 usage error or store refused.
  */
 #include "dboxadm.h"
+#include "progress.h"
 
+#include "index/index-purge.h"
 #include "index/index-stats.h"
 #include "index/index.h"
 #include "index/purge.h"
@@ -436,4 +438,353 @@ const struct adm_verb adm_verb_purge = {
 	"on stderr, or in the mount's log), the mount went away or did not finish\n"
 	"within --timeout, 2 usage error or store refused.\n",
 	.run = purge_main,
+};
+
+/*
+ * dboxadm altmove STORE --older-than=DAYS [--folder=DIR] [--alt=PATH]
+ *                 [--timeout=SECONDS]
+ * Move messages to the alternate storage (index/purge.h dbox_altmove),
+ * here when STORE is not mounted, else by the mount (the request goes
+ * into the index, then SIGUSR1, as for purge).
+ */
+
+struct altmove_args {
+	const char *store, *folder, *alt;
+	int64_t before_ns;
+	unsigned long timeout;
+};
+
+static void print_altmove(const struct dbox_purge_result *res)
+{
+	printf("records moved       %llu (%llu bytes)\n"
+	       "files emptied       %llu (%llu bytes, removed)\n",
+	       (unsigned long long)res->records_moved,
+	       (unsigned long long)res->bytes_moved,
+	       (unsigned long long)res->files_purged,
+	       (unsigned long long)res->bytes_freed);
+}
+
+/* The directory ino of folder (a path as on the mount: "INBOX" or "" is
+   the root, ".Sent" a Maildir++ folder, "a/b" a nested one), or 0 after
+   reporting that there is none. */
+static uint64_t folder_ino(struct dbox_index *index, const char *store,
+			   const char *folder)
+{
+	uint64_t ino = DBOX_ROOT_INO;
+	const char *p = folder;
+
+	if (strcmp(folder, "INBOX") == 0)
+		return ino;
+	while (*p != '\0') {
+		size_t len = strcspn(p, "/");
+		struct dbox_attr attr;
+
+		if (len > 0) {
+			if (dbox_index_lookup(index, ino, p, len, &attr) < 0 ||
+			    attr.kind != DBOX_KIND_DIR) {
+				adm_error("%s: no folder '%s'", store, folder);
+				return 0;
+			}
+			ino = attr.ino;
+		}
+		p += len;
+		if (*p == '/')
+			p++;
+	}
+	return ino;
+}
+
+struct altmove_progress {
+	struct progress pr;
+	uint64_t records, bytes;
+};
+
+static void altmove_progress_cb(void *ctx, const struct dbox_purge_result *res)
+{
+	struct altmove_progress *ap = ctx;
+
+	progress_add(&ap->pr, res->records_moved - ap->records,
+		     res->bytes_moved - ap->bytes);
+	ap->records = res->records_moved;
+	ap->bytes = res->bytes_moved;
+}
+
+static int altmove_offline(const struct altmove_args *a)
+{
+	struct dbox_store_settings set = { .create = false,
+					   .alt_path = a->alt };
+	struct dbox_purge_settings ps = { .altmove = true,
+					  .altmove_before_ns = a->before_ns,
+					  .progress = altmove_progress_cb };
+	struct altmove_progress ap = { 0 };
+	struct dbox_purge_result res, purged;
+	struct dbox_store *st = NULL;
+	int ret;
+
+	if ((ret = dbox_store_open(a->store, &set, &st)) < 0)
+		return ret; /* logged */
+	if (st->alt_path == NULL) {
+		adm_error("%s: no alternate storage: give --alt=PATH (it is "
+			  "recorded in the store)", a->store);
+		dbox_store_close(&st);
+		return ADM_EXIT_USAGE;
+	}
+	if (a->folder != NULL &&
+	    (ps.altmove_folder = folder_ino(st->index, a->store,
+					    a->folder)) == 0) {
+		dbox_store_close(&st);
+		return ADM_EXIT_USAGE;
+	}
+	ps.hook_ctx = &ap;
+	progress_init(&ap.pr, "moved");
+	ret = dbox_altmove(st, &ps, &res, &purged);
+	progress_finish(&ap.pr);
+	dbox_store_close(&st);
+	print_altmove(&res);
+	if (ret == -ENOENT)
+		return ADM_EXIT_USAGE; /* no usable ALT: logged */
+	if (ret < 0) {
+		adm_error("%s: altmove failed: %s (see above); run it again "
+			  "to finish", a->store, strerror(-ret));
+		return ADM_EXIT_FAILED;
+	}
+	return ADM_EXIT_OK;
+}
+
+static int altmove_online(const struct altmove_args *a, int lock_fd)
+{
+	struct dbox_index *index = NULL;
+	struct dbox_purge_result res = { 0 };
+	struct altmove_progress ap = { 0 };
+	uint64_t folder = 0;
+	int64_t t0, deadline;
+	char *recorded = NULL;
+	pid_t pid = 0;
+	int pidfd = mount_pid(a->store, lock_fd, &pid);
+	int ret;
+
+	if (pidfd < 0)
+		return ADM_EXIT_USAGE;
+	if ((ret = adm_open_index(a->store, &index)) != 0) {
+		close(pidfd);
+		return ret;
+	}
+	ret = dbox_index_setting_get(index, DBOX_SETTING_ALT_PATH, &recorded);
+	if (ret < 0 || (a->alt != NULL && strcmp(recorded, a->alt) != 0)) {
+		adm_error("%s: the mount %s; mount it with -o alt=%s", a->store,
+			  ret < 0 ? "has no alternate storage" :
+			  "uses another alternate storage",
+			  a->alt != NULL ? a->alt : "PATH");
+		ret = ADM_EXIT_USAGE;
+		goto out;
+	}
+	if (a->folder != NULL &&
+	    (folder = folder_ino(index, a->store, a->folder)) == 0) {
+		ret = ADM_EXIT_USAGE;
+		goto out;
+	}
+	t0 = dbox_now_ns();
+	if ((ret = dbox_index_begin(index)) == 0) {
+		if ((ret = dbox_index_meta_set(index, DBOX_META_ALTMOVE_BEFORE,
+					       a->before_ns)) == 0 &&
+		    (ret = dbox_index_meta_set(index, DBOX_META_ALTMOVE_FOLDER,
+					       (int64_t)folder)) == 0 &&
+		    (ret = dbox_index_meta_set(index, DBOX_META_ALTMOVE_REQUEST,
+					       t0)) == 0)
+			ret = dbox_index_commit(index, true);
+		else
+			dbox_index_rollback(index);
+	}
+	if (ret < 0) {
+		adm_error("%s: cannot write the request into the index: %s",
+			  a->store, strerror(-ret));
+		ret = ADM_EXIT_FAILED;
+		goto out;
+	}
+	if ((ret = pid_signal(pidfd, SIGUSR1)) < 0) {
+		adm_error("%s: cannot signal the mount (pid %d): %s", a->store,
+			  (int)pid, strerror(-ret));
+		ret = ADM_EXIT_FAILED;
+		goto out;
+	}
+	deadline = t0 + (int64_t)a->timeout * 1000000000;
+	progress_init(&ap.pr, "moved");
+	for (;;) {
+		struct timespec ts = { 0, POLL_MS * 1000000L };
+
+		if (meta(index, DBOX_META_ALTMOVE_DONE) >= t0)
+			break;
+		if (dbox_index_snapshot_begin(index) == 0) {
+			if (meta(index, DBOX_META_ALTMOVE_PROGRESS_REQUEST) == t0) {
+				res.records_moved = (uint64_t)meta(index,
+					DBOX_META_ALTMOVE_PROGRESS_RECORDS);
+				res.bytes_moved = (uint64_t)meta(index,
+					DBOX_META_ALTMOVE_PROGRESS_BYTES);
+				altmove_progress_cb(&ap, &res);
+			}
+			dbox_index_snapshot_end(index);
+		}
+		if (pid_signal(pidfd, 0) == -ESRCH) {
+			adm_error("%s: the mount (pid %d) went away during the "
+				  "altmove; run it again", a->store, (int)pid);
+			ret = ADM_EXIT_FAILED;
+			goto out;
+		}
+		if (dbox_now_ns() > deadline) {
+			adm_error("%s: the mount has not finished the altmove "
+				  "after %lu s; it goes on in the background",
+				  a->store, a->timeout);
+			ret = ADM_EXIT_FAILED;
+			goto out;
+		}
+		nanosleep(&ts, NULL);
+	}
+	progress_finish(&ap.pr);
+	ap.pr.enabled = false; /* finished: not again at out */
+	if ((ret = dbox_index_snapshot_begin(index)) == 0) {
+		res.error = (int)meta(index, DBOX_META_ALTMOVE_ERROR);
+		res.records_moved = (uint64_t)meta(index, DBOX_META_ALTMOVE_RECORDS);
+		res.bytes_moved = (uint64_t)meta(index, DBOX_META_ALTMOVE_BYTES);
+		res.files_purged = (uint64_t)meta(index, DBOX_META_ALTMOVE_FILES);
+		dbox_index_snapshot_end(index);
+	}
+	printf("moved by the mount (pid %d)\n", (int)pid);
+	print_altmove(&res);
+	ret = ADM_EXIT_OK;
+	if (res.error != 0) {
+		adm_error("%s: the mount's altmove failed (%s); the mount's log "
+			  "(syslog) says why", a->store, strerror(-res.error));
+		ret = ADM_EXIT_FAILED;
+	}
+out:
+	progress_finish(&ap.pr); /* the line ends before we return */
+	free(recorded);
+	dbox_index_close(&index);
+	close(pidfd);
+	return ret;
+}
+
+static int altmove_main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "older-than", required_argument, NULL, 'o' },
+		{ "folder", required_argument, NULL, 'f' },
+		{ "alt", required_argument, NULL, 'a' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ 0 },
+	};
+	struct altmove_args a = { .timeout = DEFAULT_TIMEOUT };
+	char *end, *abs_alt = NULL;
+	unsigned long days = 0;
+	bool have_age = false;
+	int c, fd, ret;
+
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'o':
+			errno = 0;
+			days = strtoul(optarg, &end, 10);
+			if (*optarg == '\0' || *end != '\0' || errno != 0 ||
+			    days > 100000)
+				return adm_usage_error(&adm_verb_altmove,
+						       "altmove: bad --older-than "
+						       "'%s'", optarg);
+			have_age = true;
+			continue;
+		case 'f':
+			a.folder = optarg;
+			continue;
+		case 'a':
+			a.alt = optarg;
+			continue;
+		case 't':
+			errno = 0;
+			a.timeout = strtoul(optarg, &end, 10);
+			if (*optarg == '\0' || *end != '\0' || errno != 0 ||
+			    a.timeout == 0 || a.timeout > 86400 * 7)
+				return adm_usage_error(&adm_verb_altmove,
+						       "altmove: bad --timeout "
+						       "'%s'", optarg);
+			continue;
+		}
+		return adm_usage_error(&adm_verb_altmove,
+				       "altmove: unknown option '%s'",
+				       argv[optind - 1]);
+	}
+	if (argc - optind != 1)
+		return adm_usage_error(&adm_verb_altmove, "altmove: need STORE");
+	if (!have_age && a.folder == NULL)
+		return adm_usage_error(&adm_verb_altmove, "altmove: need "
+				       "--older-than=DAYS and/or --folder=DIR");
+	a.before_ns = have_age ? dbox_now_ns() - (int64_t)days * 86400 *
+		1000000000 : INT64_MAX;
+	if (a.alt != NULL && a.alt[0] != '/') {
+		if ((abs_alt = realpath(a.alt, NULL)) == NULL) {
+			adm_error("--alt=%s: %s", a.alt, strerror(errno));
+			return ADM_EXIT_USAGE;
+		}
+		a.alt = abs_alt;
+	}
+	if ((ret = adm_store_enter(argv[optind])) != 0) {
+		free(abs_alt);
+		return ret;
+	}
+	a.store = argv[optind];
+	if ((fd = open_lock(a.store)) == -2) {
+		free(abs_alt);
+		return ADM_EXIT_USAGE;
+	}
+	if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK &&
+	    !dbox_store_lock_is_closing(fd)) {
+		ret = altmove_online(&a, fd);
+	} else {
+		if (fd >= 0)
+			close(fd);
+		fd = -1;
+		ret = altmove_offline(&a);
+		if (ret == -EBUSY) {
+			if ((fd = open_lock(a.store)) < 0)
+				ret = ADM_EXIT_USAGE;
+			else
+				ret = altmove_online(&a, fd);
+		} else if (ret < 0) {
+			ret = ADM_EXIT_USAGE; /* refused; the store said why */
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	free(abs_alt);
+	if (ret == 0 && fflush(stdout) != 0)
+		ret = ADM_EXIT_FAILED;
+	return ret;
+}
+
+const struct adm_verb adm_verb_altmove = {
+	.name = "altmove",
+	.summary = "move old messages to the alternate storage (mounted or not)",
+	.usage =
+	"usage: dboxadm altmove STORE --older-than=DAYS [--folder=DIR]\n"
+	"                       [--alt=PATH] [--timeout=SECONDS]\n"
+	"\n"
+	"Move messages received more than DAYS days ago (and/or those with a name\n"
+	"in folder DIR: \"INBOX\", \".Sent\", a nested \"a/b\") to new m.N files in\n"
+	"the alternate storage ALT/storage/, as Dovecot's 'doveadm altmove' does\n"
+	"for mdbox ALT=.  Each m.N's moved records are copied and synced, then\n"
+	"its index rows switched in one transaction; a file left empty is\n"
+	"removed, one left partly dead is purged afterwards.  Killed at any\n"
+	"moment, nothing is lost or doubled: run it again.  Names, inodes,\n"
+	"sizes and dates do not change.\n"
+	"\n"
+	"--alt=PATH sets the alternate storage and records it in the store\n"
+	"(dboxfs -o alt= does the same); without it the recorded one is used.\n"
+	"When STORE is mounted, the mount does the move (it must have been\n"
+	"mounted with that ALT) and dboxadm waits up to --timeout seconds\n"
+	"(default 600).\n"
+	"\n"
+	"Exit status: 0 moved, 1 some m.N could not be moved (named on stderr or\n"
+	"in the mount's log), 2 usage error, store refused or no alternate\n"
+	"storage.\n",
+	.run = altmove_main,
 };

@@ -88,6 +88,8 @@ struct folder {
 struct rebuild {
 	const char *store;
 	int dir_fd, storage_fd, files_fd;
+	char *alt_path;          /* the alternate storage, or NULL */
+	int alt_fd;              /* ALT/storage, or -1 */
 	uid_t uid;               /* owner of STORE: owner of new inodes */
 	gid_t gid;
 	struct dbox_index *index;
@@ -202,20 +204,27 @@ static int scan_bad_cb(void *ctx, uint64_t start, uint64_t end)
 	return 0;
 }
 
+/* An m.N on disk: its id and whether it is in ALT/storage/. */
+struct mfile_id {
+	uint32_t id;
+	bool alt;
+};
+
 static int id_cmp(const void *a, const void *b)
 {
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	uint32_t x = ((const struct mfile_id *)a)->id,
+		 y = ((const struct mfile_id *)b)->id;
 
 	return x < y ? -1 : x > y;
 }
 
-/* Scan every m.N in id order; enter each in the new index. */
-static int scan_storage(struct rebuild *rb)
+/* Add the m.N of storage/ (or ALT/storage/) to *ids_r. */
+static int list_mfiles(int dir_fd, bool alt, struct mfile_id **ids_r,
+		       size_t *nids_r, size_t *size_r)
 {
-	DIR *d = fdopendir(dup(rb->storage_fd));
-	uint32_t *ids = NULL, id;
-	size_t nids = 0, size = 0;
+	DIR *d = fdopendir(dup(dir_fd));
 	struct dirent *de;
+	uint32_t id;
 	int ret = 0;
 
 	if (d == NULL)
@@ -224,19 +233,34 @@ static int scan_storage(struct rebuild *rb)
 	while ((de = readdir(d)) != NULL) {
 		if (!dbox_mfile_parse_name(de->d_name, &id))
 			continue;
-		if (nids == size) {
-			uint32_t *v = realloc(ids, (size = size ? size * 2 : 64) *
-					      sizeof(*v));
+		if (*nids_r == *size_r) {
+			size_t n = *size_r ? *size_r * 2 : 64;
+			struct mfile_id *v = realloc(*ids_r, n * sizeof(*v));
 
 			if (v == NULL) {
 				ret = -ENOMEM;
 				break;
 			}
-			ids = v;
+			*ids_r = v;
+			*size_r = n;
 		}
-		ids[nids++] = id;
+		(*ids_r)[(*nids_r)++] = (struct mfile_id){ id, alt };
 	}
 	closedir(d);
+	return ret;
+}
+
+/* Scan every m.N (of storage/ and of the alternate storage) in id order;
+   enter each in the new index. */
+static int scan_storage(struct rebuild *rb)
+{
+	struct mfile_id *ids = NULL;
+	size_t nids = 0, size = 0;
+	int ret;
+
+	ret = list_mfiles(rb->storage_fd, false, &ids, &nids, &size);
+	if (ret == 0 && rb->alt_fd >= 0)
+		ret = list_mfiles(rb->alt_fd, true, &ids, &nids, &size);
 	if (nids > 1)
 		qsort(ids, nids, sizeof(*ids), id_cmp);
 	for (size_t i = 0; i < nids && ret == 0; i++) {
@@ -246,10 +270,19 @@ static int scan_storage(struct rebuild *rb)
 		bool header_ok = true;
 		int fd;
 
-		dbox_file_name(name, ids[i]);
-		fd = openat(rb->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (i > 0 && ids[i].id == ids[i - 1].id) {
+			adm_warning("m.%u is both in storage/ and in the "
+				    "alternate storage; the one in %s is "
+				    "ignored", ids[i].id, ids[i].alt ?
+				    "the alternate storage" : "storage/");
+			continue;
+		}
+		dbox_file_name(name, ids[i].id);
+		fd = openat(ids[i].alt ? rb->alt_fd : rb->storage_fd, name,
+			    O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-			adm_warning("storage/%s: %s; skipped", name, fd < 0 ?
+			adm_warning("%sstorage/%s: %s; skipped",
+				    ids[i].alt ? "ALT/" : "", name, fd < 0 ?
 				    strerror(errno) : "not a regular file");
 			if (fd >= 0)
 				close(fd);
@@ -265,25 +298,65 @@ static int scan_storage(struct rebuild *rb)
 			continue;
 		}
 		rb->scan_fd = fd;
-		rb->scan_id = ids[i];
-		ret = dbox_file_scan(fd, ids[i], UINT64_MAX, scan_cb,
+		rb->scan_id = ids[i].id;
+		ret = dbox_file_scan(fd, ids[i].id, UINT64_MAX, scan_cb,
 				     scan_bad_cb, rb, &header_ok);
 		close(fd);
 		if (ret < 0) {
 			ret = errno == ENOMEM ? -ENOMEM : 0;
-			adm_warning("storage/%s: reading: %s; %zu records found "
-				    "before", name, strerror(errno),
-				    rb->nrecs - before);
+			adm_warning("%sstorage/%s: reading: %s; %zu records "
+				    "found before", ids[i].alt ? "ALT/" : "",
+				    name, strerror(errno), rb->nrecs - before);
 		}
 		if (!header_ok)
 			rb->damaged++;
 		if (ret == 0)
-			ret = dbox_index_mfile_set(rb->index, ids[i],
-						   (uint64_t)sb.st_size);
+			ret = ids[i].alt ?
+				dbox_index_mfile_add_alt(rb->index, ids[i].id,
+							 (uint64_t)sb.st_size) :
+				dbox_index_mfile_set(rb->index, ids[i].id,
+						     (uint64_t)sb.st_size);
 		rb->mfiles++;
 	}
+	if (ret == 0 && rb->alt_path != NULL)
+		ret = dbox_index_setting_set(rb->index, DBOX_SETTING_ALT_PATH,
+					     rb->alt_path);
 	free(ids);
 	return ret;
+}
+
+/* The alternate storage: --alt=PATH, else the one the index to be
+   replaced recorded (none when it is unreadable or older than format 3).
+   Returns 0 (rb->alt_fd set when there is one) or ADM_EXIT_USAGE after
+   reporting an ALT that cannot be opened (its messages would be lost
+   from the new index). */
+static int open_alt(struct rebuild *rb)
+{
+	struct dbox_index *old = NULL;
+	char *path;
+	int fd;
+
+	if (rb->alt_path == NULL &&
+	    asprintf(&path, "%s/" INDEX_NAME, rb->store) >= 0) {
+		if (dbox_index_open_readonly(path, &old) == 0) {
+			(void)dbox_index_setting_get(old, DBOX_SETTING_ALT_PATH,
+						     &rb->alt_path);
+			dbox_index_close(&old);
+		}
+		free(path);
+	}
+	if (rb->alt_path == NULL)
+		return 0;
+	if ((fd = adm_open_alt_dir(rb->store, rb->alt_path)) < 0) {
+		adm_error("%s: alternate storage %s/storage: %s; nothing was "
+			  "rebuilt (give --alt=PATH where it is now)",
+			  rb->store, rb->alt_path, fd == -EPERM ?
+			  "not owned by the store's owner (refused)" :
+			  strerror(-fd));
+		return ADM_EXIT_USAGE;
+	}
+	rb->alt_fd = fd;
+	return 0;
 }
 
 /* --- matching old messages to records ---------------------------------- */
@@ -1178,18 +1251,36 @@ static bool newer_index(struct rebuild *rb)
 static int rebuild_main(int argc, char **argv)
 {
 	static const char *const flags[] = { "--restore-all", NULL };
-	struct rebuild rb = { .dir_fd = -1, .storage_fd = -1, .files_fd = -1 };
+	struct rebuild rb = { .dir_fd = -1, .storage_fd = -1, .files_fd = -1,
+			      .alt_fd = -1 };
 	bool *flag_r[] = { &rb.restore_all };
 	struct stat sb;
 	int npos, lock_fd, ret;
 
+	/* --alt=PATH (the one option with a value) before the flags. */
+	for (int i = 1; i < argc; i++) {
+		if (strncmp(argv[i], "--alt=", 6) != 0)
+			continue;
+		free(rb.alt_path);
+		rb.alt_path = argv[i][6] == '/' ? strdup(argv[i] + 6) :
+			realpath(argv[i] + 6, NULL);
+		if (rb.alt_path == NULL) {
+			adm_error("%s: %s", argv[i], strerror(errno));
+			return ADM_EXIT_USAGE;
+		}
+		memmove(&argv[i], &argv[i + 1], (argc - i) * sizeof(*argv));
+		argc--;
+		i--;
+	}
 	if ((ret = adm_parse_args(&adm_verb_rebuild, argc, argv, flags, flag_r,
-				  &npos)) != 0)
+				  &npos)) == 0 && npos != 1)
+		ret = adm_usage_error(&adm_verb_rebuild, "rebuild: need STORE");
+	if (ret == 0)
+		ret = adm_store_enter(argv[0]);
+	if (ret != 0) {
+		free(rb.alt_path);
 		return ret;
-	if (npos != 1)
-		return adm_usage_error(&adm_verb_rebuild, "rebuild: need STORE");
-	if ((ret = adm_store_enter(argv[0])) != 0)
-		return ret;
+	}
 	rb.store = argv[0];
 	rb.dir_fd = open(rb.store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rb.dir_fd < 0 || fstat(rb.dir_fd, &sb) < 0) {
@@ -1224,6 +1315,10 @@ static int rebuild_main(int argc, char **argv)
 			  errno == ELOOP ? "a symbolic link (refused)" :
 			  strerror(errno));
 		ret = -errno;
+		goto out;
+	}
+	if ((ret = open_alt(&rb)) != 0) {
+		ret = -EPROTO; /* exit 2 */
 		goto out;
 	}
 	if (newer_index(&rb)) {
@@ -1278,6 +1373,9 @@ out:
 		free(rb.folders[i].mailbox);
 	free(rb.folders);
 	dbox_index_salvage_free(&rb.old);
+	if (rb.alt_fd >= 0)
+		close(rb.alt_fd);
+	free(rb.alt_path);
 	if (rb.files_fd >= 0)
 		close(rb.files_fd);
 	close(rb.storage_fd);
@@ -1291,7 +1389,7 @@ const struct adm_verb adm_verb_rebuild = {
 	.name = "rebuild",
 	.summary = "recreate the index from storage/m.N (not mounted)",
 	.usage =
-	"usage: dboxadm rebuild STORE [--restore-all]\n"
+	"usage: dboxadm rebuild STORE [--restore-all] [--alt=PATH]\n"
 	"\n"
 	"Make a new index.sqlite from the storage/m.N files alone, as Dovecot's\n"
 	"force-resync does, keeping whatever the old index still knows.  The old\n"
@@ -1313,6 +1411,8 @@ const struct adm_verb adm_verb_rebuild = {
 	"\n"
 	"  --restore-all   restore unknown messages even when the old index is\n"
 	"                  whole (brings back expunged mail not yet purged)\n"
+	"  --alt=PATH      the alternate storage: its storage/m.N are scanned\n"
+	"                  too (default: the one the old index recorded)\n"
 	"\n"
 	"The store must not be mounted.  Progress is shown when stderr is a\n"
 	"terminal.  Exit status: 0 rebuilt, 1 failed (the store then has no\n"

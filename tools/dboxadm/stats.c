@@ -50,6 +50,7 @@ struct folder {
 
 struct disk {
 	uint64_t files, bytes, blocks_bytes, header_bytes, pending_bytes;
+	uint64_t alt_files, alt_bytes; /* of those, in the alternate storage */
 };
 
 /* One m.N, for --files: on disk, and what the index says of it. */
@@ -225,16 +226,19 @@ static uint64_t mfile_dead(const struct mfile *m)
 	return m->usage.committed > used ? m->usage.committed - used : 0;
 }
 
-/* What storage/ holds on disk, compared with the committed ends the index
-   knows. */
-static int scan_storage(struct stats *s, const char *store)
+/* What storage/ (or ALT/storage/, alt) holds on disk, compared with the
+   committed ends the index knows. */
+static int scan_storage(struct stats *s, const char *store, bool alt)
 {
 	struct dirent *de;
 	struct stat sb;
 	DIR *d;
 	int dfd;
 
-	dfd = adm_open_in_store(store, "storage", NULL, 0);
+	dfd = alt ? adm_open_alt_storage(store, s->index) :
+		adm_open_in_store(store, "storage", NULL, 0);
+	if (alt && dfd < 0)
+		return 0; /* none, or reported */
 	if (dfd < 0)
 		return dfd == -ENOENT ? 0 : dfd;
 	if ((d = fdopendir(dfd)) == NULL) {
@@ -254,6 +258,10 @@ static int scan_storage(struct stats *s, const char *store)
 			continue;
 		s->disk.files++;
 		s->disk.bytes += (uint64_t)sb.st_size;
+		if (alt) {
+			s->disk.alt_files++;
+			s->disk.alt_bytes += (uint64_t)sb.st_size;
+		}
 		s->disk.blocks_bytes += (uint64_t)sb.st_blocks * 512;
 		header_len = 0;
 		fd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -289,6 +297,8 @@ static void print_json(const struct stats *s, bool files)
 	       "  \"mfiles\": %llu,\n"
 	       "  \"mfile_bytes\": %llu,\n"
 	       "  \"mfile_disk_usage\": %llu,\n"
+	       "  \"alt_mfiles\": %llu,\n"
+	       "  \"alt_mfile_bytes\": %llu,\n"
 	       "  \"messages\": %llu,\n"
 	       "  \"message_names\": %llu,\n"
 	       "  \"live_bytes\": %llu,\n"
@@ -309,6 +319,8 @@ static void print_json(const struct stats *s, bool files)
 	       (unsigned long long)s->disk.files,
 	       (unsigned long long)s->disk.bytes,
 	       (unsigned long long)s->disk.blocks_bytes,
+	       (unsigned long long)s->disk.alt_files,
+	       (unsigned long long)s->disk.alt_bytes,
 	       (unsigned long long)s->ix.messages,
 	       (unsigned long long)s->ix.message_names,
 	       (unsigned long long)s->ix.live_record_bytes,
@@ -391,6 +403,11 @@ static void print_text(const struct stats *s, bool files)
 	printf("storage files       %llu m.N, %llu bytes (%s)\n",
 	       (unsigned long long)s->disk.files,
 	       (unsigned long long)s->disk.bytes, human(s->disk.bytes, h));
+	if (s->disk.alt_files > 0)
+		printf("  of which in ALT   %llu m.N, %llu bytes (%s)\n",
+		       (unsigned long long)s->disk.alt_files,
+		       (unsigned long long)s->disk.alt_bytes,
+		       human(s->disk.alt_bytes, h));
 	printf("messages            %llu (%llu names)\n",
 	       (unsigned long long)s->ix.messages,
 	       (unsigned long long)s->ix.message_names);
@@ -498,7 +515,9 @@ static int stats_main(int argc, char **argv)
 	if (ret == 0) /* empty folders too, with 0 */
 		ret = dbox_index_stats_maildirs(s.index, dir_count_cb, &s);
 	if (ret == 0)
-		ret = scan_storage(&s, argv[0]);
+		ret = scan_storage(&s, argv[0], false);
+	if (ret == 0)
+		ret = scan_storage(&s, argv[0], true);
 	if (ret == 0 && s.nmfiles > 1)
 		qsort(s.mfiles, s.nmfiles, sizeof(*s.mfiles), mfile_cmp);
 	if (ret == 0 && files)

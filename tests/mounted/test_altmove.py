@@ -1,0 +1,579 @@
+"""Alternate storage (Dovecot's mdbox ALT=): dboxfs -o alt=PATH and
+dboxadm altmove, on real mounts.
+
+Messages are written through the mount with received dates old and new;
+altmove copies the old ones into m.N files under ALT/storage/ and switches
+the index, and the mount must read every message byte for byte wherever it
+lives, with the same name, inode, size and mtime - also while clients
+deliver, rename and expunge, and after altmove was SIGKILLed at any point.
+A missing ALT gives EIO for its messages only.  Dovecot's force-resync on
+a copy of storage/ + ALT/storage/ finds every message.
+"""
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import DBOXADM, index_rows, need_corpora
+from dovecot_mdbox import Mdbox, dovecot_tmp  # noqa: F401
+
+ROTATE = "rotate_size=16384"
+OLD_NS = 1_500_000_000_000_000_000   # 2017: older than any --older-than
+
+
+def adm(*args, check_rc=None, timeout=300):
+    r = subprocess.run([str(DBOXADM), *map(str, args)], capture_output=True,
+                       timeout=timeout)
+    if check_rc is not None:
+        assert r.returncode == check_rc, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
+    return r
+
+
+def corpus(count):
+    """count distinct messages: the lkml corpus, repeated with a header
+    line that makes each copy unique."""
+    mails = sorted((need_corpora() / "notmuch-lkml" / "cur").iterdir())
+    out = []
+    for i in range(count):
+        out.append(b"X-Copy: %d\n" % i + mails[i % len(mails)].read_bytes())
+    return out
+
+
+def fill(cur, count, old_every=2, prefix="m"):
+    """Write count messages into cur; every old_every-th gets an old
+    received date (the rest: now).  Returns name -> bytes, and the set of
+    old names."""
+    data, old = {}, set()
+    for i, body in enumerate(corpus(count)):
+        name = f"{1600000000 + i}.{prefix}{i}.test:2,S"
+        (cur / name).write_bytes(body)
+        if i % old_every == 0:
+            os.utime(cur / name, ns=(OLD_NS + i * 10**9,) * 2)
+            old.add(name)
+        data[name] = body
+    return data, old
+
+
+def where(store):
+    """name -> (file_id, alt) of every message name."""
+    rows = index_rows(store, "SELECT e.name, m.file_id, f.alt FROM entry e"
+                             " JOIN message m ON m.ino = e.ino"
+                             " JOIN mfile f ON f.file_id = m.file_id")
+    return {n.decode(): (fid, bool(alt)) for n, fid, alt in rows}
+
+
+def attrs(cur, names):
+    out = {}
+    for n in names:
+        st = os.stat(cur / n)
+        out[n] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_nlink)
+    return out
+
+
+def check_store(store, data, alt):
+    """Every message of data present exactly once in the index, and no m.N
+    on disk outside the index (nothing doubled); dboxadm check agrees."""
+    rows = index_rows(store, "SELECT e.name FROM entry e JOIN message m"
+                             " ON m.ino = e.ino")
+    names = sorted(n.decode() for (n,) in rows)
+    assert names == sorted(data)
+    files = {fid: bool(a) for fid, a in index_rows(store, "SELECT file_id, alt FROM mfile")}
+    for fid, in_alt in files.items():
+        d = (alt if in_alt else store) / "storage"
+        assert (d / f"m.{fid}").exists(), (fid, in_alt)
+    adm("check", store, check_rc=0)
+
+
+def test_altmove_offline_then_reads(tmp_path, make_mount):
+    """Offline altmove --older-than: old messages go to ALT, the rest
+    stays; the mount reads all of them (ALT remembered from the store),
+    names, inodes, sizes, mtimes and the hard link unchanged."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    cur = m.mnt / "cur"
+    data, old = fill(cur, 60)
+    lists = m.maildir(".Lists") / "cur"
+    linked = sorted(old)[0]
+    os.link(cur / linked, lists / linked)
+    before = attrs(cur, sorted(data))
+    m.unmount()
+
+    r = adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    assert b"records moved       30" in r.stdout
+    w = where(store)
+    assert {n for n, (_, a) in w.items() if a} == old | {linked}
+    assert all(not a for n, (_, a) in w.items() if n not in old)
+    assert list((alt / "storage").glob("m.*"))
+    adm("check", store, check_rc=0)
+    # dump and cat find an m.N in ALT too.
+    fid = w[linked][0]
+    r = adm("dump", store, f"m.{fid}", check_rc=0)
+    assert r.stdout
+    off = dict((n.decode(), o) for n, o in index_rows(
+        store, "SELECT e.name, m.offset FROM message m JOIN entry e ON e.ino = m.ino"))[linked]
+    assert adm("cat", store, f"m.{fid}", off, check_rc=0).stdout == data[linked]
+
+    m.mount()   # no -o alt: the store recorded it
+    assert attrs(cur, sorted(data)) == before
+    for n, body in data.items():
+        assert (cur / n).read_bytes() == body
+    assert (lists / linked).read_bytes() == data[linked]
+    assert os.stat(lists / linked).st_ino == before[linked][0]
+    # New mail still goes to STORE/storage.
+    (cur / "new.1:2,").write_bytes(b"Subject: new\n\nnew\n")
+    m.unmount()
+    assert not where(store)["new.1:2,"][1]
+    # A second run finds nothing more to move.
+    r = adm("altmove", store, "--older-than", "30", check_rc=0)
+    assert b"records moved       0" in r.stdout
+    # Expunged from ALT: purge gives the bytes back there, and what stays
+    # in ALT stays in ALT.
+    m.mount()
+    gone = sorted(old)[1:4]
+    for n in gone:
+        os.unlink(cur / n)
+        del data[n]
+    m.unmount()
+    alt_before = {p.name for p in (alt / "storage").glob("m.*")}
+    adm("purge", store, check_rc=0)
+    st = json.loads(adm("stats", store, "--json", check_rc=0).stdout)
+    assert st["dead_bytes"] == 0
+    assert {p.name for p in (alt / "storage").glob("m.*")} != alt_before
+    w = where(store)
+    assert {n for n, (_, a) in w.items() if a} == (old | {linked}) - set(gone)
+    m.mount()
+    for n, body in data.items():
+        assert (cur / n).read_bytes() == body
+    m.unmount()
+    adm("check", store, check_rc=0)
+
+
+def test_altmove_folder(tmp_path, make_mount):
+    """--folder moves the messages with a name in that folder only."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt",
+                   options=["-o", ROTATE + f",alt={alt}"])
+    inbox, _ = fill(m.mnt / "cur", 10, old_every=1)
+    arch, _ = fill(m.maildir(".Archive") / "cur", 10, old_every=1, prefix="a")
+    r = adm("altmove", store, "--folder", ".Archive", check_rc=0)
+    assert b"records moved       10" in r.stdout
+    w = where(store)
+    assert all(w[n][1] for n in arch) and not any(w[n][1] for n in inbox)
+    for n, body in arch.items():
+        assert (m.mnt / ".Archive" / "cur" / n).read_bytes() == body
+    adm("altmove", store, "--folder", ".Nope", check_rc=2)
+
+
+def test_altmove_online_under_load(tmp_path, make_mount):
+    """altmove asked of the mount while a client delivers (tmp -> new ->
+    cur), renames (flags) and expunges: afterwards the mount holds exactly
+    what the client did, byte for byte, and old messages are in ALT."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt",
+                   options=["-o", ROTATE + f",alt={alt},purge_threshold=0"])
+    cur, new, tmp = m.mnt / "cur", m.mnt / "new", m.mnt / "tmp"
+    data, old = fill(cur, 120)
+    bodies = corpus(400)
+    model = dict(data)     # name -> bytes, what the client expects
+    errors, stop, ops = [], threading.Event(), [0]
+    rnd = random.Random(15)
+
+    def client():
+        i = 0
+        try:
+            while not stop.is_set():
+                i += 1
+                # deliver
+                name = f"{1700000000 + i}.load{i}.test"
+                (tmp / name).write_bytes(bodies[i % 400] + b"load %d\n" % i)
+                os.rename(tmp / name, new / name)
+                model[name] = bodies[i % 400] + b"load %d\n" % i
+                os.rename(new / name, cur / (name + ":2,"))
+                model[name + ":2,"] = model.pop(name)
+                if i % 2:   # old mail arriving late: the next altmove takes it
+                    os.utime(cur / (name + ":2,"), ns=(OLD_NS, OLD_NS))
+                    old.add(name + ":2,")
+                ops[0] += 1
+                names = sorted(model)
+                # rename one (a flag change), expunge one
+                n = rnd.choice(names)
+                os.rename(cur / n, cur / (n + "F"))
+                model[n + "F"] = model.pop(n)
+                if i % 3 == 0:
+                    n = rnd.choice(sorted(model))
+                    os.unlink(cur / n)
+                    del model[n]
+                # read one
+                n = rnd.choice(sorted(model))
+                if (cur / n).read_bytes() != model[n]:
+                    errors.append(n)
+        except OSError as e:
+            errors.append(repr(e))
+
+    t = threading.Thread(target=client)
+    t.start()
+    try:
+        for _ in range(5):
+            r = adm("altmove", store, "--older-than", "30", check_rc=0)
+            assert b"moved by the mount" in r.stdout
+        # At least one more run after the client got going.
+        while ops[0] < 20 and not errors:
+            time.sleep(0.05)
+        adm("altmove", store, "--older-than", "30", check_rc=0)
+    finally:
+        stop.set()
+        t.join()
+    assert errors == []
+    # The mount wrote its progress for dboxadm's progress line.
+    meta = dict(index_rows(store, "SELECT key, value FROM meta WHERE key LIKE 'altmove%'"))
+    assert meta["altmove_progress_request_ns"] > 0
+    assert meta["altmove_progress_records"] > 0
+    assert sorted(os.listdir(cur)) == sorted(model)
+    for n, body in model.items():
+        assert (cur / n).read_bytes() == body
+    # Every old message still there is in ALT now.
+    w = where(store)
+    old_left = [n for n in model if n.rstrip("F") in old]
+    moved = [n for n in old_left if w[n][1]]
+    # Everything old before the last run is in ALT; a message delivered
+    # during it may not be yet.
+    assert len(moved) > len(data) // 4
+    assert all(w[n][1] for n in old_left if n in data or n.rstrip("F") in data)
+    m.remount()
+    for n, body in model.items():
+        assert (cur / n).read_bytes() == body
+    m.unmount()
+    check_store(store, model, alt)
+
+
+def test_altmove_killed_midway(tmp_path, make_mount):
+    """SIGKILL of an offline altmove at random points, then of the mount
+    during an online one; each rerun goes on, and in the end every message
+    is there once, byte for byte, and in ALT."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", "rotate_size=4096"])
+    cur = m.mnt / "cur"
+    data, old = fill(cur, 600, old_every=1)
+    m.unmount()
+    rnd = random.Random(1515)
+    # How long a whole run takes, on a copy: kills fall inside it.
+    shutil.copytree(store, tmp_path / "copy")
+    (tmp_path / "copy-alt").mkdir()
+    t0 = time.monotonic()
+    adm("altmove", tmp_path / "copy", "--older-than", "1",
+        f"--alt={tmp_path / 'copy-alt'}", check_rc=0)
+    span = time.monotonic() - t0
+    shutil.copytree(store, tmp_path / "pristine")
+    kills, midway, remaining = 0, 0, 1.0
+    for attempt in range(100):
+        p = subprocess.Popen([str(DBOXADM), "altmove", str(store), "--older-than", "1",
+                              f"--alt={alt}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(rnd.uniform(0.05, 0.6) * span * remaining)
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            kills += 1
+        p.communicate()
+        check_store(store, data, alt)
+        in_alt = sum(a for _, a in where(store).values())
+        midway += 0 < in_alt < len(data)
+        remaining = max(1 - in_alt / len(data), 0.2)
+        if kills >= 6:
+            break
+        if p.returncode == 0:
+            # Finished before the kill: start over from the same store.
+            shutil.rmtree(store)
+            shutil.rmtree(alt / "storage")
+            shutil.copytree(tmp_path / "pristine", store)
+            remaining = 1.0
+    assert kills >= 6 and midway >= 3, (kills, midway)
+    check_store(store, data, alt)
+    moved = where(store)
+    # Finish, then every message is in ALT.
+    adm("altmove", store, "--older-than", "1", check_rc=0)
+    moved = where(store)
+    assert all(a for _, a in moved.values())
+    m.mount()
+    for n, body in data.items():
+        assert (cur / n).read_bytes() == body
+    m.unmount()
+
+    # Online: the mount does the copying; kill it in the middle.
+    (tmp_path / "alt2").mkdir()
+    m.options = ["-o", f"rotate_size=4096,alt={tmp_path / 'alt2'}"]
+    m.mount()
+    assert f"alternate storage changed from {alt} to {tmp_path / 'alt2'}" in m.log_text()
+    m.options = ["-o", "rotate_size=4096"]   # the new one is recorded
+    data2, _ = fill(cur, 150, old_every=1, prefix="b")
+    data.update(data2)
+    m.unmount()
+    # Everything already in alt/ stays readable only there: copy it over,
+    # as an admin moving the ALT disk would.
+    for p in (alt / "storage").glob("m.*"):
+        shutil.copy2(p, tmp_path / "alt2" / "storage" / p.name)
+    alt = tmp_path / "alt2"
+    midway, limit = 0, 0.3
+    for attempt in range(40):
+        m.mount()
+        if all(a for _, a in where(store).values()):
+            more, _ = fill(cur, 150, old_every=1, prefix=f"c{attempt}.")
+            data.update(more)
+        before = sum(a for _, a in where(store).values())
+        p = subprocess.Popen([str(DBOXADM), "altmove", str(store), "--older-than", "1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(rnd.uniform(0.02, limit))
+        m.kill()
+        p.communicate()
+        check_store(store, data, alt)
+        in_alt = sum(a for _, a in where(store).values())
+        if in_alt == len(data):
+            limit /= 2
+        midway += before < in_alt < len(data)
+        if midway >= 3:
+            break
+    assert midway >= 3
+    m.mount()
+    adm("altmove", store, "--older-than", "1", check_rc=0)
+    for n, body in data.items():
+        assert (cur / n).read_bytes() == body
+    m.unmount()
+    assert all(a for _, a in where(store).values())
+    check_store(store, data, alt)
+
+
+def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    cur = m.mnt / "cur"
+    data, old = fill(cur, 20)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    alt.rename(tmp_path / "alt.away")
+
+    m.mount()
+    # Listing complete, stat works.
+    assert sorted(os.listdir(cur)) == sorted(data)
+    for n, body in data.items():
+        assert os.stat(cur / n).st_size == len(body)
+        if n in old:
+            with pytest.raises(OSError) as e:
+                (cur / n).read_bytes()
+            assert e.value.errno == errno.EIO
+        else:
+            assert (cur / n).read_bytes() == body
+    log = m.log_text()
+    assert f"{alt}/storage" in log, log[-3000:]
+    m.unmount()
+
+    # Back in place: everything reads again.
+    (tmp_path / "alt.away").rename(alt)
+    m.mount()
+    for n, body in data.items():
+        assert (cur / n).read_bytes() == body
+
+
+def test_alt_of_another_owner_is_refused(tmp_path, make_mount):
+    """An ALT directory not owned by the store's owner is not used (a path
+    recorded in a user-writable index must not lead another user's process
+    elsewhere): its messages fail with EIO and the log says why."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    data, old = fill(m.mnt / "cur", 6)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    os.chown(alt, 65534, 65534)
+    m.mount()
+    n = sorted(old)[0]
+    with pytest.raises(OSError) as e:
+        (m.mnt / "cur" / n).read_bytes()
+    assert e.value.errno == errno.EIO
+    assert "belongs to uid 65534" in m.log_text()
+    m.unmount()
+    r = adm("altmove", store, "--older-than", "0", check_rc=2)
+    assert b"alternate storage" in r.stderr
+    r = adm("check", store, check_rc=1)
+    assert b"refused" in r.stdout + r.stderr
+    r = adm("rebuild", store, check_rc=2)
+    assert b"refused" in r.stderr
+    assert (store / "index.sqlite").exists()
+
+
+def test_dovecot_resync_over_primary_and_alt(dovecot_tmp, make_mount):
+    """storage/ and ALT/storage/ copied to a Dovecot mdbox root with ALT=:
+    force-resync finds every message, byte-equal."""
+    store, alt = dovecot_tmp / "store", dovecot_tmp / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=dovecot_tmp / "mnt",
+                   options=["-o", ROTATE + f",alt={alt}"])
+    data, old = fill(m.mnt / "cur", 40)
+    lists, _ = fill(m.maildir(".Lists") / "cur", 10, prefix="l")
+    adm("altmove", store, "--older-than", "30", check_rc=0)
+    m.unmount()
+    assert list((alt / "storage").glob("m.*")) and list((store / "storage").glob("m.*"))
+
+    live = dict(index_rows(store, "SELECT m.guid, e.name FROM message m"
+                                  " JOIN entry e ON e.ino = m.ino"))
+    root, altroot = dovecot_tmp / "mdbox", dovecot_tmp / "mdbox-alt"
+    for src, dst in ((store, root), (alt, altroot)):
+        (dst / "storage").mkdir(parents=True)
+        for p in (src / "storage").glob("m.*"):
+            shutil.copy(p, dst / "storage" / p.name)
+    dv = Mdbox(root, dovecot_tmp / "dovecot", location=f"mdbox:{root}:ALT={altroot}")
+    for d in (altroot,):
+        for dp, dirs, files in os.walk(d):
+            for n in [dp, *(os.path.join(dp, f) for f in files)]:
+                os.lchown(n, dv.uid, dv.gid)
+    dv.doveadm("mailbox", "create", "INBOX", check=False)
+    dv.doveadm("force-resync", "*")
+    found = dv.messages()
+    assert sorted(t["guid"] for t in found) == sorted(live)
+    for t in found:
+        name = live[t["guid"]].decode()
+        want = data.get(name) if t["mailbox"] == "INBOX" else lists.get(name)
+        assert want is not None, (t, name)
+        assert dv.text(t["mailbox"], t["uid"]) == want
+
+
+def test_rebuild_export_stats_know_alt(tmp_path, make_mount):
+    """rebuild scans ALT/storage/ too (ALT taken from the old index, or
+    --alt when the index is gone), export reads messages wherever they
+    are, and the mount reads them all after a rebuild."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    cur = m.mnt / "cur"
+    data, old = fill(cur, 30)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+
+    st = json.loads(adm("stats", store, "--json", check_rc=0).stdout)
+    alt_bytes = sum(p.stat().st_size for p in (alt / "storage").glob("m.*"))
+    all_bytes = alt_bytes + sum(p.stat().st_size for p in (store / "storage").glob("m.*"))
+    assert (st["alt_mfiles"], st["alt_mfile_bytes"]) == (1, alt_bytes)
+    assert st["mfile_bytes"] == all_bytes
+    assert st["messages"] == len(data)
+    # The moved records are dead in the primary files until a purge.
+    adm("purge", store, check_rc=0)
+    st = json.loads(adm("stats", store, "--json", check_rc=0).stdout)
+    assert st["dead_bytes"] == 0
+    assert sum(a for _, a in where(store).values()) == len(old)
+
+    out = tmp_path / "export"
+    adm("export", store, out, check_rc=0)
+    assert {p.name: p.read_bytes() for p in (out / "cur").iterdir()} == data
+
+    adm("rebuild", store, check_rc=0)
+    assert sum(a for _, a in where(store).values()) == len(old)
+    adm("check", store, check_rc=0)
+    # Without an index to say where ALT is: --alt.
+    for p in store.glob("index.sqlite*"):
+        p.unlink()
+    adm("rebuild", store, check_rc=0)
+    assert sum(a for _, a in where(store).values()) == 0   # ALT not known
+    for p in store.glob("index.sqlite*"):
+        p.unlink()
+    adm("rebuild", store, f"--alt={alt}", check_rc=0)
+    assert sum(a for _, a in where(store).values()) == len(old)
+    m.mount()   # names are new (no old index): compare the bytes
+    assert sorted(p.read_bytes() for p in cur.iterdir()) == sorted(data.values())
+    m.unmount()
+    adm("check", store, check_rc=0)
+
+
+def test_import_dovecot_with_alt(dovecot_tmp, make_mount):
+    """A Dovecot mdbox that moved mail to ALT= with `doveadm altmove` is
+    adopted: its ALT m.N are hard-linked into the store's alternate
+    storage, and the mount shows every message Dovecot lists, byte-equal."""
+    from test_import_dovecot import check_adopted
+    mails = corpus(12)
+    root, altroot, store = dovecot_tmp / "mdbox", dovecot_tmp / "mdbox-alt", dovecot_tmp / "store"
+    salt = dovecot_tmp / "store-alt"
+    altroot.mkdir()
+    salt.mkdir()
+    dv = Mdbox(root, dovecot_tmp / "dovecot", location=f"mdbox:{root}:ALT={altroot}")
+    os.chown(altroot, dv.uid, dv.gid)
+    dv.doveadm("mailbox", "create", "Archive")
+    for i, body in enumerate(mails):
+        dv.save("INBOX" if i < 8 else "Archive", body)
+    dv.doveadm("copy", "Archive", "mailbox", "INBOX", "uid", "2")
+    dv.doveadm("altmove", "mailbox", "INBOX", "uid", "1:5")
+    dv.doveadm("altmove", "mailbox", "Archive", "all")
+    assert list((altroot / "storage").glob("m.*"))
+    truth = dv.messages()
+    texts = {(t["mailbox"], t["uid"]): dv.text(t["mailbox"], t["uid"]) for t in truth}
+
+    # Without --dovecot-alt the ALT messages are not found.
+    r = adm("import-dovecot", dovecot_tmp / "nostore", root, check_rc=1)
+    assert b"alternate storage" in r.stderr
+    adm("import-dovecot", store, root, f"--dovecot-alt={altroot}", f"--alt={salt}",
+        check_rc=0)
+    ours = list((salt / "storage").glob("m.*"))
+    assert ours
+    # Hard links: no byte copied.
+    assert all(p.stat().st_nlink == 2 for p in ours)
+    alt_files = [f for f, a in index_rows(store, "SELECT file_id, alt FROM mfile") if a]
+    assert sorted(f"m.{f}" for f in alt_files) == sorted(p.name for p in ours)
+    adm("check", store, check_rc=0)
+    m = make_mount(store=store, mnt=dovecot_tmp / "mnt")
+    check_adopted(m.mnt, truth, lambda t: texts[(t["mailbox"], t["uid"])])
+
+
+def test_alt_recorded_by_a_user_leads_root_nowhere(tmp_path):
+    """The ALT path is recorded in an index its user may write.  Pointed at
+    a directory of root's, neither root's dboxadm altmove (it drops to the
+    store's owner) nor root's mount of the store (ALT must belong to the
+    store's owner) creates or changes anything there."""
+    from sysenv import (as_user, need_root, sample_maildir, unprivileged_user,
+                        user_scratch)
+    from conftest import Mount, unmount
+    import sqlite3
+    need_root()
+    name, uid, gid = unprivileged_user()
+    scratch = user_scratch(name, "dboxfs-alt-")
+    try:
+        store = scratch / "store"
+        src = sample_maildir(scratch / "Maildir", owner=name, messages=3)
+        r = as_user(name, [DBOXADM, "import", store, src])
+        assert r.returncode == 0, r.stderr
+        m = Mount(store, scratch / "mnt").mount()   # root's mount, user's store
+        try:
+            body = b"Subject: x\n\nx\n"
+            (m.mnt / "cur" / "1.x:2,S").write_bytes(body)
+            os.utime(m.mnt / "cur" / "1.x:2,S", ns=(OLD_NS, OLD_NS))
+        finally:
+            m.unmount()
+        for victim_mode in (0o700, 0o755, 0o777):
+            victim = tmp_path / f"root-{victim_mode:o}"
+            victim.mkdir()
+            victim.chmod(victim_mode)
+            db = sqlite3.connect(store / "index.sqlite")
+            with db:
+                db.execute("INSERT OR REPLACE INTO setting VALUES ('alt_path', ?)",
+                           (str(victim).encode(),))
+            db.close()
+            for p in [store, *store.rglob("*")]:
+                os.chown(p, uid, gid, follow_symlinks=False)
+            r = adm("altmove", store, "--older-than", "1")
+            assert r.returncode == 2, (r.stdout, r.stderr)
+            m = Mount(store, scratch / "mnt").mount()
+            try:
+                assert (m.mnt / "cur" / "1.x:2,S").read_bytes() == body
+            finally:
+                m.unmount()
+            assert list(victim.iterdir()) == [], victim_mode
+            assert all(not a for _, a in where(store).values())
+    finally:
+        unmount(scratch / "mnt")
+        shutil.rmtree(scratch, ignore_errors=True)

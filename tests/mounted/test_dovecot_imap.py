@@ -1,0 +1,230 @@
+"""Dovecot imap (dovecot-imapd) serving `maildir:` on the mount to several
+IMAP sessions at once on one mailbox, with Dovecot's default settings
+(mmap_disable = no: every imap process mmap()s dovecot.index.log and
+dovecot.index, fcntl-locks them and appends to the log), and the same load
+on a native maildir in the same test as the reference (issue 11).
+
+Each session is a real imap process (`doveadm exec imap`, preauthenticated,
+IMAP on its stdin/stdout, as imap-login hands a client over), driven by
+Python's imaplib.  Sessions APPEND, STORE flags, EXPUNGE, FETCH (bodies
+byte-exact), LIST, STATUS and reSELECT in a seeded random order; a session
+stores and expunges only messages it appended itself, so the final
+mailbox is known in advance: every appended, non-expunged message with
+the flags its session left on it.
+
+The mount runs with its default options and with -o writeback_cache
+(which dboxfs.1 advises for Dovecot: its index readers take no lock).
+
+Right outcome, as on ext4: no Error/Fatal/Panic line in Dovecot's log (no
+"Corrupted transaction log file", no index rebuilt), no imap process
+killed (SIGBUS from a mapping cut short), every FETCH of a live message
+byte-exact, and the final mailbox exactly as expected - on both.
+"""
+import imaplib
+import os
+import random
+import re
+import subprocess
+import threading
+
+import pytest
+
+import test_dovecot_maildir as dovecot_maildir
+from maildir_tools import need
+
+# The fixtures that start Dovecot over a mount and a native maildir
+# (users "mount" and "native") come from test_dovecot_maildir.
+dovecot_base = dovecot_maildir.dovecot_base
+dovecot = dovecot_maildir.dovecot
+
+IMAP = "/usr/lib/dovecot/imap"
+SESSIONS = 10
+OPS = 150
+LOG_PROBLEM = re.compile(r": (Error|Fatal|Panic|Warning): |Corrupted|rebuil",
+                         re.IGNORECASE)
+
+
+class Session(imaplib.IMAP4_stream):
+    """One preauthenticated imap process; its stderr goes to errfile."""
+
+    def __init__(self, command, errfile):
+        self.errfile = errfile
+        super().__init__(command)
+
+    def open(self, host=None, port=None, timeout=None):
+        self.host = self.port = self.sock = self.file = None
+        self.process = subprocess.Popen(
+            self.command, bufsize=imaplib.DEFAULT_BUFFER_SIZE, shell=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errfile,
+            close_fds=True)
+        self.writefile = self.process.stdin
+        self.readfile = self.process.stdout
+
+
+def flags_of(header):
+    m = re.search(rb"FLAGS \(([^)]*)\)", header)
+    return frozenset(f for f in m.group(1).decode().split() if f != "\\Recent")
+
+
+def fetch_bodies(s, uids):
+    """{uid: (body, flags)} of UID FETCH uids (FLAGS BODY.PEEK[])."""
+    typ, data = s.uid("FETCH", uids, "(FLAGS BODY.PEEK[])")
+    assert typ == "OK", data
+    got = {}
+    for item in data:
+        if isinstance(item, tuple) and b"BODY[]" in item[0]:
+            uid = int(re.search(rb"UID (\d+)", item[0]).group(1))
+            got[uid] = (item[1], flags_of(item[0]))
+    return got
+
+
+def client(dv, user, k, errfile, problems):
+    """Session k: OPS operations; returns {message-id: (body, flags)} of
+    the messages it appended and did not expunge."""
+    rnd = random.Random(k)
+    s = Session(f"doveadm -c {dv.conf} exec imap -u {user}", errfile)
+    live = {}  # uid -> [message-id, body, flags]
+    try:
+        typ, data = s.select("INBOX")
+        assert typ == "OK", data
+        for n in range(OPS):
+            op = rnd.choice(["append"] * 4 + ["store"] * 3 + ["expunge"] * 2 +
+                            ["fetch"] * 3 + ["fetchall", "list", "status",
+                                             "reselect", "noop"])
+            if op in ("store", "expunge", "fetch") and not live:
+                op = "append"
+            if op == "append":
+                mid = f"<{k}.{n}@dboxfs.test>"
+                text = "".join(f"line {i} of message {k}.{n} {'x' * rnd.randint(0, 70)}\r\n"
+                               for i in range(rnd.randint(1, 120)))
+                body = (f"From: s{k}@example.org\r\nTo: team@example.org\r\n"
+                        f"Message-ID: {mid}\r\nSubject: session {k} message {n}\r\n"
+                        f"\r\n{text}").encode()
+                typ, data = s.append("INBOX", None, None, body)
+                assert typ == "OK", data
+                uid = int(re.search(rb"APPENDUID \d+ (\d+)", data[0]).group(1))
+                live[uid] = [mid, body, frozenset()]
+            elif op == "store":
+                uid = rnd.choice(sorted(live))
+                flag = rnd.choice(["\\Seen", "\\Flagged", "\\Answered", "$Work"])
+                add = rnd.random() < 0.6
+                typ, data = s.uid("STORE", str(uid), "+FLAGS" if add else "-FLAGS",
+                                  f"({flag})")
+                assert typ == "OK", data
+                flags = live[uid][2]
+                live[uid][2] = flags | {flag} if add else flags - {flag}
+            elif op == "expunge":
+                uid = rnd.choice(sorted(live))
+                del live[uid]
+                typ, data = s.uid("STORE", str(uid), "+FLAGS.SILENT", "(\\Deleted)")
+                assert typ == "OK", data
+                typ, data = s.uid("EXPUNGE", str(uid))
+                assert typ == "OK", data
+            elif op == "fetch":
+                uid = rnd.choice(sorted(live))
+                got = fetch_bodies(s, str(uid))
+                assert got == {uid: (live[uid][1], live[uid][2])}, (k, n, uid)
+            elif op == "fetchall":
+                typ, data = s.uid("FETCH", "1:*", "(FLAGS RFC822.SIZE INTERNALDATE)")
+                assert typ == "OK", data
+            elif op == "list":
+                typ, data = s.list()
+                assert typ == "OK", data
+            elif op == "status":
+                typ, data = s.status("INBOX", "(MESSAGES UIDNEXT UNSEEN)")
+                assert typ == "OK", data
+            elif op == "reselect":
+                assert s.unselect()[0] == "OK"
+                assert s.select("INBOX")[0] == "OK"
+            else:
+                assert s.noop()[0] == "OK"
+        s.logout()
+    except Exception as e:  # reported with the session and step
+        problems.append((user, k, repr(e)[:500]))
+        s.shutdown()  # EOF on its stdin: the imap process ends
+    finally:
+        rc = s.process.wait(timeout=60)
+        if rc != 0:
+            problems.append((user, k, f"imap process exited with {rc}"))
+    return {mid: (body, flags) for mid, body, flags in live.values()}
+
+
+def run_load(dv, user, tmp_path):
+    """SESSIONS sessions at once; returns (expected, problems)."""
+    problems, results = [], [None] * SESSIONS
+    errfile = open(tmp_path / f"imap-{user}.stderr", "wb")
+
+    def one(k):
+        results[k] = client(dv, user, k, errfile, problems)
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(SESSIONS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    errfile.close()
+    expected = {}
+    for r in results:
+        expected.update(r or {})
+    return expected, problems
+
+
+def final_mailbox(dv, user, tmp_path):
+    """{message-id: (body, flags)} of every message in INBOX, fetched by a
+    new session."""
+    with open(tmp_path / f"imap-{user}-final.stderr", "wb") as errfile:
+        s = Session(f"doveadm -c {dv.conf} exec imap -u {user}", errfile)
+        assert s.select("INBOX")[0] == "OK"
+        got = fetch_bodies(s, "1:*")
+        s.logout()
+        s.process.wait(timeout=60)
+    return {re.search(rb"Message-ID: (<[^>]+>)", body).group(1).decode(): (body, flags)
+            for body, flags in got.values()}
+
+
+def log_problems(dv):
+    path = dv.base / "dovecot.log"
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return [line for line in text.splitlines() if LOG_PROBLEM.search(line)]
+
+
+@pytest.mark.parametrize("options", [[], ["-o", "writeback_cache"]],
+                         ids=["default", "writeback"])
+def test_imap_sessions_share_one_mailbox(dovecot, tmp_path, options):
+    need(IMAP)
+    dv = dovecot
+    if options:
+        dv.mount.options += options
+        dv.mount.remount()
+        os.chmod(dv.mount.mnt, 0o755)
+    outcome = {}
+    for user in ("mount", "native"):
+        expected, problems = run_load(dv, user, tmp_path)
+        final = final_mailbox(dv, user, tmp_path)
+        outcome[user] = {
+            "problems": problems,
+            # The imap processes log to their stderr: Info lines only.
+            "stderr": [line for line in (tmp_path / f"imap-{user}.stderr")
+                       .read_text(errors="replace").splitlines()
+                       if line and (": Info: " not in line or
+                                    LOG_PROBLEM.search(line))],
+            "missing or different": sorted(m for m in expected
+                                           if final.get(m) != expected[m]),
+            "unexpected": sorted(set(final) - set(expected)),
+            "count": len(final),
+        }
+    outcome["log"] = log_problems(dv)
+    assert outcome["native"]["count"] > SESSIONS  # the load did something
+    assert outcome["log"] == [], outcome["log"][:20]
+    for user in ("native", "mount"):
+        assert outcome[user]["problems"] == [], (user, outcome[user]["problems"])
+        assert outcome[user]["stderr"] == [], (user, outcome[user]["stderr"][:20])
+        assert outcome[user]["missing or different"] == [], user
+        assert outcome[user]["unexpected"] == [], user
+    assert outcome["mount"]["count"] == outcome["native"]["count"]
+    # The mailbox on the mount is what Dovecot wrote, also after a remount.
+    before = final_mailbox(dv, "mount", tmp_path)
+    dv.mount.remount()
+    os.chmod(dv.mount.mnt, 0o755)
+    assert final_mailbox(dv, "mount", tmp_path) == before
+    assert log_problems(dv) == []
