@@ -136,13 +136,27 @@ BENCH_DEBS := python3 gnuplot-nox dovecot-imapd neomutt bsdutils procps findutil
 bench-deps:
 	@tools/install-deps $(TEST_DEBS) $(BENCH_DEBS)
 
+# The FUSE floor the write rows are measured against: libfuse's own
+# passthrough_ll, built from the source libfuse3-dev ships (not kept here).
+FUSE_EXAMPLES := /usr/share/doc/libfuse3-dev/examples
+$(BUILD)/passthrough_ll: $(FUSE_EXAMPLES)/passthrough_ll.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -Wall $(shell pkg-config --cflags fuse3) -I$(FUSE_EXAMPLES) \
+		-o $@ $< $(shell pkg-config --libs fuse3)
+
 # Full run (about 25 minutes here) and a quick one (under 5): both write
 # bench/results.md, bench/results.png and bench/results.json.
-bench: bench-deps all
+bench: bench-deps all $(BUILD)/passthrough_ll
 	/usr/bin/python3 tools/bench/bench.py $(BENCH_ARGS)
 
-bench-quick: bench-deps all
+bench-quick: bench-deps all $(BUILD)/passthrough_ll
 	/usr/bin/python3 tools/bench/bench.py --quick $(BENCH_ARGS)
+
+# Only the write rows with the floor, and the request and syscall counts:
+# small sizes, 5 repeats (a few minutes); bench/tmp/results-only.md.
+bench-writes: bench-deps all $(BUILD)/passthrough_ll
+	/usr/bin/python3 tools/bench/bench.py --quick --repeats 5 \
+		--only counts,delivery,renames,imap,hcache $(BENCH_ARGS)
 
 # --- demo --------------------------------------------------------------------
 
@@ -188,4 +202,4 @@ clean:
 	rm -rf build build-asan build-tsan build-fuzz
 
 .PHONY: all deps unit mounted check check-asan check-tsan fuzz demo clean \
-        bench bench-deps bench-quick
+        bench bench-deps bench-quick bench-writes
