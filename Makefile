@@ -13,8 +13,8 @@
 
 CC      ?= cc
 BUILD   ?= build
-# storage/ needs the codecs and libuuid; index/ SQLite; fs/ libfuse3.
-STORAGE_PKGS := zlib uuid liblzma libzstd liblz4
+# storage/ needs the codecs; index/ SQLite; fs/ libfuse3.
+STORAGE_PKGS := zlib liblzma libzstd liblz4
 PKGS    := fuse3 sqlite3 $(STORAGE_PKGS)
 CFLAGS  ?= -O2 -g
 override CFLAGS += -std=gnu11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
