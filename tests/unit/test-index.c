@@ -1988,6 +1988,54 @@ static void test_commit_sync(void **state)
 	assert_true(ino_at(f, DBOX_ROOT_INO, "b") != 0);
 }
 
+/* The index connection gathers a commit's WAL frames into one write
+   (index/wal-write.c).  A reader with its own connection and SQLite's
+   plain VFS, as dboxadm in another process, must see every commit whole
+   as soon as it returned, with commits small, and large enough to need
+   several writes (more than 120 KiB of frames). */
+static void test_commit_visible_to_other_connection(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_attr attr;
+	sqlite3 *raw;
+	sqlite3_stmt *count;
+	char name[64];
+	int64_t want = 0;
+
+	assert_int_equal(sqlite3_open_v2(f->path, &raw, SQLITE_OPEN_READONLY,
+					 NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(raw, "SELECT count(*) FROM entry",
+					    -1, &count, NULL), SQLITE_OK);
+	for (int i = 0; i < 200; i++) {
+		/* Every 20th transaction carries 500 names (about 60 pages). */
+		int n = i % 20 == 19 ? 500 : 1;
+
+		assert_int_equal(dbox_index_begin(f->index), 0);
+		for (int k = 0; k < n; k++) {
+			snprintf(name, sizeof(name), "m%d.%d.example.org:2,S", i, k);
+			assert_int_equal(dbox_index_create(f->index, DBOX_ROOT_INO,
+							   name, strlen(name),
+							   DBOX_KIND_MESSAGE,
+							   S_IFREG | 0600, 0, 0,
+							   dbox_now_ns(), &attr), 0);
+		}
+		assert_int_equal(dbox_index_commit(f->index, i % 7 == 0), 0);
+		want += n;
+		assert_int_equal(sqlite3_step(count), SQLITE_ROW);
+		assert_int_equal(sqlite3_column_int64(count, 0), want);
+		sqlite3_reset(count);
+	}
+	sqlite3_finalize(count);
+	assert_int_equal(sqlite3_prepare_v2(raw, "PRAGMA quick_check", -1,
+					    &count, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(count), SQLITE_ROW);
+	assert_string_equal((const char *)sqlite3_column_text(count, 0), "ok");
+	sqlite3_finalize(count);
+	sqlite3_close(raw);
+	reopen(f);
+	assert_true(ino_at(f, DBOX_ROOT_INO, "m199.499.example.org:2,S") != 0);
+}
+
 static void test_rollback(void **state)
 {
 	struct fix *f = *state;
@@ -2224,6 +2272,7 @@ int main(void)
 		T(test_mfile),
 		T(test_recover),
 		T(test_commit_sync),
+		T(test_commit_visible_to_other_connection),
 		T(test_rollback),
 		T(test_setattr),
 		T(test_symlink),
