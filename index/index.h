@@ -134,6 +134,13 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r);
    a warning).  Returns as dbox_index_open. */
 int dbox_index_open_readonly(const char *path, struct dbox_index **index_r);
 
+/* Keep the attributes of recently read inodes in memory, so that
+   dbox_index_getattr() answers them without a read transaction.  Only for
+   the connection of the store's one writer (the store lock held): the
+   cache follows every change this connection makes (and drops all at a
+   rollback) but not commits of other connections. */
+void dbox_index_cache_attrs(struct dbox_index *index);
+
 /* Close the index and set *index to NULL.  Safe on NULL. */
 void dbox_index_close(struct dbox_index **index);
 

@@ -589,6 +589,8 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	}
 	ret = st->readonly ? dbox_index_open_readonly(index_path, &st->index) :
 		dbox_index_open(index_path, true, &st->index);
+	if (ret == 0 && !st->readonly)
+		dbox_index_cache_attrs(st->index); /* we hold the store lock */
 	if (ret < 0) {
 		if (ret == -EIO)
 			dbox_error("%s: the index is unreadable; "
@@ -658,9 +660,13 @@ void dbox_store_index_suspend(struct dbox_store *st)
 
 int dbox_store_index_resume(struct dbox_store *st)
 {
-	return st->readonly ?
+	int ret = st->readonly ?
 		dbox_index_open_readonly(st->index_path, &st->index) :
 		dbox_index_open(st->index_path, false, &st->index);
+
+	if (ret == 0 && !st->readonly)
+		dbox_index_cache_attrs(st->index); /* the store lock is ours */
+	return ret;
 }
 
 int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)

@@ -159,7 +159,7 @@ def count_syscalls(make_mount, msgs, tmp):
     return out
 
 
-def measure(tmp, msgs, side):
+def measure(tmp, msgs, side, args=()):
     """(requests, syscalls) of side "dboxfs" or "floor" (count_requests,
     count_syscalls) in scratch directory tmp."""
     tmp = Path(tmp)
@@ -168,7 +168,7 @@ def measure(tmp, msgs, side):
         if side == "dboxfs":
             store = tmp / "counts-store"
             fresh_dir(store).rmdir()
-            return Mount(store, tmp / "counts-mnt", debug_log=debug_log)
+            return Mount(store, tmp / "counts-mnt", debug_log=debug_log, args=args)
         src = fresh_dir(tmp / "counts-floor-src")
         return Floor(src, tmp / "counts-mnt", debug_log=debug_log)
     req = count_requests(make, msgs, tmp / f"counts-{side}.log")
@@ -224,6 +224,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", type=int, default=300)
     ap.add_argument("--side", choices=("dboxfs", "floor", "both"), default="both")
+    ap.add_argument("--arg", action="append", default=[],
+                    help="a dboxfs argument (-s, -o max_idle_threads=1); repeatable")
     ap.add_argument("--tmp", default=str(Path(__file__).resolve().parents[2] / "bench" / "tmp"))
     args = ap.parse_args()
     tmp = Path(args.tmp)
@@ -231,7 +233,7 @@ def main():
     msgs = [(b"From: a@example.org\nTo: b@example.org\nSubject: counts %d\n\n" % i) +
             b"x" * (3000 + i % 4000) + b"\n" for i in range(args.ops)]
     for side in (("dboxfs", "floor") if args.side == "both" else (args.side,)):
-        req, sysc = measure(tmp, msgs, side)
+        req, sysc = measure(tmp, msgs, side, args.arg if side == "dboxfs" else ())
         for phase in PHASES:
             n = sum(req[phase].values())
             print(f"{side}: requests per {phase}: {n / args.ops:.2f} "

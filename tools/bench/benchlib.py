@@ -180,16 +180,17 @@ _mounts = []
 class Mount:
     """dboxfs STORE MNT [-o options]: mounted on enter, unmounted on exit."""
 
-    def __init__(self, store, mnt, options=("allow_other",), debug_log=None):
+    def __init__(self, store, mnt, options=("allow_other",), debug_log=None, args=()):
         self.store, self.mnt = Path(store), Path(mnt)
         self.options = list(options)
+        self.args = list(args)  # more command line arguments (-s)
         self.mount_seconds = None
         self.debug_log = debug_log
         self.proc = None
 
     def mount(self):
         self.mnt.mkdir(parents=True, exist_ok=True)
-        args = [DBOXFS, self.store, self.mnt]
+        args = [DBOXFS, self.store, self.mnt, *self.args]
         if self.options:
             args += ["-o", ",".join(self.options)]
         _mounts.append(self)
