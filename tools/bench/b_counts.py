@@ -10,6 +10,9 @@ figures on every run.
 - syscalls: `strace -c -f` attached to the daemon (every thread) of a
   normal mount during the same phases; syscalls per operation, with the
   biggest ones named in the note.
+- SQL statements (dboxfs): the same mount runs with build/sqlcount.so
+  preloaded, which counts the statements the daemon starts and the
+  COMMITs among them.
 
 Run alone for a quick look (a few seconds, no other benchmark):
     tools/bench/b_counts.py [--ops K] [--side dboxfs|floor]
@@ -26,7 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import Floor, Mount, Row, fresh_dir, log  # noqa: E402
+from benchlib import BUILD, Floor, Mount, Row, fresh_dir, log  # noqa: E402
+
+SQLCOUNT = BUILD / "sqlcount.so"
 
 _host = socket.gethostname()
 OPS = {"full": 1000, "quick": 300}
@@ -129,12 +134,31 @@ def _strace_summary(path):
     return calls, total
 
 
-def count_syscalls(make_mount, msgs, tmp):
-    """{phase: (total, {syscall: calls})} with strace -c -f attached to
-    the daemon of a mount made by make_mount(None)."""
+def _sql_counters(path):
+    data = Path(path).read_bytes() if path is not None else b""
+    if len(data) < 16:
+        return None
+    return int.from_bytes(data[:8], sys.byteorder), int.from_bytes(data[8:16], sys.byteorder)
+
+
+def count_syscalls(make_mount, msgs, tmp, sql=False):
+    """{phase: (total, {syscall: calls}, (statements, commits) or None)}
+    with strace -c -f attached to the daemon of a mount made by
+    make_mount(None); sql: with sqlcount.so preloaded into the daemon."""
     out = {}
     m = make_mount(None)
-    m.mount()
+    sqlfile = None
+    if sql and SQLCOUNT.exists():
+        sqlfile = Path(tmp) / "sqlcount.bin"
+        if sqlfile.exists():
+            sqlfile.unlink()
+        os.environ["LD_PRELOAD"] = str(SQLCOUNT)
+        os.environ["SQLCOUNT_FILE"] = str(sqlfile)
+    try:
+        m.mount()
+    finally:
+        os.environ.pop("LD_PRELOAD", None)
+        os.environ.pop("SQLCOUNT_FILE", None)
     try:
         pid = m.pid()
         prepare, work = _phases(m.mnt, msgs)
@@ -148,12 +172,15 @@ def count_syscalls(make_mount, msgs, tmp):
                 if _all_traced(pid):
                     break
                 time.sleep(0.01)
+            sql0 = _sql_counters(sqlfile)
             fn()
             time.sleep(0.3)
             st.send_signal(signal.SIGINT)
             st.wait(60)
+            sql1 = _sql_counters(sqlfile)
             calls, total = _strace_summary(path)
-            out[phase] = (total, calls)
+            out[phase] = (total, calls, None if sql0 is None or sql1 is None
+                          else (sql1[0] - sql0[0], sql1[1] - sql0[1]))
     finally:
         m.unmount()
     return out
@@ -172,7 +199,7 @@ def measure(tmp, msgs, side, args=()):
         src = fresh_dir(tmp / "counts-floor-src")
         return Floor(src, tmp / "counts-mnt", debug_log=debug_log)
     req = count_requests(make, msgs, tmp / f"counts-{side}.log")
-    sysc = count_syscalls(make, msgs, tmp)
+    sysc = count_syscalls(make, msgs, tmp, sql=side == "dboxfs")
     return req, sysc
 
 
@@ -197,13 +224,21 @@ def rows_from(k, dbx, flo):
         row.add(dn / k, None, fn / k)
         rows.append(row)
     for phase in PHASES:
-        (dt, dc), (ft, fc) = dsys[phase], fsys[phase]
+        (dt, dc, _), (ft, fc, _) = dsys[phase], fsys[phase]
         t = SYS_TARGET.get(phase)
         row = Row(f"daemon syscalls per {phase}", "count", "",
                   ("<=", t, True) if t else None,
                   f"dboxfs: {_top(collections.Counter(dc), 10, k)}; "
                   f"floor: {_top(collections.Counter(fc), 6, k)}")
         row.add(dt / k, None, ft / k)
+        rows.append(row)
+    for phase in PHASES:
+        sql = dsys[phase][2]
+        if sql is None:
+            continue
+        row = Row(f"SQL statements per {phase}", "count", "", None,
+                  f"dboxfs; of them COMMITs: {sql[1] / k:.2f}")
+        row.add(sql[0] / k)
         rows.append(row)
     return rows
 
@@ -239,9 +274,12 @@ def main():
             print(f"{side}: requests per {phase}: {n / args.ops:.2f} "
                   f"({_top(req[phase], 12, args.ops)})")
         for phase in PHASES:
-            total, calls = sysc[phase]
+            total, calls, sql = sysc[phase]
             print(f"{side}: syscalls per {phase}: {total / args.ops:.1f} "
                   f"({_top(collections.Counter(calls), 14, args.ops)})")
+            if sql is not None:
+                print(f"{side}: SQL statements per {phase}: {sql[0] / args.ops:.2f} "
+                      f"(COMMITs {sql[1] / args.ops:.2f})")
     return 0
 
 
