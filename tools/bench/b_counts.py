@@ -250,7 +250,8 @@ def run(ctx):
     flo = measure(ctx.tmp, msgs, "floor")
     rows = rows_from(k, dbx, flo)
     for row in rows:
-        log(f"{row.name}: dboxfs {row.dbox[0]:.1f} floor {row.floor[0]:.1f}")
+        log(f"{row.name}: dboxfs {row.dbox[0]:.1f}" +
+            (f" floor {row.floor[0]:.1f}" if row.floor else ""))
     return rows
 
 
