@@ -13,6 +13,9 @@ figures on every run.
 - SQL statements (dboxfs): the same mount runs with build/sqlcount.so
   preloaded, which counts the statements the daemon starts and the
   COMMITs among them.
+- Dovecot APPEND (when Dovecot is installed): a private Dovecot serving a
+  maildir on the mount (b_imap.py), one connection APPENDing K messages;
+  its start and first APPEND are not counted.
 
 Run alone for a quick look (a few seconds, no other benchmark):
     tools/bench/b_counts.py [--ops K] [--side dboxfs|floor]
@@ -20,6 +23,7 @@ Run alone for a quick look (a few seconds, no other benchmark):
 import collections
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,8 +38,10 @@ from benchlib import BUILD, Floor, Mount, Row, fresh_dir, log  # noqa: E402
 SQLCOUNT = BUILD / "sqlcount.so"
 
 _host = socket.gethostname()
-OPS = {"full": 1000, "quick": 300}
+OPS = {"full": 1000, "quick": 200}
 PHASES = ("delivery, fsync off", "delivery, fsync on", "flag rename")
+if shutil.which("dovecot"):
+    PHASES += ("Dovecot APPEND",)
 
 
 def _deliver(folder, msgs, fsync, into="new", tag="c"):
@@ -60,10 +66,40 @@ def _rename_all(cur):
                   os.path.join(cur, f"{base}:2,{''.join(sorted(flags + 'T'))}"))
 
 
-def _phases(root, msgs):
-    """The three workloads on a mount root: callables in PHASES order,
-    each doing len(msgs) operations.  Folders are made (untimed, not
-    counted) by prepare()."""
+def _simple(fn):
+    """A phase that is measured whole."""
+    def phase(start, stop):
+        start()
+        fn()
+        stop()
+    return phase
+
+
+def _appends(root, msgs, tmp):
+    """A phase of Dovecot APPENDs to a maildir on root (b_imap.Dovecot):
+    Dovecot's start, login and first APPEND are not measured."""
+    def phase(start, stop):
+        import imaplib
+        from b_imap import Dovecot
+        os.chmod(root, 0o755)
+        with Dovecot(Path(tmp) / "counts-dovecot", Path(root) / ".imap") as dc:
+            imap = imaplib.IMAP4("127.0.0.1", dc.port)
+            imap.login("bench", "x")
+            imap.append("INBOX", None, None, msgs[0])
+            start()
+            for data in msgs:
+                typ, _ = imap.append("INBOX", None, None, data)
+                if typ != "OK":
+                    raise RuntimeError("APPEND failed")
+            stop()
+            imap.logout()
+    return phase
+
+
+def _phases(root, msgs, tmp):
+    """The workloads on a mount root: phase(start, stop) callables in
+    PHASES order, each doing len(msgs) operations between start() and
+    stop().  Folders are made (not counted) by prepare()."""
     def prepare():
         for f in ("off", "on", "ren"):
             for sub in ("cur", "new", "tmp"):
@@ -73,11 +109,14 @@ def _phases(root, msgs):
         _deliver(os.path.join(root, ".on"), msgs[:1], True, tag="w")
         _deliver(os.path.join(root, ".ren"), msgs, False, into="cur")
         os.listdir(os.path.join(root, ".ren", "cur"))
-    return prepare, [
-        lambda: _deliver(os.path.join(root, ".off"), msgs, False),
-        lambda: _deliver(os.path.join(root, ".on"), msgs, True),
-        lambda: _rename_all(os.path.join(root, ".ren", "cur")),
+    phases = [
+        _simple(lambda: _deliver(os.path.join(root, ".off"), msgs, False)),
+        _simple(lambda: _deliver(os.path.join(root, ".on"), msgs, True)),
+        _simple(lambda: _rename_all(os.path.join(root, ".ren", "cur"))),
     ]
+    if "Dovecot APPEND" in PHASES:
+        phases.append(_appends(root, msgs, tmp))
+    return prepare, phases
 
 
 _OPCODE = re.compile(r"opcode: (\w+)")
@@ -90,16 +129,21 @@ def count_requests(make_mount, msgs, log_path):
     m = make_mount(log_path)
     m.mount()
     try:
-        prepare, work = _phases(m.mnt, msgs)
+        prepare, work = _phases(m.mnt, msgs, Path(log_path).parent)
         prepare()
         for phase, fn in zip(PHASES, work):
-            time.sleep(0.3)  # asynchronous RELEASEs of the step before
-            start = os.path.getsize(log_path)
-            fn()
-            time.sleep(0.3)
-            with open(log_path, errors="replace") as f:
-                f.seek(start)
-                out[phase] = collections.Counter(_OPCODE.findall(f.read()))
+            pos = []
+
+            def start():
+                time.sleep(0.3)  # asynchronous RELEASEs of the step before
+                pos.append(os.path.getsize(log_path))
+
+            def stop():
+                time.sleep(0.3)
+                with open(log_path, errors="replace") as f:
+                    f.seek(pos[0])
+                    out[phase] = collections.Counter(_OPCODE.findall(f.read()))
+            fn(start, stop)
     finally:
         m.unmount()
     return out
@@ -161,26 +205,31 @@ def count_syscalls(make_mount, msgs, tmp, sql=False):
         os.environ.pop("SQLCOUNT_FILE", None)
     try:
         pid = m.pid()
-        prepare, work = _phases(m.mnt, msgs)
+        prepare, work = _phases(m.mnt, msgs, tmp)
         prepare()
         for k, (phase, fn) in enumerate(zip(PHASES, work)):
-            time.sleep(0.3)
             path = Path(tmp) / f"strace-{k}.txt"
-            st = subprocess.Popen(["strace", "-c", "-f", "-q", "-o", str(path),
-                                   "-p", str(pid)], stderr=subprocess.DEVNULL)
-            for _ in range(400):
-                if _all_traced(pid):
-                    break
-                time.sleep(0.01)
-            sql0 = _sql_counters(sqlfile)
-            fn()
-            time.sleep(0.3)
-            st.send_signal(signal.SIGINT)
-            st.wait(60)
-            sql1 = _sql_counters(sqlfile)
-            calls, total = _strace_summary(path)
-            out[phase] = (total, calls, None if sql0 is None or sql1 is None
-                          else (sql1[0] - sql0[0], sql1[1] - sql0[1]))
+            st, sql0 = [], []
+
+            def start():
+                time.sleep(0.3)
+                st.append(subprocess.Popen(["strace", "-c", "-f", "-q", "-o", str(path),
+                                            "-p", str(pid)], stderr=subprocess.DEVNULL))
+                for _ in range(400):
+                    if _all_traced(pid):
+                        break
+                    time.sleep(0.01)
+                sql0.append(_sql_counters(sqlfile))
+
+            def stop():
+                time.sleep(0.3)
+                st[0].send_signal(signal.SIGINT)
+                st[0].wait(60)
+                sql1 = _sql_counters(sqlfile)
+                calls, total = _strace_summary(path)
+                out[phase] = (total, calls, None if sql0[0] is None or sql1 is None
+                              else (sql1[0] - sql0[0][0], sql1[1] - sql0[0][1]))
+            fn(start, stop)
     finally:
         m.unmount()
     return out
