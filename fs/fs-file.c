@@ -628,8 +628,7 @@ static void file_closed(struct fs *fs, uint64_t ino)
 
 	if (dbox_index_getattr(index, ino, &attr) < 0 ||
 	    attr.kind != DBOX_KIND_FILE || attr.nlink != 1 ||
-	    dbox_index_parent(index, ino, &parent) < 0 ||
-	    dbox_index_name_of(index, ino, &name) < 0)
+	    dbox_index_entry_of(index, ino, &parent, &name) < 0)
 		return;
 	if (fs_is_message_name(fs, parent, name) &&
 	    dbox_index_begin(index) == 0) {

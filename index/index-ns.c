@@ -533,19 +533,27 @@ int dbox_index_readdir(struct dbox_index *index, uint64_t dir, uint64_t after,
 	return 0;
 }
 
-int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r)
+int dbox_index_entry_of(struct dbox_index *index, uint64_t ino,
+			uint64_t *parent_r, char **name_r)
 {
 	sqlite3_stmt *stmt = index_stmt(index, ST_NAME_OF);
 	int rc;
 
-	sqlite3_bind_int64(stmt, 1, dir);
+	sqlite3_bind_int64(stmt, 1, ino);
 	rc = sqlite3_step(stmt);
 	if (rc == SQLITE_ROW) {
 		*name_r = strndup(sqlite3_column_blob(stmt, 0),
 				  sqlite3_column_bytes(stmt, 0));
+		if (parent_r != NULL)
+			*parent_r = sqlite3_column_int64(stmt, 1);
 		return index_done(stmt, *name_r == NULL ? -ENOMEM : 0);
 	}
 	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "dir name");
+}
+
+int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r)
+{
+	return dbox_index_entry_of(index, dir, NULL, name_r);
 }
 
 int dbox_index_mailbox_name(struct dbox_index *index, uint64_t dir,
@@ -559,8 +567,8 @@ int dbox_index_mailbox_name(struct dbox_index *index, uint64_t dir,
 	if ((ret = dbox_index_parent(index, dir, &folder)) < 0)
 		return ret;
 	while (folder != DBOX_ROOT_INO) {
-		if ((ret = dbox_index_parent(index, folder, &parent)) < 0 ||
-		    (ret = dbox_index_name_of(index, folder, &comp)) < 0) {
+		if ((ret = dbox_index_entry_of(index, folder, &parent,
+					       &comp)) < 0) {
 			free(path);
 			return ret;
 		}

@@ -75,7 +75,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_ENTRY_MOVE] = "UPDATE entry SET parent = ?2, name = ?3 WHERE id = ?1",
 	[ST_ENTRY_SET_INO] = "UPDATE entry SET ino = ?2 WHERE id = ?1",
 	[ST_DIR_HAS_ENTRIES] = "SELECT 1 FROM entry WHERE parent = ?1 LIMIT 1",
-	[ST_NAME_OF] = "SELECT name FROM entry WHERE ino = ?1 LIMIT 1",
+	[ST_NAME_OF] = "SELECT name, parent FROM entry WHERE ino = ?1 LIMIT 1",
 	[ST_PARENT_OF] = "SELECT parent FROM entry WHERE ino = ?1 LIMIT 1",
 	/* RETURNING: the directory's new attributes for the attribute
 	   cache (the kernel asks for them right after the change); the

@@ -293,6 +293,13 @@ int dbox_index_parent(struct dbox_index *index, uint64_t dir,
    (caller frees); the root has no name (-ENOENT). */
 int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r);
 
+/* Name and parent of an entry of inode ino in one query (for an inode
+   with several names, one of them): the name malloc()ed into *name_r
+   (caller frees), the parent into *parent_r (NULL: not wanted).  Returns 0,
+   -ENOENT (no name: the root, or unlinked), -ENOMEM or -EIO. */
+int dbox_index_entry_of(struct dbox_index *index, uint64_t ino,
+			uint64_t *parent_r, char **name_r);
+
 /* The Dovecot mailbox name a message created in directory dir (a cur/,
    new/ or tmp/) belongs to, for B metadata: "INBOX" for the root maildir,
    "A/B" for the Maildir++ folder ".A.B", "x/y" for nested folders x/y.

@@ -56,6 +56,15 @@ def deliver(folder, msgs, writers, fsync):
     return len(msgs) / (max(e for _, e in spans) - min(s for s, _ in spans))
 
 
+def floor_deliver(ctx, tag, batch, writers, fsync):
+    """deliver() on the floor, mounted afresh first (not timed):
+    passthrough_ll holds a descriptor per inode it has seen, and the
+    messages of all repeats would pass the limit."""
+    ctx.work_floor.unmount()
+    ctx.work_floor.mount()
+    return deliver(os.path.join(ctx.floor_mnt, "." + tag), batch, writers, fsync)
+
+
 CASES = [  # (fsync, writers, target ratio of rates)
     (True, 1, 1.2),
     (True, 4, 1.5),
@@ -78,7 +87,7 @@ def run(ctx):
             dbx, nat, flo = sides(r, [
                 lambda: deliver(os.path.join(ctx.mnt, "." + tag), batch, writers, fsync),
                 lambda: deliver(os.path.join(ctx.native_root, "." + tag), batch, writers, fsync),
-                lambda: deliver(os.path.join(ctx.floor_mnt, "." + tag), batch, writers, fsync)])
+                lambda: floor_deliver(ctx, tag, batch, writers, fsync)])
             row.add(dbx, nat, flo)
             log(f"{row.name}: dboxfs {dbx:.0f}/s native {nat:.0f}/s floor {flo:.0f}/s")
         rows.append(row)

@@ -62,7 +62,9 @@ def run(ctx):
     rows = []
     for backend in backends():
         pop = Row(f"hcache populate ({backend}, {n} msgs)", "time", "s", ("<=", 1.25, False),
-                  floor_target=("<=", 1 / 0.9))
+                  "" if ctx.hc_floor else "no floor: passthrough_ll holds a descriptor "
+                  "per message, more than this machine's limit",
+                  floor_target=("<=", 1 / 0.9) if ctx.hc_floor else None)
         rel = Row(f"hcache reload ({backend}, {n} msgs)", "time", "s", ("<=", 1.10, False))
         for r in range(ctx.repeats):
             def side(folder, label):
@@ -75,12 +77,14 @@ def run(ctx):
                 t1 = open_folder(folder, cache, backend, rcdir, n)
                 t2 = open_folder(folder, cache, backend, rcdir, n)
                 return t1, t2
-            (d1, d2), (n1, n2), (f1, f2) = sides(r, [
-                lambda: side(ctx.hc_mount, "dboxfs"), lambda: side(ctx.hc_native, "native"),
-                lambda: side(ctx.hc_floor, "floor")])
+            fns = [lambda: side(ctx.hc_mount, "dboxfs"), lambda: side(ctx.hc_native, "native")]
+            if ctx.hc_floor:
+                fns.append(lambda: side(ctx.hc_floor, "floor"))
+            (d1, d2), (n1, n2), *flo = sides(r, fns)
+            f1, f2 = flo[0] if flo else (None, None)
             pop.add(d1, n1, f1)
             rel.add(d2, n2, f2)
-            log(f"hcache {backend}: populate dboxfs {d1:.2f}s native {n1:.2f}s floor {f1:.2f}s; "
-                f"reload dboxfs {d2:.2f}s native {n2:.2f}s floor {f2:.2f}s")
+            log(f"hcache {backend}: populate dboxfs {d1:.2f}s native {n1:.2f}s floor {f1}; "
+                f"reload dboxfs {d2:.2f}s native {n2:.2f}s floor {f2}")
         rows += [pop, rel]
     return rows

@@ -38,20 +38,30 @@ def run(ctx):
 
 def run_renames(ctx):
     n = ctx.list_count
-    nat, mnt, flo = (ctx.list_native / "cur", ctx.list_mount / "cur",
-                     ctx.list_floor / "cur")
-    for d in (nat, mnt, flo):  # warm up: names and attributes cached once
+    nat, mnt = ctx.list_native / "cur", ctx.list_mount / "cur"
+    for d in (nat, mnt):  # warm up: names and attributes cached once
         sh_time(f"ls -l {d} > /dev/null")
     m = ctx.n("renames")
     row = Row(f"flag renames in {n // 1000}k folder", "rate", "renames/s",
-              (">=", 1.0, False), f"{m} renames per run", floor_target=(">=", 0.9))
+              (">=", 1.0, False), f"{m} renames per run; the floor is mounted "
+              "afresh each repeat and stats only the names it renames (it holds "
+              "a descriptor per inode it has seen)", floor_target=(">=", 0.9))
     names = sorted(os.listdir(nat))
-    if names != sorted(os.listdir(mnt)) or names != sorted(os.listdir(flo)):
-        raise RuntimeError("the native, mounted and floor folders differ")
+    if names != sorted(os.listdir(mnt)):
+        raise RuntimeError("the native and mounted folders differ")
+    floor = ctx.list_floor
+
+    def floor_side(part):
+        floor.unmount()
+        floor.mount()
+        cur = floor.mnt / "cur"
+        for name in part:  # warm: these names and attributes cached
+            os.stat(cur / name)
+        return renames(cur, part)
     for r in range(ctx.repeats):
         part = names[r * m:(r + 1) * m]
         dbx, nt, fl = sides(r, [lambda: renames(mnt, part), lambda: renames(nat, part),
-                                lambda: renames(flo, part)])
+                                lambda: floor_side(part)])
         row.add(dbx, nt, fl)
         log(f"{row.name}: dboxfs {dbx:.0f}/s native {nt:.0f}/s floor {fl:.0f}/s")
     return [row]

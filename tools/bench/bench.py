@@ -72,16 +72,17 @@ def setup_work(ctx, stack):
     stack.append(m)
     m.mount()
     ctx.mnt = m.mnt
-    ctx.floor_mnt = mount_floor(ctx, stack, fresh_dir(ctx.tmp / "work-floor-src"),
-                                ctx.tmp / "work-floor-mnt")
+    ctx.work_floor = mount_floor(ctx, stack, fresh_dir(ctx.tmp / "work-floor-src"),
+                                 ctx.tmp / "work-floor-mnt")
+    ctx.floor_mnt = ctx.work_floor.mnt
 
 
 def mount_floor(ctx, stack, source, mnt):
-    """passthrough_ll serving source on mnt (benchlib.Floor)."""
+    """passthrough_ll serving source on mnt (benchlib.Floor), mounted."""
     f = Floor(source, mnt)
     stack.append(f)
     f.mount()
-    return f.mnt
+    return f
 
 
 def setup_corpus(ctx, stack):
@@ -95,8 +96,12 @@ def setup_corpus(ctx, stack):
     stack.append(m)
     m.mount()
     ctx.hc_mount = m.mnt
-    # The floor serves the native corpus itself (NeoMutt only reads it).
-    ctx.hc_floor = mount_floor(ctx, stack, ctx.hc_native, ctx.tmp / "corpus-floor-mnt")
+    # The floor serves the native corpus itself (NeoMutt only reads it),
+    # when it can hold a descriptor for every message.
+    ctx.hc_floor = None
+    if ctx.hc_count <= benchlib.floor_max_inodes():
+        ctx.hc_floor = mount_floor(ctx, stack, ctx.hc_native,
+                                   ctx.tmp / "corpus-floor-mnt").mnt
 
 
 def setup_list(ctx, stack):
@@ -114,6 +119,8 @@ def setup_list(ctx, stack):
         benchlib.shutil.rmtree(src)
     benchlib.run(["cp", "-a", ctx.list_native, src])
     ctx.list_floor = mount_floor(ctx, stack, src, ctx.tmp / "list-floor-mnt")
+    if ctx.n("renames") > benchlib.floor_max_inodes():
+        sys.exit("bench: passthrough_ll cannot hold the renames' inodes here")
 
 
 def main():

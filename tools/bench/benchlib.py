@@ -270,15 +270,31 @@ def _start_logged(args, log_path, mnt):
 
 
 def _raise_nofile():
-    """In the child: as many descriptors as the kernel allows
-    (passthrough_ll holds an O_PATH descriptor per inode it has looked
-    up: a 100,000-message folder needs more than the usual 20,000)."""
+    """In the child: as many descriptors as allowed (passthrough_ll holds
+    an O_PATH descriptor per inode it has looked up): the kernel's
+    maximum with CAP_SYS_RESOURCE, else the hard limit."""
     import resource
     n = int(Path("/proc/sys/fs/nr_open").read_text())
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
     except (ValueError, OSError):
-        pass
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def floor_max_inodes():
+    """How many inodes passthrough_ll can hold at once here (its
+    descriptor limit, less a margin for the directories and its own)."""
+    import resource
+    n = int(Path("/proc/sys/fs/nr_open").read_text())
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if os.geteuid() == 0 and hard < n:
+        try:  # can this process raise it (CAP_SYS_RESOURCE)?
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, n))
+            hard = n
+        except (ValueError, OSError):
+            pass
+    return hard - 200
 
 
 class Floor:
