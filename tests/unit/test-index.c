@@ -2042,6 +2042,7 @@ static void assert_attr_same(const struct dbox_attr *a,
 	assert_attr_equal(a, b);
 	assert_int_equal(a->atime_ns, b->atime_ns);
 	assert_int_equal(a->rdev, b->rdev);
+	assert_int_equal(a->stored, b->stored);
 }
 
 /* With the attribute cache on (dbox_index_cache_attrs, as a mounted
@@ -2086,7 +2087,7 @@ static void test_attr_cache_follows_changes(void **state)
 		for (int d = 0; d < 4; d++)
 			assert_int_equal(dbox_index_getattr(f->index, dirs[d], &a), 0);
 		assert_int_equal(dbox_index_begin(f->index), 0);
-		switch ((r >> 40) % 5) {
+		switch ((r >> 40) % 6) {
 		case 0:
 			if (dbox_index_create(f->index, dir, name, strlen(name),
 					      DBOX_KIND_MESSAGE, S_IFREG | 0600,
@@ -2114,6 +2115,24 @@ static void test_attr_cache_follows_changes(void **state)
 				attr.mode = S_IFDIR | (0700 ^ (r & 0077));
 				attr.mtime_ns += 1000;
 				dbox_index_setattr(f->index, &attr);
+			}
+			break;
+		case 5:
+			/* A message row alone: its record size is the
+			   attributes' stored bytes. */
+			if (nfiles > 0) {
+				struct dbox_msgloc loc = {
+					.file_id = 1, .offset = r % 1000,
+					.record_size = 100 + (r >> 8) % 5000,
+					.state = (r >> 20) % 3 == 0 ?
+						DBOX_MSG_WRITING : DBOX_MSG_COMMITTED,
+				};
+
+				snprintf(loc.guid, sizeof(loc.guid), "%032llu",
+					 (unsigned long long)step);
+				/* Read first: the cache holds the old value. */
+				dbox_index_getattr(f->index, files[r % nfiles], &attr);
+				dbox_index_msg_set(f->index, files[r % nfiles], &loc);
 			}
 			break;
 		}
