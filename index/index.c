@@ -8,7 +8,6 @@
  */
 #include "index-private.h"
 #include "checkpoint.h"
-#include "wal-write.h"
 
 #include "storage/log.h"
 
@@ -449,11 +448,7 @@ static int index_open(const char *path, bool create, bool readonly,
 	if (readonly) {
 		if ((ret = open_db_readonly(index, path)) < 0)
 			goto fail;
-	} else if (sqlite3_open_v2(path, &index->db, flags,
-				   /* a commit's WAL frames in one write
-				      (wal-write.h) */
-				   dbox_wal_vfs_register() == 0 ?
-				   DBOX_WAL_VFS : NULL) != SQLITE_OK) {
+	} else if (sqlite3_open_v2(path, &index->db, flags, NULL) != SQLITE_OK) {
 		ret = index_sql_error(index, "open");
 		goto fail;
 	}

@@ -1988,11 +1988,9 @@ static void test_commit_sync(void **state)
 	assert_true(ino_at(f, DBOX_ROOT_INO, "b") != 0);
 }
 
-/* The index connection gathers a commit's WAL frames into one write
-   (index/wal-write.c).  A reader with its own connection and SQLite's
-   plain VFS, as dboxadm in another process, must see every commit whole
-   as soon as it returned, with commits small, and large enough to need
-   several writes (more than 120 KiB of frames). */
+/* A reader with its own connection, as dboxadm in another process, sees
+   every commit whole as soon as it returned, with commits small, and
+   large enough to need several WAL writes (more than 120 KiB of frames). */
 static void test_commit_visible_to_other_connection(void **state)
 {
 	struct fix *f = *state;
