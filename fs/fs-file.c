@@ -679,8 +679,7 @@ static bool file_wants_message(struct fs *fs, uint64_t ino, uint64_t *parent_r)
 
 	if (dbox_index_getattr(index, ino, &attr) < 0 ||
 	    attr.kind != DBOX_KIND_FILE || attr.nlink != 1 ||
-	    dbox_index_parent(index, ino, parent_r) < 0 ||
-	    dbox_index_name_of(index, ino, &name) < 0)
+	    dbox_index_entry_of(index, ino, parent_r, &name) < 0)
 		return false;
 	ret = fs_is_message_name(fs, *parent_r, name);
 	free(name);

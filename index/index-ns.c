@@ -42,6 +42,14 @@ static int step_attr(struct dbox_index *index, sqlite3_stmt *stmt,
 	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, what);
 }
 
+/* Keep attr in the attribute cache (when it is on). */
+static void attr_cache_put(struct dbox_index *index,
+			   const struct dbox_attr *attr)
+{
+	if (index->attrs.enabled && attr->ino != 0)
+		index->attrs.attr[attr->ino % INDEX_ATTR_CACHE] = *attr;
+}
+
 int dbox_index_lookup(struct dbox_index *index, uint64_t parent,
 		      const char *name, size_t namelen,
 		      struct dbox_attr *attr_r)
@@ -55,13 +63,62 @@ int dbox_index_lookup(struct dbox_index *index, uint64_t parent,
 	return index_done(stmt, step_attr(index, stmt, 0, attr_r, "lookup"));
 }
 
+/* A change of row ino of inode, or of message (its record size is the
+   attributes' stored bytes), by this connection (sqlite3_update_hook;
+   both tables are keyed by ino). */
+static void attr_cache_changed(void *arg, int op, const char *db,
+			       const char *table, sqlite3_int64 rowid)
+{
+	struct dbox_index *index = arg;
+	struct dbox_attr *c;
+
+	(void)op;
+	(void)db;
+	if (strcmp(table, "inode") != 0 && strcmp(table, "message") != 0)
+		return;
+	c = &index->attrs.attr[(uint64_t)rowid % INDEX_ATTR_CACHE];
+	if (c->ino == (uint64_t)rowid)
+		c->ino = 0;
+}
+
+/* A rollback (explicit or automatic): values read inside the transaction
+   may be gone. */
+static void attr_cache_rollback(void *arg)
+{
+	struct dbox_index *index = arg;
+
+	for (size_t i = 0; i < INDEX_ATTR_CACHE; i++)
+		index->attrs.attr[i].ino = 0;
+}
+
+void dbox_index_cache_attrs(struct dbox_index *index)
+{
+	attr_cache_rollback(index);
+	sqlite3_update_hook(index->db, attr_cache_changed, index);
+	sqlite3_rollback_hook(index->db, attr_cache_rollback, index);
+	index->attrs.enabled = true;
+}
+
+/* From the cache when there: a GETATTR of a directory the kernel asks
+   for again after each change in it (default_permissions) costs no
+   SQLite read transaction (two fcntl() locks of the WAL-index each). */
 int dbox_index_getattr(struct dbox_index *index, uint64_t ino,
 		       struct dbox_attr *attr_r)
 {
-	sqlite3_stmt *stmt = index_stmt(index, ST_GETATTR);
+	struct dbox_attr *c = &index->attrs.attr[ino % INDEX_ATTR_CACHE];
+	sqlite3_stmt *stmt;
+	int ret;
 
+	if (ino != 0 && c->ino == ino && index->attrs.enabled) {
+		*attr_r = *c;
+		return 0;
+	}
+	stmt = index_stmt(index, ST_GETATTR);
 	sqlite3_bind_int64(stmt, 1, ino);
-	return index_done(stmt, step_attr(index, stmt, 0, attr_r, "getattr"));
+	ret = index_done(stmt, step_attr(index, stmt, 0, attr_r, "getattr"));
+	if (ret == 0 && attr_r->ino == ino)
+		attr_cache_put(index, attr_r);
+	return ret;
 }
 
 /* The entry parent/name: its id and the attributes of what it names. */
@@ -80,13 +137,22 @@ static int entry_get(struct dbox_index *index, uint64_t parent,
 	return index_done(stmt, ret);
 }
 
+/* New mtime and ctime of a directory whose entries changed; its new
+   attributes go to the attribute cache. */
 static int touch_dir(struct dbox_index *index, uint64_t dir, int64_t now_ns)
 {
 	sqlite3_stmt *stmt = index_stmt(index, ST_TOUCH_DIR);
+	struct dbox_attr attr;
+	int rc;
 
 	sqlite3_bind_int64(stmt, 1, dir);
 	sqlite3_bind_int64(stmt, 2, now_ns);
-	return index_exec_stmt(index, stmt, "touch dir");
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+		index_row_attr(stmt, 0, &attr);
+		attr_cache_put(index, &attr);
+	}
+	sqlite3_reset(stmt);
+	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "touch dir");
 }
 
 static int nlink_add(struct dbox_index *index, uint64_t ino, int delta,
@@ -467,19 +533,27 @@ int dbox_index_readdir(struct dbox_index *index, uint64_t dir, uint64_t after,
 	return 0;
 }
 
-int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r)
+int dbox_index_entry_of(struct dbox_index *index, uint64_t ino,
+			uint64_t *parent_r, char **name_r)
 {
 	sqlite3_stmt *stmt = index_stmt(index, ST_NAME_OF);
 	int rc;
 
-	sqlite3_bind_int64(stmt, 1, dir);
+	sqlite3_bind_int64(stmt, 1, ino);
 	rc = sqlite3_step(stmt);
 	if (rc == SQLITE_ROW) {
 		*name_r = strndup(sqlite3_column_blob(stmt, 0),
 				  sqlite3_column_bytes(stmt, 0));
+		if (parent_r != NULL)
+			*parent_r = sqlite3_column_int64(stmt, 1);
 		return index_done(stmt, *name_r == NULL ? -ENOMEM : 0);
 	}
 	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "dir name");
+}
+
+int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r)
+{
+	return dbox_index_entry_of(index, dir, NULL, name_r);
 }
 
 int dbox_index_mailbox_name(struct dbox_index *index, uint64_t dir,
@@ -493,8 +567,8 @@ int dbox_index_mailbox_name(struct dbox_index *index, uint64_t dir,
 	if ((ret = dbox_index_parent(index, dir, &folder)) < 0)
 		return ret;
 	while (folder != DBOX_ROOT_INO) {
-		if ((ret = dbox_index_parent(index, folder, &parent)) < 0 ||
-		    (ret = dbox_index_name_of(index, folder, &comp)) < 0) {
+		if ((ret = dbox_index_entry_of(index, folder, &parent,
+					       &comp)) < 0) {
 			free(path);
 			return ret;
 		}

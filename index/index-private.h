@@ -45,6 +45,17 @@ struct index_checkpointer {
 	bool running, stop, wanted;
 };
 
+/* Attributes of recently read inodes (index-ns.c), direct-mapped by
+   inode number.  An entry is dropped by SQLite's update hook whenever this
+   connection changes its inode or message row (any statement), and all
+   of them at any rollback; nothing else writes the index while the store
+   is locked. */
+#define INDEX_ATTR_CACHE 128
+struct index_attr_cache {
+	bool enabled;    /* dbox_index_cache_attrs() */
+	struct dbox_attr attr[INDEX_ATTR_CACHE]; /* ino 0: empty */
+};
+
 struct dbox_index {
 	sqlite3 *db;
 	char *path;
@@ -54,6 +65,7 @@ struct dbox_index {
 	struct index_checkpointer ckpt;
 	int reserve_fd;        /* reserve.h: the reserve, or -1 */
 	uint64_t reserve_size; /* its full size in bytes */
+	struct index_attr_cache attrs;
 };
 
 /* The statement for id, reset and with bindings cleared. */

@@ -77,9 +77,16 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_ENTRY_MOVE] = "UPDATE entry SET parent = ?2, name = ?3 WHERE id = ?1",
 	[ST_ENTRY_SET_INO] = "UPDATE entry SET ino = ?2 WHERE id = ?1",
 	[ST_DIR_HAS_ENTRIES] = "SELECT 1 FROM entry WHERE parent = ?1 LIMIT 1",
-	[ST_NAME_OF] = "SELECT name FROM entry WHERE ino = ?1 LIMIT 1",
+	[ST_NAME_OF] = "SELECT name, parent FROM entry WHERE ino = ?1 LIMIT 1",
 	[ST_PARENT_OF] = "SELECT parent FROM entry WHERE ino = ?1 LIMIT 1",
-	[ST_TOUCH_DIR] = "UPDATE inode SET mtime = ?2, ctime = ?2 WHERE ino = ?1",
+	/* RETURNING: the directory's new attributes for the attribute
+	   cache (the kernel asks for them right after the change); the
+	   columns of INDEX_ATTR_COLS. */
+	[ST_TOUCH_DIR] = "UPDATE inode SET mtime = ?2, ctime = ?2 WHERE ino = ?1"
+			 " RETURNING ino, kind, mode, uid, gid, nlink, size, mtime, ctime,"
+			 " coalesce(atime, mtime), rdev,"
+			 " coalesce((SELECT m.record_size FROM message m"
+			 " WHERE m.ino = inode.ino AND m.state = 0), 0)",
 	[ST_NLINK_ADD] = "UPDATE inode SET nlink = nlink + ?2, ctime = ?3 WHERE ino = ?1",
 	[ST_SETATTR] = "UPDATE inode SET mode = ?2, uid = ?3, gid = ?4, size = ?5, mtime = ?6,"
 		       " ctime = ?7, kind = ?8, atime = ?9, rdev = ?10 WHERE ino = ?1",

@@ -136,6 +136,13 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r);
    a warning).  Returns as dbox_index_open. */
 int dbox_index_open_readonly(const char *path, struct dbox_index **index_r);
 
+/* Keep the attributes of recently read inodes in memory, so that
+   dbox_index_getattr() answers them without a read transaction.  Only for
+   the connection of the store's one writer (the store lock held): the
+   cache follows every change this connection makes (and drops all at a
+   rollback) but not commits of other connections. */
+void dbox_index_cache_attrs(struct dbox_index *index);
+
 /* Close the index and set *index to NULL.  Safe on NULL. */
 void dbox_index_close(struct dbox_index **index);
 
@@ -287,6 +294,13 @@ int dbox_index_parent(struct dbox_index *index, uint64_t dir,
 /* The name of directory dir (its one entry), malloc()ed into *name_r
    (caller frees); the root has no name (-ENOENT). */
 int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r);
+
+/* Name and parent of an entry of inode ino in one query (for an inode
+   with several names, one of them): the name malloc()ed into *name_r
+   (caller frees), the parent into *parent_r (NULL: not wanted).  Returns 0,
+   -ENOENT (no name: the root, or unlinked), -ENOMEM or -EIO. */
+int dbox_index_entry_of(struct dbox_index *index, uint64_t ino,
+			uint64_t *parent_r, char **name_r);
 
 /* The Dovecot mailbox name a message created in directory dir (a cur/,
    new/ or tmp/) belongs to, for B metadata: "INBOX" for the root maildir,

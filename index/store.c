@@ -720,6 +720,8 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	}
 	ret = st->readonly ? dbox_index_open_readonly(index_path, &st->index) :
 		dbox_index_open(index_path, true, &st->index);
+	if (ret == 0 && !st->readonly)
+		dbox_index_cache_attrs(st->index); /* we hold the store lock */
 	if (ret < 0) {
 		if (ret == -EIO)
 			dbox_error("%s: the index is unreadable; "
@@ -801,8 +803,10 @@ int dbox_store_index_resume(struct dbox_store *st)
 	if (st->readonly)
 		return dbox_index_open_readonly(st->index_path, &st->index);
 	ret = dbox_index_open(st->index_path, false, &st->index);
-	if (ret == 0)
+	if (ret == 0) {
 		(void)dbox_index_reserve_open(st->index);
+		dbox_index_cache_attrs(st->index); /* the store lock is ours */
+	}
 	return ret;
 }
 

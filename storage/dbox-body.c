@@ -109,6 +109,24 @@ void dbox_body_init(struct dbox_body *body, struct dbox_append *ap,
 	if (set != NULL)
 		body->set = *set;
 	body->mode = DBOX_BODY_PLAIN;
+	body->in_order = true;
+}
+
+/* Plain bytes written at off: keep the in-order V and head, or give up on
+   them for this body. */
+static void note_plain_write(struct dbox_body *body, const void *buf,
+			     size_t len, uint64_t off)
+{
+	if (!body->in_order || off != body->plain_size) {
+		body->in_order = false;
+		return;
+	}
+	if (off < sizeof(body->head))
+		memcpy(body->head + off, buf,
+		       len < sizeof(body->head) - off ? len :
+		       sizeof(body->head) - (size_t)off);
+	body->in_order_vsize += dbox_vsize_add(buf, len, body->in_order_cr,
+					       &body->in_order_cr);
 }
 
 static void encoder_free(struct dbox_body *body)
@@ -277,12 +295,15 @@ static int to_plain(struct dbox_body *body)
 		errno = body->error;
 		return -1;
 	case DBOX_BODY_STREAM:
+		body->in_order = false;
 		if (stream_finish(body) < 0)
 			return -1;
 		return decompress_to_plain(body);
 	case DBOX_BODY_SEALED:
-		if (body->compressed)
+		if (body->compressed) {
+			body->in_order = false;
 			return decompress_to_plain(body);
+		}
 		body->mode = DBOX_BODY_PLAIN;
 		return 0;
 	}
@@ -340,6 +361,9 @@ static bool looks_compressed(const struct dbox_body *body)
 	size_t len = body->plain_size < sizeof(head) ?
 		(size_t)body->plain_size : sizeof(head);
 
+	if (body->in_order)
+		return dbox_detect_compression(body->head, len) !=
+			DBOX_COMPRESSION_NONE;
 	return body_read(body, head, len, 0) == 0 &&
 		dbox_detect_compression(head, len) != DBOX_COMPRESSION_NONE;
 }
@@ -367,8 +391,11 @@ int dbox_body_pwrite(struct dbox_body *body, const void *buf, size_t len,
 		body->mode = DBOX_BODY_STREAM;
 		return dbox_body_pwrite(body, buf, len, off);
 	}
-	if (dbox_append_pwrite(body->ap, buf, len, off) < 0)
+	if (dbox_append_pwrite(body->ap, buf, len, off) < 0) {
+		body->in_order = false; /* part of it may be written */
 		return -1;
+	}
+	note_plain_write(body, buf, len, off);
 	body->plain_size = body->ap->body_size;
 	return 0;
 }
@@ -390,8 +417,12 @@ int dbox_body_truncate(struct dbox_body *body, uint64_t size)
 		body->mode = DBOX_BODY_PLAIN;
 		body->compressed = false;
 		body->plain_size = 0;
+		body->in_order = true;
+		body->in_order_cr = false;
+		body->in_order_vsize = 0;
 		return 0;
 	}
+	body->in_order = false;
 	if (to_plain(body) < 0 || dbox_append_truncate(body->ap, size) < 0)
 		return -1;
 	body->plain_size = body->ap->body_size;
@@ -460,6 +491,9 @@ int dbox_body_finish(struct dbox_body *body, struct dbox_metadata *md)
 		/* Z only when it differs, as Dovecot writes it. */
 		md->plain_size = body->plain_size;
 		md->has_plain_size = body->ap->body_size != body->plain_size;
+	} else if (body->in_order) {
+		md->vsize = body->in_order_vsize; /* no need to read it back */
+		md->has_vsize = true;
 	}
 	return dbox_append_finish(body->ap, md);
 }

@@ -88,6 +88,13 @@ struct dbox_body {
 	uint8_t *buf;                  /* work buffer, BODY_BUF_SIZE */
 	struct dbox_reader *reader;    /* SEALED compressed, for reads */
 	int error;                     /* BROKEN: the errno that broke it */
+	/* PLAIN bytes [0, plain_size) all written in order (appends from
+	   0, as a delivery writes): their V and first bytes are known, and
+	   sealing reads nothing back. */
+	bool in_order;
+	bool in_order_cr;              /* they end in '\r' */
+	uint64_t in_order_vsize;
+	uint8_t head[16];              /* the first min(16, plain_size) */
 };
 
 /* Start the body of the record ap has just begun (empty, plain). */

@@ -2027,6 +2027,177 @@ static void test_commit_sync(void **state)
 	assert_true(ino_at(f, DBOX_ROOT_INO, "b") != 0);
 }
 
+/* A reader with its own connection, as dboxadm in another process, sees
+   every commit whole as soon as it returned, with commits small, and
+   large enough to need several WAL writes (more than 120 KiB of frames). */
+static void test_commit_visible_to_other_connection(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_attr attr;
+	sqlite3 *raw;
+	sqlite3_stmt *count;
+	char name[64];
+	int64_t want = 0;
+
+	assert_int_equal(sqlite3_open_v2(f->path, &raw, SQLITE_OPEN_READONLY,
+					 NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(raw, "SELECT count(*) FROM entry",
+					    -1, &count, NULL), SQLITE_OK);
+	for (int i = 0; i < 200; i++) {
+		/* Every 20th transaction carries 500 names (about 60 pages). */
+		int n = i % 20 == 19 ? 500 : 1;
+
+		assert_int_equal(dbox_index_begin(f->index), 0);
+		for (int k = 0; k < n; k++) {
+			snprintf(name, sizeof(name), "m%d.%d.example.org:2,S", i, k);
+			assert_int_equal(dbox_index_create(f->index, DBOX_ROOT_INO,
+							   name, strlen(name),
+							   DBOX_KIND_MESSAGE,
+							   S_IFREG | 0600, 0, 0,
+							   dbox_now_ns(), &attr), 0);
+		}
+		assert_int_equal(dbox_index_commit(f->index, i % 7 == 0), 0);
+		want += n;
+		assert_int_equal(sqlite3_step(count), SQLITE_ROW);
+		assert_int_equal(sqlite3_column_int64(count, 0), want);
+		sqlite3_reset(count);
+	}
+	sqlite3_finalize(count);
+	assert_int_equal(sqlite3_prepare_v2(raw, "PRAGMA quick_check", -1,
+					    &count, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(count), SQLITE_ROW);
+	assert_string_equal((const char *)sqlite3_column_text(count, 0), "ok");
+	sqlite3_finalize(count);
+	sqlite3_close(raw);
+	reopen(f);
+	assert_true(ino_at(f, DBOX_ROOT_INO, "m199.499.example.org:2,S") != 0);
+}
+
+static void assert_attr_same(const struct dbox_attr *a,
+			     const struct dbox_attr *b)
+{
+	assert_attr_equal(a, b);
+	assert_int_equal(a->atime_ns, b->atime_ns);
+	assert_int_equal(a->rdev, b->rdev);
+	assert_int_equal(a->stored, b->stored);
+}
+
+/* With the attribute cache on (dbox_index_cache_attrs, as a mounted
+   store has it), dbox_index_getattr answers what the index holds after
+   every kind of change, committed or rolled back: checked against a
+   second connection without the cache after each step of a random mix
+   of creates, mkdirs, renames, removes, links and setattrs. */
+static void test_attr_cache_follows_changes(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_index *plain;
+	uint64_t dirs[4], files[64], seed = 7;
+	size_t nfiles = 0;
+	char name[32], name2[32];
+
+	dbox_index_cache_attrs(f->index);
+	assert_int_equal(dbox_index_open(f->path, false, &plain), 0);
+	dirs[0] = DBOX_ROOT_INO;
+	assert_int_equal(dbox_index_begin(f->index), 0);
+	for (int d = 1; d < 4; d++) {
+		struct dbox_attr attr;
+
+		snprintf(name, sizeof(name), "d%d", d);
+		assert_int_equal(dbox_index_create(f->index, DBOX_ROOT_INO, name,
+						   strlen(name), DBOX_KIND_DIR,
+						   S_IFDIR | 0700, 0, 0,
+						   dbox_now_ns(), &attr), 0);
+		dirs[d] = attr.ino;
+	}
+	assert_int_equal(dbox_index_commit(f->index, false), 0);
+	for (int step = 0; step < 400; step++) {
+		uint64_t r = xorshift64(&seed);
+		uint64_t dir = dirs[r % 4], dir2 = dirs[(r >> 8) % 4];
+		bool rollback = (r >> 16) % 5 == 0;
+		struct dbox_attr attr, a, b;
+		uint64_t ino = 0;
+		uint32_t nlink;
+
+		snprintf(name, sizeof(name), "f%llu", (unsigned long long)(r >> 20) % 40);
+		snprintf(name2, sizeof(name2), "f%llu", (unsigned long long)(r >> 30) % 40);
+		/* Read first, so the cache holds the values before the change. */
+		for (int d = 0; d < 4; d++)
+			assert_int_equal(dbox_index_getattr(f->index, dirs[d], &a), 0);
+		assert_int_equal(dbox_index_begin(f->index), 0);
+		switch ((r >> 40) % 6) {
+		case 0:
+			if (dbox_index_create(f->index, dir, name, strlen(name),
+					      DBOX_KIND_MESSAGE, S_IFREG | 0600,
+					      0, 0, dbox_now_ns(), &attr) == 0 &&
+			    nfiles < 64)
+				files[nfiles++] = attr.ino;
+			break;
+		case 1:
+			dbox_index_rename(f->index, dir, name, strlen(name), dir2,
+					  name2, strlen(name2), 0, dbox_now_ns(),
+					  &ino, &nlink);
+			break;
+		case 2:
+			dbox_index_remove(f->index, dir, name, strlen(name), false,
+					  dbox_now_ns(), &ino, &nlink);
+			break;
+		case 3:
+			if (dbox_index_lookup(f->index, dir, name, strlen(name),
+					      &attr) == 0)
+				dbox_index_link(f->index, attr.ino, dir2, name2,
+						strlen(name2), dbox_now_ns(), &attr);
+			break;
+		case 4:
+			if (dbox_index_getattr(f->index, dir, &attr) == 0) {
+				attr.mode = S_IFDIR | (0700 ^ (r & 0077));
+				attr.mtime_ns += 1000;
+				dbox_index_setattr(f->index, &attr);
+			}
+			break;
+		case 5:
+			/* A message row alone: its record size is the
+			   attributes' stored bytes. */
+			if (nfiles > 0) {
+				struct dbox_msgloc loc = {
+					.file_id = 1, .offset = r % 1000,
+					.record_size = 100 + (r >> 8) % 5000,
+					.state = (r >> 20) % 3 == 0 ?
+						DBOX_MSG_WRITING : DBOX_MSG_COMMITTED,
+				};
+
+				snprintf(loc.guid, sizeof(loc.guid), "%032llu",
+					 (unsigned long long)step);
+				/* Read first: the cache holds the old value. */
+				dbox_index_getattr(f->index, files[r % nfiles], &attr);
+				dbox_index_msg_set(f->index, files[r % nfiles], &loc);
+			}
+			break;
+		}
+		/* Inside the transaction: the cache sees the change too. */
+		for (int d = 0; d < 4; d++) {
+			assert_int_equal(dbox_index_getattr(f->index, dirs[d], &a), 0);
+			assert_int_equal(a.ino, dirs[d]);
+		}
+		if (rollback)
+			dbox_index_rollback(f->index);
+		else
+			assert_int_equal(dbox_index_commit(f->index, false), 0);
+		for (int d = 0; d < 4; d++) {
+			assert_int_equal(dbox_index_getattr(f->index, dirs[d], &a), 0);
+			assert_int_equal(dbox_index_getattr(plain, dirs[d], &b), 0);
+			assert_attr_same(&a, &b);
+		}
+		for (size_t k = 0; k < nfiles; k++) {
+			int ra = dbox_index_getattr(f->index, files[k], &a);
+
+			assert_int_equal(ra, dbox_index_getattr(plain, files[k], &b));
+			if (ra == 0)
+				assert_attr_same(&a, &b);
+		}
+	}
+	dbox_index_close(&plain);
+}
+
 static void test_rollback(void **state)
 {
 	struct fix *f = *state;
@@ -2264,6 +2435,8 @@ int main(void)
 		T(test_mfile),
 		T(test_recover),
 		T(test_commit_sync),
+		T(test_commit_visible_to_other_connection),
+		T(test_attr_cache_follows_changes),
 		T(test_rollback),
 		T(test_setattr),
 		T(test_symlink),

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -474,6 +475,43 @@ static void test_guid(void **state)
 	assert_int_equal(strspn(a, "0123456789abcdef"), 32);
 	assert_int_equal(strspn(b, "0123456789abcdef"), 32);
 	assert_string_not_equal(a, b);
+}
+
+static int cmp_str33(const void *a, const void *b)
+{
+	return memcmp(a, b, 33);
+}
+
+/* Many GUIDs of one process are all different, and a forked child does
+   not repeat its parent's (the key is read again after fork()). */
+static void test_guid_unique(void **state)
+{
+	(void)state;
+	enum { N = 100000 };
+	char (*g)[33] = malloc((size_t)(N + 1) * 33);
+	int pipefd[2];
+	pid_t pid;
+
+	assert_non_null(g);
+	for (int i = 0; i < N; i++)
+		dbox_guid_generate(g[i]);
+	assert_int_equal(pipe(pipefd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char c[33];
+
+		dbox_guid_generate(c);
+		_exit(write(pipefd[1], c, 33) == 33 ? 0 : 1);
+	}
+	close(pipefd[1]);
+	assert_int_equal(read(pipefd[0], g[N], 33), 33);
+	close(pipefd[0]);
+	waitpid(pid, NULL, 0);
+	qsort(g, N + 1, 33, cmp_str33);
+	for (int i = 1; i <= N; i++)
+		assert_string_not_equal(g[i - 1], g[i]);
+	free(g);
 }
 
 static void test_detect_compression(void **state)
@@ -1499,6 +1537,7 @@ int main(void)
 		cmocka_unit_test(test_metadata_corrupt),
 		cmocka_unit_test(test_vsize),
 		cmocka_unit_test(test_guid),
+		cmocka_unit_test(test_guid_unique),
 		cmocka_unit_test(test_detect_compression),
 		cmocka_unit_test(test_fixture_plain),
 		cmocka_unit_test(test_fixture_gz),

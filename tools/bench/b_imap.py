@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from benchlib import Row, log, paired
+from benchlib import Row, log, sides
 
 CONF = """\
 base_dir = {base}/run
@@ -118,8 +118,9 @@ def run(ctx):
         return [skipped("Dovecot APPEND over the mount", "dovecot not installed")]
     seconds = ctx.n("imap_seconds")
     row = Row("Dovecot APPEND over the mount", "rate", "msg/s", (">=", 1.0, False),
-              f"{seconds} s per run, one connection")
+              f"{seconds} s per run, one connection", floor_target=(">=", 0.9))
     os.chmod(ctx.mnt, 0o755)
+    os.chmod(ctx.floor_mnt, 0o755)
     for r in range(ctx.repeats):
         def side(root, label):
             maildir = Path(root) / f"imap-{r}"
@@ -128,8 +129,14 @@ def run(ctx):
             if count != n:
                 raise RuntimeError(f"{label}: appended {n}, INBOX has {count}")
             return rate
-        dbx, nat = paired(r, lambda: side(ctx.native_root, "native"),
-                          lambda: side(ctx.mnt, "dboxfs"))
-        row.add(dbx, nat)
-        log(f"{row.name}: dboxfs {dbx:.0f}/s native {nat:.0f}/s")
+        def floor_side():  # afresh: a descriptor per inode it has seen
+            ctx.work_floor.unmount()
+            ctx.work_floor.mount()
+            os.chmod(ctx.floor_mnt, 0o755)
+            return side(ctx.floor_mnt, "floor")
+        dbx, nat, flo = sides(r, [lambda: side(ctx.mnt, "dboxfs"),
+                                  lambda: side(ctx.native_root, "native"),
+                                  lambda: floor_side()])
+        row.add(dbx, nat, flo)
+        log(f"{row.name}: dboxfs {dbx:.0f}/s native {nat:.0f}/s floor {flo:.0f}/s")
     return [row]

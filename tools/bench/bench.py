@@ -4,8 +4,11 @@
     bench.py [--quick] [--only NAMES] [--repeats N] [--out DIR]
 
 Runs the benchmarks of issue #5 (delivery, imap, hcache, read, space,
-listing, scale) and the cost of one FUSE request (roundtrip), each repeating native and dboxfs in alternating order,
-and writes OUT/results.md (Markdown table), OUT/results.png (gnuplot
+listing, renames, scale) and the cost of one FUSE request (roundtrip),
+each repeating native and dboxfs in alternating order; the write rows
+(delivery, imap, hcache, renames) also run on the FUSE floor
+(passthrough_ll over ext4, `make` builds it) in the same rotation, and
+counts gives requests and daemon syscalls per operation on both.  Writes OUT/results.md (Markdown table), OUT/results.png (gnuplot
 chart) and OUT/results.json (every sample).  Scratch data lives in
 OUT/tmp/ (generated corpora are kept there between runs; delete it to
 free the space).  Needs root (drop_caches, Dovecot as user mail) and the
@@ -21,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import benchlib  # noqa: E402
-from benchlib import (Mount, Row, corpus, corpus_messages, count_inodes,  # noqa: E402
+from benchlib import (Floor, Mount, Row, corpus, corpus_messages, count_inodes,  # noqa: E402
                       du_bytes, fresh_dir, import_store, log, tiny_maildir)
 import report  # noqa: E402
 
@@ -37,7 +40,8 @@ SIZES = {
     "roundtrip": (20000, 5000),
 }
 HEAVY = {"hcache", "read", "scale"}
-ORDER = ["roundtrip", "delivery", "imap", "hcache", "read", "space", "listing", "scale"]
+ORDER = ["roundtrip", "counts", "delivery", "imap", "hcache", "read", "space", "listing",
+         "renames", "scale"]
 
 
 class Context:
@@ -68,6 +72,17 @@ def setup_work(ctx, stack):
     stack.append(m)
     m.mount()
     ctx.mnt = m.mnt
+    ctx.work_floor = mount_floor(ctx, stack, fresh_dir(ctx.tmp / "work-floor-src"),
+                                 ctx.tmp / "work-floor-mnt")
+    ctx.floor_mnt = ctx.work_floor.mnt
+
+
+def mount_floor(ctx, stack, source, mnt):
+    """passthrough_ll serving source on mnt (benchlib.Floor), mounted."""
+    f = Floor(source, mnt)
+    stack.append(f)
+    f.mount()
+    return f
 
 
 def setup_corpus(ctx, stack):
@@ -81,6 +96,12 @@ def setup_corpus(ctx, stack):
     stack.append(m)
     m.mount()
     ctx.hc_mount = m.mnt
+    # The floor serves the native corpus itself (NeoMutt only reads it),
+    # when it can hold a descriptor for every message.
+    ctx.hc_floor = None
+    if ctx.hc_count <= benchlib.floor_max_inodes():
+        ctx.hc_floor = mount_floor(ctx, stack, ctx.hc_native,
+                                   ctx.tmp / "corpus-floor-mnt").mnt
 
 
 def setup_list(ctx, stack):
@@ -93,6 +114,13 @@ def setup_list(ctx, stack):
     stack.append(m)
     m.mount()
     ctx.list_mount = m.mnt
+    src = ctx.tmp / "list-floor-src"
+    if src.exists():
+        benchlib.shutil.rmtree(src)
+    benchlib.run(["cp", "-a", ctx.list_native, src])
+    ctx.list_floor = mount_floor(ctx, stack, src, ctx.tmp / "list-floor-mnt")
+    if ctx.n("renames") > benchlib.floor_max_inodes():
+        sys.exit("bench: passthrough_ll cannot hold the renames' inodes here")
 
 
 def main():
@@ -107,9 +135,9 @@ def main():
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: needs root (drop_caches, Dovecot running as mail)")
-    for exe in (benchlib.DBOXFS, benchlib.DBOXADM):
+    for exe in (benchlib.DBOXFS, benchlib.DBOXADM, benchlib.PASSTHROUGH_LL):
         if not exe.exists():
-            sys.exit(f"bench: {exe} missing: run make first")
+            sys.exit(f"bench: {exe} missing: run make {exe.relative_to(benchlib.ROOT)} first")
     only = args.only.split(",") if args.only else ORDER
     for name in only:
         if name not in ORDER:
@@ -122,18 +150,18 @@ def main():
     log(f"{meta['mode']} run, {ctx.repeats} repeats, load {meta['load']}")
 
     import b_delivery, b_imap, b_hcache, b_read, b_space, b_listing, b_scale  # noqa: E401
-    import b_roundtrip
-    modules = {"roundtrip": b_roundtrip, "delivery": b_delivery, "imap": b_imap, "hcache": b_hcache,
-               "read": b_read, "space": b_space, "listing": b_listing,
-               "scale": b_scale}
+    import b_roundtrip, b_counts  # noqa: E401
+    modules = {"roundtrip": b_roundtrip, "counts": b_counts, "delivery": b_delivery,
+               "imap": b_imap, "hcache": b_hcache, "read": b_read, "space": b_space,
+               "listing": b_listing, "renames": b_listing.Renames, "scale": b_scale}
     rows, stack = [], []
     base_repeats = ctx.repeats
     try:
-        if {"delivery", "imap", "hcache", "read", "space"} & set(only):
+        if {"counts", "delivery", "imap", "hcache", "read", "space"} & set(only):
             setup_corpus(ctx, stack)
         if {"delivery", "imap"} & set(only):
             setup_work(ctx, stack)
-        if "listing" in only:
+        if {"listing", "renames"} & set(only):
             setup_list(ctx, stack)
         for name in ORDER:
             if name in only:

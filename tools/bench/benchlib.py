@@ -1,9 +1,13 @@
 """benchlib: what every benchmark shares.
 
 - Row: one line of the results table: samples of dboxfs and of native
-  maildir taken side by side in the same run, and the target the ratio
-  dboxfs / native is held to (or an absolute limit).
+  maildir taken side by side in the same run (and of the FUSE floor,
+  for the write rows), and the target the ratio dboxfs / native is held
+  to (or an absolute limit).
 - Mount: a dboxfs mount of a store, always unmounted (even on error).
+- Floor: libfuse's passthrough_ll over an ext4 directory, the cheapest a
+  FUSE filesystem gets on this machine: what dboxfs is measured against
+  apart from FUSE itself.
 - timing, repeating (native and dboxfs alternate inside every repeat, so
   a noisy neighbour hurts both alike), dropping caches, small corpora.
 
@@ -23,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("DBOXFS_BUILD", ROOT / "build"))
 DBOXFS = BUILD / "dboxfs"
 DBOXADM = BUILD / "dboxadm"
+# Built by the Makefile from libfuse3-dev's example source (never committed).
+PASSTHROUGH_LL = BUILD / "passthrough_ll"
 GEN_CORPUS = ROOT / "tools" / "gen-corpus"
 PYTHON = "/usr/bin/python3"
 
@@ -41,19 +47,24 @@ class Row:
     taken in pairs (sample i of both in the same repeat), so ratio i =
     dbox[i] / native[i].  target: (op, value, absolute) where op is "<="
     or ">="; absolute=True compares the dboxfs median itself (mount time,
-    RSS), else the median of the paired ratios.
+    RSS), else the median of the paired ratios.  floor: samples of
+    passthrough_ll taken in the same repeats; floor_target: (op, value)
+    for the median of the ratios dboxfs / floor.
     """
 
-    def __init__(self, name, kind, unit, target=None, note=""):
+    def __init__(self, name, kind, unit, target=None, note="", floor_target=None):
         self.name, self.kind, self.unit = name, kind, unit
         self.target, self.note = target, note
-        self.dbox, self.native = [], []
+        self.floor_target = floor_target
+        self.dbox, self.native, self.floor = [], [], []
         self.skipped = None
 
-    def add(self, dbox, native=None):
+    def add(self, dbox, native=None, floor=None):
         self.dbox.append(dbox)
         if native is not None:
             self.native.append(native)
+        if floor is not None:
+            self.floor.append(floor)
 
     def ratios(self):
         return [d / n for d, n in zip(self.dbox, self.native) if n]
@@ -61,6 +72,17 @@ class Row:
     def ratio(self):
         r = self.ratios()
         return statistics.median(r) if r else None
+
+    def floor_ratios(self):
+        return [d / f for d, f in zip(self.dbox, self.floor) if f]
+
+    def floor_met(self):
+        r = self.floor_ratios()
+        if self.floor_target is None or not r:
+            return None
+        v = statistics.median(r)
+        return v <= self.floor_target[1] if self.floor_target[0] == "<=" \
+            else v >= self.floor_target[1]
 
     def value(self):
         """What the target is checked against."""
@@ -80,13 +102,16 @@ class Row:
     def to_json(self):
         return {"name": self.name, "kind": self.kind, "unit": self.unit,
                 "target": self.target, "note": self.note, "dbox": self.dbox,
-                "native": self.native, "skipped": self.skipped}
+                "native": self.native, "floor": self.floor,
+                "floor_target": self.floor_target, "skipped": self.skipped}
 
     @classmethod
     def from_json(cls, d):
         row = cls(d["name"], d["kind"], d["unit"],
-                  tuple(d["target"]) if d["target"] else None, d["note"])
+                  tuple(d["target"]) if d["target"] else None, d["note"],
+                  tuple(d["floor_target"]) if d.get("floor_target") else None)
         row.dbox, row.native, row.skipped = d["dbox"], d["native"], d["skipped"]
+        row.floor = d.get("floor", [])
         return row
 
 
@@ -155,17 +180,24 @@ _mounts = []
 class Mount:
     """dboxfs STORE MNT [-o options]: mounted on enter, unmounted on exit."""
 
-    def __init__(self, store, mnt, options=("allow_other",)):
+    def __init__(self, store, mnt, options=("allow_other",), debug_log=None, args=()):
         self.store, self.mnt = Path(store), Path(mnt)
         self.options = list(options)
+        self.args = list(args)  # more command line arguments (-s)
         self.mount_seconds = None
+        self.debug_log = debug_log
+        self.proc = None
 
     def mount(self):
         self.mnt.mkdir(parents=True, exist_ok=True)
-        args = [DBOXFS, self.store, self.mnt]
+        args = [DBOXFS, self.store, self.mnt, *self.args]
         if self.options:
             args += ["-o", ",".join(self.options)]
         _mounts.append(self)
+        if self.debug_log is not None:
+            # -d: libfuse logs every request to stderr (request counts).
+            self.proc = _start_logged(args + ["-d"], self.debug_log, self.mnt)
+            return self
         # dboxfs returns once the store is open and the mount is up.
         self.mount_seconds, _ = timed(run, args)
         if not is_mounted(self.mnt):
@@ -174,6 +206,8 @@ class Mount:
 
     def pid(self):
         """PID of the daemon serving this mount (by its command line)."""
+        if self.proc is not None:
+            return self.proc.pid
         store = str(self.store)
         for d in os.listdir("/proc"):
             if not d.isdigit():
@@ -202,12 +236,109 @@ class Mount:
                 if not is_mounted(self.mnt):
                     break
                 time.sleep(0.05)
+        if self.proc is not None:
+            self.proc.wait()
+            self.proc = None
         # The daemon exits after the unmount; wait for the store lock.
         for _ in range(200):
             r = subprocess.run(["flock", "-n", str(self.store / "lock"), "true"])
             if r.returncode == 0:
                 break
             time.sleep(0.05)
+
+    def __enter__(self):
+        return self.mount()
+
+    def __exit__(self, *exc):
+        self.unmount()
+
+
+def _start_logged(args, log_path, mnt):
+    """Start a FUSE daemon in the foreground (-d given by the caller),
+    stderr into log_path; return its Popen once mnt is mounted."""
+    logf = open(log_path, "w")
+    proc = subprocess.Popen([str(a) for a in args], stdout=subprocess.DEVNULL,
+                            stderr=logf, preexec_fn=_raise_nofile)
+    logf.close()
+    for _ in range(400):
+        if is_mounted(mnt):
+            return proc
+        if proc.poll() is not None:
+            break
+        time.sleep(0.025)
+    raise RuntimeError(f"{args[0]} did not mount {mnt}: see {log_path}")
+
+
+def _raise_nofile():
+    """In the child: as many descriptors as allowed (passthrough_ll holds
+    an O_PATH descriptor per inode it has looked up): the kernel's
+    maximum with CAP_SYS_RESOURCE, else the hard limit."""
+    import resource
+    n = int(Path("/proc/sys/fs/nr_open").read_text())
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+    except (ValueError, OSError):
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def floor_max_inodes():
+    """How many inodes passthrough_ll can hold at once here (its
+    descriptor limit, less a margin for the directories and its own)."""
+    import resource
+    n = int(Path("/proc/sys/fs/nr_open").read_text())
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if os.geteuid() == 0 and hard < n:
+        try:  # can this process raise it (CAP_SYS_RESOURCE)?
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, n))
+            hard = n
+        except (ValueError, OSError):
+            pass
+    return hard - 200
+
+
+class Floor:
+    """libfuse's passthrough_ll serving source (a directory on the same
+    ext4 as the native side) on mnt: the FUSE floor.  cache=always (the
+    kernel keeps names, attributes and pages, as it does for dboxfs with
+    its 3600 s timeouts and keep_cache), allow_other (Dovecot runs as
+    mail), no default_permissions (passthrough_ll checks nothing).
+    debug_log: run with -d and log every request there."""
+
+    def __init__(self, source, mnt, debug_log=None):
+        self.source, self.mnt = Path(source), Path(mnt)
+        self.debug_log = debug_log
+        self.proc = None
+
+    def mount(self):
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        args = [PASSTHROUGH_LL, "-f", "-o",
+                f"source={self.source},cache=always,allow_other", self.mnt]
+        if self.debug_log is not None:
+            args.append("-d")
+        _mounts.append(self)
+        self.proc = _start_logged(args, self.debug_log or os.devnull, self.mnt)
+        return self
+
+    def pid(self):
+        return self.proc.pid if self.proc is not None else None
+
+    def unmount(self):
+        for args in (["fusermount3", "-u", self.mnt], ["fusermount3", "-uz", self.mnt]):
+            if not is_mounted(self.mnt):
+                break
+            subprocess.run([str(a) for a in args], stderr=subprocess.DEVNULL)
+            for _ in range(100):
+                if not is_mounted(self.mnt):
+                    break
+                time.sleep(0.05)
+        if self.proc is not None:
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
 
     def __enter__(self):
         return self.mount()
@@ -300,6 +431,17 @@ def count_inodes(path):
     for _, dirs, files in os.walk(path):
         n += len(dirs) + len(files)
     return n
+
+
+def sides(r, fns):
+    """Run one repeat of every side (callables, in a fixed order); the
+    side that goes first rotates with the repeat number r.  Returns their
+    results in the order of fns."""
+    out = [None] * len(fns)
+    for k in range(len(fns)):
+        i = (r + k) % len(fns)
+        out[i] = fns[i]()
+    return out
 
 
 def paired(r, native_fn, dbox_fn):

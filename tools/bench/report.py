@@ -1,8 +1,10 @@
 """report: the results table as Markdown and the chart as a PNG (gnuplot).
 
-Columns: benchmark, dboxfs, native, ratio, target, met?.  Values are
-medians with (min-max) over the repeats; the ratio is the median of the
-paired per-repeat ratios dboxfs / native, with their min-max."""
+Columns: benchmark, dboxfs, native, floor, ratio, ratio to the floor,
+target, met?.  Values are medians with (min-max) over the repeats; the
+ratio is the median of the paired per-repeat ratios dboxfs / native,
+with their min-max; the floor (passthrough_ll over ext4, for the write
+rows and the counts) likewise."""
 import os
 import platform
 import subprocess
@@ -44,14 +46,32 @@ def _cell(row, values, with_range=True):
 
 
 def _target(row):
-    if row.target is None:
+    out = []
+    if row.target is not None:
+        op, v, absolute = row.target
+        op = "≤" if op == "<=" else "≥"
+        if absolute:
+            from benchlib import fmt_num
+            out.append(f"{op} {fmt_num(v, row.unit)}")
+        else:
+            out.append(f"{op} {v:g} x")
+    if row.floor_target is not None:
+        op, v = row.floor_target
+        out.append(f"{'≤' if op == '<=' else '≥'} {v:.2g} x floor")
+    return "; ".join(out) or "-"
+
+
+def _ratio_cell(r):
+    if not r:
         return "-"
-    op, v, absolute = row.target
-    op = "≤" if op == "<=" else "≥"
-    if absolute:
-        from benchlib import fmt_num
-        return f"{op} {fmt_num(v, row.unit)}"
-    return f"{op} {v:g} x"
+    s = sorted(r)
+    med = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    return f"{med:.2f} ({s[0]:.2f}-{s[-1]:.2f})" if len(s) > 1 else f"{s[0]:.2f}"
+
+
+def _met(row):
+    out = [m for m in (row.met(), row.floor_met()) if m is not None]
+    return "; ".join("yes" if m else "**no**" for m in out) or "-"
 
 
 def markdown(rows, meta):
@@ -59,24 +79,19 @@ def markdown(rows, meta):
            f"Date: {meta['date']}; mode: {meta['mode']}, {meta['repeats']} repeats; "
            f"load average at start: {meta['load']}  ",
            "Each cell: median (min-max) over the repeats; ratio = dboxfs / native "
-           "measured side by side in each repeat.", "",
-           "| benchmark | dboxfs | native | ratio | target | met? |",
-           "|---|---|---|---|---|---|"]
+           "measured side by side in each repeat; floor = libfuse's passthrough_ll "
+           "over ext4 in the same repeats (the write rows), / floor = dboxfs / floor.", "",
+           "| benchmark | dboxfs | native | floor | ratio | / floor | target | met? |",
+           "|---|---|---|---|---|---|---|---|"]
     notes = []
     for row in rows:
         if row.skipped:
-            out.append(f"| {row.name} | - | - | - | {_target(row)} | skipped |")
+            out.append(f"| {row.name} | - | - | - | - | - | {_target(row)} | skipped |")
             notes.append(f"- {row.name}: {row.skipped}")
             continue
-        r = row.ratios()
-        ratio = "-"
-        if r:
-            s = sorted(r)
-            ratio = f"{row.ratio():.2f} ({s[0]:.2f}-{s[-1]:.2f})" if len(s) > 1 else f"{s[0]:.2f}"
-        met = row.met()
         out.append(f"| {row.name} | {_cell(row, row.dbox)} | {_cell(row, row.native)} | "
-                   f"{ratio} | {_target(row)} | "
-                   f"{'-' if met is None else ('yes' if met else '**no**')} |")
+                   f"{_cell(row, row.floor)} | {_ratio_cell(row.ratios())} | "
+                   f"{_ratio_cell(row.floor_ratios())} | {_target(row)} | {_met(row)} |")
         if row.note:
             notes.append(f"- {row.name}: {row.note}")
     if notes:

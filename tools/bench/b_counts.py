@@ -1,0 +1,337 @@
+"""Requests and daemon syscalls per operation, dboxfs against the FUSE
+floor (passthrough_ll over ext4).  Both are counts, not times, so they
+do not depend on the load of the machine: the same code gives the same
+figures on every run.
+
+- requests: the daemon runs with -d (libfuse logs every request it
+  reads) while one process delivers K messages the maildir way (fsync
+  off, then on) and then makes K flag renames in cur/; the requests
+  logged during each phase, divided by K.
+- syscalls: `strace -c -f` attached to the daemon (every thread) of a
+  normal mount during the same phases; syscalls per operation, with the
+  biggest ones named in the note.
+- SQL statements (dboxfs): the same mount runs with build/sqlcount.so
+  preloaded, which counts the statements the daemon starts and the
+  COMMITs among them.
+- Dovecot APPEND (when Dovecot is installed): a private Dovecot serving a
+  maildir on the mount (b_imap.py), one connection APPENDing K messages;
+  its start and first APPEND are not counted.
+
+Run alone for a quick look (a few seconds, no other benchmark):
+    tools/bench/b_counts.py [--ops K] [--side dboxfs|floor]
+"""
+import collections
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import BUILD, Floor, Mount, Row, fresh_dir, log  # noqa: E402
+
+SQLCOUNT = BUILD / "sqlcount.so"
+
+_host = socket.gethostname()
+OPS = {"full": 1000, "quick": 200}
+PHASES = ("delivery, fsync off", "delivery, fsync on", "flag rename")
+if shutil.which("dovecot"):
+    PHASES += ("Dovecot APPEND",)
+
+
+def _deliver(folder, msgs, fsync, into="new", tag="c"):
+    tmp, dest = os.path.join(folder, "tmp"), os.path.join(folder, into)
+    for i, data in enumerate(msgs):
+        name = f"{1790000000 + i}.M{i}P{os.getpid()}Q{tag}.{_host}"
+        path = os.path.join(tmp, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if fsync:
+            os.fsync(fd)
+        os.close(fd)
+        os.rename(path, os.path.join(dest, name + (":2,S" if into == "cur" else "")))
+
+
+def _rename_all(cur):
+    for name in sorted(os.listdir(cur)):
+        base, flags = name.split(":2,")
+        os.rename(os.path.join(cur, name),
+                  os.path.join(cur, f"{base}:2,{''.join(sorted(flags + 'T'))}"))
+
+
+def _simple(fn):
+    """A phase that is measured whole."""
+    def phase(start, stop):
+        start()
+        fn()
+        stop()
+    return phase
+
+
+def _appends(root, msgs, tmp):
+    """A phase of Dovecot APPENDs to a maildir on root (b_imap.Dovecot):
+    Dovecot's start, login and first APPEND are not measured."""
+    def phase(start, stop):
+        import imaplib
+        from b_imap import Dovecot
+        os.chmod(root, 0o755)
+        with Dovecot(Path(tmp) / "counts-dovecot", Path(root) / ".imap") as dc:
+            imap = imaplib.IMAP4("127.0.0.1", dc.port)
+            imap.login("bench", "x")
+            imap.append("INBOX", None, None, msgs[0])
+            start()
+            for data in msgs:
+                typ, _ = imap.append("INBOX", None, None, data)
+                if typ != "OK":
+                    raise RuntimeError("APPEND failed")
+            stop()
+            imap.logout()
+    return phase
+
+
+def _phases(root, msgs, tmp):
+    """The workloads on a mount root: phase(start, stop) callables in
+    PHASES order, each doing len(msgs) operations between start() and
+    stop().  Folders are made (not counted) by prepare()."""
+    def prepare():
+        for f in ("off", "on", "ren"):
+            for sub in ("cur", "new", "tmp"):
+                os.makedirs(os.path.join(root, "." + f, sub), exist_ok=True)
+        # One warm-up delivery each: the folders' names are cached.
+        _deliver(os.path.join(root, ".off"), msgs[:1], False, tag="w")
+        _deliver(os.path.join(root, ".on"), msgs[:1], True, tag="w")
+        _deliver(os.path.join(root, ".ren"), msgs, False, into="cur")
+        os.listdir(os.path.join(root, ".ren", "cur"))
+    phases = [
+        _simple(lambda: _deliver(os.path.join(root, ".off"), msgs, False)),
+        _simple(lambda: _deliver(os.path.join(root, ".on"), msgs, True)),
+        _simple(lambda: _rename_all(os.path.join(root, ".ren", "cur"))),
+    ]
+    if "Dovecot APPEND" in PHASES:
+        phases.append(_appends(root, msgs, tmp))
+    return prepare, phases
+
+
+_OPCODE = re.compile(r"opcode: (\w+)")
+
+
+def count_requests(make_mount, msgs, log_path):
+    """{phase: Counter of opcodes} over the phases on a mount made by
+    make_mount(debug_log) (libfuse -d)."""
+    out = {}
+    m = make_mount(log_path)
+    m.mount()
+    try:
+        prepare, work = _phases(m.mnt, msgs, Path(log_path).parent)
+        prepare()
+        for phase, fn in zip(PHASES, work):
+            pos = []
+
+            def start():
+                time.sleep(0.3)  # asynchronous RELEASEs of the step before
+                pos.append(os.path.getsize(log_path))
+
+            def stop():
+                time.sleep(0.3)
+                with open(log_path, errors="replace") as f:
+                    f.seek(pos[0])
+                    out[phase] = collections.Counter(_OPCODE.findall(f.read()))
+            fn(start, stop)
+    finally:
+        m.unmount()
+    return out
+
+
+def _all_traced(pid):
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for t in tasks:
+        try:
+            status = Path(f"/proc/{pid}/task/{t}/status").read_text()
+        except OSError:
+            continue
+        if re.search(r"^TracerPid:\s+0$", status, re.M):
+            return False
+    return True
+
+
+def _strace_summary(path):
+    """{syscall: calls} and the total from an `strace -c` summary."""
+    calls, total = {}, 0
+    for line in Path(path).read_text().splitlines():
+        f = line.split()
+        if len(f) < 5 or not f[3].isdigit():
+            continue
+        if f[-1] == "total":
+            total = int(f[3])
+        else:
+            calls[f[-1]] = int(f[3])
+    return calls, total
+
+
+def _sql_counters(path):
+    data = Path(path).read_bytes() if path is not None else b""
+    if len(data) < 16:
+        return None
+    return int.from_bytes(data[:8], sys.byteorder), int.from_bytes(data[8:16], sys.byteorder)
+
+
+def count_syscalls(make_mount, msgs, tmp, sql=False):
+    """{phase: (total, {syscall: calls}, (statements, commits) or None)}
+    with strace -c -f attached to the daemon of a mount made by
+    make_mount(None); sql: with sqlcount.so preloaded into the daemon."""
+    out = {}
+    m = make_mount(None)
+    sqlfile = None
+    if sql and SQLCOUNT.exists():
+        sqlfile = Path(tmp) / "sqlcount.bin"
+        if sqlfile.exists():
+            sqlfile.unlink()
+        os.environ["LD_PRELOAD"] = str(SQLCOUNT)
+        os.environ["SQLCOUNT_FILE"] = str(sqlfile)
+    try:
+        m.mount()
+    finally:
+        os.environ.pop("LD_PRELOAD", None)
+        os.environ.pop("SQLCOUNT_FILE", None)
+    try:
+        pid = m.pid()
+        prepare, work = _phases(m.mnt, msgs, tmp)
+        prepare()
+        for k, (phase, fn) in enumerate(zip(PHASES, work)):
+            path = Path(tmp) / f"strace-{k}.txt"
+            st, sql0 = [], []
+
+            def start():
+                time.sleep(0.3)
+                st.append(subprocess.Popen(["strace", "-c", "-f", "-q", "-o", str(path),
+                                            "-p", str(pid)], stderr=subprocess.DEVNULL))
+                for _ in range(400):
+                    if _all_traced(pid):
+                        break
+                    time.sleep(0.01)
+                sql0.append(_sql_counters(sqlfile))
+
+            def stop():
+                time.sleep(0.3)
+                st[0].send_signal(signal.SIGINT)
+                st[0].wait(60)
+                sql1 = _sql_counters(sqlfile)
+                calls, total = _strace_summary(path)
+                out[phase] = (total, calls, None if sql0[0] is None or sql1 is None
+                              else (sql1[0] - sql0[0][0], sql1[1] - sql0[0][1]))
+            fn(start, stop)
+    finally:
+        m.unmount()
+    return out
+
+
+def measure(tmp, msgs, side, args=()):
+    """(requests, syscalls) of side "dboxfs" or "floor" (count_requests,
+    count_syscalls) in scratch directory tmp."""
+    tmp = Path(tmp)
+
+    def make(debug_log):
+        if side == "dboxfs":
+            store = tmp / "counts-store"
+            fresh_dir(store).rmdir()
+            return Mount(store, tmp / "counts-mnt", debug_log=debug_log, args=args)
+        src = fresh_dir(tmp / "counts-floor-src")
+        return Floor(src, tmp / "counts-mnt", debug_log=debug_log)
+    req = count_requests(make, msgs, tmp / f"counts-{side}.log")
+    sysc = count_syscalls(make, msgs, tmp, sql=side == "dboxfs")
+    return req, sysc
+
+
+def _top(counter, k, per):
+    return ", ".join(f"{n} {v / per:.1f}" for n, v in counter.most_common(k))
+
+
+REQ_TARGET = {"delivery, fsync off": 7, "delivery, fsync on": 7, "flag rename": 2}
+SYS_TARGET = {"delivery, fsync off": 30}
+
+
+def rows_from(k, dbx, flo):
+    """Rows of requests and syscalls per operation from measure() of both
+    sides over k operations per phase."""
+    rows = []
+    (dreq, dsys), (freq, fsys) = dbx, flo
+    for phase in PHASES:
+        dn, fn = sum(dreq[phase].values()), sum(freq[phase].values())
+        t = REQ_TARGET.get(phase)
+        row = Row(f"requests per {phase}", "count", "", ("<=", t, True) if t else None,
+                  f"dboxfs: {_top(dreq[phase], 12, k)}; floor: {_top(freq[phase], 12, k)}")
+        row.add(dn / k, None, fn / k)
+        rows.append(row)
+    for phase in PHASES:
+        (dt, dc, _), (ft, fc, _) = dsys[phase], fsys[phase]
+        t = SYS_TARGET.get(phase)
+        row = Row(f"daemon syscalls per {phase}", "count", "",
+                  ("<=", t, True) if t else None,
+                  f"dboxfs: {_top(collections.Counter(dc), 10, k)}; "
+                  f"floor: {_top(collections.Counter(fc), 6, k)}")
+        row.add(dt / k, None, ft / k)
+        rows.append(row)
+    for phase in PHASES:
+        sql = dsys[phase][2]
+        if sql is None:
+            continue
+        row = Row(f"SQL statements per {phase}", "count", "", None,
+                  f"dboxfs; of them COMMITs: {sql[1] / k:.2f}")
+        row.add(sql[0] / k)
+        rows.append(row)
+    return rows
+
+
+def run(ctx):
+    k = OPS["quick" if ctx.quick else "full"]
+    msgs = (ctx.messages * (k // len(ctx.messages) + 1))[:k]
+    dbx = measure(ctx.tmp, msgs, "dboxfs")
+    flo = measure(ctx.tmp, msgs, "floor")
+    rows = rows_from(k, dbx, flo)
+    for row in rows:
+        log(f"{row.name}: dboxfs {row.dbox[0]:.1f}" +
+            (f" floor {row.floor[0]:.1f}" if row.floor else ""))
+    return rows
+
+
+def main():
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ops", type=int, default=300)
+    ap.add_argument("--side", choices=("dboxfs", "floor", "both"), default="both")
+    ap.add_argument("--arg", action="append", default=[],
+                    help="a dboxfs argument (-s, -o max_idle_threads=1); repeatable")
+    ap.add_argument("--tmp", default=str(Path(__file__).resolve().parents[2] / "bench" / "tmp"))
+    args = ap.parse_args()
+    tmp = Path(args.tmp)
+    tmp.mkdir(parents=True, exist_ok=True)
+    msgs = [(b"From: a@example.org\nTo: b@example.org\nSubject: counts %d\n\n" % i) +
+            b"x" * (3000 + i % 4000) + b"\n" for i in range(args.ops)]
+    for side in (("dboxfs", "floor") if args.side == "both" else (args.side,)):
+        req, sysc = measure(tmp, msgs, side, args.arg if side == "dboxfs" else ())
+        for phase in PHASES:
+            n = sum(req[phase].values())
+            print(f"{side}: requests per {phase}: {n / args.ops:.2f} "
+                  f"({_top(req[phase], 12, args.ops)})")
+        for phase in PHASES:
+            total, calls, sql = sysc[phase]
+            print(f"{side}: syscalls per {phase}: {total / args.ops:.1f} "
+                  f"({_top(collections.Counter(calls), 14, args.ops)})")
+            if sql is not None:
+                print(f"{side}: SQL statements per {phase}: {sql[0] / args.ops:.2f} "
+                      f"(COMMITs {sql[1] / args.ops:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
