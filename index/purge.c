@@ -363,7 +363,9 @@ static size_t altmove_select(struct purge *p, struct dbox_file_rec *recs,
 
 	for (size_t i = 0; i < nrecs; i++) {
 		if (recs[i].state != DBOX_MSG_COMMITTED ||
-		    recs[i].mtime_ns >= p->set->altmove_before_ns)
+		    (p->set->altmove_before_ns != INT64_MAX &&
+		     dbox_time_cmp(recs[i].mtime_ns,
+				   p->set->altmove_before_ns) >= 0))
 			continue;
 		if (p->set->altmove_folder != 0) {
 			int in;

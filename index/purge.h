@@ -67,7 +67,8 @@ struct dbox_purge_settings {
 	const bool *cancel; /* read atomically; set by another thread */
 	/* Altmove (Dovecot's `doveadm altmove`): instead of purging, copy
 	   the committed records received before altmove_before_ns (inode
-	   mtime, ns), and when altmove_folder is not 0 only those with a
+	   mtime, in the index's time encoding: compared with dbox_time_cmp;
+	   INT64_MAX: no age limit), and when altmove_folder is not 0 only those with a
 	   name in that folder (the directory or its cur/ new/ tmp/), of
 	   every m.N in STORE/storage/ to new m.N files in ALT/storage/ (see
 	   dbox_store_alt_create), synced, then switch their rows in one

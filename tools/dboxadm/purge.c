@@ -718,8 +718,11 @@ static int altmove_main(int argc, char **argv)
 	if (!have_age && a.folder == NULL)
 		return adm_usage_error(&adm_verb_altmove, "altmove: need "
 				       "--older-than=DAYS and/or --folder=DIR");
-	a.before_ns = have_age ? dbox_now_ns() - (int64_t)days * 86400 *
-		1000000000 : INT64_MAX;
+	/* In the index's time encoding (index.h, dbox_time_make); INT64_MAX:
+	   no age limit. */
+	a.before_ns = have_age ? dbox_time_make(dbox_time_sec(dbox_now_ns()) -
+						(int64_t)days * 86400, 0) :
+		INT64_MAX;
 	if (a.alt != NULL && a.alt[0] != '/') {
 		if ((abs_alt = realpath(a.alt, NULL)) == NULL) {
 			adm_error("--alt=%s: %s", a.alt, strerror(errno));
