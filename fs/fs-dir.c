@@ -351,6 +351,31 @@ static int xattr_touch(struct fs *fs, uint64_t ino)
 	return ret;
 }
 
+/* End the transaction of an attribute change whose outcome is ret: ctime
+   moves when it was made. */
+static int xattr_changed(struct fs *fs, uint64_t ino, int ret)
+{
+	if (ret == 0)
+		ret = xattr_touch(fs, ino);
+	return fs_tx_end(fs, ret, false);
+}
+
+/* Reply to getxattr/listxattr with len bytes of buf (ret: the lookup's
+   outcome): its size for a size probe (size 0), ERANGE when the caller's
+   buffer is too small, as the kernel's own handlers do. */
+static void reply_sized(fuse_req_t req, int ret, const void *buf,
+			size_t len, size_t size)
+{
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (len > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, buf, len);
+}
+
 static void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			const char *value, size_t size, int flags)
 {
@@ -365,13 +390,9 @@ static void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	}
 	fs_lock(fs);
 	ret = dbox_index_begin(fs->st->index);
-	if (ret == 0) {
-		ret = dbox_index_xattr_set(fs->st->index, ino, name, value,
-					   size, flags);
-		if (ret == 0)
-			ret = xattr_touch(fs, ino);
-		ret = fs_tx_end(fs, ret, false);
-	}
+	if (ret == 0)
+		ret = xattr_changed(fs, ino, dbox_index_xattr_set(
+				fs->st->index, ino, name, value, size, flags));
 	fs_unlock(fs);
 	fuse_reply_err(req, -ret);
 }
@@ -393,14 +414,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	fs_lock(fs);
 	ret = dbox_index_xattr_get(fs->st->index, ino, name, &value, &len);
 	fs_unlock(fs);
-	if (ret < 0)
-		fuse_reply_err(req, -ret);
-	else if (size == 0)
-		fuse_reply_xattr(req, len);  /* the size probe */
-	else if (len > size)
-		fuse_reply_err(req, ERANGE);
-	else
-		fuse_reply_buf(req, value, len);
+	reply_sized(req, ret, value, len, size);
 	free(value);
 }
 
@@ -416,14 +430,7 @@ static void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	fs_lock(fs);
 	ret = dbox_index_xattr_list(fs->st->index, ino, &list, &len);
 	fs_unlock(fs);
-	if (ret < 0)
-		fuse_reply_err(req, -ret);
-	else if (size == 0)
-		fuse_reply_xattr(req, len);
-	else if (len > size)
-		fuse_reply_err(req, ERANGE);
-	else
-		fuse_reply_buf(req, list, len);
+	reply_sized(req, ret, list, len, size);
 	free(list);
 }
 
@@ -440,12 +447,9 @@ static void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	}
 	fs_lock(fs);
 	ret = dbox_index_begin(fs->st->index);
-	if (ret == 0) {
-		ret = dbox_index_xattr_remove(fs->st->index, ino, name);
-		if (ret == 0)
-			ret = xattr_touch(fs, ino);
-		ret = fs_tx_end(fs, ret, false);
-	}
+	if (ret == 0)
+		ret = xattr_changed(fs, ino, dbox_index_xattr_remove(
+				fs->st->index, ino, name));
 	fs_unlock(fs);
 	fuse_reply_err(req, -ret);
 }
