@@ -67,26 +67,9 @@ int dbox_index_msg_set_state(struct dbox_index *index, uint64_t ino,
 int dbox_index_mfile_get(struct dbox_index *index, uint32_t file_id,
 			 uint64_t *size_r)
 {
-	sqlite3_stmt *stmt = index_stmt(index, ST_MFILE_GET);
-	int rc;
+	bool alt;
 
-	sqlite3_bind_int64(stmt, 1, file_id);
-	rc = sqlite3_step(stmt);
-	if (rc == SQLITE_ROW) {
-		*size_r = sqlite3_column_int64(stmt, 0);
-		return index_done(stmt, 0);
-	}
-	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "mfile");
-}
-
-int dbox_index_mfile_set(struct dbox_index *index, uint32_t file_id,
-			 uint64_t size)
-{
-	sqlite3_stmt *stmt = index_stmt(index, ST_MFILE_SET);
-
-	sqlite3_bind_int64(stmt, 1, file_id);
-	sqlite3_bind_int64(stmt, 2, size);
-	return index_exec_stmt(index, stmt, "mfile set");
+	return dbox_index_mfile_where(index, file_id, size_r, &alt);
 }
 
 int dbox_index_mfile_where(struct dbox_index *index, uint32_t file_id,
@@ -105,14 +88,28 @@ int dbox_index_mfile_where(struct dbox_index *index, uint32_t file_id,
 	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "mfile");
 }
 
-int dbox_index_mfile_add_alt(struct dbox_index *index, uint32_t file_id,
-			     uint64_t size)
+/* Insert (or replace) m.<file_id>'s row: ST_MFILE_SET in the store's own
+   storage/, ST_MFILE_ADD_ALT in the alternate one. */
+static int mfile_put(struct dbox_index *index, enum index_stmt id,
+		     uint32_t file_id, uint64_t size, const char *what)
 {
-	sqlite3_stmt *stmt = index_stmt(index, ST_MFILE_ADD_ALT);
+	sqlite3_stmt *stmt = index_stmt(index, id);
 
 	sqlite3_bind_int64(stmt, 1, file_id);
 	sqlite3_bind_int64(stmt, 2, size);
-	return index_exec_stmt(index, stmt, "mfile add alt");
+	return index_exec_stmt(index, stmt, what);
+}
+
+int dbox_index_mfile_set(struct dbox_index *index, uint32_t file_id,
+			 uint64_t size)
+{
+	return mfile_put(index, ST_MFILE_SET, file_id, size, "mfile set");
+}
+
+int dbox_index_mfile_add_alt(struct dbox_index *index, uint32_t file_id,
+			     uint64_t size)
+{
+	return mfile_put(index, ST_MFILE_ADD_ALT, file_id, size, "mfile add alt");
 }
 
 int dbox_index_setting_get(struct dbox_index *index, const char *key,

@@ -101,7 +101,6 @@ static const char *const stmt_sql[ST_COUNT] = {
 		       " (ino, file_id, offset, body_size, record_size, vsize, state, guid)"
 		       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
 	[ST_MSG_SET_STATE] = "UPDATE message SET state = ?2 WHERE ino = ?1",
-	[ST_MFILE_GET] = "SELECT size FROM mfile WHERE file_id = ?1",
 	/* An upsert, not a REPLACE: the row keeps its alt flag. */
 	[ST_MFILE_SET] = "INSERT INTO mfile (file_id, size) VALUES (?1, ?2)"
 			 " ON CONFLICT (file_id) DO UPDATE SET size = excluded.size",
