@@ -945,7 +945,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	struct fs_inode *inode;
 	struct stat stbuf;
 	char name[24];
-	int64_t now;
+	int64_t now, old_mtime;
 	int ret;
 
 	fs_lock(fs);
@@ -954,6 +954,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	ret = dbox_index_getattr(index, ino, &attr);
 	if (ret < 0)
 		goto out;
+	old_mtime = attr.mtime_ns;
 	fs_file_name(name, ino);
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		if (attr.kind == DBOX_KIND_DIR) {
@@ -1035,8 +1036,14 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 		ret = fs_tx_end(fs, dbox_index_setattr(index, &attr), false);
 	if (ret == 0 && inode != NULL)
 		inode->written = false; /* stored now */
+	/* An mtime of the same second leaves R as it is: with -o
+	   writeback_cache the kernel sends its own mtime and ctime back
+	   after every write and rename (write_inode), most often
+	   unchanged. */
 	if (ret == 0 && attr.kind == DBOX_KIND_MESSAGE &&
-	    (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_SIZE)) &&
+	    ((to_set & FUSE_SET_ATTR_SIZE) ||
+	     ((to_set & FUSE_SET_ATTR_MTIME) &&
+	      dbox_time_sec(attr.mtime_ns) != dbox_time_sec(old_mtime))) &&
 	    (ret = set_received(fs, &attr)) < 0)
 		dbox_error("%s: message inode %llu: received date not set to "
 			   "its mtime: %s", fs->st->path,

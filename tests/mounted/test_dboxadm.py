@@ -513,13 +513,20 @@ def test_dump_stops_at_the_committed_end_while_writing(tmp_path, make_mount, opt
     m = make_mount(store=store, mnt=tmp_path / "mnt", options=options)
     # The writer is another process: any close of a copy of its descriptor
     # (as fork + exec of dboxadm from this process would do) is a FUSE
-    # flush, which finishes the message.
+    # flush, which finishes the message.  sync_file_range() hands its bytes
+    # to the daemon without a close or fsync: with -o writeback_cache the
+    # kernel holds them until writeback (ext4 too holds them in its page
+    # cache until writeback); without, the write has sent them already.
     writer = subprocess.Popen(
         ["/usr/bin/python3", "-c",
-         "import sys\n"
+         "import ctypes, os, sys\n"
          "f = open(sys.argv[1], 'wb')\n"
          "f.write(b'Subject: partial\\n\\n' + b'x' * 100000)\n"
          "f.flush()\n"
+         "libc = ctypes.CDLL(None, use_errno=True)\n"
+         "libc.sync_file_range.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)\n"
+         "# SYNC_FILE_RANGE_WAIT_BEFORE | _WRITE | _WAIT_AFTER\n"
+         "assert libc.sync_file_range(f.fileno(), 0, 0, 7) == 0, ctypes.get_errno()\n"
          "print('ready', flush=True)\n"
          "sys.stdin.read()\n"
          "f.close()\n",
