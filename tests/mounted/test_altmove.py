@@ -173,6 +173,34 @@ def test_altmove_folder(tmp_path, make_mount):
     adm("altmove", store, "--folder", ".Nope", check_rc=2)
 
 
+def test_altmove_beside_a_message_being_written(tmp_path, make_mount):
+    """altmove asked of the mount while a client is writing a message into
+    the same m.N (open in tmp/): the committed messages move to ALT, and
+    the writer's message ends up whole with every byte it wrote, before
+    and after the move."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", f"alt={alt}"])
+    data, _ = fill(m.mnt / "cur", 6, old_every=1)
+    half = b"Subject: half\n\n" + b"still being written\n" * 20000
+    fd = os.open(m.mnt / "tmp" / "writing.host", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, half)
+        size = os.fstat(fd).st_size
+        assert sum(e.stat().st_size for e in os.scandir(store / "storage")) > size
+        adm("altmove", store, "--folder", "INBOX", check_rc=0)
+        os.write(fd, b"the end\n")
+    finally:
+        os.close(fd)
+    w = where(store)
+    assert all(w[n][1] for n in data)
+    for n, body in data.items():
+        assert (m.mnt / "cur" / n).read_bytes() == body
+    assert (m.mnt / "tmp" / "writing.host").read_bytes() == half + b"the end\n"
+    m.unmount()
+    adm("check", store, check_rc=0)
+
+
 def test_altmove_online_under_load(tmp_path, make_mount):
     """altmove asked of the mount while a client delivers (tmp -> new ->
     cur), renames (flags) and expunges: afterwards the mount holds exactly
