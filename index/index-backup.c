@@ -1,0 +1,163 @@
+/*
+ * index-backup.c: one-snapshot copy of the index with SQLite's online
+ * backup API (see index-backup.h).
+ *
+ * sqlite3_backup_step() reuses a read transaction the source connection
+ * already has open (it begins its own only when there is none), so the
+ * copy and the SELECTs below, all inside dbox_index_snapshot_begin/end,
+ * see the same WAL snapshot.  One step copies every page (-1): no restart
+ * when the mount commits meanwhile (a WAL reader is never disturbed by a
+ * writer), and the read transaction lasts only as long as the page copy.
+ */
+#include "index-backup.h"
+#include "index-private.h"
+#include "index-stats.h"
+
+#include "storage/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The SQL below spells these out. */
+_Static_assert(DBOX_KIND_FILE == 3, "kind = 3 in the SQL");
+_Static_assert(DBOX_MSG_COMMITTED == 0, "state = 0 in the SQL");
+
+void dbox_index_snapshot_free(struct dbox_index_snapshot *snap)
+{
+	free(snap->mfiles);
+	free(snap->files);
+	memset(snap, 0, sizeof(*snap));
+}
+
+/* Run sql and call row(ctx, stmt) per row.  Returns 0 or -EIO/-ENOMEM. */
+static int each_row(struct dbox_index *index, const char *sql,
+		    int (*row)(struct dbox_index_snapshot *, sqlite3_stmt *),
+		    struct dbox_index_snapshot *snap)
+{
+	sqlite3_stmt *stmt;
+	int rc, ret = 0;
+
+	if (sqlite3_prepare_v2(index->db, sql, -1, &stmt, NULL) != SQLITE_OK)
+		return index_sql_error(index, "snapshot list");
+	while (ret == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		ret = row(snap, stmt);
+	if (ret == 0 && rc != SQLITE_DONE)
+		ret = index_sql_error(index, "snapshot list");
+	sqlite3_finalize(stmt);
+	return ret;
+}
+
+static int mfile_row(struct dbox_index_snapshot *snap, sqlite3_stmt *stmt)
+{
+	struct dbox_snapshot_mfile *m;
+	sqlite3_int64 id = sqlite3_column_int64(stmt, 0);
+	sqlite3_int64 size = sqlite3_column_int64(stmt, 1);
+
+	if (id <= 0 || id > UINT32_MAX || size < 0)
+		return 0; /* not a file this store can have; check reports it */
+	m = realloc(snap->mfiles, (snap->nmfiles + 1) * sizeof(*m));
+	if (m == NULL)
+		return -ENOMEM;
+	snap->mfiles = m;
+	m[snap->nmfiles].file_id = (uint32_t)id;
+	m[snap->nmfiles].size = (uint64_t)size;
+	snap->nmfiles++;
+	return 0;
+}
+
+static int file_row(struct dbox_index_snapshot *snap, sqlite3_stmt *stmt)
+{
+	sqlite3_int64 ino = sqlite3_column_int64(stmt, 0);
+	uint64_t *f;
+
+	if (ino <= 0)
+		return 0;
+	f = realloc(snap->files, (snap->nfiles + 1) * sizeof(*f));
+	if (f == NULL)
+		return -ENOMEM;
+	snap->files = f;
+	f[snap->nfiles++] = (uint64_t)ino;
+	return 0;
+}
+
+static int count_row(struct dbox_index_snapshot *snap, sqlite3_stmt *stmt)
+{
+	snap->messages = (uint64_t)sqlite3_column_int64(stmt, 0);
+	return 0;
+}
+
+/* Copy every page of src's main database into a new file dest_path. */
+static int copy_pages(struct dbox_index *src, const char *dest_path)
+{
+	sqlite3_backup *bk;
+	sqlite3 *dest = NULL;
+	int fd, rc, ret = 0;
+
+	/* Created here, private (0600) whatever the umask: the index holds
+	   every name of the store. */
+	fd = open(dest_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+		  O_CLOEXEC, 0600);
+	if (fd < 0) {
+		if (errno != EEXIST)
+			dbox_error("index copy %s: %s", dest_path,
+				   strerror(errno));
+		return -errno;
+	}
+	close(fd);
+	rc = sqlite3_open_v2(dest_path, &dest, SQLITE_OPEN_READWRITE |
+			     SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW, NULL);
+	if (rc != SQLITE_OK) {
+		dbox_error("index copy %s: open: %s", dest_path,
+			   dest != NULL ? sqlite3_errmsg(dest) :
+			   sqlite3_errstr(rc));
+		sqlite3_close(dest);
+		return -EIO;
+	}
+	bk = sqlite3_backup_init(dest, "main", src->db, "main");
+	if (bk == NULL) {
+		dbox_error("index copy %s: %s", dest_path, sqlite3_errmsg(dest));
+		sqlite3_close(dest);
+		return -EIO;
+	}
+	rc = sqlite3_backup_step(bk, -1);
+	if (rc != SQLITE_DONE) {
+		dbox_error("index copy %s: %s", dest_path, sqlite3_errstr(rc));
+		ret = (rc & 0xff) == SQLITE_FULL ? -ENOSPC : -EIO;
+	}
+	rc = sqlite3_backup_finish(bk);
+	if (ret == 0 && rc != SQLITE_OK) {
+		dbox_error("index copy %s: %s", dest_path, sqlite3_errmsg(dest));
+		ret = -EIO;
+	}
+	if (sqlite3_close(dest) != SQLITE_OK && ret == 0)
+		ret = -EIO;
+	return ret;
+}
+
+int dbox_index_backup(struct dbox_index *src, const char *dest_path,
+		      struct dbox_index_snapshot *snap_r)
+{
+	int ret;
+
+	memset(snap_r, 0, sizeof(*snap_r));
+	if ((ret = dbox_index_snapshot_begin(src)) < 0)
+		return ret;
+	ret = each_row(src, "SELECT file_id, size FROM mfile ORDER BY file_id",
+		       mfile_row, snap_r);
+	if (ret == 0)
+		ret = each_row(src, "SELECT ino FROM inode WHERE kind = 3"
+			       " AND nlink > 0 ORDER BY ino", file_row, snap_r);
+	if (ret == 0)
+		ret = each_row(src, "SELECT count(*) FROM message m JOIN inode i"
+			       " ON i.ino = m.ino WHERE m.state = 0"
+			       " AND i.nlink > 0", count_row, snap_r);
+	if (ret == 0)
+		ret = copy_pages(src, dest_path);
+	dbox_index_snapshot_end(src);
+	if (ret < 0)
+		dbox_index_snapshot_free(snap_r);
+	return ret;
+}
