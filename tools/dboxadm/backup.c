@@ -34,14 +34,15 @@
  *
  * Incremental.  DEST/backup-manifest lists every file copied with the
  * identity of its source (device, inode, size, mtime and ctime in ns) and
- * the length copied.  With --link-dest, a file whose source identity is
+ * the length copied.  With --link-dest, an m.N whose source identity is
  * the one PREV's manifest recorded, that was copied whole, and whose ctime
  * was at least LINK_AGE_NS older than that backup's start (a write in the
  * same timestamp tick would not move ctime), is hard-linked from PREV
  * instead of copied.  Any write to the source (an append, the received
  * date rewritten in place by utimens, a cut by recovery) moves its ctime,
  * which the store owner cannot set.  The highest m.N of the snapshot is
- * always copied: a mount of the backup appends to that one.
+ * always copied: a mount of the backup appends to that one.  Plain files
+ * are always copied: a mount writes them in place.
  *
  * Hostile store.  Root may run this on a user's store: files inside STORE
  * are opened with O_NOFOLLOW and fstat()ed to be regular files, lengths
@@ -543,8 +544,10 @@ static void backup_file(struct backup *b, char kind, uint64_t id,
 		ment_write(b, &rec);
 		return;
 	}
-	/* The same bytes in the previous backup. */
-	if (!last && rec.linkable && (e = ment_find(&b->prevm, kind, id)) != NULL &&
+	/* The same bytes in the previous backup.  Only m.N: their committed
+	   bytes never change, but a plain file of a mounted backup is
+	   written in place, which would change it in PREV too. */
+	if (kind == 'm' && !last && rec.linkable && (e = ment_find(&b->prevm, kind, id)) != NULL &&
 	    e->linkable && same_source(e, &st) && e->len == len &&
 	    has_copy(prev_dir, name, len)) {
 		if (unlinkat(dst_dir, name, 0) < 0 && errno != ENOENT) {
@@ -765,6 +768,8 @@ static int take_snapshot(struct backup *b, struct dbox_index *index,
 			return ADM_EXIT_FAILED;
 		}
 		unlinkat(b->part.dir, PARTIAL_INDEX "-journal", 0);
+		unlinkat(b->part.dir, PARTIAL_INDEX "-wal", 0);
+		unlinkat(b->part.dir, PARTIAL_INDEX "-shm", 0);
 		if ((ret = dbox_index_backup(index, path, snap)) < 0) {
 			adm_error("%s: cannot copy the index: %s", b->store,
 				  strerror(-ret));
@@ -865,6 +870,17 @@ static int finish(struct backup *b)
 
 	if (fflush(b->manifest) != 0 || fsync(fileno(b->manifest)) < 0)
 		return -errno;
+	/* A WAL or journal left by a run killed in recover_copy() belongs
+	   to the old copy; SQLite would apply it to the new one. */
+	for (int i = 0; i < 3; i++) {
+		static const char *const side_files[] = {
+			"index.sqlite-wal", "index.sqlite-shm",
+			"index.sqlite-journal",
+		};
+
+		if (unlinkat(b->part.dir, side_files[i], 0) < 0 && errno != ENOENT)
+			return -errno;
+	}
 	if (renameat(b->part.dir, PARTIAL_INDEX, b->part.dir, "index.sqlite") < 0)
 		return -errno;
 	if ((ret = recover_copy(b)) < 0)
