@@ -4,7 +4,8 @@
     bench.py [--quick] [--only NAMES] [--repeats N] [--out DIR]
 
 Runs the benchmarks of issue #5 (delivery, imap, hcache, read, space,
-listing, scale) and the cost of one FUSE request (roundtrip), each repeating native and dboxfs in alternating order,
+listing, scale), the cost of one FUSE request (roundtrip) and the backups
+of issue #15 (backup, backup_scale), each repeating native and dboxfs in alternating order,
 and writes OUT/results.md (Markdown table), OUT/results.png (gnuplot
 chart) and OUT/results.json (every sample).  Scratch data lives in
 OUT/tmp/ (generated corpora are kept there between runs; delete it to
@@ -36,8 +37,9 @@ SIZES = {
     "renames": (10000, 2000),
     "roundtrip": (20000, 5000),
 }
-HEAVY = {"hcache", "read", "scale"}
-ORDER = ["roundtrip", "delivery", "imap", "hcache", "read", "space", "listing", "scale"]
+HEAVY = {"hcache", "read", "scale", "backup", "backup_scale"}
+ORDER = ["roundtrip", "delivery", "imap", "hcache", "read", "space", "listing", "scale",
+         "backup", "backup_scale"]
 
 
 class Context:
@@ -122,14 +124,15 @@ def main():
     log(f"{meta['mode']} run, {ctx.repeats} repeats, load {meta['load']}")
 
     import b_delivery, b_imap, b_hcache, b_read, b_space, b_listing, b_scale  # noqa: E401
-    import b_roundtrip
+    import b_roundtrip, b_backup  # noqa: E401
     modules = {"roundtrip": b_roundtrip, "delivery": b_delivery, "imap": b_imap, "hcache": b_hcache,
                "read": b_read, "space": b_space, "listing": b_listing,
-               "scale": b_scale}
+               "scale": b_scale, "backup": b_backup,
+               "backup_scale": b_backup.Scale}
     rows, stack = [], []
     base_repeats = ctx.repeats
     try:
-        if {"delivery", "imap", "hcache", "read", "space"} & set(only):
+        if {"delivery", "imap", "hcache", "read", "space", "backup"} & set(only):
             setup_corpus(ctx, stack)
         if {"delivery", "imap"} & set(only):
             setup_work(ctx, stack)
