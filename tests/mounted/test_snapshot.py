@@ -469,3 +469,42 @@ def test_backup_offline_and_refusals(make_mount, tmp_path):
     (store / "storage" / "m.999").symlink_to(secret)
     backup(store, tmp_path / "bk6")
     assert not (tmp_path / "bk6" / "storage" / "m.999").exists()
+
+
+def test_damaged_store_is_backed_up_as_it_is(make_mount, tmp_path):
+    """An m.N the index refers to is missing (not gone meanwhile: missing
+    in a second snapshot too), another one is cut short: the backup
+    finishes, says so (exit 1), and check finds the same damage in the
+    backup as in the store."""
+    store, m = filled(make_mount, tmp_path, messages=60)
+    m.unmount()
+    files = sorted((store / "storage").iterdir(), key=lambda p: int(p.name[2:]))
+    assert len(files) >= 4
+    files[1].unlink()
+    with open(files[2], "r+b") as f:
+        f.truncate(files[2].stat().st_size // 2)
+    r = adm("backup", store, tmp_path / "bk", "--json", check_rc=1)
+    summary = json.loads(r.stdout)
+    assert summary["source_errors"] == 2 and summary["snapshots"] == 2
+    assert files[1].name.encode() in r.stderr and files[2].name.encode() in r.stderr
+    assert not (tmp_path / "bk" / "storage" / files[1].name).exists()
+    assert (tmp_path / "bk" / "storage" / files[2].name).stat().st_size == \
+        files[2].stat().st_size
+
+    def problems(path):
+        r = adm("check", path, "--json")
+        assert r.returncode == 1
+        return len(json.loads(r.stdout)["problems"])
+    assert problems(tmp_path / "bk") == problems(store)
+
+
+def test_one_backup_at_a_time_into_dest(make_mount, tmp_path):
+    store, m = filled(make_mount, tmp_path, messages=20)
+    hooks, env = hooked(tmp_path, "snapshot")
+    proc = start_backup(store, tmp_path / "bk", env)
+    wait_for(hooks / "snapshot.reached", proc)
+    r = adm("backup", store, tmp_path / "bk", check_rc=2)
+    assert b"another dboxadm backup" in r.stderr
+    (hooks / "snapshot.go").touch()
+    finish(proc)
+    check_clean(tmp_path / "bk")

@@ -67,6 +67,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -688,6 +689,13 @@ static int partial_open(struct backup *b)
 		adm_error("%s: %s", b->partial, strerror(errno));
 		return ADM_EXIT_USAGE;
 	}
+	/* One backup at a time into it (held until exit). */
+	if (flock(b->part.dir, LOCK_EX | LOCK_NB) < 0) {
+		adm_error("%s: %s", b->partial, errno == EWOULDBLOCK ?
+			  "another dboxadm backup is writing it" :
+			  strerror(errno));
+		return ADM_EXIT_USAGE;
+	}
 	/* An existing DEST.partial must be one of ours. */
 	if ((ret = manifest_read(b->part.dir, &b->old)) < 0) {
 		adm_error("%s: exists and is no interrupted dboxadm backup (%s); "
@@ -737,19 +745,77 @@ static int partial_open(struct backup *b)
 	return 0;
 }
 
+/* A file of the snapshot, as one key: the kind in the top bit. */
+#define MISSING_KEY(kind, id) ((kind) == 'm' ? (id) | (1ULL << 63) : (id))
+
+static bool key_in(const uint64_t *keys, size_t n, uint64_t key)
+{
+	for (size_t i = 0; i < n; i++)
+		if (keys[i] == key)
+			return true;
+	return false;
+}
+
+/* Step 3: open every file of snap not open yet.  A file not there
+   (-ENOENT) is either gone since the snapshot (a purge, or a plain file
+   removed) - *gone_r is set, and the caller takes another snapshot - or
+   missing already in the previous attempt's snapshot: damage of the
+   store, left for present() to report.  *missing / *nmissing: in, the
+   files missing in the previous attempt; out, those missing in this one.
+   A file that is no regular file is left for present() too.  Returns 0
+   or -errno (-EMFILE, -ENOMEM, ...). */
+static int open_referenced(struct backup *b,
+			   const struct dbox_index_snapshot *snap,
+			   uint64_t **missing, size_t *nmissing, bool *gone_r)
+{
+	uint64_t *now = NULL, *grown;
+	size_t nnow = 0, total = snap->nmfiles + snap->nfiles;
+	int ret = 0;
+
+	*gone_r = false;
+	for (size_t i = 0; i < total && ret == 0; i++) {
+		char kind = i < snap->nmfiles ? 'm' : 'f';
+		uint64_t id = kind == 'm' ? snap->mfiles[i].file_id :
+			snap->files[i - snap->nmfiles];
+
+		ret = kind == 'm' ? open_one(&b->msrc, b->src.storage, 'm', id) :
+			open_one(&b->fsrc, b->src.files, 'f', id);
+		if (ret == -EINVAL) {
+			ret = 0;
+		} else if (ret == -ENOENT) {
+			ret = 0;
+			if (!key_in(*missing, *nmissing, MISSING_KEY(kind, id)))
+				*gone_r = true;
+			grown = realloc(now, (nnow + 1) * sizeof(*now));
+			if (grown == NULL) {
+				ret = -ENOMEM;
+				break;
+			}
+			now = grown;
+			now[nnow++] = MISSING_KEY(kind, id);
+		}
+	}
+	free(*missing);
+	*missing = now;
+	*nmissing = nnow;
+	return ret;
+}
+
 /* Steps 1-3 (see the top of the file).  Returns 0 with the index copied
    to DEST.partial/index.sqlite.partial and *snap filled, or an exit
    code after reporting. */
 static int take_snapshot(struct backup *b, struct dbox_index *index,
 			 struct dbox_index_snapshot *snap)
 {
+	uint64_t *missing = NULL;
+	size_t nmissing = 0;
 	char *path;
 	int ret;
 
 	if (asprintf(&path, "%s/" PARTIAL_INDEX, b->partial) < 0)
 		return ADM_EXIT_FAILED;
 	for (b->attempts = 1; b->attempts <= SNAPSHOT_TRIES; b->attempts++) {
-		bool gone = false;
+		bool gone;
 
 		if ((ret = open_all(&b->msrc, b->src.storage, 'm')) < 0 ||
 		    (ret = open_all(&b->fsrc, b->src.files, 'f')) < 0) {
@@ -777,22 +843,11 @@ static int take_snapshot(struct backup *b, struct dbox_index *index,
 			return ADM_EXIT_FAILED;
 		}
 		hook("indexed");
-		for (size_t i = 0; i < snap->nmfiles && !gone; i++) {
-			ret = open_one(&b->msrc, b->src.storage, 'm',
-				       snap->mfiles[i].file_id);
-			if (ret == -ENOENT)
-				gone = true;
-			else if (ret < 0)
-				break;
-		}
-		for (size_t i = 0; i < snap->nfiles && !gone && ret >= 0; i++) {
-			ret = open_one(&b->fsrc, b->src.files, 'f', snap->files[i]);
-			if (ret == -ENOENT)
-				gone = true;
-		}
-		if (ret < 0 && ret != -ENOENT && ret != -EINVAL) {
+		ret = open_referenced(b, snap, &missing, &nmissing, &gone);
+		if (ret < 0) {
 			adm_error("%s: cannot open the store's files: %s",
 				  b->store, strerror(-ret));
+			free(missing);
 			free(path);
 			return ADM_EXIT_FAILED;
 		}
@@ -800,6 +855,7 @@ static int take_snapshot(struct backup *b, struct dbox_index *index,
 			break;
 		dbox_index_snapshot_free(snap);
 	}
+	free(missing);
 	free(path);
 	if (b->attempts > SNAPSHOT_TRIES) {
 		adm_error("%s: files the index refers to kept disappearing "
