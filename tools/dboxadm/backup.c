@@ -567,7 +567,8 @@ static void backup_file(struct backup *b, char kind, uint64_t id,
 	for (int i = 0; i < COPY_TRIES; i++) {
 		n = copy_file(b, s->fd, dst_dir, name, len);
 		if (n < 0) {
-			adm_error("%s/%s: cannot write: %s", b->partial, name,
+			adm_error("%s/%s/%s: cannot copy %s/%s/%s there: %s",
+				  b->partial, what, name, b->store, what, name,
 				  strerror((int)-n));
 			b->failed = (int)n;
 			return;
