@@ -946,7 +946,10 @@ static int finish(struct backup *b)
 	    (ret = fsync_dir(b->part.files)) < 0 ||
 	    (ret = fsync_dir(b->part.dir)) < 0)
 		return ret;
-	if (rename(b->partial, b->dest) < 0)
+	/* Never onto something that appeared meanwhile (rename() would
+	   replace an empty directory). */
+	if (renameat2(AT_FDCWD, b->partial, AT_FDCWD, b->dest,
+		      RENAME_NOREPLACE) < 0)
 		return -errno;
 	if ((parent = strdup(b->dest)) == NULL)
 		return -ENOMEM;
