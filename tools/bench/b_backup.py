@@ -54,9 +54,9 @@ def extra_bytes(first, second):
 def change_one_percent(native, mnt, step, messages):
     """1% of the messages get the flag F (the same names on both sides),
     and 1% new messages arrive in new/.  Returns (renamed, delivered)."""
-    names = sorted(n for n in os.listdir(native / "cur") if ":2," in n and "F" not in
-                   n.split(":2,")[1])
-    k = max(1, len(names) // 100)
+    everything = os.listdir(native / "cur")
+    names = sorted(n for n in everything if ":2," in n and "F" not in n.split(":2,")[1])
+    k = min(len(names), max(1, len(everything) // 100))
     renamed = 0
     for n in names[step::max(1, len(names) // k)][:k]:
         base, flags = n.split(":2,")
