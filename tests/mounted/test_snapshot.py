@@ -508,3 +508,38 @@ def test_one_backup_at_a_time_into_dest(make_mount, tmp_path):
     (hooks / "snapshot.go").touch()
     finish(proc)
     check_clean(tmp_path / "bk")
+
+
+def test_backup_of_a_crashed_store(make_mount, tmp_path):
+    """The mount died (SIGKILL) while a message was being written: the
+    backup of the store as it was left holds every committed message and
+    not the unfinished one, and is clean without a mount's recovery; the
+    store itself is left for its own next mount to recover."""
+    store, m = filled(make_mount, tmp_path, messages=40)
+    expected = tree(m.mnt)
+    half = subprocess.Popen(
+        ["python3", "-c", "import sys; f = open(sys.argv[1], 'wb'); "
+         "f.write(b'Subject: half\\n\\n' + b'y' * 70000); f.flush(); "
+         "print('ready', flush=True); sys.stdin.read()",
+         str(m.mnt / "tmp" / "half.written")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert half.stdout.readline() == b"ready\n"
+    m.kill()
+    half.stdin.close()
+    half.wait()
+    pending = index_rows(store, "SELECT count(*) FROM message WHERE state = 1")[0][0]
+    assert pending == 1
+    wal = (store / "index.sqlite-wal").stat().st_size \
+        if (store / "index.sqlite-wal").exists() else None
+
+    backup(store, tmp_path / "bk")
+    check_clean(tmp_path / "bk")
+    # The store is as the crash left it.
+    assert index_rows(store, "SELECT count(*) FROM message WHERE state = 1")[0][0] == 1
+    if wal is not None:
+        assert (store / "index.sqlite-wal").stat().st_size == wal
+    r = make_mount(store=tmp_path / "bk", mnt=tmp_path / "mnt-bk")
+    assert tree(r.mnt) == expected
+    r.unmount()
+    r = make_mount(store=store, mnt=tmp_path / "mnt-again")
+    assert tree(r.mnt) == expected
