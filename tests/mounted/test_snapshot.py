@@ -18,6 +18,7 @@
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import threading
@@ -542,4 +543,26 @@ def test_backup_of_a_crashed_store(make_mount, tmp_path):
     assert tree(r.mnt) == expected
     r.unmount()
     r = make_mount(store=store, mnt=tmp_path / "mnt-again")
+    assert tree(r.mnt) == expected
+
+
+def test_mfile_name_reused_after_opening_retakes_the_snapshot(make_mount, tmp_path):
+    """storage/m.N comes to name another file after the backup opened it
+    (a reopened store hands out the id of a purged last m.N again): the
+    backup cannot know which one its snapshot means, and takes another."""
+    store, m = filled(make_mount, tmp_path, messages=40)
+    expected = tree(m.mnt)
+    m.unmount()
+    hooks, env = hooked(tmp_path, "opened")
+    proc = start_backup(store, tmp_path / "bk", env)
+    wait_for(hooks / "opened.reached", proc)
+    victim = sorted((store / "storage").iterdir(), key=lambda p: int(p.name[2:]))[0]
+    # Same bytes, another inode: the copy must come from a file opened anew.
+    shutil.copyfile(victim, victim.with_name("replacement"))
+    os.rename(victim.with_name("replacement"), victim)
+    (hooks / "opened.go").touch()
+    summary = finish(proc)
+    assert summary["snapshots"] == 2
+    check_clean(tmp_path / "bk")
+    r = make_mount(store=tmp_path / "bk", mnt=tmp_path / "mnt-bk")
     assert tree(r.mnt) == expected

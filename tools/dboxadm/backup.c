@@ -15,9 +15,11 @@
  *      between 1 and 2) is opened now; if one is already gone (created and
  *      purged in that short window), steps 1-3 run again.
  * A file the snapshot refers to existed when the snapshot was taken (the
- * store unlinks an m.N only after the commit that stops referring to it,
- * and file ids and inode numbers are never reused), so it was open after
- * step 1 or is found in step 3.  Purge is never blocked, and never blocks
+ * store unlinks an m.N only after the commit that stops referring to it),
+ * so it was open after step 1 or is found in step 3.  Should a name have
+ * come to mean another file since step 1 (a store reopened hands out the
+ * id of a purged last m.N again), the file is opened anew and steps 1-3
+ * run again too.  Purge is never blocked, and never blocks
  * the backup.  Each m.N is copied up to its committed end in the snapshot
  * (bytes past it belong to writes not committed then); a plain file as it
  * is when copied (plain files are not versioned by the index).  Finally
@@ -227,6 +229,30 @@ static int src_add(struct srctab *t, uint64_t id, int fd, bool sort)
 	if (sort)
 		qsort(t->v, t->n, sizeof(*t->v), src_cmp);
 	return 0;
+}
+
+/* Is the open s still the file named name in dir_fd?  A name that is gone
+   counts as the same (the descriptor is what keeps it); one that now
+   names another file (a file id handed out again after its m.N was
+   purged and the store reopened) does not. */
+static bool src_current(const struct src *s, int dir_fd, const char *name)
+{
+	struct stat a, b;
+
+	if (fstatat(dir_fd, name, &b, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT;
+	return fstat(s->fd, &a) == 0 && a.st_dev == b.st_dev &&
+		a.st_ino == b.st_ino;
+}
+
+/* Close and forget the open file of id. */
+static void src_drop(struct srctab *t, struct src *s)
+{
+	size_t i = (size_t)(s - t->v);
+
+	close(s->fd);
+	memmove(&t->v[i], &t->v[i + 1], (t->n - i - 1) * sizeof(*t->v));
+	t->n--;
 }
 
 static void src_free(struct srctab *t)
@@ -779,8 +805,20 @@ static int open_referenced(struct backup *b,
 		uint64_t id = kind == 'm' ? snap->mfiles[i].file_id :
 			snap->files[i - snap->nmfiles];
 
-		ret = kind == 'm' ? open_one(&b->msrc, b->src.storage, 'm', id) :
-			open_one(&b->fsrc, b->src.files, 'f', id);
+		struct srctab *t = kind == 'm' ? &b->msrc : &b->fsrc;
+		int dir_fd = kind == 'm' ? b->src.storage : b->src.files;
+		struct src *open_src = src_find(t, id);
+		char name[32];
+
+		file_name(name, sizeof(name), kind, id);
+		if (open_src != NULL && !src_current(open_src, dir_fd, name)) {
+			/* Which of the two the snapshot means is unknown:
+			   take another one with the file open anew. */
+			src_drop(t, open_src);
+			*gone_r = true;
+			continue;
+		}
+		ret = open_one(t, dir_fd, kind, id);
 		if (ret == -EINVAL) {
 			ret = 0;
 		} else if (ret == -ENOENT) {
