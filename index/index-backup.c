@@ -2,16 +2,14 @@
  * index-backup.c: one-snapshot copy of the index with SQLite's online
  * backup API (see index-backup.h).
  *
- * sqlite3_backup_step() reuses a read transaction the source connection
- * already has open (it begins its own only when there is none), so the
- * copy and the SELECTs below, all inside dbox_index_snapshot_begin/end,
- * see the same WAL snapshot.  One step copies every page (-1): no restart
- * when the mount commits meanwhile (a WAL reader is never disturbed by a
- * writer), and the read transaction lasts only as long as the page copy.
+ * One sqlite3_backup_step(-1) copies every page inside one read
+ * transaction of the source: one WAL snapshot, no restart when the mount
+ * commits meanwhile (a WAL reader is never disturbed by a writer), and
+ * the mount's checkpoints wait for nothing longer than the page copy.
+ * The lists are then read from the copy itself, which is that snapshot.
  */
 #include "index-backup.h"
 #include "index-private.h"
-#include "index-stats.h"
 
 #include "storage/log.h"
 
@@ -32,20 +30,25 @@ void dbox_index_snapshot_free(struct dbox_index_snapshot *snap)
 	memset(snap, 0, sizeof(*snap));
 }
 
-/* Run sql and call row(ctx, stmt) per row.  Returns 0 or -EIO/-ENOMEM. */
-static int each_row(struct dbox_index *index, const char *sql,
+/* Run sql on db (the copy at path) and call row(snap, stmt) per row.
+   Returns 0 or -EIO (logged) / -ENOMEM. */
+static int each_row(sqlite3 *db, const char *path, const char *sql,
 		    int (*row)(struct dbox_index_snapshot *, sqlite3_stmt *),
 		    struct dbox_index_snapshot *snap)
 {
 	sqlite3_stmt *stmt;
-	int rc, ret = 0;
+	int rc = SQLITE_OK, ret = 0;
 
-	if (sqlite3_prepare_v2(index->db, sql, -1, &stmt, NULL) != SQLITE_OK)
-		return index_sql_error(index, "snapshot list");
+	if (sqlite3_prepare_v2(db, sql, -1, &stmt, NULL) != SQLITE_OK) {
+		dbox_error("index copy %s: %s", path, sqlite3_errmsg(db));
+		return -EIO;
+	}
 	while (ret == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
 		ret = row(snap, stmt);
-	if (ret == 0 && rc != SQLITE_DONE)
-		ret = index_sql_error(index, "snapshot list");
+	if (ret == 0 && rc != SQLITE_DONE) {
+		dbox_error("index copy %s: %s", path, sqlite3_errmsg(db));
+		ret = -EIO;
+	}
 	sqlite3_finalize(stmt);
 	return ret;
 }
@@ -89,8 +92,10 @@ static int count_row(struct dbox_index_snapshot *snap, sqlite3_stmt *stmt)
 	return 0;
 }
 
-/* Copy every page of src's main database into a new file dest_path. */
-static int copy_pages(struct dbox_index *src, const char *dest_path)
+/* Copy every page of src's main database into a new file dest_path, in
+   one step (one read transaction on src), and list what it refers to. */
+static int copy_pages(struct dbox_index *src, const char *dest_path,
+		      struct dbox_index_snapshot *snap_r)
 {
 	sqlite3_backup *bk;
 	sqlite3 *dest = NULL;
@@ -132,6 +137,20 @@ static int copy_pages(struct dbox_index *src, const char *dest_path)
 		dbox_error("index copy %s: %s", dest_path, sqlite3_errmsg(dest));
 		ret = -EIO;
 	}
+	/* What the snapshot refers to, read from the copy: the same rows,
+	   and its pages were just written (in the page cache), while the
+	   source's may have to come from disk (scans of 1M rows). */
+	if (ret == 0)
+		ret = each_row(dest, dest_path, "SELECT file_id, size FROM mfile"
+			       " ORDER BY file_id", mfile_row, snap_r);
+	if (ret == 0)
+		ret = each_row(dest, dest_path, "SELECT ino FROM inode WHERE"
+			       " kind = 3 AND nlink > 0 ORDER BY ino", file_row,
+			       snap_r);
+	if (ret == 0)
+		ret = each_row(dest, dest_path, "SELECT count(*) FROM message m"
+			       " JOIN inode i ON i.ino = m.ino WHERE m.state = 0"
+			       " AND i.nlink > 0", count_row, snap_r);
 	if (sqlite3_close(dest) != SQLITE_OK && ret == 0)
 		ret = -EIO;
 	return ret;
@@ -143,20 +162,7 @@ int dbox_index_backup(struct dbox_index *src, const char *dest_path,
 	int ret;
 
 	memset(snap_r, 0, sizeof(*snap_r));
-	if ((ret = dbox_index_snapshot_begin(src)) < 0)
-		return ret;
-	ret = each_row(src, "SELECT file_id, size FROM mfile ORDER BY file_id",
-		       mfile_row, snap_r);
-	if (ret == 0)
-		ret = each_row(src, "SELECT ino FROM inode WHERE kind = 3"
-			       " AND nlink > 0 ORDER BY ino", file_row, snap_r);
-	if (ret == 0)
-		ret = each_row(src, "SELECT count(*) FROM message m JOIN inode i"
-			       " ON i.ino = m.ino WHERE m.state = 0"
-			       " AND i.nlink > 0", count_row, snap_r);
-	if (ret == 0)
-		ret = copy_pages(src, dest_path);
-	dbox_index_snapshot_end(src);
+	ret = copy_pages(src, dest_path, snap_r);
 	if (ret < 0)
 		dbox_index_snapshot_free(snap_r);
 	return ret;

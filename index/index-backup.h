@@ -7,8 +7,9 @@
  * dboxfs goes on committing - the index half of `dboxadm backup`.
  *
  * The copy and the lists in struct dbox_index_snapshot come from ONE read
- * transaction: the m.N files with their committed ends and the plain files
- * listed are exactly those the copied index refers to.  Reads only; never
+ * snapshot (the lists are read from the copy): the m.N files with their
+ * committed ends and the plain files listed are exactly those the copied
+ * index refers to.  Reads only; never
  * touches m.N or plain files.
  *
  * Return convention as in index.h (0, or a negative errno; -EIO for a
@@ -40,8 +41,9 @@ struct dbox_index_snapshot {
    dbox_index_reader_setup) to a new SQLite file at dest_path (must not
    exist; created with mode 0600) as one snapshot, and fill
    *snap_r with what that snapshot refers to.  The copy is complete and on
-   disk (SQLite's synchronous commit) when this returns 0.  Must not be
-   called inside a transaction on src.  Returns 0, -EEXIST when dest_path
+   disk (SQLite's synchronous commit) when this returns 0.  When src is
+   inside a read transaction (dbox_index_snapshot_begin), the copy is that
+   snapshot; else it is the index at one instant during the call.  Returns 0, -EEXIST when dest_path
    exists, -ENOMEM, or -EIO (logged). */
 int dbox_index_backup(struct dbox_index *src, const char *dest_path,
 		      struct dbox_index_snapshot *snap_r);
