@@ -148,9 +148,8 @@ static int copy_pages(struct dbox_index *src, const char *dest_path,
 			       " kind = 3 AND nlink > 0 ORDER BY ino", file_row,
 			       snap_r);
 	if (ret == 0)
-		ret = each_row(dest, dest_path, "SELECT count(*) FROM message m"
-			       " JOIN inode i ON i.ino = m.ino WHERE m.state = 0"
-			       " AND i.nlink > 0", count_row, snap_r);
+		ret = each_row(dest, dest_path, "SELECT count(*) FROM message"
+			       " WHERE state = 0", count_row, snap_r);
 	if (sqlite3_close(dest) != SQLITE_OK && ret == 0)
 		ret = -EIO;
 	return ret;

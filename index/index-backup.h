@@ -34,7 +34,7 @@ struct dbox_index_snapshot {
 	size_t nmfiles;
 	uint64_t *files;       /* plain-file inodes with a name (STORE/files/<ino>) */
 	size_t nfiles;
-	uint64_t messages;     /* committed messages with a name */
+	uint64_t messages;     /* committed messages (message rows) */
 };
 
 /* Copy the index src (opened without the store lock: dbox_index_open +
