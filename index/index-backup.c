@@ -166,3 +166,22 @@ int dbox_index_backup(struct dbox_index *src, const char *dest_path,
 		dbox_index_snapshot_free(snap_r);
 	return ret;
 }
+
+int dbox_index_backup_detach(struct dbox_index *index)
+{
+	char *err = NULL;
+
+	if (sqlite3_exec(index->db, "BEGIN IMMEDIATE;"
+			 "UPDATE mfile SET alt = 0 WHERE alt <> 0;"
+			 "DELETE FROM setting WHERE key = '" DBOX_SETTING_ALT_PATH "';"
+			 "DELETE FROM meta WHERE key LIKE 'inflight.m.%'"
+			 " OR key LIKE 'kept.m.%';"
+			 "COMMIT", NULL, NULL, &err) != SQLITE_OK) {
+		dbox_error("index copy: %s", err != NULL ? err :
+			   sqlite3_errmsg(index->db));
+		sqlite3_free(err);
+		(void)sqlite3_exec(index->db, "ROLLBACK", NULL, NULL, NULL);
+		return -EIO;
+	}
+	return 0;
+}

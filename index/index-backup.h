@@ -48,6 +48,18 @@ struct dbox_index_snapshot {
 int dbox_index_backup(struct dbox_index *src, const char *dest_path,
 		      struct dbox_index_snapshot *snap_r);
 
+/* Make the copied index (opened with dbox_index_open, so at the current
+   format) describe a self-contained store whose m.N are all in its own
+   storage/, in one transaction: every mfile row's alt flag cleared and
+   the alternate storage path (DBOX_SETTING_ALT_PATH) forgotten, as the
+   backup copies ALT/storage/m.N into DEST/storage/; the crash-recovery
+   marks inflight.m.N and kept.m.N deleted, as each m.N is copied only up
+   to its committed end (nothing is in flight in the copy, and whole
+   records a recovery of the source kept past that end are not in it).
+   purged.m.N stay (those numbers are still not the copy's files).
+   Returns 0 or -EIO (logged). */
+int dbox_index_backup_detach(struct dbox_index *index);
+
 /* Free the arrays of *snap and zero it.  Safe on a zeroed struct. */
 void dbox_index_snapshot_free(struct dbox_index_snapshot *snap);
 

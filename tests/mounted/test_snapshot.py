@@ -566,3 +566,113 @@ def test_mfile_name_reused_after_opening_retakes_the_snapshot(make_mount, tmp_pa
     check_clean(tmp_path / "bk")
     r = make_mount(store=tmp_path / "bk", mnt=tmp_path / "mnt-bk")
     assert tree(r.mnt) == expected
+
+
+OLD_NS = 1_500_000_000_000_000_000   # 2017: older than any --older-than
+
+
+def test_backup_of_a_store_with_alt_mfiles(make_mount, tmp_path):
+    """After `dboxadm altmove` some m.N live in ALT/storage/: the backup,
+    taken while the store is mounted, copies them into DEST/storage/ and
+    DEST records no alternate storage - it mounts, reads every message
+    and passes check even with ALT gone (old code: the ALT m.N were
+    missing from the backup, exit 1)."""
+    store, m = filled(make_mount, tmp_path, messages=60)
+    cur = m.mnt / "cur"
+    names = sorted(cur.iterdir())
+    assert len(names) >= 10
+    for i, p in enumerate(names):
+        if i % 2 == 0:
+            os.utime(p, ns=(OLD_NS + i * 10**9,) * 2)
+    m.unmount()
+    alt = tmp_path / "alt"
+    alt.mkdir()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    in_alt = index_rows(store, "SELECT count(*) FROM mfile WHERE alt = 1")[0][0]
+    assert in_alt > 0 and any((alt / "storage").iterdir())
+    m = make_mount(store=store, mnt=tmp_path / "mnt2", options=["-o", ROTATE])
+    expected = tree(m.mnt)
+
+    summary = backup(store, tmp_path / "bk")
+    assert summary["source_errors"] == 0
+    assert summary["mfiles"] == len(list((tmp_path / "bk" / "storage").iterdir()))
+    m.unmount()
+    bk = tmp_path / "bk"
+    assert index_rows(bk, "SELECT count(*) FROM mfile WHERE alt <> 0")[0][0] == 0
+    assert index_rows(bk, "SELECT count(*) FROM setting WHERE key = 'alt_path'")[0][0] == 0
+    # Self-contained: the ALT of the source is not needed.
+    alt.rename(tmp_path / "alt-away")
+    check_clean(bk)
+    r = make_mount(store=bk, mnt=tmp_path / "mnt-bk")
+    assert tree(r.mnt) == expected
+
+
+def test_backup_after_a_crash_with_inflight_marks(make_mount, tmp_path):
+    """The mount died while a committed message was being rewritten (its
+    copy-on-write copy announced by inflight.m.N, bytes past the committed
+    end) and a recovery had kept whole records past another committed end
+    (kept.m.N): the backup holds the committed state, carries neither mark
+    (nothing is in flight in it, and the kept records are not in it), and
+    mounts clean with the committed bytes of every message."""
+    store, m = filled(make_mount, tmp_path, messages=40)
+    expected = tree(m.mnt)
+    victim = sorted((m.mnt / "cur").iterdir())[3]
+    rewrite = subprocess.Popen(
+        ["python3", "-c", "import sys; f = open(sys.argv[1], 'r+b'); "
+         "f.seek(0, 2); f.write(b'z' * 70000); f.flush(); "
+         "print('ready', flush=True); sys.stdin.read()", str(victim)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert rewrite.stdout.readline() == b"ready\n"
+    m.kill()
+    rewrite.stdin.close()
+    rewrite.wait()
+    marks = index_rows(store, "SELECT key, value FROM meta WHERE key LIKE 'inflight.m.%'"
+                              " AND value >= 0")
+    assert marks, "the rewrite left no in-flight mark"
+    # A kept mark as a recovery of an index older than storage/ leaves it:
+    # whole records past the committed end of the first m.N.
+    first, size = index_rows(store, "SELECT file_id, size FROM mfile ORDER BY file_id")[0]
+    db = __import__("sqlite3").connect(store / "index.sqlite")
+    with db:
+        db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"kept.m.{first}", size + 4096))
+    db.close()
+
+    backup(store, tmp_path / "bk")
+    bk = tmp_path / "bk"
+    assert index_rows(bk, "SELECT key FROM meta WHERE key LIKE 'inflight.%'"
+                          " OR key LIKE 'kept.%'") == []
+    for fid, committed in index_rows(bk, "SELECT file_id, size FROM mfile"):
+        assert (bk / "storage" / f"m.{fid}").stat().st_size == committed
+    check_clean(bk)
+    r = make_mount(store=bk, mnt=tmp_path / "mnt-bk")
+    assert tree(r.mnt) == expected
+    # The backup takes new mail into its last m.N, and stays clean.
+    (r.mnt / "new" / "after.restore").write_bytes(letter(900))
+    r.unmount()
+    check_clean(bk)
+    assert not (bk / "lost+found").exists()
+
+
+def test_backup_with_few_descriptors(make_mount, tmp_path):
+    """The backup holds one descriptor per m.N at once: a soft open-files
+    limit below that is raised to the hard one; a hard limit below it
+    fails clearly (exit 1, DEST.partial left, the limit named), and the
+    same command with a higher limit completes it."""
+    store, m = filled(make_mount, tmp_path, messages=120)
+    m.unmount()
+    nfiles = len(list((store / "storage").iterdir()))
+    assert nfiles >= 12, nfiles
+    low = nfiles // 2 + 8     # stdio, index, directories: below nfiles + those
+    import resource
+
+    def limit(soft, hard):
+        return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    r = subprocess.run([str(DBOXADM), "backup", str(store), str(tmp_path / "bk")],
+                       capture_output=True, timeout=300, preexec_fn=limit(low, low))
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert b"open files limit" in r.stderr, r.stderr
+    assert not (tmp_path / "bk").exists() and (tmp_path / "bk.partial").exists()
+    r = subprocess.run([str(DBOXADM), "backup", str(store), str(tmp_path / "bk"), "--json"],
+                       capture_output=True, timeout=300, preexec_fn=limit(low, 4096))
+    assert r.returncode == 0, r.stderr
+    check_clean(tmp_path / "bk")

@@ -7,9 +7,11 @@
  * that snapshot refers to must still be readable when they are copied,
  * although a purge (the mount's, or `dboxadm purge`) may unlink an m.N the
  * moment a later commit stops referring to it.  So, without any lock:
- *   1. every storage/m.N and files/<ino> on disk is opened (O_NOFOLLOW,
+ *   1. every storage/m.N, ALT/storage/m.N (the alternate storage the
+ *      index records) and files/<ino> on disk is opened (O_NOFOLLOW,
  *      regular files only) - an open descriptor keeps an unlinked file
- *      readable;
+ *      readable (file ids are unique across storage/ and ALT, so an m.N
+ *      altmove moves meanwhile is the same file id in the other one);
  *   2. the index is copied as one snapshot;
  *   3. every file the snapshot refers to and step 1 did not see (created
  *      between 1 and 2) is opened now; if one is already gone (created and
@@ -25,7 +27,11 @@
  * is when copied (plain files are not versioned by the index).  Finally
  * crash recovery runs on the copied index (messages being written at the
  * snapshot instant, and unlinked-while-open files, go), as the first mount
- * of a crashed store would.
+ * of a crashed store would.  DEST is self-contained: ALT m.N are copied
+ * into DEST/storage/ and the copy's index forgets the alternate storage;
+ * its inflight.m.N and kept.m.N marks go too (dbox_index_backup_detach:
+ * every m.N is cut at its committed end, so nothing past it is in flight
+ * or kept).  Neither lost+found/ nor index.sqlite-reserve is copied.
  *
  * Never a store that looks whole.  Everything is written into DEST.partial
  * with the index as index.sqlite.partial (so neither dboxfs nor `dboxadm
@@ -46,10 +52,17 @@
  * always copied: a mount of the backup appends to that one.  Plain files
  * are always copied: a mount writes them in place.
  *
- * Hostile store.  Root may run this on a user's store: files inside STORE
- * are opened with O_NOFOLLOW and fstat()ed to be regular files, lengths
- * never exceed the real file, DEST files are created 0600 by this process
- * (no chown, no mode from the store), and nothing in STORE is written.
+ * Hostile store.  Root on a user's store first becomes that user
+ * (adm_store_enter), so DEST must be writable by the store's owner and
+ * is theirs; files inside STORE are opened with O_NOFOLLOW and fstat()ed
+ * to be regular files, lengths never exceed the real file, DEST files
+ * are created 0600 by this process (no chown, no mode from the store),
+ * and nothing in STORE is written.
+ *
+ * Descriptors.  Steps 1-3 hold one descriptor per m.N and plain file at
+ * once (that is what survives a purge); the soft RLIMIT_NOFILE is raised
+ * to the hard one first, and running out still fails clearly (-EMFILE
+ * reported with the limit; DEST.partial is left for a rerun).
  */
 #include "dboxadm.h"
 #include "json.h"
@@ -89,6 +102,7 @@
 struct src {
 	uint64_t id;
 	int fd;
+	bool alt;              /* an m.N found in ALT/storage/ */
 };
 
 struct srctab {
@@ -111,15 +125,17 @@ struct manifest {
 	size_t n, size;
 };
 
-/* One side of the backup: a store directory and its storage/, files/. */
+/* One side of the backup: a store directory and its storage/, files/,
+   and (the source only) the alternate storage's ALT/storage/, or -1. */
 struct side {
-	int dir, storage, files;
+	int dir, storage, files, alt;
 };
 
 struct backup {
 	const char *store, *dest, *prev;
 	char *partial;
 	bool json;
+	bool dropped;          /* root became the store's owner */
 	struct side src, part, prevs;
 	struct srctab msrc, fsrc;
 	struct manifest old, prevm;
@@ -216,7 +232,8 @@ static int open_regular(int dir_fd, const char *name)
 
 /* Add an open fd for id (not in the table yet); keeps the table sorted
    when sort is set.  Returns 0 or -ENOMEM (fd closed). */
-static int src_add(struct srctab *t, uint64_t id, int fd, bool sort)
+static int src_add(struct srctab *t, uint64_t id, int fd, bool alt,
+		   bool sort)
 {
 	struct src *v = adm_grow(t->v, t->n, &t->size, sizeof(*v));
 
@@ -225,7 +242,7 @@ static int src_add(struct srctab *t, uint64_t id, int fd, bool sort)
 		return -ENOMEM;
 	}
 	t->v = v;
-	v[t->n++] = (struct src){ id, fd };
+	v[t->n++] = (struct src){ id, fd, alt };
 	if (sort)
 		qsort(t->v, t->n, sizeof(*t->v), src_cmp);
 	return 0;
@@ -287,9 +304,10 @@ static void file_name(char *buf, size_t size, char kind, uint64_t id)
 		snprintf(buf, size, "%" PRIu64, id);
 }
 
-/* Step 1: open every file of dir_fd (storage/ or files/) not open yet.
-   Returns 0 or -errno (-EMFILE: more files than descriptors). */
-static int open_all(struct srctab *t, int dir_fd, char kind)
+/* Step 1: open every file of dir_fd (storage/, ALT/storage/ when alt,
+   or files/) not open yet.  Returns 0 or -errno (-EMFILE: more files
+   than descriptors). */
+static int open_all(struct srctab *t, int dir_fd, char kind, bool alt)
 {
 	DIR *dir;
 	struct dirent *d;
@@ -312,7 +330,7 @@ static int open_all(struct srctab *t, int dir_fd, char kind)
 		if (fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM)
 			ret = fd;
 		else if (fd >= 0)
-			ret = src_add(t, id, fd, false);
+			ret = src_add(t, id, fd, alt, false);
 	}
 	closedir(dir);
 	if (t->n > 1)
@@ -320,22 +338,29 @@ static int open_all(struct srctab *t, int dir_fd, char kind)
 	return ret;
 }
 
-/* Step 3: make sure id is open.  Returns 0, -ENOENT when the file is gone
-   (purged since the snapshot), -EINVAL when it is no regular file, or
-   another -errno. */
-static int open_one(struct srctab *t, int dir_fd, char kind, uint64_t id)
+/* Step 3: make sure id is open: in dir_fd, or else (an m.N) in alt_fd
+   (-1: none).  Returns 0, -ENOENT when the file is gone (purged, or
+   moved twice by altmove, since the snapshot), -EINVAL when it is no
+   regular file, or another -errno. */
+static int open_one(struct srctab *t, int dir_fd, int alt_fd, char kind,
+		    uint64_t id)
 {
 	char name[32];
-	int fd;
+	bool alt = false;
+	int fd = -ENOENT;
 
 	if (src_find(t, id) != NULL)
 		return 0;
-	if (dir_fd < 0)
-		return -ENOENT;
 	file_name(name, sizeof(name), kind, id);
-	if ((fd = open_regular(dir_fd, name)) < 0)
+	if (dir_fd >= 0)
+		fd = open_regular(dir_fd, name);
+	if (fd == -ENOENT && alt_fd >= 0) {
+		fd = open_regular(alt_fd, name);
+		alt = true;
+	}
+	if (fd < 0)
 		return fd;
-	return src_add(t, id, fd, true);
+	return src_add(t, id, fd, alt, true);
 }
 
 /* --- manifests --------------------------------------------------------- */
@@ -640,9 +665,11 @@ static void side_close(struct side *s)
 		close(s->storage);
 	if (s->files >= 0)
 		close(s->files);
+	if (s->alt >= 0)
+		close(s->alt);
 	if (s->dir >= 0)
 		close(s->dir);
-	s->dir = s->storage = s->files = -1;
+	s->dir = s->storage = s->files = s->alt = -1;
 }
 
 /* Open dir (a path given on the command line) and its storage/ and files/
@@ -650,7 +677,7 @@ static void side_close(struct side *s)
    (reported). */
 static int side_open(struct side *s, const char *dir)
 {
-	s->storage = s->files = -1;
+	s->storage = s->files = s->alt = -1;
 	s->dir = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (s->dir < 0) {
 		adm_error("%s: %s", dir, strerror(errno));
@@ -691,6 +718,22 @@ static int manifest_create(struct backup *b)
 	return 0;
 }
 
+/* Report errno on path (DEST or DEST.partial); when root dropped to the
+   store's owner and was denied, say that DEST must be the owner's. */
+static void dest_error(const struct backup *b, const char *path,
+		       const char *what)
+{
+	int err = errno;
+
+	if (b->dropped && (err == EACCES || err == EPERM))
+		adm_error("%s: %s%s (dboxadm backs up another user's store as "
+			  "that user, uid %u, the store's owner: DEST must be "
+			  "in a directory that user may write)", path, what,
+			  strerror(err), (unsigned)geteuid());
+	else
+		adm_error("%s: %s%s", path, what, strerror(err));
+}
+
 /* Create (or, from an interrupted run, reuse) DEST.partial.  Returns 0 or
    ADM_EXIT_USAGE after reporting why not. */
 static int partial_open(struct backup *b)
@@ -703,11 +746,11 @@ static int partial_open(struct backup *b)
 		return ADM_EXIT_USAGE;
 	}
 	if (errno != ENOENT) {
-		adm_error("%s: %s", b->dest, strerror(errno));
+		dest_error(b, b->dest, "");
 		return ADM_EXIT_USAGE;
 	}
 	if (mkdir(b->partial, 0700) < 0 && errno != EEXIST) {
-		adm_error("%s: cannot create: %s", b->partial, strerror(errno));
+		dest_error(b, b->partial, "cannot create: ");
 		return ADM_EXIT_USAGE;
 	}
 	b->part.dir = open(b->partial, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
@@ -807,18 +850,21 @@ static int open_referenced(struct backup *b,
 
 		struct srctab *t = kind == 'm' ? &b->msrc : &b->fsrc;
 		int dir_fd = kind == 'm' ? b->src.storage : b->src.files;
+		int alt_fd = kind == 'm' ? b->src.alt : -1;
 		struct src *open_src = src_find(t, id);
 		char name[32];
 
 		file_name(name, sizeof(name), kind, id);
-		if (open_src != NULL && !src_current(open_src, dir_fd, name)) {
+		if (open_src != NULL &&
+		    !src_current(open_src, open_src->alt ? alt_fd : dir_fd,
+				 name)) {
 			/* Which of the two the snapshot means is unknown:
 			   take another one with the file open anew. */
 			src_drop(t, open_src);
 			*gone_r = true;
 			continue;
 		}
-		ret = open_one(t, dir_fd, kind, id);
+		ret = open_one(t, dir_fd, alt_fd, kind, id);
 		if (ret == -EINVAL) {
 			ret = 0;
 		} else if (ret == -ENOENT) {
@@ -840,6 +886,28 @@ static int open_referenced(struct backup *b,
 	return ret;
 }
 
+/* Report that step 1 or 3 could not open the store's files (-errno).
+   The backup holds one descriptor per m.N and plain file at once (that
+   is what lets it survive a purge), and raise_nofile() already raised
+   the soft limit to the hard one: on -EMFILE say so, with the numbers. */
+static void report_open_failure(struct backup *b, int err)
+{
+	struct rlimit rl;
+
+	if (err == -EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		adm_error("%s: cannot open the store's files: %s (the backup "
+			  "holds every m.N and plain file open at once: %zu "
+			  "open so far, open files limit %llu; raise the hard "
+			  "limit, e.g. ulimit -Hn, or purge the store to fewer "
+			  "m.N)", b->store, strerror(-err),
+			  b->msrc.n + b->fsrc.n,
+			  (unsigned long long)rl.rlim_cur);
+		return;
+	}
+	adm_error("%s: cannot open the store's files: %s", b->store,
+		  strerror(-err));
+}
+
 /* Steps 1-3 (see the top of the file).  Returns 0 with the index copied
    to DEST.partial/index.sqlite.partial and *snap filled, or an exit
    code after reporting. */
@@ -856,12 +924,10 @@ static int take_snapshot(struct backup *b, struct dbox_index *index,
 	for (b->attempts = 1; b->attempts <= SNAPSHOT_TRIES; b->attempts++) {
 		bool gone;
 
-		if ((ret = open_all(&b->msrc, b->src.storage, 'm')) < 0 ||
-		    (ret = open_all(&b->fsrc, b->src.files, 'f')) < 0) {
-			adm_error("%s: cannot open the store's files: %s%s",
-				  b->store, strerror(-ret), ret == -EMFILE ?
-				  " (raise the open files limit, ulimit -n)" :
-				  "");
+		if ((ret = open_all(&b->msrc, b->src.storage, 'm', false)) < 0 ||
+		    (ret = open_all(&b->msrc, b->src.alt, 'm', true)) < 0 ||
+		    (ret = open_all(&b->fsrc, b->src.files, 'f', false)) < 0) {
+			report_open_failure(b, ret);
 			free(path);
 			return ADM_EXIT_FAILED;
 		}
@@ -884,8 +950,7 @@ static int take_snapshot(struct backup *b, struct dbox_index *index,
 		hook("indexed");
 		ret = open_referenced(b, snap, &missing, &nmissing, &gone);
 		if (ret < 0) {
-			adm_error("%s: cannot open the store's files: %s",
-				  b->store, strerror(-ret));
+			report_open_failure(b, ret);
 			free(missing);
 			free(path);
 			return ADM_EXIT_FAILED;
@@ -937,6 +1002,8 @@ static int recover_copy(struct backup *b)
 		return -ENOMEM;
 	ret = dbox_index_open(path, false, &index);
 	free(path);
+	if (ret == 0)
+		ret = dbox_index_backup_detach(index);
 	if (ret == 0)
 		ret = dbox_index_recover(index, &writing, &orphans, &files,
 					 &nfiles);
@@ -1084,6 +1151,10 @@ static int run_backup(struct backup *b)
 		return ret;
 	if ((ret = adm_open_index(b->store, &index)) != 0)
 		return ret;
+	/* Where its m.N may also be (-1: none recorded; or one that cannot
+	   be opened, reported: its m.N are then missing from the backup,
+	   which says so). */
+	b->src.alt = adm_open_alt_storage(b->store, index);
 	ret = take_snapshot(b, index, &snap);
 	dbox_index_close(&index);
 	if (ret != 0)
@@ -1125,8 +1196,8 @@ static int backup_main(int argc, char **argv)
 		{ 0 },
 	};
 	struct backup b = {
-		.src = { -1, -1, -1 }, .part = { -1, -1, -1 },
-		.prevs = { -1, -1, -1 },
+		.src = { -1, -1, -1, -1 }, .part = { -1, -1, -1, -1 },
+		.prevs = { -1, -1, -1, -1 },
 	};
 	size_t len;
 	int c, ret;
@@ -1149,6 +1220,12 @@ static int backup_main(int argc, char **argv)
 				       "backup: need STORE and DEST");
 	b.store = argv[optind];
 	b.dest = argv[optind + 1];
+	/* As the store's owner (root on a user's store drops to them for
+	   good): everything read is what they may read, DEST is theirs. */
+	b.dropped = geteuid() == 0;
+	if ((ret = adm_store_enter(b.store)) != ADM_EXIT_OK)
+		return ret;
+	b.dropped = b.dropped && geteuid() != 0;
 	len = strlen(b.dest);
 	while (len > 1 && b.dest[len - 1] == '/')
 		len--;
@@ -1179,7 +1256,9 @@ const struct adm_verb adm_verb_backup = {
 	"index with SQLite's online backup, each storage/m.N up to its\n"
 	"committed end, the plain files of files/.  Works while STORE is\n"
 	"mounted and written to, and beside a purge; takes no lock.  DEST is a\n"
-	"store: mount it, or copy it back, to restore.\n"
+	"self-contained store (m.N of the alternate storage are copied into\n"
+	"DEST/storage/): mount it, or copy it back, to restore.  Run by root on\n"
+	"a user's store, it runs as that user: DEST must be writable by them.\n"
 	"\n"
 	"The work is done in DEST.partial, renamed to DEST at the end; an\n"
 	"interrupted backup is completed by running the same command again.\n"
