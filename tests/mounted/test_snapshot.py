@@ -205,13 +205,31 @@ def without_tmp(t):
 def matching_instant(got, candidates):
     """The index of the candidate tree `got` is, or None.  A message the
     model has in tmp/ may be missing (closed, but its record not finished
-    yet when the snapshot was taken); anything else must be equal."""
+    yet when the snapshot was taken); one it has not yet may be there
+    empty: created, and finished empty by a flush before the client's
+    write - the close-on-exec of its descriptor in a child this process
+    forks to run dboxadm (a FUSE FLUSH of a message finishes its record),
+    an instant ext4 has too (a file created, not written yet).  Anything
+    else must be equal."""
     for i, want in enumerate(candidates):
         if without_tmp(got) == without_tmp(want) and all(
-                k in want and got[k] == want[k] for k in got
-                if Path(k).parent.name == "tmp"):
+                (k in want and got[k] == want[k]) or
+                (got[k] == b"" and k.endswith(".load"))
+                for k in got if Path(k).parent.name == "tmp"):
             return i
     return None
+
+
+def closest_difference(got, candidates):
+    """For a failure message: the names that differ (in presence or in
+    bytes) between got and the candidate closest to it, and its index."""
+    best = None
+    for i, want in enumerate(candidates):
+        diff = sorted(k for k in set(got) | set(want)
+                      if k not in got or k not in want or got[k] != want[k])
+        if best is None or len(diff) < len(best[1]):
+            best = (i, diff, [(k, k in got, k in want) for k in diff])
+    return best
 
 
 def test_backup_under_load_is_one_instant(make_mount, tmp_path):
@@ -255,7 +273,7 @@ def test_backup_under_load_is_one_instant(make_mount, tmp_path):
         assert "tmp/half.written" not in got
         candidates = load.instants(t0, t1)
         assert matching_instant(got, candidates) is not None, \
-            (i, sorted(set(got) ^ set(candidates[0])))
+            (i, closest_difference(got, candidates))
 
 
 HOOKS = ("opened", "indexed", "snapshot", "copied")
