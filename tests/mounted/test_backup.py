@@ -1,4 +1,6 @@
-"""docs/administration.md's backup recipe, run as written, on a mounted store:
+"""The manual backup recipe (dboxadm(8) NOTES; `dboxadm backup` is the
+consistent copy, tested in test_snapshot.py), run as written, on a
+mounted store with no purge in between:
 
     sqlite3 STORE/index.sqlite ".backup BACKUP/index.sqlite"
     rsync -a --delete STORE/storage STORE/files BACKUP/

@@ -382,3 +382,34 @@ def test_a_link_to_another_users_store_is_refused(scratch, user, tmp_path):
         assert r.returncode == 0, r.stderr
     finally:
         shutil.rmtree(other, ignore_errors=True)
+
+
+def test_root_backup_of_a_user_store_runs_as_the_user(scratch, user, tmp_path):
+    """dboxadm backup run by root on a user's store drops to the user
+    first: the backup is the user's (every file), a symbolic link the
+    user planted in storage/ is not followed (root could read its target,
+    the user cannot), the user's own check and mount find the backup
+    whole; a DEST only root may write is refused, naming why (old code:
+    a backup owned by root, made with root's rights)."""
+    name, uid, gid = user
+    store, src = user_store(scratch, user, messages=20)
+    secret = tmp_path / "secret"          # root-only directory
+    secret.write_text("root only\n")
+    os.symlink(secret, store / "storage" / "m.999")
+    os.lchown(store / "storage" / "m.999", uid, gid)
+
+    r = adm("backup", store, tmp_path / "bk-root")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "owner" in r.stderr and f"uid {uid}" in r.stderr, r.stderr
+    assert not (tmp_path / "bk-root").exists()
+    assert not (tmp_path / "bk-root.partial").exists()
+
+    bk = scratch / "bk"
+    r = adm("backup", store, bk)
+    assert r.returncode == 0, r.stderr
+    assert set(owners(bk).values()) == {uid}
+    assert bk.stat().st_uid == uid
+    assert not (bk / "storage" / "m.999").exists()
+    r = adm("check", bk, user=name)
+    assert r.returncode == 0, r.stdout + r.stderr
+    user_reads_everything(bk, src, user, scratch)

@@ -72,6 +72,10 @@ def test_read_only_verbs_work_on_read_only_media(ro_store, tmp_path):
                        capture_output=True, timeout=60)
     assert r.returncode == 0 and r.stderr == b"", r.stderr
     assert r.stdout in {p.read_bytes() for p in src.rglob("*") if p.is_file()}
+    r = adm("backup", ro, tmp_path / "bk")
+    assert r.returncode == 0, r.stderr
+    r = adm("check", tmp_path / "bk")
+    assert r.returncode == 0 and "0 problems" in r.stdout, r.stdout + r.stderr
     assert sorted(os.listdir(ro)) == before
 
 

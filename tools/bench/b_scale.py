@@ -20,7 +20,9 @@ def list_count(folder):
     return time.monotonic() - t, int(out) - 2  # . and ..
 
 
-def run(ctx):
+def inputs(ctx):
+    """The native tree and the store of n small messages, made when
+    missing (kept between runs); returns (native, store, import row)."""
     n = ctx.n("scale")
     tmp = Path(ctx.tmp)
     native = tmp / f"scale-native-{n}"
@@ -44,6 +46,13 @@ def run(ctx):
         stamp.write_text(key)
         imp.add(n / secs)
         log(f"scale: import {n / secs:.0f} msg/s")
+    return native, store, imp
+
+
+def run(ctx):
+    n = ctx.n("scale")
+    tmp = Path(ctx.tmp)
+    native, store, imp = inputs(ctx)
 
     mount_row = Row(f"mount, {n // 1000}k-message folder", "time", "s", ("<=", 1.0, True))
     list_row = Row(f"list all names, {n // 1000}k folder", "time", "s", ("<=", 2.0, False))

@@ -4,7 +4,8 @@
     bench.py [--quick] [--only NAMES] [--repeats N] [--out DIR]
 
 Runs the benchmarks of issue #5 (delivery, imap, hcache, read, space,
-listing, renames, scale) and the cost of one FUSE request (roundtrip),
+listing, renames, scale), the cost of one FUSE request (roundtrip) and
+the backups of issue #15 (backup, backup_scale),
 each repeating native and dboxfs in alternating order; the write rows
 (delivery, imap, hcache, renames) also run on the FUSE floor
 (passthrough_ll over ext4, `make` builds it) in the same rotation, and
@@ -39,9 +40,9 @@ SIZES = {
     "renames": (10000, 2000),
     "roundtrip": (20000, 5000),
 }
-HEAVY = {"hcache", "read", "scale"}
+HEAVY = {"hcache", "read", "scale", "backup", "backup_scale"}
 ORDER = ["roundtrip", "counts", "delivery", "imap", "hcache", "read", "space", "listing",
-         "renames", "scale"]
+         "renames", "scale", "backup", "backup_scale"]
 
 
 class Context:
@@ -150,14 +151,15 @@ def main():
     log(f"{meta['mode']} run, {ctx.repeats} repeats, load {meta['load']}")
 
     import b_delivery, b_imap, b_hcache, b_read, b_space, b_listing, b_scale  # noqa: E401
-    import b_roundtrip, b_counts  # noqa: E401
+    import b_roundtrip, b_counts, b_backup  # noqa: E401
     modules = {"roundtrip": b_roundtrip, "counts": b_counts, "delivery": b_delivery,
                "imap": b_imap, "hcache": b_hcache, "read": b_read, "space": b_space,
-               "listing": b_listing, "renames": b_listing.Renames, "scale": b_scale}
+               "listing": b_listing, "renames": b_listing.Renames, "scale": b_scale,
+               "backup": b_backup, "backup_scale": b_backup.Scale}
     rows, stack = [], []
     base_repeats = ctx.repeats
     try:
-        if {"counts", "delivery", "imap", "hcache", "read", "space"} & set(only):
+        if {"counts", "delivery", "imap", "hcache", "read", "space", "backup"} & set(only):
             setup_corpus(ctx, stack)
         if {"delivery", "imap"} & set(only):
             setup_work(ctx, stack)

@@ -5,7 +5,7 @@
  * dboxadm: the store administration command.  main.c parses the verb and
  * the common options (--help, --version) and calls one adm_<verb>()
  * function, each in its own file (import.c, export.c, stats.c, dump.c,
- * purge.c, import-dovecot.c, cat.c, check.c, rebuild.c).
+ * purge.c, import-dovecot.c, cat.c, check.c, rebuild.c, backup.c).
  *
  * Exit codes, returned by every adm_<verb>():
  *   ADM_EXIT_OK      everything done
@@ -39,7 +39,7 @@ struct adm_verb {
 extern const struct adm_verb adm_verb_import, adm_verb_export,
 	adm_verb_stats, adm_verb_dump, adm_verb_purge,
 	adm_verb_import_dovecot, adm_verb_cat, adm_verb_check,
-	adm_verb_rebuild, adm_verb_altmove;
+	adm_verb_rebuild, adm_verb_altmove, adm_verb_backup;
 
 /* Print "dboxadm: <message>\n" on stderr (after erasing a progress line).
    adm_warning prefixes "warning: ". */

@@ -31,6 +31,7 @@ static const struct adm_verb *const verbs[] = {
 	&adm_verb_purge, &adm_verb_altmove, &adm_verb_import_dovecot,
 	&adm_verb_cat,
 	&adm_verb_check, &adm_verb_rebuild,
+	&adm_verb_backup,
 };
 #define N_VERBS (sizeof(verbs) / sizeof(verbs[0]))
 

@@ -25,8 +25,8 @@ static int64_t mono_ns(void)
 
 static void draw(struct progress *p)
 {
-	fprintf(stderr, "\r%s %llu messages, %.1f MB\033[K", p->verb,
-		(unsigned long long)p->messages, p->bytes / 1e6);
+	fprintf(stderr, "\r%s %llu %s, %.1f MB\033[K", p->verb,
+		(unsigned long long)p->messages, p->unit, p->bytes / 1e6);
 	fflush(stderr);
 	p->shown = true;
 }
@@ -36,6 +36,7 @@ void progress_init(struct progress *p, const char *verb)
 	p->enabled = isatty(STDERR_FILENO);
 	p->shown = false;
 	p->verb = verb;
+	p->unit = "messages";
 	p->messages = 0;
 	p->bytes = 0;
 	clock_gettime(CLOCK_MONOTONIC, &p->last);

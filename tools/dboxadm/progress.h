@@ -15,6 +15,8 @@ struct progress {
 	bool enabled;          /* stderr is a terminal */
 	bool shown;            /* a line is on the screen now */
 	const char *verb;      /* "imported", "exported"; not owned */
+	const char *unit;      /* what is counted: "messages" unless set
+				  after progress_init; not owned */
 	uint64_t messages;     /* counted so far */
 	uint64_t bytes;
 	struct timespec last;  /* CLOCK_MONOTONIC of the last redraw */
