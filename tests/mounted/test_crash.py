@@ -354,12 +354,12 @@ def actor_edit(ctx):
 def actor_purge(ctx):
     """The administrator's purge, asked of the mount again and again."""
     mnt, log = Path(ctx["mnt"]), ctx["out"]
-    while os.path.isdir(mnt / "cur"):
+    while mount_alive(mnt):
         r = subprocess.run([str(DBOXADM), "purge", ctx["store"], "--timeout=20"],
                            capture_output=True, text=True)
         if r.returncode != 0:
             time.sleep(0.5)  # a kill just now: let the mount go first
-            if os.path.isdir(mnt / "cur"):
+            if mount_alive(mnt):
                 log.write("X", f"dboxadm purge: exit {r.returncode}: {r.stderr[-500:]}")
         time.sleep(0.02)
 

@@ -213,6 +213,13 @@ static int mount_pid(const char *store, int lock_fd, pid_t *pid_r)
 		*pid_r = (pid_t)pid;
 		return pidfd;
 	}
+	if (pid_signal(pidfd, 0) == -ESRCH) {
+		/* It died while it was being looked at (a killed mount). */
+		adm_error("%s: process %ld named by STORE/lock is gone", store,
+			  pid);
+		close(pidfd);
+		return -1;
+	}
 	if (ret == -EACCES || ret == -EPERM)
 		why = "permission denied: run as the mount's owner";
 	else if (ret < 0)
