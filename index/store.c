@@ -739,7 +739,8 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 		goto fail;
 	/* Recovery judged them; stale marks must not outlive it (a failure
 	   only leaves marks below the committed ends, which are ignored). */
-	(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
+	if (!st->readonly)
+		(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
 	st->next_file_id = max_file_on_disk(st->storage_fd);
 	if (st->alt_fd >= 0 && max_file_on_disk(st->alt_fd) > st->next_file_id)
 		st->next_file_id = max_file_on_disk(st->alt_fd);
@@ -771,7 +772,7 @@ void dbox_store_close(struct dbox_store **stp)
 	free(st->append);
 	dbox_fd_cache_deinit(&st->read_fds);
 	/* Nothing is in flight any more (recovery reads none of these). */
-	if (st->index != NULL)
+	if (st->index != NULL && !st->readonly)
 		(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
 	dbox_index_close(&st->index);
 	if (st->storage_fd >= 0)

@@ -137,3 +137,25 @@ def test_read_only_view_of_a_mounted_store(tmp_path):
         if b is not None:
             b.close()
         m.unmount()
+
+
+def test_ro_mount_attempts_no_write(tmp_path):
+    """-o ro of a writable store: reading and listing everything (atime
+    due: relatime) writes nothing, so the log has no failed write."""
+    src = sample_maildir(tmp_path / "Maildir", messages=5)
+    (src / ".mbsyncstate").write_bytes(b"state\n")
+    r = adm("import", tmp_path / "store", src)
+    assert r.returncode == 0, r.stderr
+    before = adm("dump", tmp_path / "store", "m.1").stdout
+    m = Mount(tmp_path / "store", tmp_path / "mnt", options=["-o", "ro"]).mount()
+    try:
+        for p in sorted(m.mnt.rglob("*")):
+            if p.is_dir():
+                os.listdir(p)
+            else:
+                p.read_bytes()
+    finally:
+        m.unmount()
+    log = m.log_text()
+    assert "readonly database" not in log and "not stored" not in log, log
+    assert adm("dump", tmp_path / "store", "m.1").stdout == before
