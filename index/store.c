@@ -24,6 +24,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,33 @@ static bool dir_is_empty(int fd)
 	}
 	closedir(dir);
 	return empty;
+}
+
+/* Does the directory (open as fd) look like a Maildir++ tree: cur/ new/
+   tmp/ at its top, or a ".Folder" with cur/? */
+static bool dir_is_maildir(int fd)
+{
+	DIR *dir;
+	struct dirent *d;
+	char sub[NAME_MAX + 8];
+	bool found = false;
+
+	if (faccessat(fd, "cur", F_OK, 0) == 0 &&
+	    faccessat(fd, "new", F_OK, 0) == 0 &&
+	    faccessat(fd, "tmp", F_OK, 0) == 0)
+		return true;
+	if ((dir = fdopendir(dup(fd))) == NULL)
+		return false;
+	rewinddir(dir); /* the dup shares fd's offset */
+	while (!found && (d = readdir(dir)) != NULL) {
+		if (d->d_name[0] != '.' || strcmp(d->d_name, ".") == 0 ||
+		    strcmp(d->d_name, "..") == 0)
+			continue;
+		snprintf(sub, sizeof(sub), "%s/cur", d->d_name);
+		found = faccessat(fd, sub, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+	}
+	closedir(dir);
+	return found;
 }
 
 /* Open or create STORE/name as a directory (mode 0700). */
@@ -88,6 +116,12 @@ static int open_layout(struct dbox_store *st, const char *path, bool create)
 		return -errno;
 	}
 	is_store = faccessat(st->dir_fd, "index.sqlite", F_OK, 0) == 0;
+	if (!is_store && dir_is_maildir(st->dir_fd)) {
+		dbox_error("%s: this is a maildir, not a store: 'dboxadm import "
+			   "STORE %s' copies it into a new store STORE, which "
+			   "dboxfs then mounts", path, path);
+		return -ENOTEMPTY;
+	}
 	if (!is_store && !dir_is_empty(st->dir_fd)) {
 		dbox_error("%s: not a dbox store (no index.sqlite) and not empty; "
 			   "refusing to use it (if it was a store, run "
