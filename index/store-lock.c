@@ -127,6 +127,14 @@ int dbox_store_lock(int dir_fd, const char *path)
 
 	fd = openat(dir_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
 		    O_NOCTTY | O_CLOEXEC, 0600);
+	if (fd < 0 && (errno == EROFS || errno == EACCES)) {
+		/* Read-only media, or a store its user may not write. */
+		int ret = -errno;
+
+		dbox_error("the store is read-only (%s): mount it with -o ro "
+			   "(lock: %s)", path, strerror(-ret));
+		return ret;
+	}
 	if (fd < 0)
 		return open_failed(path, -errno);
 	if ((fd = check_regular(fd, path)) < 0)

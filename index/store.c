@@ -78,6 +78,20 @@ static bool dir_is_maildir(int fd)
 	return found;
 }
 
+/* May this process not write the store (open as dir_fd) or its index:
+   read-only media (EROFS), or no write permission (EACCES)? */
+static bool store_is_read_only(int dir_fd)
+{
+	static const char *const names[] = { ".", "index.sqlite" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (faccessat(dir_fd, names[i], W_OK, AT_EACCESS) < 0 &&
+		    (errno == EROFS || errno == EACCES))
+			return true;
+	}
+	return false;
+}
+
 /* Open or create STORE/name as a directory (mode 0700). */
 static int open_subdir(int dir_fd, const char *name, bool create)
 {
@@ -757,7 +771,10 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	if (ret == 0 && !st->readonly)
 		dbox_index_cache_attrs(st->index); /* we hold the store lock */
 	if (ret < 0) {
-		if (ret == -EIO)
+		if (!st->readonly && store_is_read_only(st->dir_fd))
+			dbox_error("the store is read-only (%s): mount it with "
+				   "-o ro", path);
+		else if (ret == -EIO)
 			dbox_error("%s: the index is unreadable; "
 				   "'dboxadm rebuild %s' recreates it from "
 				   "storage/", path, path);

@@ -8,13 +8,15 @@ maildir.
 """
 import errno
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import DBOXADM, Mount, is_mounted, unmount
-from sysenv import need_root, sample_maildir
+from conftest import DBOXADM, DBOXFS, Mount, is_mounted, unmount
+from sysenv import (as_user, need_root, sample_maildir, unprivileged_user,
+                    user_scratch)
 
 
 def adm(*args):
@@ -159,3 +161,54 @@ def test_ro_mount_attempts_no_write(tmp_path):
     log = m.log_text()
     assert "readonly database" not in log and "not stored" not in log, log
     assert adm("dump", tmp_path / "store", "m.1").stdout == before
+
+
+def run_rw_mount(store, mnt, user=None):
+    """dboxfs STORE MNT without -o ro, as user; (returncode, stderr).  A
+    mount it makes (it must not) is taken away again."""
+    args = [str(DBOXFS), str(store), str(mnt), "-f"]
+    if user is not None:
+        args = ["runuser", "-u", user, "--", *args]
+    p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        unmount(mnt)
+        _, err = p.communicate(timeout=60)
+    return p.returncode, err
+
+
+def test_rw_mount_of_read_only_media_says_mount_it_ro(ro_store, tmp_path):
+    ro, _ = ro_store
+    (tmp_path / "mnt").mkdir()
+    rc, err = run_rw_mount(ro, tmp_path / "mnt")
+    assert rc != 0 and not is_mounted(tmp_path / "mnt")
+    assert f"the store is read-only ({ro}): mount it with -o ro" in err, err
+    assert "rebuild" not in err, err
+
+
+def test_rw_mount_of_unwritable_store_says_mount_it_ro(tmp_path):
+    """chmod a-w STORE (its owner may not write it; root may): read-only,
+    never 'unreadable, run rebuild'."""
+    user, _, _ = unprivileged_user()
+    d = user_scratch(user, "dboxfs-ro-")
+    try:
+        src = sample_maildir(d / "Maildir", owner=user, messages=5)
+        r = as_user(user, [DBOXADM, "import", d / "store", src])
+        assert r.returncode == 0, r.stderr
+        for p in (d / "store").glob("index.sqlite-*"):
+            if p.name != "index.sqlite-reserve":
+                p.unlink()
+        (d / "store").chmod(0o500)
+        mnt = d / "mnt"
+        mnt.mkdir()
+        shutil.chown(mnt, user, user)
+        rc, err = run_rw_mount(d / "store", mnt, user)
+        assert rc != 0 and not is_mounted(mnt)
+        assert f"the store is read-only ({d / 'store'}): mount it with -o ro" \
+            in err, err
+        assert "rebuild" not in err and "unreadable" not in err, err
+    finally:
+        unmount(d / "mnt")
+        shutil.rmtree(d)
