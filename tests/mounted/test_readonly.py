@@ -212,3 +212,45 @@ def test_rw_mount_of_unwritable_store_says_mount_it_ro(tmp_path):
     finally:
         unmount(d / "mnt")
         shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("verb", [["purge"], ["altmove", "--older-than=1"]])
+def test_purge_on_a_ro_mount_says_it_is_read_only(tmp_path, verb):
+    """purge/altmove while a -o ro mount holds the store (after a
+    read-write mount left 'closing' in STORE/lock): refused at once with
+    the reason, not a wait and three wrong guesses."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt").mount()
+    (m.mnt / "new" / "a").write_bytes(b"Subject: a\n\na\n")
+    m.unmount()
+    ro = Mount(tmp_path / "store", tmp_path / "mnt", options=["-o", "ro"]).mount()
+    try:
+        r = subprocess.run([str(DBOXADM), verb[0], str(ro.store), *verb[1:],
+                            "--alt=" + str(tmp_path)] if verb[0] == "altmove"
+                           else [str(DBOXADM), verb[0], str(ro.store)],
+                           capture_output=True, text=True, timeout=50)
+        pid = ro.proc.pid
+    finally:
+        ro.unmount()
+    assert r.returncode != 0
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert f"{ro.store} is mounted read-only (pid {pid}, a dboxfs mount on " \
+        f"{ro.mnt}): {verb[0]} needs a read-write mount or the store " \
+        "unmounted" in lines[0], r.stderr
+
+
+def test_second_mount_names_the_holder(tmp_path):
+    """A store in use: the message names the pid and the mount point of
+    the mount holding it; a read-only one is called read-only."""
+    for opts, words in (([], "store is in use by another process (pid"),
+                        (["-o", "ro"], "is mounted read-only (pid")):
+        m = Mount(tmp_path / "store", tmp_path / "mnt", options=opts).mount()
+        try:
+            (tmp_path / "mnt2").mkdir(exist_ok=True)
+            rc, err = run_rw_mount(tmp_path / "store", tmp_path / "mnt2")
+            pid = m.proc.pid
+        finally:
+            m.unmount()
+        assert rc != 0, err
+        assert words in err, err
+        assert f"pid {pid}, a dboxfs mount on {m.mnt})" in err, err
