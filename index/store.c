@@ -664,13 +664,41 @@ static void adopt_mfile(struct dbox_store *st, uint32_t file_id, bool walk)
 	st->append[st->append_count++] = mf;
 }
 
-/* The alternate storage: set->alt_path, else the recorded one; a new
-   path given is recorded.  A missing or refused ALT is logged and leaves
-   st->alt_fd at -1 (its messages fail with EIO); only an index error
-   fails. */
-static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set)
+/* Open ALT/storage/ for the store: ALT itself is an admin's path (like
+   STORE: symbolic links on the way are followed); storage/ inside it is
+   not followed.  Owned by the store's owner: a path recorded in an index
+   its user may write must not make a process of another user (root) read
+   or create m.N files where that user could not.  Returns the fd of
+   storage/ or -errno (-EPERM: another owner, logged). */
+static int open_alt_storage(struct dbox_store *st, const char *alt)
 {
 	struct stat store_sb, alt_sb;
+	int ret, fd;
+
+	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &alt_sb) < 0 || fstat(st->dir_fd, &store_sb) < 0) {
+		ret = -errno;
+	} else if (alt_sb.st_uid != store_sb.st_uid) {
+		ret = -EPERM;
+		dbox_error("%s: the alternate storage %s belongs to uid %u, the "
+			   "store to uid %u; refused", st->path, alt,
+			   (unsigned)alt_sb.st_uid, (unsigned)store_sb.st_uid);
+	} else {
+		ret = open_subdir(fd, "storage", !st->readonly);
+	}
+	close(fd);
+	return ret;
+}
+
+/* The alternate storage: set->alt_path, else the recorded one.  A new
+   path given is recorded only once it opened and was accepted; a refused
+   one changes nothing (the recorded one stays in use, and both are
+   logged).  A missing or refused ALT is logged and leaves st->alt_fd at
+   -1 (its messages fail with EIO); only an index error fails. */
+static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set)
+{
 	char *recorded = NULL;
 	int ret, fd;
 
@@ -685,49 +713,54 @@ static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set
 	}
 	if (set->alt_path != NULL &&
 	    (recorded == NULL || strcmp(recorded, set->alt_path) != 0)) {
-		if (!st->readonly &&
-		    (ret = dbox_index_setting_set(st->index, DBOX_SETTING_ALT_PATH,
-						  set->alt_path)) < 0) {
+		fd = open_alt_storage(st, set->alt_path);
+		if (fd < 0) {
+			if (recorded != NULL)
+				dbox_error("%s/storage: alternate storage not "
+					   "available: %s; not recorded: the "
+					   "store keeps %s (give alt=%s, or "
+					   "none, to go on using it)",
+					   set->alt_path, strerror(-fd),
+					   recorded, recorded);
+			else
+				dbox_error("%s/storage: alternate storage not "
+					   "available: %s; not recorded",
+					   set->alt_path, strerror(-fd));
+			/* fall through to the recorded one */
+		} else {
+			if (!st->readonly &&
+			    (ret = dbox_index_setting_set(st->index,
+					DBOX_SETTING_ALT_PATH,
+					set->alt_path)) < 0) {
+				close(fd);
+				free(recorded);
+				return ret;
+			}
+			if (recorded != NULL)
+				dbox_warning("%s: alternate storage changed "
+					     "from %s to %s (to go back: give "
+					     "alt=%s again)", st->path,
+					     recorded, set->alt_path, recorded);
 			free(recorded);
-			return ret;
+			if ((st->alt_path = strdup(set->alt_path)) == NULL) {
+				close(fd);
+				return -ENOMEM;
+			}
+			st->alt_fd = fd;
+			return 0;
 		}
-		if (recorded != NULL)
-			dbox_warning("%s: alternate storage changed from %s to "
-				     "%s", st->path, recorded, set->alt_path);
-		free(recorded);
-		recorded = strdup(set->alt_path);
-		if (recorded == NULL)
-			return -ENOMEM;
 	}
 	st->alt_path = recorded;
 	if (recorded == NULL)
 		return 0;
-	/* ALT itself is an admin's path (like STORE: symbolic links on the
-	   way are followed); storage/ inside it is not followed.  Owned by
-	   the store's owner: a path recorded in an index its user may write
-	   must not make a process of another user (root) read or create
-	   m.N files where that user could not. */
-	fd = open(recorded, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0) {
-		st->alt_err = errno;
-	} else if (fstat(fd, &alt_sb) < 0 || fstat(st->dir_fd, &store_sb) < 0) {
-		st->alt_err = errno;
-	} else if (alt_sb.st_uid != store_sb.st_uid) {
-		st->alt_err = EPERM;
-		dbox_error("%s: the alternate storage %s belongs to uid %u, the "
-			   "store to uid %u; refused", st->path, recorded,
-			   (unsigned)alt_sb.st_uid, (unsigned)store_sb.st_uid);
-	} else if ((ret = open_subdir(fd, "storage", !st->readonly)) < 0) {
-		st->alt_err = -ret;
-	} else {
-		st->alt_fd = ret;
-	}
-	if (fd >= 0)
-		close(fd);
-	if (st->alt_fd < 0)
+	if ((fd = open_alt_storage(st, recorded)) < 0) {
+		st->alt_err = -fd;
 		dbox_error("%s/storage: alternate storage not available: %s; "
 			   "messages stored there fail with EIO", recorded,
 			   strerror(st->alt_err));
+	} else {
+		st->alt_fd = fd;
+	}
 	return 0;
 }
 

@@ -545,6 +545,11 @@ static int altmove_offline(const struct altmove_args *a)
 		dbox_store_close(&st);
 		return ADM_EXIT_USAGE;
 	}
+	if (a->alt != NULL && strcmp(st->alt_path, a->alt) != 0) {
+		/* Refused (logged): nothing moved, nothing recorded. */
+		dbox_store_close(&st);
+		return ADM_EXIT_USAGE;
+	}
 	if (a->folder != NULL &&
 	    (ps.altmove_folder = folder_ino(st->index, a->store,
 					    a->folder)) == 0) {
