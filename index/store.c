@@ -251,11 +251,11 @@ void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32])
 	snprintf(kept, 32, "kept.m.%u", file_id);
 }
 
-/* Copy bytes [from, end) of storage/name (open as fd) to
-   STORE/lost+found/name-<from> before recovery cuts them.  Returns 0 or
+/* Copy bytes [from, end) of storage/name (open as fd; ALT/storage/name
+   when alt) to STORE/lost+found/name-<from> before recovery cuts them.  Returns 0 or
    a negative errno (logged): then nothing is cut. */
 static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
-			  uint64_t from, uint64_t end)
+			  bool alt, uint64_t from, uint64_t end)
 {
 	char copy[48], buf[65536];
 	int dir, out, ret = 0;
@@ -291,9 +291,10 @@ static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
 			   DBOX_STORE_LOST_FOUND, copy, strerror(-ret), name);
 	else
 		dbox_info("%s/storage/%s: the %llu bytes cut after %llu are kept "
-			  "in %s/%s until 'dboxadm check' finds the store clean",
-			  st->path, name, (unsigned long long)(end - from),
-			  (unsigned long long)from, DBOX_STORE_LOST_FOUND, copy);
+			  "in %s/%s/%s until 'dboxadm check' finds the store "
+			  "clean", dbox_store_dir_name(st, alt), name, (unsigned long long)(end - from),
+			  (unsigned long long)from, st->path, DBOX_STORE_LOST_FOUND,
+			  copy);
 	return ret;
 }
 
@@ -359,7 +360,8 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 			  "end %llu that the index does not know (is the index "
 			  "older than storage/?) are kept; 'dboxadm check' "
 			  "names them and 'dboxadm rebuild' brings them back",
-			  st->path, name, whole, (unsigned long long)size);
+			  dbox_store_dir_name(st, alt), name, whole,
+			  (unsigned long long)size);
 		if (dbox_index_set_meta(st->index, kept_key,
 					(int64_t)keep_end) < 0) {
 			close(fd);
@@ -379,17 +381,17 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 					       &end, NULL, NULL) < 2;
 
 		if (!only_inflight &&
-		    save_cut_bytes(st, fd, name, keep_end, stbuf.st_size) < 0) {
+		    save_cut_bytes(st, fd, name, alt, keep_end, stbuf.st_size) < 0) {
 			close(fd);
 			return 0;
 		}
 		dbox_info("%s/storage/%s: cutting %llu bytes of unfinished "
-			  "writes after %llu", st->path, name,
+			  "writes after %llu", dbox_store_dir_name(st, alt), name,
 			  (unsigned long long)(stbuf.st_size - keep_end),
 			  (unsigned long long)keep_end);
 		if (ftruncate(fd, keep_end) < 0)
-			dbox_error("%s/storage/%s: ftruncate: %s", st->path,
-				   name, strerror(errno));
+			dbox_error("%s/storage/%s: ftruncate: %s",
+				   dbox_store_dir_name(st, alt), name, strerror(errno));
 	}
 	close(fd);
 	return 0;
@@ -484,7 +486,7 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 			}
 			if ((uint64_t)stbuf.st_size > keep_end &&
 			    (keep_end == header_len ||
-			     save_cut_bytes(st, fd, d->d_name, keep_end,
+			     save_cut_bytes(st, fd, d->d_name, alt, keep_end,
 					    stbuf.st_size) == 0)) {
 				dbox_info("%s/storage/%s: unknown to the index; "
 					  "cutting %llu bytes of uncommitted "

@@ -419,6 +419,29 @@ def test_refused_alt_is_not_recorded(tmp_path, make_mount):
     assert all(a for n, (_, a) in where(store).items() if n in old)
 
 
+def test_logs_name_alt_files_by_the_alt_path(tmp_path, make_mount):
+    """check and recovery name an m.N of the alternate storage as
+    ALT/storage/m.N, not STORE/storage/m.N (which does not exist)."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    data, old = fill(m.mnt / "cur", 6)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    moved = sorted((alt / "storage").iterdir())[0]
+    shutil.copyfile(moved, alt / "storage" / "m.99")
+    r = adm("check", store, check_rc=1)
+    assert f"{alt}/storage/m.99 is not in the index".encode() in r.stdout, r.stdout
+    (alt / "storage" / "m.99").unlink()
+    with open(moved, "ab") as f:
+        f.write(b"unfinished bytes")
+    m.mount()
+    log = m.log_text()
+    m.unmount()
+    assert f"{moved}: cutting 16 bytes" in log, log
+    assert f"{store}/storage/{moved.name}" not in log, log
+
+
 def test_alt_of_another_owner_is_refused(tmp_path, make_mount):
     """An ALT directory not owned by the store's owner is not used (a path
     recorded in a user-writable index must not lead another user's process
