@@ -442,6 +442,33 @@ def test_logs_name_alt_files_by_the_alt_path(tmp_path, make_mount):
     assert f"{store}/storage/{moved.name}" not in log, log
 
 
+def test_rebuild_never_drops_alt_files_silently(tmp_path, make_mount):
+    """rebuild without --alt, the old index knowing m.N in ALT but not
+    (any more) its path: refused, saying how many and that --alt is
+    needed; with --alt every message is back."""
+    import sqlite3
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    data, old = fill(m.mnt / "cur", 6)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    n_alt = len(list((alt / "storage").iterdir()))
+    assert n_alt > 0
+    db = sqlite3.connect(store / "index.sqlite")
+    db.execute("DELETE FROM setting WHERE key = 'alt_path'")
+    db.commit()
+    db.close()
+    before = where(store)
+    r = adm("rebuild", store, check_rc=2)
+    err = r.stderr.decode()
+    assert f"has {n_alt} m.N in the alternate storage" in err, err
+    assert "--alt=PATH" in err, err
+    assert where(store) == before
+    adm("rebuild", store, f"--alt={alt}", check_rc=0)
+    assert {n for n, (_, a) in where(store).items() if a} == old
+
+
 def test_alt_of_another_owner_is_refused(tmp_path, make_mount):
     """An ALT directory not owned by the store's owner is not used (a path
     recorded in a user-writable index must not lead another user's process
