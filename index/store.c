@@ -41,6 +41,7 @@ static bool dir_is_empty(int fd)
 
 	if (dir == NULL)
 		return false;
+	rewinddir(dir); /* the dup shares fd's offset */
 	while ((d = readdir(dir)) != NULL) {
 		if (strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0) {
 			empty = false;
