@@ -57,7 +57,8 @@ bool fs_atime_due(struct fs *fs, const struct dbox_attr *attr, int64_t now)
 	int64_t mtime = attr->kind == DBOX_KIND_MESSAGE ?
 		fs_message_mtime(fs, attr) : attr->mtime_ns;
 
-	return !fs->opts.noatime &&
+	/* A read-only mount stores no atime (as ext4 mounted ro). */
+	return !fs->opts.noatime && !fs->opts.readonly &&
 		relatime_due(attr->atime_ns, mtime, attr->ctime_ns, now);
 }
 
@@ -65,7 +66,8 @@ bool fs_backing_atime_due(struct fs *fs, int fd)
 {
 	struct stat st;
 
-	return !fs->opts.noatime && fstat(fd, &st) == 0 &&
+	return !fs->opts.noatime && !fs->opts.readonly &&
+		fstat(fd, &st) == 0 &&
 		relatime_due(fs_ts_time(&st.st_atim), fs_ts_time(&st.st_mtim),
 			     fs_ts_time(&st.st_ctim), dbox_now_ns());
 }

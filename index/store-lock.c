@@ -7,9 +7,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +36,112 @@ int dbox_store_lock_set_closing(int lock_fd)
 	return 0;
 }
 
+pid_t dbox_store_lock_holder(int lock_fd, bool *shared_r)
+{
+	char line[256], kind[16], mode[16];
+	unsigned int maj, min;
+	unsigned long long ino;
+	struct stat sb;
+	pid_t found = 0;
+	int pid;
+	FILE *f;
+
+	*shared_r = false;
+	if (fstat(lock_fd, &sb) < 0 || (f = fopen("/proc/locks", "re")) == NULL)
+		return 0;
+	/* "1: FLOCK  ADVISORY  WRITE 21584 fe:00:13430338 0 EOF" */
+	while (found == 0 && fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, "%*d: %15s %*s %15s %d %x:%x:%llu", kind, mode,
+			   &pid, &maj, &min, &ino) != 6 ||
+		    strcmp(kind, "FLOCK") != 0 || pid == getpid() ||
+		    ino != (unsigned long long)sb.st_ino ||
+		    makedev(maj, min) != sb.st_dev)
+			continue;
+		found = (pid_t)pid;
+		*shared_r = strcmp(mode, "READ") == 0;
+	}
+	fclose(f);
+	return found;
+}
+
+/* The mount point of the dboxfs process pid: the last of its command
+   line arguments that is a fuse.dboxfs mount point in its mount table
+   (an argument that is relative matches the end of one).  Into buf;
+   false when none is found. */
+static bool holder_mountpoint(pid_t pid, char *buf, size_t size)
+{
+	char path[64], args[4096], line[4096], mnt[4096], fstype[64];
+	const char *arg, *end, *sep;
+	bool found = false;
+	ssize_t n;
+	FILE *f;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return false;
+	n = read(fd, args, sizeof(args) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	args[n] = '\0';
+	end = args + n;
+	snprintf(path, sizeof(path), "/proc/%d/mountinfo", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return false;
+	/* "36 35 0:42 / /home/u/Maildir rw,... - fuse.dboxfs dboxfs rw,..." */
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1 ||
+		    (sep = strstr(line, " - ")) == NULL ||
+		    sscanf(sep, " - %63s", fstype) != 1 ||
+		    strcmp(fstype, "fuse.dboxfs") != 0)
+			continue;
+		for (arg = args; arg < end; arg += strlen(arg) + 1) {
+			size_t al = strlen(arg), ml = strlen(mnt);
+
+			if (al == 0 || arg[0] == '-')
+				continue;
+			if (strcmp(arg, mnt) == 0 ||
+			    (arg[0] != '/' && ml > al && mnt[ml - al - 1] == '/' &&
+			     strcmp(mnt + ml - al, arg) == 0)) {
+				size_t ml1 = strlen(mnt) + 1;
+
+				if (ml1 <= size) {
+					memcpy(buf, mnt, ml1);
+					found = true;
+				}
+			}
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+const char *dbox_store_lock_holder_text(int lock_fd, char *buf, size_t size)
+{
+	char exe[64], target[4096], mnt[2048];
+	const char *base;
+	bool shared;
+	pid_t pid = dbox_store_lock_holder(lock_fd, &shared);
+	ssize_t n;
+
+	buf[0] = '\0';
+	if (pid <= 0)
+		return buf;
+	snprintf(exe, sizeof(exe), "/proc/%d/exe", (int)pid);
+	n = readlink(exe, target, sizeof(target) - 1);
+	target[n > 0 ? n : 0] = '\0';
+	base = strrchr(target, '/');
+	base = base != NULL ? base + 1 : target;
+	if (strncmp(base, "dboxfs", 6) == 0 && holder_mountpoint(pid, mnt,
+								 sizeof(mnt)))
+		snprintf(buf, size, "pid %d, a dboxfs mount on %s", (int)pid,
+			 mnt);
+	else
+		snprintf(buf, size, "pid %d", (int)pid);
+	return buf;
+}
+
 /* Milliseconds since start. */
 static long elapsed_ms(const struct timespec *start)
 {
@@ -41,6 +150,14 @@ static long elapsed_ms(const struct timespec *start)
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	return (now.tv_sec - start->tv_sec) * 1000 +
 		(now.tv_nsec - start->tv_nsec) / 1000000;
+}
+
+/* Is the lock of fd held shared by another process? */
+static bool holder_is_shared(int fd)
+{
+	bool shared;
+
+	return dbox_store_lock_holder(fd, &shared) > 0 && shared;
 }
 
 /* Try the lock every 20 ms: for DBOX_STORE_LOCK_WAIT seconds while the
@@ -62,7 +179,9 @@ static int wait_for_lock(int fd, const char *path, int how)
 			return 0;
 		if (errno != EWOULDBLOCK)
 			return -errno;
-		closing = dbox_store_lock_is_closing(fd);
+		/* A shared holder (-o ro) writes no text: any is stale. */
+		closing = dbox_store_lock_is_closing(fd) &&
+			!(how == LOCK_EX && holder_is_shared(fd));
 		if (elapsed_ms(&start) >= (closing ? DBOX_STORE_LOCK_WAIT * 1000L :
 					   BUSY_WAIT_MS))
 			return -EBUSY;
@@ -88,10 +207,21 @@ static int take_lock(int fd, const char *path, int how)
 		ret = wait_for_lock(fd, path, how);
 	if (ret == 0)
 		return fd;
-	if (ret == -EWOULDBLOCK || ret == -EBUSY)
-		dbox_error("%s: store is in use by another process (mounted?)",
-			   path);
-	else
+	if (ret == -EWOULDBLOCK || ret == -EBUSY) {
+		char who[2200];
+
+		if (how == LOCK_EX && holder_is_shared(fd))
+			dbox_error("%s is mounted read-only (%s): it needs a "
+				   "read-write mount or the store unmounted",
+				   path, dbox_store_lock_holder_text(fd, who,
+								     sizeof(who)));
+		else if (dbox_store_lock_holder_text(fd, who, sizeof(who))[0])
+			dbox_error("%s: store is in use by another process "
+				   "(%s)", path, who);
+		else
+			dbox_error("%s: store is in use by another process "
+				   "(mounted?)", path);
+	} else
 		dbox_error("%s: cannot lock the store: %s", path, strerror(-ret));
 	close(fd);
 	return ret == -EWOULDBLOCK ? -EBUSY : ret;
@@ -127,6 +257,14 @@ int dbox_store_lock(int dir_fd, const char *path)
 
 	fd = openat(dir_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
 		    O_NOCTTY | O_CLOEXEC, 0600);
+	if (fd < 0 && (errno == EROFS || errno == EACCES)) {
+		/* Read-only media, or a store its user may not write. */
+		int ret = -errno;
+
+		dbox_error("the store is read-only (%s): mount it with -o ro "
+			   "(lock: %s)", path, strerror(-ret));
+		return ret;
+	}
 	if (fd < 0)
 		return open_failed(path, -errno);
 	if ((fd = check_regular(fd, path)) < 0)

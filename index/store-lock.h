@@ -16,6 +16,8 @@
  * and no lock, which is harmless.
  */
 #include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
 
 /* Seconds a process waits for a store whose mount is closing. */
 #define DBOX_STORE_LOCK_WAIT 60
@@ -43,6 +45,18 @@ int dbox_store_lock_shared(int dir_fd, const char *path);
 /* Write "closing\n" into the lock file lock_fd (held by this process).
    Returns 0 or -errno. */
 int dbox_store_lock_set_closing(int lock_fd);
+
+/* Another process holding the flock on the lock file lock_fd, from
+   /proc/locks (best effort): its pid, and *shared_r whether it holds it
+   shared (LOCK_SH: a -o ro mount or a read-only verb).  0 when none is
+   found (no holder, or /proc unreadable). */
+pid_t dbox_store_lock_holder(int lock_fd, bool *shared_r);
+
+/* Describe the holder of lock_fd for a message, into buf (size bytes):
+   "pid N", "pid N, a dboxfs mount on MOUNTPOINT" (the mount point from
+   its command line, checked in /proc/N/mountinfo), or "" when unknown.
+   Returns buf. */
+const char *dbox_store_lock_holder_text(int lock_fd, char *buf, size_t size);
 
 /* Whether the text of the lock file lock_fd says its holder is closing. */
 bool dbox_store_lock_is_closing(int lock_fd);

@@ -24,6 +24,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,7 @@ static bool dir_is_empty(int fd)
 
 	if (dir == NULL)
 		return false;
+	rewinddir(dir); /* the dup shares fd's offset */
 	while ((d = readdir(dir)) != NULL) {
 		if (strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0) {
 			empty = false;
@@ -48,6 +50,47 @@ static bool dir_is_empty(int fd)
 	}
 	closedir(dir);
 	return empty;
+}
+
+/* Does the directory (open as fd) look like a Maildir++ tree: cur/ new/
+   tmp/ at its top, or a ".Folder" with cur/? */
+static bool dir_is_maildir(int fd)
+{
+	DIR *dir;
+	struct dirent *d;
+	char sub[NAME_MAX + 8];
+	bool found = false;
+
+	if (faccessat(fd, "cur", F_OK, 0) == 0 &&
+	    faccessat(fd, "new", F_OK, 0) == 0 &&
+	    faccessat(fd, "tmp", F_OK, 0) == 0)
+		return true;
+	if ((dir = fdopendir(dup(fd))) == NULL)
+		return false;
+	rewinddir(dir); /* the dup shares fd's offset */
+	while (!found && (d = readdir(dir)) != NULL) {
+		if (d->d_name[0] != '.' || strcmp(d->d_name, ".") == 0 ||
+		    strcmp(d->d_name, "..") == 0)
+			continue;
+		snprintf(sub, sizeof(sub), "%s/cur", d->d_name);
+		found = faccessat(fd, sub, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+	}
+	closedir(dir);
+	return found;
+}
+
+/* May this process not write the store (open as dir_fd) or its index:
+   read-only media (EROFS), or no write permission (EACCES)? */
+static bool store_is_read_only(int dir_fd)
+{
+	static const char *const names[] = { ".", "index.sqlite" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (faccessat(dir_fd, names[i], W_OK, AT_EACCESS) < 0 &&
+		    (errno == EROFS || errno == EACCES))
+			return true;
+	}
+	return false;
 }
 
 /* Open or create STORE/name as a directory (mode 0700). */
@@ -88,6 +131,12 @@ static int open_layout(struct dbox_store *st, const char *path, bool create)
 		return -errno;
 	}
 	is_store = faccessat(st->dir_fd, "index.sqlite", F_OK, 0) == 0;
+	if (!is_store && dir_is_maildir(st->dir_fd)) {
+		dbox_error("%s: this is a maildir, not a store: 'dboxadm import "
+			   "STORE %s' copies it into a new store STORE, which "
+			   "dboxfs then mounts", path, path);
+		return -ENOTEMPTY;
+	}
 	if (!is_store && !dir_is_empty(st->dir_fd)) {
 		dbox_error("%s: not a dbox store (no index.sqlite) and not empty; "
 			   "refusing to use it (if it was a store, run "
@@ -203,11 +252,11 @@ void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32])
 	snprintf(kept, 32, "kept.m.%u", file_id);
 }
 
-/* Copy bytes [from, end) of storage/name (open as fd) to
-   STORE/lost+found/name-<from> before recovery cuts them.  Returns 0 or
+/* Copy bytes [from, end) of storage/name (open as fd; ALT/storage/name
+   when alt) to STORE/lost+found/name-<from> before recovery cuts them.  Returns 0 or
    a negative errno (logged): then nothing is cut. */
 static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
-			  uint64_t from, uint64_t end)
+			  bool alt, uint64_t from, uint64_t end)
 {
 	char copy[48], buf[65536];
 	int dir, out, ret = 0;
@@ -243,9 +292,10 @@ static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
 			   DBOX_STORE_LOST_FOUND, copy, strerror(-ret), name);
 	else
 		dbox_info("%s/storage/%s: the %llu bytes cut after %llu are kept "
-			  "in %s/%s until 'dboxadm check' finds the store clean",
-			  st->path, name, (unsigned long long)(end - from),
-			  (unsigned long long)from, DBOX_STORE_LOST_FOUND, copy);
+			  "in %s/%s/%s until 'dboxadm check' finds the store "
+			  "clean", dbox_store_dir_name(st, alt), name, (unsigned long long)(end - from),
+			  (unsigned long long)from, st->path, DBOX_STORE_LOST_FOUND,
+			  copy);
 	return ret;
 }
 
@@ -311,7 +361,8 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 			  "end %llu that the index does not know (is the index "
 			  "older than storage/?) are kept; 'dboxadm check' "
 			  "names them and 'dboxadm rebuild' brings them back",
-			  st->path, name, whole, (unsigned long long)size);
+			  dbox_store_dir_name(st, alt), name, whole,
+			  (unsigned long long)size);
 		if (dbox_index_set_meta(st->index, kept_key,
 					(int64_t)keep_end) < 0) {
 			close(fd);
@@ -331,17 +382,17 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 					       &end, NULL, NULL) < 2;
 
 		if (!only_inflight &&
-		    save_cut_bytes(st, fd, name, keep_end, stbuf.st_size) < 0) {
+		    save_cut_bytes(st, fd, name, alt, keep_end, stbuf.st_size) < 0) {
 			close(fd);
 			return 0;
 		}
 		dbox_info("%s/storage/%s: cutting %llu bytes of unfinished "
-			  "writes after %llu", st->path, name,
+			  "writes after %llu", dbox_store_dir_name(st, alt), name,
 			  (unsigned long long)(stbuf.st_size - keep_end),
 			  (unsigned long long)keep_end);
 		if (ftruncate(fd, keep_end) < 0)
-			dbox_error("%s/storage/%s: ftruncate: %s", st->path,
-				   name, strerror(errno));
+			dbox_error("%s/storage/%s: ftruncate: %s",
+				   dbox_store_dir_name(st, alt), name, strerror(errno));
 	}
 	close(fd);
 	return 0;
@@ -436,7 +487,7 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 			}
 			if ((uint64_t)stbuf.st_size > keep_end &&
 			    (keep_end == header_len ||
-			     save_cut_bytes(st, fd, d->d_name, keep_end,
+			     save_cut_bytes(st, fd, d->d_name, alt, keep_end,
 					    stbuf.st_size) == 0)) {
 				dbox_info("%s/storage/%s: unknown to the index; "
 					  "cutting %llu bytes of uncommitted "
@@ -616,13 +667,41 @@ static void adopt_mfile(struct dbox_store *st, uint32_t file_id, bool walk)
 	st->append[st->append_count++] = mf;
 }
 
-/* The alternate storage: set->alt_path, else the recorded one; a new
-   path given is recorded.  A missing or refused ALT is logged and leaves
-   st->alt_fd at -1 (its messages fail with EIO); only an index error
-   fails. */
-static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set)
+/* Open ALT/storage/ for the store: ALT itself is an admin's path (like
+   STORE: symbolic links on the way are followed); storage/ inside it is
+   not followed.  Owned by the store's owner: a path recorded in an index
+   its user may write must not make a process of another user (root) read
+   or create m.N files where that user could not.  Returns the fd of
+   storage/ or -errno (-EPERM: another owner, logged). */
+static int open_alt_storage(struct dbox_store *st, const char *alt)
 {
 	struct stat store_sb, alt_sb;
+	int ret, fd;
+
+	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &alt_sb) < 0 || fstat(st->dir_fd, &store_sb) < 0) {
+		ret = -errno;
+	} else if (alt_sb.st_uid != store_sb.st_uid) {
+		ret = -EPERM;
+		dbox_error("%s: the alternate storage %s belongs to uid %u, the "
+			   "store to uid %u; refused", st->path, alt,
+			   (unsigned)alt_sb.st_uid, (unsigned)store_sb.st_uid);
+	} else {
+		ret = open_subdir(fd, "storage", !st->readonly);
+	}
+	close(fd);
+	return ret;
+}
+
+/* The alternate storage: set->alt_path, else the recorded one.  A new
+   path given is recorded only once it opened and was accepted; a refused
+   one changes nothing (the recorded one stays in use, and both are
+   logged).  A missing or refused ALT is logged and leaves st->alt_fd at
+   -1 (its messages fail with EIO); only an index error fails. */
+static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set)
+{
 	char *recorded = NULL;
 	int ret, fd;
 
@@ -637,49 +716,54 @@ static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set
 	}
 	if (set->alt_path != NULL &&
 	    (recorded == NULL || strcmp(recorded, set->alt_path) != 0)) {
-		if (!st->readonly &&
-		    (ret = dbox_index_setting_set(st->index, DBOX_SETTING_ALT_PATH,
-						  set->alt_path)) < 0) {
+		fd = open_alt_storage(st, set->alt_path);
+		if (fd < 0) {
+			if (recorded != NULL)
+				dbox_error("%s/storage: alternate storage not "
+					   "available: %s; not recorded: the "
+					   "store keeps %s (give alt=%s, or "
+					   "none, to go on using it)",
+					   set->alt_path, strerror(-fd),
+					   recorded, recorded);
+			else
+				dbox_error("%s/storage: alternate storage not "
+					   "available: %s; not recorded",
+					   set->alt_path, strerror(-fd));
+			/* fall through to the recorded one */
+		} else {
+			if (!st->readonly &&
+			    (ret = dbox_index_setting_set(st->index,
+					DBOX_SETTING_ALT_PATH,
+					set->alt_path)) < 0) {
+				close(fd);
+				free(recorded);
+				return ret;
+			}
+			if (recorded != NULL)
+				dbox_warning("%s: alternate storage changed "
+					     "from %s to %s (to go back: give "
+					     "alt=%s again)", st->path,
+					     recorded, set->alt_path, recorded);
 			free(recorded);
-			return ret;
+			if ((st->alt_path = strdup(set->alt_path)) == NULL) {
+				close(fd);
+				return -ENOMEM;
+			}
+			st->alt_fd = fd;
+			return 0;
 		}
-		if (recorded != NULL)
-			dbox_warning("%s: alternate storage changed from %s to "
-				     "%s", st->path, recorded, set->alt_path);
-		free(recorded);
-		recorded = strdup(set->alt_path);
-		if (recorded == NULL)
-			return -ENOMEM;
 	}
 	st->alt_path = recorded;
 	if (recorded == NULL)
 		return 0;
-	/* ALT itself is an admin's path (like STORE: symbolic links on the
-	   way are followed); storage/ inside it is not followed.  Owned by
-	   the store's owner: a path recorded in an index its user may write
-	   must not make a process of another user (root) read or create
-	   m.N files where that user could not. */
-	fd = open(recorded, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0) {
-		st->alt_err = errno;
-	} else if (fstat(fd, &alt_sb) < 0 || fstat(st->dir_fd, &store_sb) < 0) {
-		st->alt_err = errno;
-	} else if (alt_sb.st_uid != store_sb.st_uid) {
-		st->alt_err = EPERM;
-		dbox_error("%s: the alternate storage %s belongs to uid %u, the "
-			   "store to uid %u; refused", st->path, recorded,
-			   (unsigned)alt_sb.st_uid, (unsigned)store_sb.st_uid);
-	} else if ((ret = open_subdir(fd, "storage", !st->readonly)) < 0) {
-		st->alt_err = -ret;
-	} else {
-		st->alt_fd = ret;
-	}
-	if (fd >= 0)
-		close(fd);
-	if (st->alt_fd < 0)
+	if ((fd = open_alt_storage(st, recorded)) < 0) {
+		st->alt_err = -fd;
 		dbox_error("%s/storage: alternate storage not available: %s; "
 			   "messages stored there fail with EIO", recorded,
 			   strerror(st->alt_err));
+	} else {
+		st->alt_fd = fd;
+	}
 	return 0;
 }
 
@@ -723,7 +807,10 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	if (ret == 0 && !st->readonly)
 		dbox_index_cache_attrs(st->index); /* we hold the store lock */
 	if (ret < 0) {
-		if (ret == -EIO)
+		if (!st->readonly && store_is_read_only(st->dir_fd))
+			dbox_error("the store is read-only (%s): mount it with "
+				   "-o ro", path);
+		else if (ret == -EIO)
 			dbox_error("%s: the index is unreadable; "
 				   "'dboxadm rebuild %s' recreates it from "
 				   "storage/", path, path);
@@ -739,7 +826,8 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 		goto fail;
 	/* Recovery judged them; stale marks must not outlive it (a failure
 	   only leaves marks below the committed ends, which are ignored). */
-	(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
+	if (!st->readonly)
+		(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
 	st->next_file_id = max_file_on_disk(st->storage_fd);
 	if (st->alt_fd >= 0 && max_file_on_disk(st->alt_fd) > st->next_file_id)
 		st->next_file_id = max_file_on_disk(st->alt_fd);
@@ -771,7 +859,7 @@ void dbox_store_close(struct dbox_store **stp)
 	free(st->append);
 	dbox_fd_cache_deinit(&st->read_fds);
 	/* Nothing is in flight any more (recovery reads none of these). */
-	if (st->index != NULL)
+	if (st->index != NULL && !st->readonly)
 		(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
 	dbox_index_close(&st->index);
 	if (st->storage_fd >= 0)

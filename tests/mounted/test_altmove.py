@@ -411,6 +411,92 @@ def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
         assert (cur / n).read_bytes() == body
 
 
+def recorded_alt(store):
+    return [v.decode() if isinstance(v, bytes) else v for (v,) in index_rows(
+        store, "SELECT value FROM setting WHERE key = 'alt_path'")]
+
+
+def test_refused_alt_is_not_recorded(tmp_path, make_mount):
+    """A wrong --alt (missing, a typo, another owner's) or -o alt= changes
+    nothing: the recorded ALT stays, and its messages go on reading."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    other = tmp_path / "other"
+    other.mkdir()
+    os.chown(other, 65534, 65534)
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    data, old = fill(m.mnt / "cur", 8)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    assert recorded_alt(store) == [str(alt)]
+    for wrong in (tmp_path / "alt-typo", other):
+        r = adm("altmove", store, "--older-than", "0", f"--alt={wrong}",
+                check_rc=2)
+        err = r.stderr.decode()
+        assert str(wrong) in err and f"keeps {alt}" in err, err
+        assert recorded_alt(store) == [str(alt)]
+    # A mount with a wrong -o alt= keeps (and uses) the recorded one.
+    m.options += ["-o", f"alt={tmp_path / 'alt-typo'}"]
+    m.mount()
+    for n, body in data.items():
+        assert (m.mnt / "cur" / n).read_bytes() == body
+    log = m.log_text()
+    assert str(tmp_path / "alt-typo") in log and f"keeps {alt}" in log, log
+    m.unmount()
+    assert recorded_alt(store) == [str(alt)]
+    assert all(a for n, (_, a) in where(store).items() if n in old)
+
+
+def test_logs_name_alt_files_by_the_alt_path(tmp_path, make_mount):
+    """check and recovery name an m.N of the alternate storage as
+    ALT/storage/m.N, not STORE/storage/m.N (which does not exist)."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    data, old = fill(m.mnt / "cur", 6)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    moved = sorted((alt / "storage").iterdir())[0]
+    shutil.copyfile(moved, alt / "storage" / "m.99")
+    r = adm("check", store, check_rc=1)
+    assert f"{alt}/storage/m.99 is not in the index".encode() in r.stdout, r.stdout
+    (alt / "storage" / "m.99").unlink()
+    with open(moved, "ab") as f:
+        f.write(b"unfinished bytes")
+    m.mount()
+    log = m.log_text()
+    m.unmount()
+    assert f"{moved}: cutting 16 bytes" in log, log
+    assert f"{store}/storage/{moved.name}" not in log, log
+
+
+def test_rebuild_never_drops_alt_files_silently(tmp_path, make_mount):
+    """rebuild without --alt, the old index knowing m.N in ALT but not
+    (any more) its path: refused, saying how many and that --alt is
+    needed; with --alt every message is back."""
+    import sqlite3
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    data, old = fill(m.mnt / "cur", 6)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    n_alt = len(list((alt / "storage").iterdir()))
+    assert n_alt > 0
+    db = sqlite3.connect(store / "index.sqlite")
+    db.execute("DELETE FROM setting WHERE key = 'alt_path'")
+    db.commit()
+    db.close()
+    before = where(store)
+    r = adm("rebuild", store, check_rc=2)
+    err = r.stderr.decode()
+    assert f"has {n_alt} m.N in the alternate storage" in err, err
+    assert "--alt=PATH" in err, err
+    assert where(store) == before
+    adm("rebuild", store, f"--alt={alt}", check_rc=0)
+    assert {n for n, (_, a) in where(store).items() if a} == old
+
+
 def test_alt_of_another_owner_is_refused(tmp_path, make_mount):
     """An ALT directory not owned by the store's owner is not used (a path
     recorded in a user-writable index must not lead another user's process

@@ -68,6 +68,22 @@ def test_dboxfs_says_why_on_every_refusal(tmp_path):
     assert "file" in r.stderr
 
 
+@pytest.mark.parametrize("layout", ["top", "folder"])
+def test_dboxfs_says_a_maildir_is_not_a_store(tmp_path, layout):
+    """A Maildir given as STORE: the hint is import, never rebuild."""
+    md = tmp_path / "Maildir"
+    top = md if layout == "top" else md / ".Sent"
+    for sub in ("cur", "new", "tmp"):
+        (top / sub).mkdir(parents=True)
+    (top / "cur" / "1:2,S").write_bytes(b"Subject: x\n\nx\n")
+    r = run_dboxfs(md, tmp_path / "mnt")
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "maildir, not a store" in r.stderr, r.stderr
+    assert "dboxadm import" in r.stderr and "rebuild" not in r.stderr
+    assert sorted(os.listdir(md)) == sorted(
+        ["cur", "new", "tmp"] if layout == "top" else [".Sent"])
+
+
 def damaged_store(tmp_path):
     """A store with a message named with terminal escapes, whose record's
     GUID was overwritten with an escape sequence."""

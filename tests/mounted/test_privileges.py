@@ -413,3 +413,26 @@ def test_root_backup_of_a_user_store_runs_as_the_user(scratch, user, tmp_path):
     r = adm("check", bk, user=name)
     assert r.returncode == 0, r.stdout + r.stderr
     user_reads_everything(bk, src, user, scratch)
+
+
+@pytest.mark.parametrize("verb", ["export", "import"])
+def test_permission_denied_outside_the_store_says_whose_uid(scratch, user,
+                                                            tmp_path, verb):
+    """root runs dboxadm on a user's store: it switches to the user, so a
+    root-only DIR (export) or MAILDIR (import) is denied - and the message
+    says why."""
+    name, uid, gid = user
+    store = scratch / "store"
+    src = sample_maildir(scratch / "Maildir", owner=name, messages=3)
+    assert adm("import", store, src).returncode == 0
+    root_only = tmp_path / "root-only"
+    root_only.mkdir(mode=0o700)
+    if verb == "export":
+        r = adm("export", store, root_only / "out")
+    else:
+        sample_maildir(root_only / "Maildir", messages=3)
+        r = adm("import", store, root_only / "Maildir")
+    assert r.returncode != 0, r.stdout
+    assert "Permission denied" in r.stderr, r.stderr
+    assert f"(dboxadm runs as uid {uid}, who owns the store)" in r.stderr, \
+        r.stderr

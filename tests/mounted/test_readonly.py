@@ -8,13 +8,15 @@ maildir.
 """
 import errno
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import DBOXADM, Mount, is_mounted, unmount
-from sysenv import need_root, sample_maildir
+from conftest import DBOXADM, DBOXFS, Mount, is_mounted, unmount
+from sysenv import (as_user, need_root, sample_maildir, unprivileged_user,
+                    user_scratch)
 
 
 def adm(*args):
@@ -141,3 +143,118 @@ def test_read_only_view_of_a_mounted_store(tmp_path):
         if b is not None:
             b.close()
         m.unmount()
+
+
+def test_ro_mount_attempts_no_write(tmp_path):
+    """-o ro of a writable store: reading and listing everything (atime
+    due: relatime) writes nothing, so the log has no failed write."""
+    src = sample_maildir(tmp_path / "Maildir", messages=5)
+    (src / ".mbsyncstate").write_bytes(b"state\n")
+    r = adm("import", tmp_path / "store", src)
+    assert r.returncode == 0, r.stderr
+    before = adm("dump", tmp_path / "store", "m.1").stdout
+    m = Mount(tmp_path / "store", tmp_path / "mnt", options=["-o", "ro"]).mount()
+    try:
+        for p in sorted(m.mnt.rglob("*")):
+            if p.is_dir():
+                os.listdir(p)
+            else:
+                p.read_bytes()
+    finally:
+        m.unmount()
+    log = m.log_text()
+    assert "readonly database" not in log and "not stored" not in log, log
+    assert adm("dump", tmp_path / "store", "m.1").stdout == before
+
+
+def run_rw_mount(store, mnt, user=None):
+    """dboxfs STORE MNT without -o ro, as user; (returncode, stderr).  A
+    mount it makes (it must not) is taken away again."""
+    args = [str(DBOXFS), str(store), str(mnt), "-f"]
+    if user is not None:
+        args = ["runuser", "-u", user, "--", *args]
+    p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        unmount(mnt)
+        _, err = p.communicate(timeout=60)
+    return p.returncode, err
+
+
+def test_rw_mount_of_read_only_media_says_mount_it_ro(ro_store, tmp_path):
+    ro, _ = ro_store
+    (tmp_path / "mnt").mkdir()
+    rc, err = run_rw_mount(ro, tmp_path / "mnt")
+    assert rc != 0 and not is_mounted(tmp_path / "mnt")
+    assert f"the store is read-only ({ro}): mount it with -o ro" in err, err
+    assert "rebuild" not in err, err
+
+
+def test_rw_mount_of_unwritable_store_says_mount_it_ro(tmp_path):
+    """chmod a-w STORE (its owner may not write it; root may): read-only,
+    never 'unreadable, run rebuild'."""
+    user, _, _ = unprivileged_user()
+    d = user_scratch(user, "dboxfs-ro-")
+    try:
+        src = sample_maildir(d / "Maildir", owner=user, messages=5)
+        r = as_user(user, [DBOXADM, "import", d / "store", src])
+        assert r.returncode == 0, r.stderr
+        for p in (d / "store").glob("index.sqlite-*"):
+            if p.name != "index.sqlite-reserve":
+                p.unlink()
+        (d / "store").chmod(0o500)
+        mnt = d / "mnt"
+        mnt.mkdir()
+        shutil.chown(mnt, user, user)
+        rc, err = run_rw_mount(d / "store", mnt, user)
+        assert rc != 0 and not is_mounted(mnt)
+        assert f"the store is read-only ({d / 'store'}): mount it with -o ro" \
+            in err, err
+        assert "rebuild" not in err and "unreadable" not in err, err
+    finally:
+        unmount(d / "mnt")
+        shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("verb", [["purge"], ["altmove", "--older-than=1"]])
+def test_purge_on_a_ro_mount_says_it_is_read_only(tmp_path, verb):
+    """purge/altmove while a -o ro mount holds the store (after a
+    read-write mount left 'closing' in STORE/lock): refused at once with
+    the reason, not a wait and three wrong guesses."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt").mount()
+    (m.mnt / "new" / "a").write_bytes(b"Subject: a\n\na\n")
+    m.unmount()
+    ro = Mount(tmp_path / "store", tmp_path / "mnt", options=["-o", "ro"]).mount()
+    try:
+        r = subprocess.run([str(DBOXADM), verb[0], str(ro.store), *verb[1:],
+                            "--alt=" + str(tmp_path)] if verb[0] == "altmove"
+                           else [str(DBOXADM), verb[0], str(ro.store)],
+                           capture_output=True, text=True, timeout=50)
+        pid = ro.proc.pid
+    finally:
+        ro.unmount()
+    assert r.returncode != 0
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert f"{ro.store} is mounted read-only (pid {pid}, a dboxfs mount on " \
+        f"{ro.mnt}): {verb[0]} needs a read-write mount or the store " \
+        "unmounted" in lines[0], r.stderr
+
+
+def test_second_mount_names_the_holder(tmp_path):
+    """A store in use: the message names the pid and the mount point of
+    the mount holding it; a read-only one is called read-only."""
+    for opts, words in (([], "store is in use by another process (pid"),
+                        (["-o", "ro"], "is mounted read-only (pid")):
+        m = Mount(tmp_path / "store", tmp_path / "mnt", options=opts).mount()
+        try:
+            (tmp_path / "mnt2").mkdir(exist_ok=True)
+            rc, err = run_rw_mount(tmp_path / "store", tmp_path / "mnt2")
+            pid = m.proc.pid
+        finally:
+            m.unmount()
+        assert rc != 0, err
+        assert words in err, err
+        assert f"pid {pid}, a dboxfs mount on {m.mnt})" in err, err

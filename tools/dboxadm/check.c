@@ -95,6 +95,7 @@ struct check {
 	bool json;
 	int storage_fd, files_fd;
 	int alt_fd;            /* ALT/storage/ of the recorded ALT, or -1 */
+	char *alt_path;        /* that ALT (for messages), or NULL */
 	struct progress progress;
 	struct strs problems, notes;
 	struct mfile *files;
@@ -334,8 +335,10 @@ static int list_storage(struct check *c, bool alt)
 			    AT_SYMLINK_NOFOLLOW) < 0)
 			continue; /* gone since readdir (a purge) */
 		if (!S_ISREG(sb.st_mode)) {
-			problem(c, "storage/%s is not a regular file (%s); "
-				"dboxfs never follows it", de->d_name,
+			problem(c, "%s%sstorage/%s is not a regular file (%s); "
+				"dboxfs never follows it", alt && c->alt_path ?
+				c->alt_path : "", alt && c->alt_path ? "/" : "",
+				de->d_name,
 				S_ISLNK(sb.st_mode) ? "a symbolic link" :
 				"a special file");
 			continue;
@@ -422,33 +425,48 @@ static int bad_cb(void *ctx, uint64_t start, uint64_t end)
 	return 0;
 }
 
+/* How messages name m.N of f: "storage/m.N" for the store's own,
+   "ALT/storage/m.N" (the ALT path) for one in the alternate storage. */
+static void shown_name(const struct check *c, const struct mfile *f,
+		       const char *name, char *buf, size_t size)
+{
+	if ((f->exists ? f->on_alt : f->alt) && c->alt_path != NULL)
+		snprintf(buf, size, "%s/storage/%s", c->alt_path, name);
+	else
+		snprintf(buf, size, "storage/%s", name);
+}
+
 /* Report the damaged regions of a scanned file whose messages were all
    verified: damage where a message of the index (or of no index, for an
    unknown file) lives is a problem; damage in bytes no message uses (a
    record a crash cut while it was being rewritten) loses nothing. */
 static void report_bads(struct check *c, const struct mfile *f)
 {
+	char name[16], shown[PATH_MAX + 32];
+
+	dbox_file_name(name, f->id);
+	shown_name(c, f, name, shown, sizeof(shown));
 	for (size_t i = 0; i < f->nbads; i++) {
 		const struct bad *b = &f->bads[i];
 		const char *reason = b->reason != NULL ? b->reason : "";
 
 		if (b->used)
-			problem(c, "storage/m.%u: bytes [%llu, %llu) are no whole "
-				"record%s%s", f->id, (unsigned long long)b->start,
+			problem(c, "%s: bytes [%llu, %llu) are no whole "
+				"record%s%s", shown, (unsigned long long)b->start,
 				(unsigned long long)b->end, *reason ? ": " : "",
 				reason);
 		else if (!f->known)
 			/* A file whose creation never committed: a record cut
 			   by a crash while it was written, like the others in
 			   it uncommitted (the next mount cuts the file). */
-			note(c, "storage/m.%u: bytes [%llu, %llu) are an "
+			note(c, "%s: bytes [%llu, %llu) are an "
 			     "unfinished record in a file the index does not "
-			     "know%s%s", f->id, (unsigned long long)b->start,
+			     "know%s%s", shown, (unsigned long long)b->start,
 			     (unsigned long long)b->end, *reason ? ": " : "",
 			     reason);
 		else
-			note(c, "storage/m.%u: bytes [%llu, %llu) are damaged but "
-			     "hold no message of the index%s%s", f->id,
+			note(c, "%s: bytes [%llu, %llu) are damaged but "
+			     "hold no message of the index%s%s", shown,
 			     (unsigned long long)b->start,
 			     (unsigned long long)b->end, *reason ? ": " : "",
 			     reason);
@@ -495,7 +513,7 @@ static void check_tail(struct check *c, const struct mfile *f, int fd,
 	free(capture_end());
 	whole = (whole > 0 ? whole : 0) + (kept_whole > 0 ? kept_whole : 0);
 	if (whole > 0)
-		problem(c, "storage/%s: %ld whole records after the committed "
+		problem(c, "%s: %ld whole records after the committed "
 			"end %llu are unknown to the index (is the index older "
 			"than storage/?); 'dboxadm rebuild' brings them back",
 			name, whole, (unsigned long long)f->committed);
@@ -508,7 +526,7 @@ static void check_tail(struct check *c, const struct mfile *f, int fd,
 			dbox_file_tail_records(fd, f->id, end, UINT64_MAX, &e,
 					       NULL, NULL) < 2;
 		free(capture_end());
-		note(c, "storage/%s: %llu bytes after %llu, an unfinished write "
+		note(c, "%s: %llu bytes after %llu, an unfinished write "
 		     "(the next mount cuts them%s)", name,
 		     (unsigned long long)(f->size - end),
 		     (unsigned long long)end, only_inflight ? "" :
@@ -520,34 +538,35 @@ static void check_tail(struct check *c, const struct mfile *f, int fd,
 static int scan_one(struct check *c)
 {
 	struct mfile *f = &c->files[c->next_scan];
-	char name[16];
+	char name[16], shown[PATH_MAX + 32];
 	uint64_t end;
 	bool header_ok = true;
 	int fd, ret;
 
 	f->scanned = true;
 	dbox_file_name(name, f->id);
+	shown_name(c, f, name, shown, sizeof(shown));
 	if (!f->exists) {
 		/* Messages in it are reported one by one; without any the
 		   file is no loss. */
-		note(c, "the index knows storage/%s, which is not there", name);
+		note(c, "the index knows %s, which is not there", shown);
 		return 0;
 	}
 	if (!f->known) {
 		if (!c->offline) {
-			note(c, "storage/%s is not in this snapshot of the index "
-			     "(being created by the mount?); not checked", name);
+			note(c, "%s is not in this snapshot of the index "
+			     "(being created by the mount?); not checked", shown);
 			return 0;
 		}
 		if (f->size == 0) {
-			note(c, "storage/%s is empty and not in the index (a new "
-			     "file whose creation a crash cut)", name);
+			note(c, "%s is empty and not in the index (a new "
+			     "file whose creation a crash cut)", shown);
 			return 0;
 		}
 		end = f->size;
 	} else if (f->size < f->committed) {
-		problem(c, "storage/%s is %llu bytes, shorter than its committed "
-			"end %llu: its end is lost", name,
+		problem(c, "%s is %llu bytes, shorter than its committed "
+			"end %llu: its end is lost", shown,
 			(unsigned long long)f->size,
 			(unsigned long long)f->committed);
 		end = f->size;
@@ -556,40 +575,40 @@ static int scan_one(struct check *c)
 	}
 	fd = openat(file_dir(c, f), name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
-		problem(c, "storage/%s: %s", name, strerror(errno));
+		problem(c, "%s: %s", shown, strerror(errno));
 		return 0;
 	}
 	if (f->known && f->size > f->committed)
-		check_tail(c, f, fd, name);
+		check_tail(c, f, fd, shown);
 	capture_begin();
 	ret = dbox_file_scan(fd, f->id, end, rec_cb, bad_cb, c, &header_ok);
 	free(capture_end());
 	if (ret < 0 && errno != ENOMEM) {
-		problem(c, "storage/%s: reading: %s", name, strerror(errno));
+		problem(c, "%s: reading: %s", shown, strerror(errno));
 		ret = 0;
 	}
 	if (!header_ok)
-		problem(c, "storage/%s: the file header line is not \"2 M1e "
-			"C...\"", name);
+		problem(c, "%s: the file header line is not \"2 M1e "
+			"C...\"", shown);
 	else if (!f->known && f->nrecs > 0 &&
 		 dbox_store_purged_key(c->index, f->id, false) == 1)
-		note(c, "storage/%s was purged: its %zu records are copies "
+		note(c, "%s was purged: its %zu records are copies "
 		     "left by a crash before its removal (the next purge "
-		     "removes it)", name, f->nrecs);
+		     "removes it)", shown, f->nrecs);
 	else if (!f->known && f->nrecs > 0)
 		/* A file whose creation never committed holds no whole
 		   record (a save commits its file before writing to it):
 		   these are messages of an index newer than this one. */
-		problem(c, "storage/%s is not in the index: its %zu whole "
+		problem(c, "%s is not in the index: its %zu whole "
 			"records are unknown to the index (is the index older "
 			"than storage/?); 'dboxadm rebuild' brings them back",
-			name, f->nrecs);
+			shown, f->nrecs);
 	else if (!f->known && f->nbads > 0)
-		note(c, "storage/%s is not in the index: bytes of an "
-		     "uncommitted write, which the next mount cuts off", name);
+		note(c, "%s is not in the index: bytes of an "
+		     "uncommitted write, which the next mount cuts off", shown);
 	else if (!f->known)
-		note(c, "storage/%s is not in the index and holds no record (a "
-		     "new file whose creation a crash cut)", name);
+		note(c, "%s is not in the index and holds no record (a "
+		     "new file whose creation a crash cut)", shown);
 	close(fd);
 	return ret < 0 ? -ENOMEM : ret;
 }
@@ -1042,7 +1061,10 @@ static void open_alt(struct check *c)
 			strerror(-fd));
 	else
 		c->alt_fd = fd;
-	free(alt);
+	if (fd >= 0)
+		c->alt_path = alt;
+	else
+		free(alt);
 }
 
 static int run_check(struct check *c)
@@ -1148,6 +1170,7 @@ static int check_main(int argc, char **argv)
 		close(c.storage_fd);
 	if (c.alt_fd >= 0)
 		close(c.alt_fd);
+	free(c.alt_path);
 	if (c.files_fd >= 0)
 		close(c.files_fd);
 	if (c.body_fd >= 0)

@@ -99,6 +99,12 @@ void *adm_grow(void *array, size_t n, size_t *size, size_t elem);
    meanwhile). */
 int adm_store_enter(const char *store);
 
+/* Why err denied a path outside the store, for an error message: after
+   adm_store_enter switched to the store's owner and err is EACCES or
+   EPERM, " (dboxadm runs as uid N, who owns the store)" in buf (size
+   bytes), else "".  Returns buf. */
+const char *adm_denied_why(int err, char *buf, size_t size);
+
 /* Open STORE/sub (a directory), or STORE/sub/name with flags (O_CLOEXEC
    and O_NOFOLLOW added) when name is not NULL: each step relative to the
    one before and never through a symbolic link (-ELOOP), so a link

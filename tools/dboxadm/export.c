@@ -80,8 +80,10 @@ static struct timespec ns_ts(int64_t t)
 
 static void item_failed(struct export *ex, const char *what, int err)
 {
-	adm_error("%s: %s%s%s", ex->path.buf, what, *what != '\0' ? ": " : "",
-		  strerror(err));
+	char why[80];
+
+	adm_error("%s: %s%s%s%s", ex->path.buf, what, *what != '\0' ? ": " : "",
+		  strerror(err), adm_denied_why(err, why, sizeof(why)));
 	ex->failed++;
 }
 
@@ -473,11 +475,13 @@ static bool dir_is_empty(const char *path)
 static int open_output(const char *dir)
 {
 	struct stat sb;
+	char why[80];
 	int fd;
 
 	if (mkdir(dir, 0700) < 0) {
 		if (errno != EEXIST) {
-			adm_error("%s: %s", dir, strerror(errno));
+			adm_error("%s: %s%s", dir, strerror(errno),
+				  adm_denied_why(errno, why, sizeof(why)));
 			return -1;
 		}
 		if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
@@ -492,7 +496,8 @@ static int open_output(const char *dir)
 	}
 	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		adm_error("%s: %s", dir, strerror(errno));
+		adm_error("%s: %s%s", dir, strerror(errno),
+			  adm_denied_why(errno, why, sizeof(why)));
 	return fd;
 }
 

@@ -101,8 +101,10 @@ static int64_t ts_ns(const struct timespec *ts)
 /* One item failed: report, count, go on. */
 static void item_failed(struct import *imp, const char *what, int err)
 {
-	adm_error("%s: %s%s%s", imp->path.buf, what, *what != '\0' ? ": " : "",
-		  strerror(err));
+	char why[80];
+
+	adm_error("%s: %s%s%s%s", imp->path.buf, what, *what != '\0' ? ": " : "",
+		  strerror(err), adm_denied_why(err, why, sizeof(why)));
 	imp->failed++;
 }
 
@@ -1057,7 +1059,10 @@ static int import_main(int argc, char **argv)
 		return ret;
 	srcfd = open(argv[1], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (srcfd < 0 || fstat(srcfd, &sb) < 0) {
-		adm_error("%s: %s", argv[1], strerror(errno));
+		char why[80];
+
+		adm_error("%s: %s%s", argv[1], strerror(errno),
+			  adm_denied_why(errno, why, sizeof(why)));
 		return ADM_EXIT_USAGE;
 	}
 	if (!has_maildir_sub(srcfd, 0)) {

@@ -247,6 +247,19 @@ static char *parent_of(const char *path)
 /* Give up root for good and become uid: the groups and gid of its
    passwd entry (gid alone, no supplementary groups, without one).
    Returns 0 or -errno. */
+/* The uid adm_store_enter switched to, for adm_denied_why; -1: none. */
+static uid_t switched_uid = (uid_t)-1;
+
+const char *adm_denied_why(int err, char *buf, size_t size)
+{
+	if (switched_uid != (uid_t)-1 && (err == EACCES || err == EPERM))
+		snprintf(buf, size, " (dboxadm runs as uid %u, who owns the "
+			 "store)", (unsigned)switched_uid);
+	else if (size > 0)
+		buf[0] = '\0';
+	return buf;
+}
+
 static int drop_to(uid_t uid, gid_t gid)
 {
 	struct passwd *pw = getpwuid(uid);
@@ -264,6 +277,7 @@ static int drop_to(uid_t uid, gid_t gid)
 	if (setuid(0) == 0 || geteuid() != uid || getuid() != uid ||
 	    getegid() != gid)
 		return -EPERM;
+	switched_uid = uid;
 	return 0;
 }
 

@@ -333,9 +333,12 @@ static int purge_online(const char *store, int lock_fd, unsigned int timeout)
 /* STORE/lock, opened for reading relative to the store directory and
    never through a symbolic link (nor a FIFO or device).  Returns its fd,
    -1 when there is none (no mount holds the store), or -2 after
-   reporting a store or lock that is refused. */
-static int open_lock(const char *store)
+   reporting a store or lock that is refused, or one held by a read-only
+   mount (which cannot do verb's work). */
+static int open_lock(const char *store, const char *verb)
 {
+	char who[4200];
+	bool shared;
 	struct stat sb;
 	int dir_fd, fd;
 
@@ -356,6 +359,19 @@ static int open_lock(const char *store)
 			  fd < 0 ? strerror(errno) : "not a regular file");
 		if (fd >= 0)
 			close(fd);
+		return -2;
+	}
+	/* A -o ro mount holds the lock shared and writes no pid: no waiting
+	   for a close it does not announce, no request it cannot take. */
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+		(void)flock(fd, LOCK_UN); /* free: the caller decides */
+	} else if (errno == EWOULDBLOCK &&
+		   dbox_store_lock_holder(fd, &shared) > 0 && shared) {
+		adm_error("%s is mounted read-only (%s): %s needs a read-write "
+			  "mount or the store unmounted", store,
+			  dbox_store_lock_holder_text(fd, who, sizeof(who)),
+			  verb);
+		close(fd);
 		return -2;
 	}
 	return fd;
@@ -398,7 +414,7 @@ static int purge_main(int argc, char **argv)
 	   mount that is closing: purge here (opening the store waits for
 	   the closing mount); should a mount take the lock in between, ask
 	   that one. */
-	if ((fd = open_lock(store)) == -2)
+	if ((fd = open_lock(store, "purge")) == -2)
 		return ADM_EXIT_USAGE;
 	if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK &&
 	    !dbox_store_lock_is_closing(fd)) {
@@ -409,7 +425,7 @@ static int purge_main(int argc, char **argv)
 		fd = -1;
 		ret = purge_offline(store);
 		if (ret == -EBUSY) {
-			if ((fd = open_lock(store)) < 0)
+			if ((fd = open_lock(store, "purge")) < 0)
 				ret = ADM_EXIT_USAGE;
 			else
 				ret = purge_online(store, fd, timeout);
@@ -533,6 +549,11 @@ static int altmove_offline(const struct altmove_args *a)
 	if (st->alt_path == NULL) {
 		adm_error("%s: no alternate storage: give --alt=PATH (it is "
 			  "recorded in the store)", a->store);
+		dbox_store_close(&st);
+		return ADM_EXIT_USAGE;
+	}
+	if (a->alt != NULL && strcmp(st->alt_path, a->alt) != 0) {
+		/* Refused (logged): nothing moved, nothing recorded. */
 		dbox_store_close(&st);
 		return ADM_EXIT_USAGE;
 	}
@@ -742,7 +763,7 @@ static int altmove_main(int argc, char **argv)
 		return ret;
 	}
 	a.store = argv[optind];
-	if ((fd = open_lock(a.store)) == -2) {
+	if ((fd = open_lock(a.store, "altmove")) == -2) {
 		free(abs_alt);
 		return ADM_EXIT_USAGE;
 	}
@@ -755,7 +776,7 @@ static int altmove_main(int argc, char **argv)
 		fd = -1;
 		ret = altmove_offline(&a);
 		if (ret == -EBUSY) {
-			if ((fd = open_lock(a.store)) < 0)
+			if ((fd = open_lock(a.store, "altmove")) < 0)
 				ret = ADM_EXIT_USAGE;
 			else
 				ret = altmove_online(&a, fd);

@@ -325,34 +325,60 @@ static int scan_storage(struct rebuild *rb)
 	return ret;
 }
 
+/* Counts the m.N an index records in the alternate storage. */
+struct alt_count {
+	struct dbox_index *index;
+	unsigned long files;
+};
+
+static int count_alt_cb(void *ctx, uint32_t file_id, uint64_t size)
+{
+	struct alt_count *ac = ctx;
+	bool alt;
+
+	if (dbox_index_mfile_where(ac->index, file_id, &size, &alt) == 0 && alt)
+		ac->files++;
+	return 0;
+}
+
 /* The alternate storage: --alt=PATH, else the one the index to be
    replaced recorded (none when it is unreadable or older than format 3).
    Returns 0 (rb->alt_fd set when there is one) or ADM_EXIT_USAGE after
-   reporting an ALT that cannot be opened (its messages would be lost
-   from the new index). */
+   reporting an ALT that cannot be opened, or m.N of the old index in an
+   ALT whose path it does not record (their messages would be lost from
+   the new index). */
 static int open_alt(struct rebuild *rb)
 {
-	struct dbox_index *old = NULL;
+	struct alt_count ac = { NULL, 0 };
 	char *path;
 	int fd;
 
-	if (rb->alt_path == NULL &&
-	    asprintf(&path, "%s/" INDEX_NAME, rb->store) >= 0) {
-		if (dbox_index_open_readonly(path, &old) == 0) {
-			(void)dbox_index_setting_get(old, DBOX_SETTING_ALT_PATH,
-						     &rb->alt_path);
-			dbox_index_close(&old);
+	if (asprintf(&path, "%s/" INDEX_NAME, rb->store) >= 0) {
+		if (dbox_index_open_readonly(path, &ac.index) == 0) {
+			if (rb->alt_path == NULL)
+				(void)dbox_index_setting_get(ac.index,
+					DBOX_SETTING_ALT_PATH, &rb->alt_path);
+			(void)dbox_index_mfile_list(ac.index, count_alt_cb, &ac);
+			dbox_index_close(&ac.index);
 		}
 		free(path);
+	}
+	if (rb->alt_path == NULL && ac.files > 0) {
+		adm_error("%s: the index to be replaced has %lu m.N in the "
+			  "alternate storage but records no path for it; "
+			  "nothing was rebuilt (give --alt=PATH, or their "
+			  "messages are left out)", rb->store, ac.files);
+		return ADM_EXIT_USAGE;
 	}
 	if (rb->alt_path == NULL)
 		return 0;
 	if ((fd = adm_open_alt_dir(rb->store, rb->alt_path)) < 0) {
 		adm_error("%s: alternate storage %s/storage: %s; nothing was "
-			  "rebuilt (give --alt=PATH where it is now)",
+			  "rebuilt (%lu m.N of the index to be replaced are "
+			  "there; give --alt=PATH where it is now)",
 			  rb->store, rb->alt_path, fd == -EPERM ?
 			  "not owned by the store's owner (refused)" :
-			  strerror(-fd));
+			  strerror(-fd), ac.files);
 		return ADM_EXIT_USAGE;
 	}
 	rb->alt_fd = fd;
