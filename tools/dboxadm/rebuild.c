@@ -527,41 +527,74 @@ static int match_old(struct rebuild *rb)
 	return 0;
 }
 
-/* Is the record of old message m still at its location, with the
-   header, body size and record size the old index had, only its metadata
-   block damaged (so no scan finds it whole)?  Then the message keeps its
-   names and location: reads fail with EIO (and check reports it) until
+/* Does a whole record the scan found in m.N file_id overlap the bytes
+   [start, end)?  rb->recs is sorted by file and offset. */
+static bool overlaps_scanned(const struct rebuild *rb, uint32_t file_id,
+			     uint64_t start, uint64_t end)
+{
+	size_t lo = 0, hi = rb->nrecs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct rrec *r = &rb->recs[mid];
+
+		if (r->file_id < file_id ||
+		    (r->file_id == file_id && r->offset < start))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo > 0 && rb->recs[lo - 1].file_id == file_id &&
+	    rb->recs[lo - 1].offset + rb->recs[lo - 1].record_size > start)
+		return true;
+	return lo < rb->nrecs && rb->recs[lo].file_id == file_id &&
+		rb->recs[lo].offset < end;
+}
+
+/* Is the record of old message m still in its m.N, whole in length at
+   the location the old index gives, but damaged (its message header or
+   its metadata block, so no scan finds it whole), with no whole record
+   of the scan on its bytes?  A committed record never moves and its bytes
+   are never reused, so those bytes are still that message: it keeps its
+   names and location, reads fail with EIO (and check reports it) until
    the record is repaired, but no purge drops it. */
 static bool damaged_in_place(struct rebuild *rb,
 			     const struct dbox_salvage_msg *m)
 {
 	uint8_t hdr[DBOX_MSG_HEADER_SIZE];
-	uint64_t body_size;
+	uint64_t body_size = 0;
+	bool ok, header_ok;
 	struct stat sb;
 	char name[16];
-	bool ok;
 	int fd;
 
 	if (m->state != DBOX_MSG_COMMITTED || m->record_size <
-	    DBOX_MSG_HEADER_SIZE + m->body_size)
+	    DBOX_MSG_HEADER_SIZE + m->body_size ||
+	    m->offset + m->record_size < m->offset ||
+	    overlaps_scanned(rb, m->file_id, m->offset,
+			     m->offset + m->record_size))
 		return false;
 	dbox_file_name(name, m->file_id);
 	fd = openat(rb->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT && rb->alt_fd >= 0)
+		fd = openat(rb->alt_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return false;
-	ok = fstat(fd, &sb) == 0 &&
+	ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
 		m->offset + m->record_size <= (uint64_t)sb.st_size &&
 		pread(fd, hdr, sizeof(hdr), (off_t)m->offset) ==
-		(ssize_t)sizeof(hdr) &&
-		dbox_msg_header_parse(hdr, &body_size) == 0 &&
+		(ssize_t)sizeof(hdr);
+	header_ok = ok && dbox_msg_header_parse(hdr, &body_size) == 0 &&
 		body_size == m->body_size;
 	close(fd);
 	if (ok)
-		adm_warning("storage/m.%u offset %llu: damaged metadata block "
-			    "(message header and size as the index had them); "
-			    "the message keeps its names and reads fail with "
-			    "EIO until it is repaired", m->file_id,
-			    (unsigned long long)m->offset);
+		adm_warning("storage/m.%u offset %llu: damaged %s (size and "
+			    "location as the index had them); the message "
+			    "keeps its names and reads fail with EIO until it "
+			    "is repaired", m->file_id,
+			    (unsigned long long)m->offset, header_ok ?
+			    "metadata block (message header intact)" :
+			    "message header");
 	return ok;
 }
 
