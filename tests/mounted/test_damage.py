@@ -285,3 +285,38 @@ def test_damaged_message_header_is_no_expunge(tmp_path, at, xor, first):
         assert rc != 0, out
     finally:
         m.kill() if m.proc is not None else m.unmount()
+
+
+def test_rebuild_without_index_keeps_unparsable_bytes(tmp_path):
+    """No index at all and one record's message header damaged: rebuild
+    cannot name that message, but a copy of its bytes is kept in
+    STORE/lost+found/ before a purge gives the m.N's space back, so the
+    intact body is never deleted with no copy left."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        for n in ("a", "b", "c"):
+            deliver(md, n)
+        deliver(md, "x")
+        os.unlink(md / "new" / "x")  # gives purge something to do
+        m.unmount()
+        path, offset = record_at(m.store, "a")
+        data = bytearray(path.read_bytes())
+        data[offset + 14] ^= 0x01
+        path.write_bytes(bytes(data))
+        for f in m.store.glob("index.sqlite*"):
+            if not f.name.endswith("-reserve"):
+                f.unlink()
+        rc, out = adm("rebuild", m.store)
+        assert rc == 0, out
+        assert "lost+found/" in out, out
+        rc, out = adm("purge", m.store)
+        assert rc == 0, out
+        kept = list((m.store / "lost+found").iterdir())
+        assert any(body("a") in p.read_bytes() for p in kept), kept
+        m.mount()
+        got = all_messages(m.mnt)
+        assert sorted(got.values()) == sorted([body("b"), body("c")]) or \
+            sorted(got.values()) == sorted([body("b"), body("c"), body("x")])
+    finally:
+        m.kill() if m.proc is not None else m.unmount()

@@ -44,6 +44,7 @@
 #include "index/index-rebuild.h"
 #include "index/index.h"
 #include "index/store-lock.h"
+#include "index/store.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
 #include "storage/dbox-scan.h"
@@ -194,13 +195,67 @@ static int scan_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	return 0;
 }
 
+/* Copy bytes [start, end) of the m.N being scanned to
+   STORE/lost+found/m.N-<start> (as crash recovery keeps the bytes it
+   cuts), so that a purge of that m.N cannot take the only copy of a body
+   whose record no longer parses.  An existing copy of that name is kept.
+   Returns 0 or a negative errno. */
+static int keep_bad_bytes(struct rebuild *rb, uint64_t start, uint64_t end,
+			  char copy[48])
+{
+	char buf[65536];
+	int dir, out, ret = 0;
+
+	snprintf(copy, 48, "m.%u-%llu", rb->scan_id, (unsigned long long)start);
+	if (mkdirat(rb->dir_fd, DBOX_STORE_LOST_FOUND, 0700) < 0 &&
+	    errno != EEXIST)
+		return -errno;
+	dir = openat(rb->dir_fd, DBOX_STORE_LOST_FOUND, O_RDONLY | O_DIRECTORY |
+		     O_NOFOLLOW | O_CLOEXEC);
+	if (dir < 0)
+		return -errno;
+	out = openat(dir, copy, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+		     O_CLOEXEC, 0600);
+	if (out < 0) {
+		ret = errno == EEXIST ? 0 : -errno;
+		close(dir);
+		return ret;
+	}
+	for (uint64_t off = start; ret == 0 && off < end; ) {
+		size_t want = end - off < sizeof(buf) ? end - off : sizeof(buf);
+		ssize_t n = pread(rb->scan_fd, buf, want, (off_t)off);
+
+		if (n <= 0 || write(out, buf, (size_t)n) != n)
+			ret = n < 0 ? -errno : -EIO;
+		off += n > 0 ? (uint64_t)n : 0;
+	}
+	if (ret == 0 && fsync(out) < 0)
+		ret = -errno;
+	close(out);
+	if (ret < 0)
+		unlinkat(dir, copy, 0);
+	close(dir);
+	return ret;
+}
+
 static int scan_bad_cb(void *ctx, uint64_t start, uint64_t end)
 {
 	struct rebuild *rb = ctx;
+	char copy[48];
+	int ret = keep_bad_bytes(rb, start, end, copy);
 
-	adm_warning("storage/m.%u: bytes [%llu, %llu) are no whole record; "
-		    "messages there cannot be recovered", rb->scan_id,
-		    (unsigned long long)start, (unsigned long long)end);
+	if (ret < 0)
+		adm_warning("storage/m.%u: bytes [%llu, %llu) are no whole "
+			    "record, and no copy could be kept in %s/ (%s)",
+			    rb->scan_id, (unsigned long long)start,
+			    (unsigned long long)end, DBOX_STORE_LOST_FOUND,
+			    strerror(-ret));
+	else
+		adm_warning("storage/m.%u: bytes [%llu, %llu) are no whole "
+			    "record; a copy is kept in %s/%s until 'dboxadm "
+			    "check' finds the store clean", rb->scan_id,
+			    (unsigned long long)start, (unsigned long long)end,
+			    DBOX_STORE_LOST_FOUND, copy);
 	return 0;
 }
 
