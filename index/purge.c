@@ -391,10 +391,11 @@ static int purge_file(struct purge *p, uint32_t file_id)
 	uint64_t committed = 0;
 	size_t nrecs = 0;
 	char name[16];
-	bool alt = false, forgot = false;
+	bool alt = false, forgot = false, pooled;
 	int fd, dir, ret;
 
 	lock(p);
+	pooled = in_pool(st, file_id);
 	dir = dbox_store_mfile_dir(st, file_id, &alt);
 	fd = dir >= 0 ? dbox_store_read_fd(st, file_id) : -EIO;
 	if (fd >= 0)
@@ -419,8 +420,12 @@ static int purge_file(struct purge *p, uint32_t file_id)
 		ret = -errno;
 	/* Bytes past the committed end are records the index does not know
 	   (an index older than storage/, or a crash recovery has not seen
-	   yet), not expunged ones: the file is not removed. */
-	if (ret == 0 && (uint64_t)sb.st_size > committed) {
+	   yet), not expunged ones: the file is not removed.  An altmove also
+	   takes from files of the append pool, where such bytes are saves in
+	   flight: it copies the committed records only, and the file, still
+	   in the pool or with their rows, is not forgotten (switch_file). */
+	if (ret == 0 && (uint64_t)sb.st_size > committed &&
+	    !(p->set->altmove && pooled)) {
 		dbox_error("%s/storage/m.%u: %llu bytes past the end the index "
 			   "knows; not purged (run 'dboxadm check')",
 			   dbox_store_dir_name(st, alt), file_id, (unsigned long long)
