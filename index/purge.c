@@ -53,10 +53,6 @@ struct purge {
 	bool to_alt;
 	struct dbox_mfile **alts;
 	size_t nalts;
-	/* An altmove of a file with bytes past its committed end (a save
-	   appending to it right now, or records an older index does not
-	   know): its committed records move, the file itself stays. */
-	bool keep_file;
 };
 
 static void lock(struct purge *p)
@@ -301,8 +297,7 @@ static int switch_file(struct purge *p, uint32_t file_id,
 		return ret;
 	ret = dbox_index_msg_move(index, file_id, moves, nmoves, &left);
 	if (ret == 0 && p->set->altmove) {
-		*forgot_r = left == 0 && !in_pool(p->st, file_id) &&
-			!p->keep_file;
+		*forgot_r = left == 0 && !in_pool(p->st, file_id);
 	} else if (ret == 0 && left > 0) {
 		dbox_error("%s/storage/m.%u: %llu records appeared in it during "
 			   "the purge; the file is kept", p->st->path, file_id,
@@ -398,10 +393,11 @@ static int purge_file(struct purge *p, uint32_t file_id)
 	uint64_t committed = 0;
 	size_t nrecs = 0;
 	char name[16];
-	bool alt = false, forgot = false;
+	bool alt = false, forgot = false, pooled;
 	int fd, dir, ret;
 
 	lock(p);
+	pooled = in_pool(st, file_id);
 	dir = dbox_store_mfile_dir(st, file_id, &alt);
 	fd = dir >= 0 ? dbox_store_read_fd(st, file_id) : -EIO;
 	if (fd >= 0)
@@ -426,12 +422,12 @@ static int purge_file(struct purge *p, uint32_t file_id)
 		ret = -errno;
 	/* Bytes past the committed end are records the index does not know
 	   (an index older than storage/, or a crash recovery has not seen
-	   yet), not expunged ones: the file is not removed.  An altmove does
-	   not seal, so a save may be appending there: the committed records
-	   move, and the file stays whatever is left in it. */
-	p->keep_file = ret == 0 && p->set->altmove &&
-		(uint64_t)sb.st_size > committed;
-	if (ret == 0 && !p->set->altmove && (uint64_t)sb.st_size > committed) {
+	   yet), not expunged ones: the file is not removed.  An altmove also
+	   takes from files of the append pool, where such bytes are saves in
+	   flight: it copies the committed records only, and the file, still
+	   in the pool or with their rows, is not forgotten (switch_file). */
+	if (ret == 0 && (uint64_t)sb.st_size > committed &&
+	    !(p->set->altmove && pooled)) {
 		dbox_error("%s/storage/m.%u: %llu bytes past the end the index "
 			   "knows; not purged (run 'dboxadm check')",
 			   dbox_store_dir_name(st, alt), file_id, (unsigned long long)

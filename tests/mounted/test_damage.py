@@ -231,3 +231,92 @@ def test_torn_tail_is_cut_with_a_copy(tmp_path):
         assert rc == 0 and f"lost+found/m.{file_id}-{len(data)}" in out, out
     finally:
         m.kill() if m.proc is not None else m.unmount()
+
+
+def record_at(store, name):
+    """(m.N path, offset of the record) of the message named name."""
+    (file_id, offset), = [
+        row[1:] for row in index_rows(
+            store, "SELECT e.name, m.file_id, m.offset FROM message m"
+            " JOIN entry e ON e.ino = m.ino")
+        if bytes(row[0]) == name.encode()]
+    return store / "storage" / f"m.{file_id}", offset
+
+
+# Bytes of the record's message header: its magic (0x01 0x02), its type
+# 'N', and digits of its hex body size.
+@pytest.mark.parametrize("at,xor", [(0, 0x01), (2, 0x20), (14, 0x01),
+                                    (28, 0xff)])
+@pytest.mark.parametrize("first", ["rebuild", "purge"])
+def test_damaged_message_header_is_no_expunge(tmp_path, at, xor, first):
+    """One flipped byte in a record's message header (magic, type or size
+    field) with its body and metadata intact: rebuild keeps the message
+    under its name at the location the old index gives (it reads EIO),
+    and no purge, before or after the rebuild, deletes the body."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        for n in ("a", "b", "c"):
+            deliver(md, n)
+        m.unmount()
+        path, offset = record_at(m.store, "a")
+        data = bytearray(path.read_bytes())
+        data[offset + at] ^= xor
+        path.write_bytes(bytes(data))
+
+        steps = ["rebuild", "purge"] if first == "rebuild" else \
+            ["purge", "rebuild", "purge"]
+        for step in steps:
+            rc, out = adm(step, m.store)
+            assert rc == 0 or "not purged" in out, (step, out)
+        # The intact body is still in storage/.
+        assert any(body("a") in p.read_bytes()
+                   for p in (m.store / "storage").iterdir())
+        m.mount()
+        names = all_messages(m.mnt, read=False)
+        assert "new/a" in names, names
+        assert (md / "new" / "b").read_bytes() == body("b")
+        assert (md / "new" / "c").read_bytes() == body("c")
+        with pytest.raises(OSError) as e:
+            (md / "new" / "a").read_bytes()
+        assert e.value.errno == 5
+        m.unmount()
+        rc, out = adm("check", m.store)
+        assert rc != 0, out
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
+
+
+def test_rebuild_without_index_keeps_unparsable_bytes(tmp_path):
+    """No index at all and one record's message header damaged: rebuild
+    cannot name that message, but a copy of its bytes is kept in
+    STORE/lost+found/ before a purge gives the m.N's space back, so the
+    intact body is never deleted with no copy left."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        for n in ("a", "b", "c"):
+            deliver(md, n)
+        deliver(md, "x")
+        os.unlink(md / "new" / "x")  # gives purge something to do
+        m.unmount()
+        path, offset = record_at(m.store, "a")
+        data = bytearray(path.read_bytes())
+        data[offset + 14] ^= 0x01
+        path.write_bytes(bytes(data))
+        for f in m.store.glob("index.sqlite*"):
+            if not f.name.endswith("-reserve"):
+                f.unlink()
+        rc, out = adm("rebuild", m.store)
+        assert rc == 0, out
+        assert "lost+found/" in out, out
+        rc, out = adm("purge", m.store)
+        assert rc == 0, out
+        kept = list((m.store / "lost+found").iterdir())
+        assert any(body("a") in p.read_bytes() for p in kept), kept
+        m.mount()
+        got = all_messages(m.mnt)
+        assert sorted(got.values()) == sorted([body("b"), body("c")]) or \
+            sorted(got.values()) == sorted([body("b"), body("c"), body("x")])
+    finally:
+        m.kill() if m.proc is not None else m.unmount()

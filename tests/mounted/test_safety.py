@@ -141,6 +141,10 @@ def test_damaged_mfiles_are_eio_and_reported(make_mount):
         fh.seek(loc[first(f)][1])
         fh.write(b"\x00\x00")
     hit[first(f)] = f"m.{f} offset {loc[first(f)][1]}"
+    # A damaged field is no expunge: rebuild keeps each message whose
+    # record is still whole in length where the index had it (message
+    # header or metadata damaged) under its name, reading EIO.
+    kept = [first(f)]
     # Wrong size field: one more byte than the body has.
     f = files[2]
     name = first(f)
@@ -148,6 +152,7 @@ def test_damaged_mfiles_are_eio_and_reported(make_mount):
         fh.seek(loc[name][1] + 13)
         fh.write(b"%016X" % (loc[name][2] + 1))
     hit[name] = f"m.{f} offset {loc[name][1]}"
+    kept.append(name)
     # Garbage in the metadata block (after its magic).
     f = files[3]
     name = first(f)
@@ -158,6 +163,7 @@ def test_damaged_mfiles_are_eio_and_reported(make_mount):
     # One damaged field is no expunge: rebuild keeps this one under its
     # name (header and size are as the index had them).
     damaged_field = name
+    kept.append(name)
     # A missing file.
     f = files[4]
     os.unlink(sd / f"m.{f}")
@@ -197,19 +203,30 @@ def test_damaged_mfiles_are_eio_and_reported(make_mount):
     assert r.returncode == 0, r.stderr
     assert b"damaged metadata block" in r.stderr, r.stderr
     m.mount()
-    assert read_errno(md / "cur" / damaged_field) == errno.EIO
-    got = {k: v for k, v in tree(m.mnt, skip=[f".Lists/cur/{damaged_field}"]).items()}
+    for name in kept:
+        assert read_errno(md / "cur" / name) == errno.EIO, name
+    got = {k: v for k, v in tree(m.mnt, skip=[f".Lists/cur/{n}" for n in kept]).items()}
     for name, data in msgs.items():
         if name not in hit:
             assert got[f".Lists/cur/{name}"] == data, name
     assert got[".Lists/new/new.host"] == b"fresh\n"
+    # Only the messages whose bytes are gone (cut off, file missing).
     assert not any(f".Lists/cur/{name}" in got for name in hit)
+    assert sorted(os.listdir(md / "cur")) == sorted(
+        n for n in msgs if n not in hit or n in kept)
     m.unmount()
     out = check_json(m.store)
-    # Only that record: as a message, and as bytes of its m.N.
+    # Only those records: as messages, and as bytes of their m.N.
     assert out["problems"] and all(
-        damaged_field in p or "no whole record" in p for p in out["problems"]), out
-    assert sum(damaged_field in p for p in out["problems"]) == 1, out
+        any(n in p for n in kept) or "no whole record" in p
+        for p in out["problems"]), out
+    for name in kept:
+        assert sum(name in p for p in out["problems"]) == 1, (name, out)
+    # And no purge takes their bytes.
+    r = adm("purge", m.store)
+    for name in kept:
+        fid, off, body, rec = loc[name]
+        assert (sd / f"m.{fid}").stat().st_size >= off + rec, name
 
 
 # --- the index ------------------------------------------------------------------

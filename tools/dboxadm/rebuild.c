@@ -44,6 +44,7 @@
 #include "index/index-rebuild.h"
 #include "index/index.h"
 #include "index/store-lock.h"
+#include "index/store.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
 #include "storage/dbox-scan.h"
@@ -194,13 +195,67 @@ static int scan_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	return 0;
 }
 
+/* Copy bytes [start, end) of the m.N being scanned to
+   STORE/lost+found/m.N-<start> (as crash recovery keeps the bytes it
+   cuts), so that a purge of that m.N cannot take the only copy of a body
+   whose record no longer parses.  An existing copy of that name is kept.
+   Returns 0 or a negative errno. */
+static int keep_bad_bytes(struct rebuild *rb, uint64_t start, uint64_t end,
+			  char copy[48])
+{
+	char buf[65536];
+	int dir, out, ret = 0;
+
+	snprintf(copy, 48, "m.%u-%llu", rb->scan_id, (unsigned long long)start);
+	if (mkdirat(rb->dir_fd, DBOX_STORE_LOST_FOUND, 0700) < 0 &&
+	    errno != EEXIST)
+		return -errno;
+	dir = openat(rb->dir_fd, DBOX_STORE_LOST_FOUND, O_RDONLY | O_DIRECTORY |
+		     O_NOFOLLOW | O_CLOEXEC);
+	if (dir < 0)
+		return -errno;
+	out = openat(dir, copy, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+		     O_CLOEXEC, 0600);
+	if (out < 0) {
+		ret = errno == EEXIST ? 0 : -errno;
+		close(dir);
+		return ret;
+	}
+	for (uint64_t off = start; ret == 0 && off < end; ) {
+		size_t want = end - off < sizeof(buf) ? end - off : sizeof(buf);
+		ssize_t n = pread(rb->scan_fd, buf, want, (off_t)off);
+
+		if (n <= 0 || write(out, buf, (size_t)n) != n)
+			ret = n < 0 ? -errno : -EIO;
+		off += n > 0 ? (uint64_t)n : 0;
+	}
+	if (ret == 0 && fsync(out) < 0)
+		ret = -errno;
+	close(out);
+	if (ret < 0)
+		unlinkat(dir, copy, 0);
+	close(dir);
+	return ret;
+}
+
 static int scan_bad_cb(void *ctx, uint64_t start, uint64_t end)
 {
 	struct rebuild *rb = ctx;
+	char copy[48];
+	int ret = keep_bad_bytes(rb, start, end, copy);
 
-	adm_warning("storage/m.%u: bytes [%llu, %llu) are no whole record; "
-		    "messages there cannot be recovered", rb->scan_id,
-		    (unsigned long long)start, (unsigned long long)end);
+	if (ret < 0)
+		adm_warning("storage/m.%u: bytes [%llu, %llu) are no whole "
+			    "record, and no copy could be kept in %s/ (%s)",
+			    rb->scan_id, (unsigned long long)start,
+			    (unsigned long long)end, DBOX_STORE_LOST_FOUND,
+			    strerror(-ret));
+	else
+		adm_warning("storage/m.%u: bytes [%llu, %llu) are no whole "
+			    "record; a copy is kept in %s/%s until 'dboxadm "
+			    "check' finds the store clean", rb->scan_id,
+			    (unsigned long long)start, (unsigned long long)end,
+			    DBOX_STORE_LOST_FOUND, copy);
 	return 0;
 }
 
@@ -553,41 +608,74 @@ static int match_old(struct rebuild *rb)
 	return 0;
 }
 
-/* Is the record of old message m still at its location, with the
-   header, body size and record size the old index had, only its metadata
-   block damaged (so no scan finds it whole)?  Then the message keeps its
-   names and location: reads fail with EIO (and check reports it) until
+/* Does a whole record the scan found in m.N file_id overlap the bytes
+   [start, end)?  rb->recs is sorted by file and offset. */
+static bool overlaps_scanned(const struct rebuild *rb, uint32_t file_id,
+			     uint64_t start, uint64_t end)
+{
+	size_t lo = 0, hi = rb->nrecs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct rrec *r = &rb->recs[mid];
+
+		if (r->file_id < file_id ||
+		    (r->file_id == file_id && r->offset < start))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo > 0 && rb->recs[lo - 1].file_id == file_id &&
+	    rb->recs[lo - 1].offset + rb->recs[lo - 1].record_size > start)
+		return true;
+	return lo < rb->nrecs && rb->recs[lo].file_id == file_id &&
+		rb->recs[lo].offset < end;
+}
+
+/* Is the record of old message m still in its m.N, whole in length at
+   the location the old index gives, but damaged (its message header or
+   its metadata block, so no scan finds it whole), with no whole record
+   of the scan on its bytes?  A committed record never moves and its bytes
+   are never reused, so those bytes are still that message: it keeps its
+   names and location, reads fail with EIO (and check reports it) until
    the record is repaired, but no purge drops it. */
 static bool damaged_in_place(struct rebuild *rb,
 			     const struct dbox_salvage_msg *m)
 {
 	uint8_t hdr[DBOX_MSG_HEADER_SIZE];
-	uint64_t body_size;
+	uint64_t body_size = 0;
+	bool ok, header_ok;
 	struct stat sb;
 	char name[16];
-	bool ok;
 	int fd;
 
 	if (m->state != DBOX_MSG_COMMITTED || m->record_size <
-	    DBOX_MSG_HEADER_SIZE + m->body_size)
+	    DBOX_MSG_HEADER_SIZE + m->body_size ||
+	    m->offset + m->record_size < m->offset ||
+	    overlaps_scanned(rb, m->file_id, m->offset,
+			     m->offset + m->record_size))
 		return false;
 	dbox_file_name(name, m->file_id);
 	fd = openat(rb->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT && rb->alt_fd >= 0)
+		fd = openat(rb->alt_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return false;
-	ok = fstat(fd, &sb) == 0 &&
+	ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
 		m->offset + m->record_size <= (uint64_t)sb.st_size &&
 		pread(fd, hdr, sizeof(hdr), (off_t)m->offset) ==
-		(ssize_t)sizeof(hdr) &&
-		dbox_msg_header_parse(hdr, &body_size) == 0 &&
+		(ssize_t)sizeof(hdr);
+	header_ok = ok && dbox_msg_header_parse(hdr, &body_size) == 0 &&
 		body_size == m->body_size;
 	close(fd);
 	if (ok)
-		adm_warning("storage/m.%u offset %llu: damaged metadata block "
-			    "(message header and size as the index had them); "
-			    "the message keeps its names and reads fail with "
-			    "EIO until it is repaired", m->file_id,
-			    (unsigned long long)m->offset);
+		adm_warning("storage/m.%u offset %llu: damaged %s (size and "
+			    "location as the index had them); the message "
+			    "keeps its names and reads fail with EIO until it "
+			    "is repaired", m->file_id,
+			    (unsigned long long)m->offset, header_ok ?
+			    "metadata block (message header intact)" :
+			    "message header");
 	return ok;
 }
 
