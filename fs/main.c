@@ -4,6 +4,7 @@
  *
  *   dboxfs STORE MOUNTPOINT [-f] [-d] [-s] [-o opt,...]
  */
+#include "index/store-layout.h"
 #include "fs.h"
 #include "fs-purge.h"
 #include "options.h"
@@ -322,7 +323,7 @@ int main(int argc, char *argv[])
 	if (fs.se == NULL)
 		goto out_args;
 	errors_before = errors_logged;
-	if (asprintf(&index_path, "%s/index.sqlite", fs.opts.store) < 0) {
+	if (asprintf(&index_path, "%s/" DBOX_STORE_INDEX, fs.opts.store) < 0) {
 		exit_reason(errors_before, "out of memory", 0);
 		goto out_session;
 	}

@@ -1,6 +1,7 @@
 /*
  * store-lock.c: the lock of a store (see store-lock.h).
  */
+#include "index/store-layout.h"
 #include "store-lock.h"
 
 #include "storage/log.h"
@@ -255,7 +256,7 @@ int dbox_store_lock(int dir_fd, const char *path)
 {
 	int fd;
 
-	fd = openat(dir_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
+	fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
 		    O_NOCTTY | O_CLOEXEC, 0600);
 	if (fd < 0 && (errno == EROFS || errno == EACCES)) {
 		/* Read-only media, or a store its user may not write. */
@@ -276,7 +277,7 @@ int dbox_store_lock_shared(int dir_fd, const char *path)
 {
 	int fd;
 
-	fd = openat(dir_fd, "lock", O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+	fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
 		    O_NOCTTY | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT)
 		return -ENOENT;

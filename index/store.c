@@ -11,6 +11,7 @@
  *  - an m.N is appended to only after whole records: at open, the last
  *    m.N rejoins the pool only if its records run to its committed end.
  */
+#include "index/store-layout.h"
 #include "store.h"
 #include "store-lock.h"
 
@@ -83,7 +84,7 @@ static bool dir_is_maildir(int fd)
    read-only media (EROFS), or no write permission (EACCES)? */
 static bool store_is_read_only(int dir_fd)
 {
-	static const char *const names[] = { ".", "index.sqlite" };
+	static const char *const names[] = { ".", DBOX_STORE_INDEX };
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		if (faccessat(dir_fd, names[i], W_OK, AT_EACCESS) < 0 &&
@@ -130,7 +131,7 @@ static int open_layout(struct dbox_store *st, const char *path, bool create)
 		dbox_error("%s: cannot open store: %s", path, strerror(errno));
 		return -errno;
 	}
-	is_store = faccessat(st->dir_fd, "index.sqlite", F_OK, 0) == 0;
+	is_store = faccessat(st->dir_fd, DBOX_STORE_INDEX, F_OK, 0) == 0;
 	if (!is_store && dir_is_maildir(st->dir_fd)) {
 		dbox_error("%s: this is a maildir, not a store: 'dboxadm import "
 			   "STORE %s' copies it into a new store STORE, which "
@@ -156,9 +157,9 @@ static int open_layout(struct dbox_store *st, const char *path, bool create)
 	} else if ((st->lock_fd = dbox_store_lock(st->dir_fd, path)) < 0) {
 		return st->lock_fd;
 	}
-	if ((st->storage_fd = open_subdir(st->dir_fd, "storage",
+	if ((st->storage_fd = open_subdir(st->dir_fd, DBOX_STORE_STORAGE,
 					  !st->readonly)) < 0 ||
-	    (st->files_fd = open_subdir(st->dir_fd, "files",
+	    (st->files_fd = open_subdir(st->dir_fd, DBOX_STORE_FILES,
 					!st->readonly)) < 0) {
 		int ret = st->storage_fd < 0 ? st->storage_fd : st->files_fd;
 
@@ -689,7 +690,7 @@ static int open_alt_storage(struct dbox_store *st, const char *alt)
 			   "store to uid %u; refused", st->path, alt,
 			   (unsigned)alt_sb.st_uid, (unsigned)store_sb.st_uid);
 	} else {
-		ret = open_subdir(fd, "storage", !st->readonly);
+		ret = open_subdir(fd, DBOX_STORE_STORAGE, !st->readonly);
 	}
 	close(fd);
 	return ret;
@@ -792,7 +793,7 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	/* Absolute, so the store survives a chdir (daemons chdir to /); and
 	   the directory opened above, not one switched in meanwhile. */
 	if ((st->path = realpath(path, NULL)) == NULL ||
-	    asprintf(&index_path, "%s/index.sqlite", st->path) < 0) {
+	    asprintf(&index_path, "%s/" DBOX_STORE_INDEX, st->path) < 0) {
 		index_path = NULL;
 		ret = st->path == NULL ? -errno : -ENOMEM;
 		goto fail;

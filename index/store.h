@@ -20,6 +20,7 @@
  */
 
 #include "index/index.h"
+#include "index/store-layout.h"
 #include "storage/dbox-body.h"
 #include "storage/dbox-file.h"
 #include "storage/fd-cache.h"
@@ -77,9 +78,6 @@ struct dbox_store {
 				       storage/) */
 };
 
-/* STORE/lost+found/: copies of the bytes crash recovery cut off an m.N
-   (named m.N-<offset>), kept until removed by hand. */
-#define DBOX_STORE_LOST_FOUND "lost+found"
 
 /* The index meta keys of m.<file_id> for crash recovery: inflight = the
    offset where the record last appended (or being appended) to it

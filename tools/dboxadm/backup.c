@@ -64,6 +64,7 @@
  * to the hard one first, and running out still fails clearly (-EMFILE
  * reported with the limit; DEST.partial is left for a rerun).
  */
+#include "index/store-layout.h"
 #include "dboxadm.h"
 #include "json.h"
 #include "progress.h"
@@ -90,7 +91,7 @@
 
 #define MANIFEST "backup-manifest"
 #define MANIFEST_HEADER "dboxfs-backup 1\n"
-#define PARTIAL_INDEX "index.sqlite.partial"
+#define PARTIAL_INDEX DBOX_STORE_INDEX ".partial"
 /* A file whose ctime is this close to the backup's start may still change
    without its ctime moving (timestamps advance by the kernel's tick). */
 #define LINK_AGE_NS (2LL * 1000000000)
@@ -551,7 +552,7 @@ static void backup_file(struct backup *b, char kind, uint64_t id,
 	int dst_dir = kind == 'm' ? b->part.storage : b->part.files;
 	int prev_dir = kind == 'm' ? b->prevs.storage : b->prevs.files;
 	struct src *s = src_find(kind == 'm' ? &b->msrc : &b->fsrc, id);
-	const char *what = kind == 'm' ? "storage" : "files";
+	const char *what = kind == 'm' ? DBOX_STORE_STORAGE : DBOX_STORE_FILES;
 	const struct ment *e;
 	struct ment rec = { .kind = kind, .id = id };
 	struct stat st, st2;
@@ -683,13 +684,13 @@ static int side_open(struct side *s, const char *dir)
 		adm_error("%s: %s", dir, strerror(errno));
 		return -errno;
 	}
-	s->storage = openat(s->dir, "storage", O_RDONLY | O_DIRECTORY |
+	s->storage = openat(s->dir, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |
 			    O_NOFOLLOW | O_CLOEXEC);
 	if (s->storage < 0) {
 		adm_error("%s/storage: %s", dir, strerror(errno));
 		return -errno;
 	}
-	s->files = openat(s->dir, "files", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+	s->files = openat(s->dir, DBOX_STORE_FILES, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
 			  O_CLOEXEC);
 	if (s->files < 0 && errno != ENOENT) {
 		adm_error("%s/files: %s", dir, strerror(errno));
@@ -798,7 +799,7 @@ static int partial_open(struct backup *b)
 	if (manifest_create(b) < 0)
 		return ADM_EXIT_FAILED;
 	for (int i = 0; i < 2; i++) {
-		const char *sub = i == 0 ? "storage" : "files";
+		const char *sub = i == 0 ? DBOX_STORE_STORAGE : DBOX_STORE_FILES;
 		int *fd = i == 0 ? &b->part.storage : &b->part.files;
 
 		if (mkdirat(b->part.dir, sub, 0700) < 0 && errno != EEXIST) {
@@ -982,7 +983,7 @@ static bool present(struct backup *b, char kind, uint64_t id)
 	file_name(name, sizeof(name), kind, id);
 	adm_warning("%s/%s/%s: in the index, but not a readable regular file; "
 		    "not in the backup", b->store,
-		    kind == 'm' ? "storage" : "files", name);
+		    kind == 'm' ? DBOX_STORE_STORAGE : DBOX_STORE_FILES, name);
 	b->source_errors++;
 	return false;
 }
@@ -998,7 +999,7 @@ static int recover_copy(struct backup *b)
 	char *path;
 	int ret;
 
-	if (asprintf(&path, "%s/index.sqlite", b->partial) < 0)
+	if (asprintf(&path, "%s/" DBOX_STORE_INDEX, b->partial) < 0)
 		return -ENOMEM;
 	ret = dbox_index_open(path, false, &index);
 	free(path);
@@ -1036,14 +1037,14 @@ static int finish(struct backup *b)
 	   to the old copy; SQLite would apply it to the new one. */
 	for (int i = 0; i < 3; i++) {
 		static const char *const side_files[] = {
-			"index.sqlite-wal", "index.sqlite-shm",
-			"index.sqlite-journal",
+			DBOX_STORE_INDEX "-wal", DBOX_STORE_INDEX "-shm",
+			DBOX_STORE_INDEX "-journal",
 		};
 
 		if (unlinkat(b->part.dir, side_files[i], 0) < 0 && errno != ENOENT)
 			return -errno;
 	}
-	if (renameat(b->part.dir, PARTIAL_INDEX, b->part.dir, "index.sqlite") < 0)
+	if (renameat(b->part.dir, PARTIAL_INDEX, b->part.dir, DBOX_STORE_INDEX) < 0)
 		return -errno;
 	if ((ret = recover_copy(b)) < 0)
 		return ret;
@@ -1131,7 +1132,7 @@ static int run_backup(struct backup *b)
 	raise_nofile();
 	if (side_open(&b->src, b->store) < 0)
 		return ADM_EXIT_USAGE;
-	if (fstatat(b->src.dir, "index.sqlite", &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	if (fstatat(b->src.dir, DBOX_STORE_INDEX, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 	    !S_ISREG(st.st_mode)) {
 		adm_error("%s: not a dbox store (no index.sqlite, or not a "
 			  "regular file)", b->store);

@@ -8,6 +8,7 @@
  * file is given as a path).  With `dboxadm dump` for the offsets it is
  * the way to look at, or salvage, the messages of one m.N.
  */
+#include "index/store-layout.h"
 #include "dboxadm.h"
 
 #include "storage/dbox-file.h"
@@ -39,7 +40,7 @@ static char *file_path(const char *store, const char *arg, uint32_t *id_r)
 		id <= UINT32_MAX ? (uint32_t)id : 0;
 	if (strchr(arg, '/') != NULL)
 		return strdup(arg);
-	if (*id_r == 0 || asprintf(&path, "%s/storage/m.%u", store, *id_r) < 0)
+	if (*id_r == 0 || asprintf(&path, "%s/" DBOX_STORE_STORAGE "/m.%u", store, *id_r) < 0)
 		return NULL;
 	return path;
 }

@@ -29,6 +29,7 @@
  * "note: ...", then a summary line; with --json one JSON object.  Exit
  * status 0 clean, 1 problems found, 2 usage error or no store.
  */
+#include "index/store-layout.h"
 #include "dboxadm.h"
 #include "progress.h"
 
@@ -1003,7 +1004,7 @@ static void note_lost_found(struct check *c, int dir_fd)
 
 static int lock_store(struct check *c, int dir_fd)
 {
-	int fd = openat(dir_fd, "lock", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 
 	c->offline = true;
 	if (fd < 0)
@@ -1020,7 +1021,7 @@ static int open_index(struct check *c, int dir_fd)
 	char *path;
 	int ret;
 
-	if (asprintf(&path, "%s/index.sqlite", c->store) < 0)
+	if (asprintf(&path, "%s/" DBOX_STORE_INDEX, c->store) < 0)
 		return ADM_EXIT_FAILED;
 	ret = dbox_index_open(path, false, &c->index);
 	free(path);
@@ -1028,7 +1029,7 @@ static int open_index(struct check *c, int dir_fd)
 		dbox_index_close(&c->index);
 	if (ret == 0)
 		return ADM_EXIT_OK;
-	if (faccessat(dir_fd, "storage", F_OK, 0) < 0) {
+	if (faccessat(dir_fd, DBOX_STORE_STORAGE, F_OK, 0) < 0) {
 		adm_error("%s: not a dbox store (no index.sqlite, no storage/)",
 			  c->store);
 		return ADM_EXIT_USAGE;
@@ -1132,9 +1133,9 @@ static int check_main(int argc, char **argv)
 	lock_fd = lock_store(&c, dir_fd);
 	ret = open_index(&c, dir_fd);
 	if (ret == ADM_EXIT_OK) {
-		c.storage_fd = openat(dir_fd, "storage", O_RDONLY | O_DIRECTORY |
+		c.storage_fd = openat(dir_fd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |
 				      O_NOFOLLOW | O_CLOEXEC);
-		c.files_fd = openat(dir_fd, "files", O_RDONLY | O_DIRECTORY |
+		c.files_fd = openat(dir_fd, DBOX_STORE_FILES, O_RDONLY | O_DIRECTORY |
 				    O_NOFOLLOW | O_CLOEXEC);
 		if (c.storage_fd < 0)
 			problem(&c, "storage/: %s", strerror(errno));

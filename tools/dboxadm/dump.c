@@ -14,6 +14,7 @@
  * corrupt record ends the listing with an error naming its offset
  * (exit 1).
  */
+#include "index/store-layout.h"
 #include "dboxadm.h"
 
 #include "index/index-stats.h"
@@ -108,12 +109,12 @@ static uint64_t committed_end(const char *store, uint32_t id, int fd)
 	uint64_t end = UINT64_MAX, size;
 	bool same;
 
-	if (asprintf(&path, "%s/storage/m.%u", store, id) < 0)
+	if (asprintf(&path, "%s/" DBOX_STORE_STORAGE "/m.%u", store, id) < 0)
 		return end;
 	same = stat(path, &a) == 0 && fstat(fd, &b) == 0 &&
 		a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 	free(path);
-	if (!same || asprintf(&path, "%s/index.sqlite", store) < 0)
+	if (!same || asprintf(&path, "%s/" DBOX_STORE_INDEX, store) < 0)
 		return end;
 	if (dbox_index_open(path, false, &index) == 0) {
 		if (dbox_index_reader_setup(index) == 0 &&
@@ -144,7 +145,7 @@ static int dump_main(int argc, char **argv)
 	if ((ret = adm_store_enter(argv[0])) != 0)
 		return ret;
 	if (strchr(argv[1], '/') == NULL && parse_file_arg(argv[1], &id)) {
-		if (asprintf(&path, "%s/storage/m.%u", argv[0], id) < 0)
+		if (asprintf(&path, "%s/" DBOX_STORE_STORAGE "/m.%u", argv[0], id) < 0)
 			path = NULL;
 	} else {
 		path = strdup(argv[1]);

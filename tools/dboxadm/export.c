@@ -17,6 +17,7 @@
  * A message whose bytes cannot be read (EIO: corrupt or missing m.N) is
  * reported, its partial output removed, and the export goes on (exit 1).
  */
+#include "index/store-layout.h"
 #include "dboxadm.h"
 #include "inomap.h"
 #include "progress.h"
@@ -559,10 +560,10 @@ static int export_main(int argc, char **argv)
 		export_free(&ex);
 		return ADM_EXIT_USAGE;
 	}
-	ex.storage_fd = open_store_dir(ex.store, "storage");
+	ex.storage_fd = open_store_dir(ex.store, DBOX_STORE_STORAGE);
 	dbox_fd_cache_init(&ex.mfds, 0);
 	ex.alt_fd = adm_open_alt_storage(ex.store, ex.index);
-	ex.files_fd = open_store_dir(ex.store, "files");
+	ex.files_fd = open_store_dir(ex.store, DBOX_STORE_FILES);
 	ex.keep_owner = same_owner;
 	ex.buf = malloc(COPY_SIZE);
 	if (ex.buf == NULL || adm_path_init(&ex.path, argv[1]) < 0) {

@@ -42,6 +42,7 @@
  * New mail goes to a new, empty m.N (the adopted files are never appended
  * to), so the Dovecot root keeps its bytes as they were.
  */
+#include "index/store-layout.h"
 #include "dboxadm.h"
 #include "dovecot-names.h"
 #include "progress.h"
@@ -1057,14 +1058,15 @@ static void imp_free(struct imp *imp)
 static void remove_new_store(const char *path, bool dir_made)
 {
 	static const char *const names[] = {
-		"index.sqlite", "index.sqlite-wal", "index.sqlite-shm",
-		"index.sqlite-journal", "index.sqlite-reserve", "lock" };
+		DBOX_STORE_INDEX, DBOX_STORE_INDEX "-wal", DBOX_STORE_INDEX "-shm",
+		DBOX_STORE_INDEX "-journal", DBOX_STORE_INDEX "-reserve",
+		DBOX_STORE_LOCK };
 	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int sfd;
 
 	if (dfd < 0)
 		return;
-	sfd = openat(dfd, "storage", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	sfd = openat(dfd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (sfd >= 0) {
 		DIR *dir = fdopendir(sfd);
 		struct dirent *de;
@@ -1083,8 +1085,8 @@ static void remove_new_store(const char *path, bool dir_made)
 		else
 			close(sfd);
 	}
-	unlinkat(dfd, "storage", AT_REMOVEDIR);
-	unlinkat(dfd, "files", AT_REMOVEDIR);
+	unlinkat(dfd, DBOX_STORE_STORAGE, AT_REMOVEDIR);
+	unlinkat(dfd, DBOX_STORE_FILES, AT_REMOVEDIR);
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		unlinkat(dfd, names[i], 0);
 	close(dfd);
@@ -1144,7 +1146,7 @@ static int import_dovecot_main(int argc, char **argv)
 	imp.owner_gid = sb.st_gid;
 	if (imp.dalt != NULL &&
 	    ((dalt_real = realpath(imp.dalt, NULL)) == NULL ||
-	     (imp.alt_dfd = adm_open_in_store(dalt_real, "storage", NULL,
+	     (imp.alt_dfd = adm_open_in_store(dalt_real, DBOX_STORE_STORAGE, NULL,
 					      0)) < 0)) {
 		adm_error("%s/storage: %s (not Dovecot's ALT= root?)", imp.dalt,
 			  dalt_real == NULL ? strerror(errno) :
@@ -1173,7 +1175,7 @@ static int import_dovecot_main(int argc, char **argv)
 	imp.storage_dfd = openat(AT_FDCWD, imp.root, O_RDONLY | O_DIRECTORY |
 				 O_CLOEXEC);
 	if (imp.storage_dfd >= 0) {
-		int dfd = openat(imp.storage_dfd, "storage",
+		int dfd = openat(imp.storage_dfd, DBOX_STORE_STORAGE,
 				 O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
 		close(imp.storage_dfd);
@@ -1201,7 +1203,7 @@ static int import_dovecot_main(int argc, char **argv)
 	}
 	umask(077);
 	dir_made = access(argv[optind], F_OK) < 0 && errno == ENOENT;
-	if (asprintf(&index_path, "%s/index.sqlite", argv[optind]) < 0) {
+	if (asprintf(&index_path, "%s/" DBOX_STORE_INDEX, argv[optind]) < 0) {
 		close(imp.storage_dfd);
 		imp_free(&imp);
 		return ADM_EXIT_FAILED;

@@ -7,6 +7,7 @@
  *   dboxadm [--help | --version]
  *   dboxadm VERB [--help] ARGS...
  */
+#include "index/store-layout.h"
 #include "dboxadm.h"
 #include "progress.h"
 
@@ -145,7 +146,7 @@ int adm_open_index(const char *store, struct dbox_index **index_r)
 		adm_error("%s: not a directory", store);
 		return ADM_EXIT_USAGE;
 	}
-	if (asprintf(&path, "%s/index.sqlite", store) < 0) {
+	if (asprintf(&path, "%s/" DBOX_STORE_INDEX, store) < 0) {
 		adm_error("out of memory");
 		return ADM_EXIT_USAGE;
 	}
@@ -171,7 +172,7 @@ int adm_open_alt_dir(const char *store, const char *alt)
 	} else if (fd >= 0 && alt_sb.st_uid != store_sb.st_uid) {
 		sfd = -EPERM;
 	} else if (fd >= 0) {
-		sfd = openat(fd, "storage", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+		sfd = openat(fd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
 			     O_CLOEXEC);
 		if (sfd < 0)
 			sfd = -errno;
@@ -205,9 +206,9 @@ int adm_open_mfile(const char *store, const char *name)
 {
 	struct dbox_index *index = NULL;
 	char *path;
-	int fd = adm_open_in_store(store, "storage", name, O_RDONLY), sfd;
+	int fd = adm_open_in_store(store, DBOX_STORE_STORAGE, name, O_RDONLY), sfd;
 
-	if (fd != -ENOENT || asprintf(&path, "%s/index.sqlite", store) < 0)
+	if (fd != -ENOENT || asprintf(&path, "%s/" DBOX_STORE_INDEX, store) < 0)
 		return fd;
 	if (dbox_index_open_readonly(path, &index) == 0) {
 		if ((sfd = adm_open_alt_storage(store, index)) >= 0) {

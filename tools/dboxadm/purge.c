@@ -22,6 +22,7 @@
  * Exit status: 0 purged, 1 some m.N could not be purged (or the mount
  * went away, or did not finish in time), 2 usage error or store refused.
  */
+#include "index/store-layout.h"
 #include "dboxadm.h"
 #include "progress.h"
 
@@ -347,7 +348,7 @@ static int open_lock(const char *store, const char *verb)
 		adm_error("%s: %s", store, strerror(errno));
 		return -2;
 	}
-	fd = openat(dir_fd, "lock", O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+	fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
 		    O_NOCTTY | O_CLOEXEC);
 	close(dir_fd);
 	if (fd < 0 && errno == ENOENT)

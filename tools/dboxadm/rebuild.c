@@ -38,6 +38,7 @@
  * Nothing in storage/ is changed; files/ only when a lost plain file's
  * number is taken (it is renamed to its new number).
  */
+#include "index/store-layout.h"
 #include "dboxadm.h"
 #include "progress.h"
 
@@ -63,9 +64,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define INDEX_NAME "index.sqlite"
-#define REBUILDING_NAME "index.sqlite.rebuilding"
-#define BROKEN_PREFIX "index.sqlite.broken-"
+#define INDEX_NAME DBOX_STORE_INDEX
+#define REBUILDING_NAME DBOX_STORE_INDEX ".rebuilding"
+#define BROKEN_PREFIX DBOX_STORE_INDEX ".broken-"
 #define IO_SIZE (64 * 1024)
 
 /* One whole record found in storage/. */
@@ -1403,7 +1404,7 @@ static int rebuild_main(int argc, char **argv)
 	}
 	rb.uid = sb.st_uid;
 	rb.gid = sb.st_gid;
-	rb.storage_fd = openat(rb.dir_fd, "storage", O_RDONLY | O_DIRECTORY |
+	rb.storage_fd = openat(rb.dir_fd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |
 			       O_NOFOLLOW | O_CLOEXEC);
 	if (rb.storage_fd < 0) {
 		adm_error("%s: not a dbox store (no storage/): %s", rb.store,
@@ -1419,9 +1420,9 @@ static int rebuild_main(int argc, char **argv)
 		close(rb.dir_fd);
 		return ADM_EXIT_USAGE;
 	}
-	if (mkdirat(rb.dir_fd, "files", 0700) < 0 && errno != EEXIST)
+	if (mkdirat(rb.dir_fd, DBOX_STORE_FILES, 0700) < 0 && errno != EEXIST)
 		adm_warning("%s/files: %s", rb.store, strerror(errno));
-	rb.files_fd = openat(rb.dir_fd, "files", O_RDONLY | O_DIRECTORY |
+	rb.files_fd = openat(rb.dir_fd, DBOX_STORE_FILES, O_RDONLY | O_DIRECTORY |
 			     O_NOFOLLOW | O_CLOEXEC);
 	if (rb.files_fd < 0 && errno != ENOENT) {
 		/* Its plain files would be lost from the new index. */

@@ -22,6 +22,7 @@
  * the snapshot, so on a busy mount the byte split is approximate (dead
  * bytes are clamped at 0).
  */
+#include "index/store-layout.h"
 #include "dboxadm.h"
 #include "dovecot-names.h"
 #include "json.h"
@@ -236,7 +237,7 @@ static int scan_storage(struct stats *s, const char *store, bool alt)
 	int dfd;
 
 	dfd = alt ? adm_open_alt_storage(store, s->index) :
-		adm_open_in_store(store, "storage", NULL, 0);
+		adm_open_in_store(store, DBOX_STORE_STORAGE, NULL, 0);
 	if (alt && dfd < 0)
 		return 0; /* none, or reported */
 	if (dfd < 0)

@@ -1,0 +1,23 @@
+#ifndef DBOXFS_STORE_LAYOUT_H
+#define DBOXFS_STORE_LAYOUT_H
+
+/*
+ * store-layout: the names of a store's own files and directories, spelled
+ * here and nowhere else (index/store.h describes what each holds).
+ *
+ *   STORE/storage/m.N          dbox v2 files, as Dovecot's mdbox storage/
+ *                              (an ALT root holds a storage/ of its own)
+ *   STORE/index.sqlite(-wal)   the SQLite index
+ *   STORE/index.sqlite-reserve headroom for a full disk (index/reserve.h)
+ *   STORE/files/<ino>          plain files
+ *   STORE/lock                 the store lock (index/store-lock.h)
+ *   STORE/lost+found/          copies of bytes recovery or rebuild cut
+ */
+
+#define DBOX_STORE_STORAGE    "storage"
+#define DBOX_STORE_INDEX      "index.sqlite"
+#define DBOX_STORE_FILES      "files"
+#define DBOX_STORE_LOCK       "lock"
+#define DBOX_STORE_LOST_FOUND "lost+found"
+
+#endif
