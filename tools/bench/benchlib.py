@@ -177,6 +177,19 @@ def is_mounted(path):
 _mounts = []
 
 
+def unmount_path(mnt):
+    """fusermount3 -u mnt, lazily (-uz) if it stays busy; waits up to 5 s
+    for each."""
+    for args in (["fusermount3", "-u", mnt], ["fusermount3", "-uz", mnt]):
+        if not is_mounted(mnt):
+            break
+        subprocess.run([str(a) for a in args], stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if not is_mounted(mnt):
+                break
+            time.sleep(0.05)
+
+
 class Mount:
     """dboxfs STORE MNT [-o options]: mounted on enter, unmounted on exit."""
 
@@ -228,14 +241,7 @@ class Mount:
         return None
 
     def unmount(self):
-        for args in (["fusermount3", "-u", self.mnt], ["fusermount3", "-uz", self.mnt]):
-            if not is_mounted(self.mnt):
-                break
-            subprocess.run([str(a) for a in args], stderr=subprocess.DEVNULL)
-            for _ in range(100):
-                if not is_mounted(self.mnt):
-                    break
-                time.sleep(0.05)
+        unmount_path(self.mnt)
         if self.proc is not None:
             self.proc.wait()
             self.proc = None
@@ -324,14 +330,7 @@ class Floor:
         return self.proc.pid if self.proc is not None else None
 
     def unmount(self):
-        for args in (["fusermount3", "-u", self.mnt], ["fusermount3", "-uz", self.mnt]):
-            if not is_mounted(self.mnt):
-                break
-            subprocess.run([str(a) for a in args], stderr=subprocess.DEVNULL)
-            for _ in range(100):
-                if not is_mounted(self.mnt):
-                    break
-                time.sleep(0.05)
+        unmount_path(self.mnt)
         if self.proc is not None:
             try:
                 self.proc.wait(30)
