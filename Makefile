@@ -24,13 +24,14 @@ override LDLIBS += $(shell pkg-config --libs $(PKGS)) -lbz2 -lpthread
 
 STORAGE_SRC := $(wildcard storage/*.c)
 INDEX_SRC   := $(wildcard index/*.c)
+ENGINE_SRC  := $(wildcard engine/*.c)
 FS_SRC      := $(wildcard fs/*.c)
 ADM_SRC     := $(wildcard tools/dboxadm/*.c)
 # test-common.c holds the tests' shared helpers; it is linked into each.
 UNIT_SRC    := $(filter-out tests/unit/test-common.c,$(wildcard tests/unit/test-*.c))
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
-LIB_OBJ  := $(call obj,$(STORAGE_SRC) $(INDEX_SRC))
+LIB_OBJ  := $(call obj,$(STORAGE_SRC) $(INDEX_SRC) $(ENGINE_SRC))
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 all: $(BUILD)/dboxfs $(BUILD)/dboxadm

@@ -9,7 +9,7 @@
  */
 #include "fs/fs-purge.h"
 
-#include "index/purge.h"
+#include "engine/purge.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -132,7 +132,7 @@ static void altmove_progress_cb(void *ctx, const struct dbox_purge_result *res)
 	(void)dbox_altmove_progress(ap->st, ap->request_ns, res);
 }
 
-/* An altmove `dboxadm altmove` asked for (index/purge.h): pending when
+/* An altmove `dboxadm altmove` asked for (engine/purge.h): pending when
    the request time in the index is newer than the last one done.
    Returns true when there was one (then it was run and recorded). */
 static bool run_altmove(struct fs_purge *p)

@@ -2,7 +2,7 @@
 #define DBOXFS_FS_PURGE_H
 
 /*
- * fs-purge: purge (index/purge.h) while the store is mounted, in one
+ * fs-purge: purge (engine/purge.h) while the store is mounted, in one
  * background thread of the daemon:
  *
  *   on request   `dboxadm purge STORE` finds the daemon by the pid it

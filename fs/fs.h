@@ -36,7 +36,7 @@
 #include <fuse_lowlevel.h>
 
 #include "fs/inode-table.h"
-#include "index/store.h"
+#include "engine/store.h"
 
 #include <stdbool.h>
 

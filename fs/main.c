@@ -4,14 +4,14 @@
  *
  *   dboxfs STORE MOUNTPOINT [-f] [-d] [-s] [-o opt,...]
  */
-#include "index/store-layout.h"
+#include "engine/store-layout.h"
 #include "fs.h"
 #include "fs-purge.h"
 #include "options.h"
 
 #include "index/checkpoint.h"
-#include "index/store-lock.h"
-#include "index/purge.h"
+#include "engine/store-lock.h"
+#include "engine/purge.h"
 #include "storage/log.h"
 
 #include <errno.h>

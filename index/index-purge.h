@@ -2,7 +2,7 @@
 #define DBOXFS_INDEX_PURGE_H
 
 /*
- * index-purge: the index side of purge (index/purge.h) and of the per-file
+ * index-purge: the index side of purge (engine/purge.h) and of the per-file
  * numbers `dboxadm stats --files` shows: which records of an m.N are
  * still referenced, moving message rows to new locations when they did
  * not change, dropping an m.N from the index, and meta counters.

@@ -5,7 +5,7 @@
  * dbox-file: I/O on one storage/m.N file: create it, append one record at a
  * time, read a record's header and metadata back, and walk all records.
  *
- * Ownership rule kept by callers (index/store.c): a file is appended to by
+ * Ownership rule kept by callers (engine/store.c): a file is appended to by
  * at most one writer at a time, and only at its end; committed records are
  * never rewritten.  This module does not lock; it only does the byte work.
  * All offsets and sizes are in bytes.

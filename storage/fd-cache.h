@@ -3,7 +3,7 @@
 
 /*
  * fd-cache: a bounded cache of read-only descriptors of storage/m.N
- * files, shared by the mount (index/store.c) and dboxadm export.  A store
+ * files, shared by the mount (engine/store.c) and dboxadm export.  A store
  * may hold thousands of m.N; one descriptor each would run the process out
  * of descriptors (EMFILE), so at most `max` stay open and the least
  * recently used one is closed to make room.

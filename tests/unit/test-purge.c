@@ -1,5 +1,5 @@
 /*
- * test-purge.c: unit tests of purge (index/purge.h) with cmocka, on real
+ * test-purge.c: unit tests of purge (engine/purge.h) with cmocka, on real
  * stores in mkdtemp() directories: space of expunged messages comes back
  * (byte counts from the files and the index), live messages read
  * byte-exact afterwards with the same inode attributes, every m.N still
@@ -16,8 +16,8 @@
 
 #include "index/index-purge.h"
 #include "index/index.h"
-#include "index/purge.h"
-#include "index/store.h"
+#include "engine/purge.h"
+#include "engine/store.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-format.h"
 #include "storage/dbox-read.h"

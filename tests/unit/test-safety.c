@@ -3,7 +3,7 @@
  * damage: scanning a damaged m.N (storage/dbox-scan.h), salvaging a
  * damaged index (index/index-rebuild.h), the index checks
  * (index/index-check.h), and the recovery of files/ at open
- * (index/store.c).
+ * (engine/store.c).
  *
  * Each test works in its own mkdtemp() directory, removed in teardown.
  */
@@ -16,7 +16,7 @@
 #include "index/index-check.h"
 #include "index/index-rebuild.h"
 #include "index/index.h"
-#include "index/store.h"
+#include "engine/store.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-scan.h"
 #include "storage/log.h"

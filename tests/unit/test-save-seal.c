@@ -14,7 +14,7 @@
 #include "test-common.h"
 
 #include "index/index.h"
-#include "index/store.h"
+#include "engine/store.h"
 #include "index/wal-sync.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-read.h"

@@ -1,5 +1,5 @@
 /*
- * test-store.c: unit tests of the store (index/store.h) with cmocka: the
+ * test-store.c: unit tests of the store (engine/store.h) with cmocka: the
  * directory layout and lock, saving messages into m.N files inside index
  * transactions, reading them back, rotation, appending to the last m.N
  * after a reopen, and crash recovery.
@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "index/index.h"
-#include "index/store.h"
+#include "engine/store.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-format.h"
 #include "storage/dbox-read.h"

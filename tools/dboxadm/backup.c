@@ -64,7 +64,7 @@
  * to the hard one first, and running out still fails clearly (-EMFILE
  * reported with the limit; DEST.partial is left for a rerun).
  */
-#include "index/store-layout.h"
+#include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "json.h"
 #include "progress.h"

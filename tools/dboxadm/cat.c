@@ -8,7 +8,7 @@
  * file is given as a path).  With `dboxadm dump` for the offsets it is
  * the way to look at, or salvage, the messages of one m.N.
  */
-#include "index/store-layout.h"
+#include "engine/store-layout.h"
 #include "dboxadm.h"
 
 #include "storage/dbox-file.h"

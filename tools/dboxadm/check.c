@@ -29,14 +29,14 @@
  * "note: ...", then a summary line; with --json one JSON object.  Exit
  * status 0 clean, 1 problems found, 2 usage error or no store.
  */
-#include "index/store-layout.h"
+#include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "progress.h"
 
 #include "index/index-check.h"
 #include "index/index-stats.h"
 #include "index/index.h"
-#include "index/store.h"
+#include "engine/store.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
 #include "storage/dbox-scan.h"
@@ -475,7 +475,7 @@ static void report_bads(struct check *c, const struct mfile *f)
 }
 
 /* The bytes of a known m.N past its committed end, judged as the next
-   mount's recovery judges them (index/store.c): whole records before the
+   mount's recovery judges them (engine/store.c): whole records before the
    record in flight (a WRITING row's, or inflight.m.N), or kept by an earlier recovery
    (kept.m.N), are messages the index does not know - an index older than
    storage/ - and a problem ('dboxadm rebuild' brings them back); the rest
@@ -974,7 +974,7 @@ static void print_result(struct check *c)
 /* Take the store lock shared when nobody holds it.  Returns the lock fd
    (or -1 when there is no lock file) and sets c->offline. */
 /* The copies crash recovery kept in STORE/lost+found/ of bytes it cut
-   (index/store.c): notes, to be deleted by hand once the store is clean
+   (engine/store.c): notes, to be deleted by hand once the store is clean
    (the bytes were no message any index knew). */
 static void note_lost_found(struct check *c, int dir_fd)
 {

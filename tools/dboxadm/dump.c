@@ -14,7 +14,7 @@
  * corrupt record ends the listing with an error naming its offset
  * (exit 1).
  */
-#include "index/store-layout.h"
+#include "engine/store-layout.h"
 #include "dboxadm.h"
 
 #include "index/index-stats.h"

@@ -17,7 +17,7 @@
  * A message whose bytes cannot be read (EIO: corrupt or missing m.N) is
  * reported, its partial output removed, and the export goes on (exit 1).
  */
-#include "index/store-layout.h"
+#include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "inomap.h"
 #include "progress.h"

@@ -42,12 +42,12 @@
  * New mail goes to a new, empty m.N (the adopted files are never appended
  * to), so the Dovecot root keeps its bytes as they were.
  */
-#include "index/store-layout.h"
+#include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "dovecot-names.h"
 #include "progress.h"
 
-#include "index/store.h"
+#include "engine/store.h"
 #include "storage/log.h"
 
 #include <dirent.h>

@@ -31,7 +31,7 @@
 #include "inomap.h"
 #include "progress.h"
 
-#include "index/store.h"
+#include "engine/store.h"
 #include "storage/dbox-read.h"
 #include "storage/log.h"
 

@@ -7,7 +7,7 @@
  *   dboxadm [--help | --version]
  *   dboxadm VERB [--help] ARGS...
  */
-#include "index/store-layout.h"
+#include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "progress.h"
 

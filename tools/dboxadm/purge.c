@@ -1,6 +1,6 @@
 /*
  * purge.c: dboxadm purge STORE [--timeout=SECONDS] - give back the bytes
- * of expunged and overwritten messages (index/purge.h):
+ * of expunged and overwritten messages (engine/purge.h):
  *
  *   not mounted  the store is opened (lock, recovery) and purged here;
  *   mounted      the mount is asked to purge: its daemon wrote its pid
@@ -22,16 +22,16 @@
  * Exit status: 0 purged, 1 some m.N could not be purged (or the mount
  * went away, or did not finish in time), 2 usage error or store refused.
  */
-#include "index/store-layout.h"
+#include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "progress.h"
 
 #include "index/index-purge.h"
 #include "index/index-stats.h"
 #include "index/index.h"
-#include "index/purge.h"
-#include "index/store.h"
-#include "index/store-lock.h"
+#include "engine/purge.h"
+#include "engine/store.h"
+#include "engine/store-lock.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -243,7 +243,7 @@ static int64_t meta(struct dbox_index *index, const char *key)
 }
 
 /* The outcome of the last requested purge, as the mount recorded it
-   (index/purge.h), read in one snapshot.  Returns 0 or -EIO. */
+   (engine/purge.h), read in one snapshot.  Returns 0 or -EIO. */
 static int request_result(struct dbox_index *index,
 			  struct dbox_purge_result *res_r)
 {
@@ -467,7 +467,7 @@ const struct adm_verb adm_verb_purge = {
 /*
  * dboxadm altmove STORE --older-than=DAYS [--folder=DIR] [--alt=PATH]
  *                 [--timeout=SECONDS]
- * Move messages to the alternate storage (index/purge.h dbox_altmove),
+ * Move messages to the alternate storage (engine/purge.h dbox_altmove),
  * here when STORE is not mounted, else by the mount (the request goes
  * into the index, then SIGUSR1, as for purge).
  */

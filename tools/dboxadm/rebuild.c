@@ -38,14 +38,14 @@
  * Nothing in storage/ is changed; files/ only when a lost plain file's
  * number is taken (it is renamed to its new number).
  */
-#include "index/store-layout.h"
+#include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "progress.h"
 
 #include "index/index-rebuild.h"
 #include "index/index.h"
-#include "index/store-lock.h"
-#include "index/store.h"
+#include "engine/store-lock.h"
+#include "engine/store.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
 #include "storage/dbox-scan.h"

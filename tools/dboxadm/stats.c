@@ -14,7 +14,7 @@
  *   messages per folder (the Dovecot mailbox name of their cur/new/tmp,
  *                 shown in UTF-8; on disk its components are in modified
  *                 UTF-7, which --json gives as well)
- *   purge runs so far and what they gave back (index meta, index/purge.h)
+ *   purge runs so far and what they gave back (index meta, engine/purge.h)
  *   with --files, each m.N: bytes, live and dead bytes, dead share
  *
  * Works while the store is mounted: the index is opened without the store
@@ -22,7 +22,7 @@
  * the snapshot, so on a busy mount the byte split is approximate (dead
  * bytes are clamped at 0).
  */
-#include "index/store-layout.h"
+#include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "dovecot-names.h"
 #include "json.h"
@@ -30,7 +30,7 @@
 #include "index/index-purge.h"
 #include "index/index-stats.h"
 #include "index/index.h"
-#include "index/purge.h"
+#include "engine/purge.h"
 #include "storage/dbox-file.h"
 #include "storage/log.h"
 

@@ -39,7 +39,7 @@
  * purge thread, dboxadm holds the store lock).
  */
 
-#include "index/store.h"
+#include "engine/store.h"
 
 #include <stdbool.h>
 #include <stdint.h>

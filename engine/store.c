@@ -11,9 +11,9 @@
  *  - an m.N is appended to only after whole records: at open, the last
  *    m.N rejoins the pool only if its records run to its committed end.
  */
-#include "index/store-layout.h"
-#include "store.h"
-#include "store-lock.h"
+#include "engine/store-layout.h"
+#include "engine/store.h"
+#include "engine/store-lock.h"
 
 #include "index/index-rebuild.h"
 #include "index/reserve.h"

@@ -1,8 +1,8 @@
 /*
  * store-lock.c: the lock of a store (see store-lock.h).
  */
-#include "index/store-layout.h"
-#include "store-lock.h"
+#include "engine/store-layout.h"
+#include "engine/store-lock.h"
 
 #include "storage/log.h"
 

@@ -3,14 +3,14 @@
 
 /*
  * store-layout: the names of a store's own files and directories, spelled
- * here and nowhere else (index/store.h describes what each holds).
+ * here and nowhere else (engine/store.h describes what each holds).
  *
  *   STORE/storage/m.N          dbox v2 files, as Dovecot's mdbox storage/
  *                              (an ALT root holds a storage/ of its own)
  *   STORE/index.sqlite(-wal)   the SQLite index
  *   STORE/index.sqlite-reserve headroom for a full disk (index/reserve.h)
  *   STORE/files/<ino>          plain files
- *   STORE/lock                 the store lock (index/store-lock.h)
+ *   STORE/lock                 the store lock (engine/store-lock.h)
  *   STORE/lost+found/          copies of bytes recovery or rebuild cut
  */
 

@@ -20,7 +20,7 @@
  */
 
 #include "index/index.h"
-#include "index/store-layout.h"
+#include "engine/store-layout.h"
 #include "storage/dbox-body.h"
 #include "storage/dbox-file.h"
 #include "storage/fd-cache.h"
@@ -284,7 +284,7 @@ struct dbox_reader;
 int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 			   uint64_t plain_size, struct dbox_reader **reader_r);
 
-/* For purge (index/purge.h), needs st->lock:
+/* For purge (engine/purge.h), needs st->lock:
    acquire: an m.N of the append pool with room (or a new one), now owned
    (busy) by the caller, who may append at mf->size and must keep mf->size
    at the end of what it wrote (marked in flight for crash recovery,

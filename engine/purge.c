@@ -13,7 +13,7 @@
  *    and refuses to forget a file that still has rows;
  *  - the old m.N is unlinked only after the switch is durable.
  */
-#include "purge.h"
+#include "engine/purge.h"
 
 #include "index/index-purge.h"
 #include "index/reserve.h"
