@@ -11,6 +11,7 @@
  *  - an m.N is appended to only after whole records: at open, the last
  *    m.N rejoins the pool only if its records run to its committed end.
  */
+#include "engine/maildir.h"
 #include "engine/store-layout.h"
 #include "engine/store.h"
 #include "engine/store-lock.h"
@@ -61,10 +62,12 @@ static bool dir_is_maildir(int fd)
 	struct dirent *d;
 	char sub[NAME_MAX + 8];
 	bool found = false;
+	size_t n = 0;
 
-	if (faccessat(fd, "cur", F_OK, 0) == 0 &&
-	    faccessat(fd, "new", F_OK, 0) == 0 &&
-	    faccessat(fd, "tmp", F_OK, 0) == 0)
+	while (n < MAILDIR_SUBDIR_COUNT &&
+	       faccessat(fd, maildir_subdirs[n], F_OK, 0) == 0)
+		n++;
+	if (n == MAILDIR_SUBDIR_COUNT)
 		return true;
 	if ((dir = fdopendir(dup(fd))) == NULL)
 		return false;

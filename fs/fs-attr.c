@@ -3,6 +3,7 @@
  * them (lookup counts, deletion of unlinked inodes), shared by the
  * directory and file operations.
  */
+#include "engine/maildir.h"
 #include "fs.h"
 #include "fs-purge.h"
 
@@ -283,8 +284,7 @@ bool fs_is_message_name(struct fs *fs, uint64_t parent, const char *name)
 	if (name[0] == '.' ||
 	    dbox_index_name_of(fs->st->index, parent, &dir) < 0)
 		return false;
-	ret = strcmp(dir, "cur") == 0 || strcmp(dir, "new") == 0 ||
-	      strcmp(dir, "tmp") == 0;
+	ret = maildir_is_subdir(dir, strlen(dir));
 	free(dir);
 	return ret;
 }
@@ -364,7 +364,7 @@ int fs_file_copy_out(struct fs *fs, uint64_t ino, uint64_t parent,
 	*save_r = NULL;
 	if ((fd = open_file_ro(fs, ino, &backing)) < 0)
 		return fd;
-	if ((ret = dbox_index_mailbox_name(st->index, parent, &mailbox)) < 0 ||
+	if ((ret = maildir_mailbox_name(st->index, parent, &mailbox)) < 0 ||
 	    (ret = dbox_index_begin(st->index)) < 0)
 		goto out;
 	/* In a transaction: a new m.N is entered in the index, and the
@@ -416,7 +416,7 @@ int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent,
 	if ((ret = dbox_index_getattr(st->index, ino, &attr)) < 0)
 		goto out;
 	if (save == NULL &&
-	    ((ret = dbox_index_mailbox_name(st->index, parent, &mailbox)) < 0 ||
+	    ((ret = maildir_mailbox_name(st->index, parent, &mailbox)) < 0 ||
 	     (ret = dbox_save_begin(st, ino, mailbox, &save)) < 0 ||
 	     (ret = copy_into(save, fd)) < 0))
 		goto out;

@@ -15,6 +15,7 @@
  *
  * Plain files are pread/pwrite on STORE/files/<ino>.
  */
+#include "engine/maildir.h"
 #include "fs.h"
 #include "fs-purge.h"
 
@@ -115,7 +116,7 @@ static int start_write(struct fs *fs, struct fs_inode *inode,
 	    (ret = dbox_index_msg_get(st->index, inode->ino, &loc)) < 0)
 		return ret;
 	if (dbox_index_parent(st->index, inode->ino, &parent) < 0 ||
-	    dbox_index_mailbox_name(st->index, parent, &mailbox) < 0)
+	    maildir_mailbox_name(st->index, parent, &mailbox) < 0)
 		mailbox = NULL;
 	if (copy_bytes > attr.size)
 		copy_bytes = attr.size;
@@ -293,7 +294,7 @@ static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 	if ((inode = fs_inode_add(&fs->inodes, attr_r->ino)) == NULL) {
 		ret = -ENOMEM;
 	} else if (kind == DBOX_KIND_MESSAGE) {
-		ret = dbox_index_mailbox_name(st->index, parent, &mailbox);
+		ret = maildir_mailbox_name(st->index, parent, &mailbox);
 		if (ret == 0)
 			ret = dbox_save_begin(st, attr_r->ino, mailbox, &inode->save);
 		free(mailbox);

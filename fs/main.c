@@ -4,6 +4,7 @@
  *
  *   dboxfs STORE MOUNTPOINT [-f] [-d] [-s] [-o opt,...]
  */
+#include "engine/maildir.h"
 #include "engine/store-layout.h"
 #include "fs.h"
 #include "fs-purge.h"
@@ -189,15 +190,14 @@ static void raise_nofile(void)
    the root gets cur/ new/ tmp/, so maildir clients find a mailbox. */
 static int create_inbox(struct dbox_store *st)
 {
-	static const char *const subdirs[] = { "cur", "new", "tmp" };
 	struct dbox_attr attr;
 	int ret;
 
 	if ((ret = dbox_index_begin(st->index)) < 0)
 		return ret;
 	for (size_t i = 0; i < 3 && ret == 0; i++)
-		ret = dbox_index_create(st->index, DBOX_ROOT_INO, subdirs[i],
-					strlen(subdirs[i]), DBOX_KIND_DIR,
+		ret = dbox_index_create(st->index, DBOX_ROOT_INO, maildir_subdirs[i],
+					strlen(maildir_subdirs[i]), DBOX_KIND_DIR,
 					S_IFDIR | 0700, getuid(), getgid(),
 					dbox_now_ns(), &attr);
 	if (ret < 0) {

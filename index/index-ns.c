@@ -556,50 +556,6 @@ int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r)
 	return dbox_index_entry_of(index, dir, NULL, name_r);
 }
 
-int dbox_index_mailbox_name(struct dbox_index *index, uint64_t dir,
-			    char **name_r)
-{
-	char *path = NULL, *comp = NULL, *joined;
-	uint64_t folder, parent;
-	int ret;
-
-	/* dir is the cur/new/tmp; its parent is the folder. */
-	if ((ret = dbox_index_parent(index, dir, &folder)) < 0)
-		return ret;
-	while (folder != DBOX_ROOT_INO) {
-		if ((ret = dbox_index_entry_of(index, folder, &parent,
-					       &comp)) < 0) {
-			free(path);
-			return ret;
-		}
-		if (path == NULL) {
-			joined = comp;
-		} else {
-			if (asprintf(&joined, "%s/%s", comp, path) < 0)
-				joined = NULL;
-			free(comp);
-			free(path);
-			if (joined == NULL)
-				return -ENOMEM;
-		}
-		path = joined;
-		folder = parent;
-	}
-	if (path == NULL) {
-		*name_r = strdup("INBOX");
-		return *name_r == NULL ? -ENOMEM : 0;
-	}
-	if (path[0] == '.' && strchr(path, '/') == NULL) {
-		/* Maildir++ ".A.B" is the folder A/B. */
-		memmove(path, path + 1, strlen(path));
-		for (char *p = path; *p != '\0'; p++)
-			if (*p == '.')
-				*p = '/';
-	}
-	*name_r = path;
-	return 0;
-}
-
 int dbox_index_symlink_set(struct dbox_index *index, uint64_t ino,
 			   const char *target, size_t len)
 {

@@ -302,12 +302,6 @@ int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r);
 int dbox_index_entry_of(struct dbox_index *index, uint64_t ino,
 			uint64_t *parent_r, char **name_r);
 
-/* The Dovecot mailbox name a message created in directory dir (a cur/,
-   new/ or tmp/) belongs to, for B metadata: "INBOX" for the root maildir,
-   "A/B" for the Maildir++ folder ".A.B", "x/y" for nested folders x/y.
-   malloc()ed into *name_r (caller frees).  Returns 0 or a negative errno. */
-int dbox_index_mailbox_name(struct dbox_index *index, uint64_t dir,
-			    char **name_r);
 
 /* Message location of ino.  Returns 0, or -ENOENT when ino is not a
    message. */

@@ -12,6 +12,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "engine/maildir.h"
 #include "index/index.h"
 #include "storage/log.h"
 #include "test-common.h"
@@ -1690,7 +1691,7 @@ static void expect_mailbox(struct fix *f, uint64_t dir, const char *expected)
 {
 	char *name = NULL;
 
-	assert_int_equal(dbox_index_mailbox_name(f->index, dir, &name), 0);
+	assert_int_equal(maildir_mailbox_name(f->index, dir, &name), 0);
 	assert_non_null(name);
 	assert_string_equal(name, expected);
 	free(name);

@@ -15,6 +15,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "engine/maildir.h"
 #include "index/index.h"
 #include "engine/store.h"
 #include "storage/dbox-file.h"
@@ -637,7 +638,7 @@ static void test_record_metadata(void **state)
 	inbox_cur = mkdir_in(f->st, DBOX_ROOT_INO, "cur");
 	lists = mkdir_in(f->st, DBOX_ROOT_INO, ".Lists.Kernel");
 	lists_cur = mkdir_in(f->st, lists, "cur");
-	assert_int_equal(dbox_index_mailbox_name(f->st->index, lists_cur,
+	assert_int_equal(maildir_mailbox_name(f->st->index, lists_cur,
 						 &mailbox), 0);
 	save_msg(f->st, inbox_cur, "a", "INBOX", a);
 	save_msg(f->st, lists_cur, "b", mailbox, b);

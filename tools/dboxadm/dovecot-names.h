@@ -6,12 +6,8 @@
  * Maildir++ terms, for import-dovecot.c.  Pure functions, no I/O.
  *
  *   mailbox names  Dovecot prints them in UTF-8 with the namespace
- *                  separator '/' (our doveadm config sets it).  A Maildir++
- *                  folder is ".A.B" for "A/B", each component in modified
- *                  UTF-7 (RFC 3501 section 5.1.3, as Courier and Dovecot's
- *                  maildir store folder names); '.' inside a component is
- *                  encoded too ("&AC4-"), since Maildir++ reads '.' as the
- *                  hierarchy separator.  INBOX is the root.
+ *                  separator '/' (our doveadm config sets it); the Maildir++
+ *                  folder of one is engine/maildir.h's business.
  *   flags          IMAP system flags to maildir info letters (maildir(5),
  *                  Dovecot's maildir: \Draft D, \Flagged F, \Answered R,
  *                  \Seen S, \Deleted T); \Recent has no letter; keywords
@@ -23,21 +19,6 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-
-/* Maildir++ directory name of a Dovecot mailbox name (UTF-8, '/'
-   separated) into a malloc()ed *dir_r: "" for INBOX (the root), else
-   ".A.B".  Returns 0, -EINVAL for a name that is not valid UTF-8 or has an
-   empty component, -ENAMETOOLONG when the result passes 255 bytes,
-   -ENOMEM. */
-int dovecot_mailbox_to_maildir(const char *mailbox, char **dir_r);
-
-/* The UTF-8 form of a mailbox name whose components are in modified
-   UTF-7 ("&AMQ-rger/2024" -> "Ärger/2024"), for people to read: what
-   dbox_index_mailbox_name() returns for a Maildir++ folder.  Decoded by
-   iconv's UTF-7-IMAP (glibc 2.36 and later).  Returns 0 and a malloc()ed
-   *utf8_r, -EINVAL when name is not valid modified UTF-7 (8-bit bytes, a
-   bad base64 run), -ENOSYS when iconv lacks UTF-7-IMAP, -ENOMEM. */
-int dovecot_mutf7_to_utf8(const char *name, char **utf8_r);
 
 /* The IMAP flags of one message, parsed from doveadm's space-separated
    flags field. */

@@ -42,6 +42,7 @@
  * New mail goes to a new, empty m.N (the adopted files are never appended
  * to), so the Dovecot root keeps its bytes as they were.
  */
+#include "engine/maildir.h"
 #include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "dovecot-names.h"
@@ -661,7 +662,7 @@ static int status_cb(struct imp *imp, char **f, size_t n)
 	snprintf(fo->guid, sizeof(fo->guid), "%s", f[3]);
 	imp->nfolders++;
 
-	ret = dovecot_mailbox_to_maildir(fo->mailbox, &dir);
+	ret = maildir_folder_of_mailbox(fo->mailbox, &dir);
 	if (ret < 0) {
 		adm_error("mailbox '%s': no Maildir++ name for it (%s); its "
 			  "messages are not adopted", fo->mailbox,

@@ -27,6 +27,7 @@
  * the import: the current batch is rolled back.  SIGINT/SIGTERM stop it
  * cleanly: what was imported so far is committed.
  */
+#include "engine/maildir.h"
 #include "dboxadm.h"
 #include "inomap.h"
 #include "progress.h"
@@ -471,8 +472,7 @@ static void import_link(struct import *imp, uint64_t ino, uint64_t dir,
 
 static bool is_maildir_sub(const char *name)
 {
-	return strcmp(name, "cur") == 0 || strcmp(name, "new") == 0 ||
-	       strcmp(name, "tmp") == 0;
+	return maildir_is_subdir(name, strlen(name));
 }
 
 /* Read the next len bytes (or up to the end) at off of the store's copy
@@ -672,7 +672,7 @@ static void import_subdir(struct import *imp, int dirfd, const char *name,
 	if (made)
 		import_xattrs(imp, fd, attr.ino);
 	if (is_maildir_sub(name) &&
-	    (ret = dbox_index_mailbox_name(imp->index, attr.ino, &mailbox)) < 0) {
+	    (ret = maildir_mailbox_name(imp->index, attr.ino, &mailbox)) < 0) {
 		index_failed(imp, "mailbox name", -ret);
 		close(fd);
 		return;

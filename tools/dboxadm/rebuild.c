@@ -38,6 +38,7 @@
  * Nothing in storage/ is changed; files/ only when a lost plain file's
  * number is taken (it is renamed to its new number).
  */
+#include "engine/maildir.h"
 #include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "progress.h"
@@ -939,7 +940,6 @@ static int make_plain_file(struct rebuild *rb, uint64_t parent,
    maildirfolder for a Maildir++ folder) when missing. */
 static int folder_cur(struct rebuild *rb, const char *mailbox, uint64_t *cur_r)
 {
-	static const char *const subs[] = { "cur", "new", "tmp" };
 	uint64_t folder = DBOX_ROOT_INO, ino;
 	char *flat = NULL, *copy, *comp, *save = NULL;
 	bool nested = true;
@@ -993,8 +993,8 @@ static int folder_cur(struct rebuild *rb, const char *mailbox, uint64_t *cur_r)
 				return ret;
 		}
 	}
-	for (size_t i = 0; i < 3; i++) {
-		if ((ret = mkdir_in(rb, folder, subs[i], &ino)) < 0)
+	for (size_t i = 0; i < MAILDIR_SUBDIR_COUNT; i++) {
+		if ((ret = mkdir_in(rb, folder, maildir_subdirs[i], &ino)) < 0)
 			return ret;
 		if (i == 0)
 			*cur_r = ino;

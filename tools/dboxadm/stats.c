@@ -22,6 +22,7 @@
  * the snapshot, so on a busy mount the byte split is approximate (dead
  * bytes are clamped at 0).
  */
+#include "engine/maildir.h"
 #include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "dovecot-names.h"
@@ -112,12 +113,11 @@ static int dir_count_cb(void *ctx, uint64_t dir, uint64_t count)
 	    ret != -ENOENT)
 		return ret;
 	maildir_sub = dirname != NULL &&
-		(strcmp(dirname, "cur") == 0 || strcmp(dirname, "new") == 0 ||
-		 strcmp(dirname, "tmp") == 0);
+		maildir_is_subdir(dirname, strlen(dirname));
 	free(dirname);
 	if (!maildir_sub)
 		return add_folder(s, "(outside cur/new/tmp)", count);
-	if ((ret = dbox_index_mailbox_name(s->index, dir, &mailbox)) < 0)
+	if ((ret = maildir_mailbox_name(s->index, dir, &mailbox)) < 0)
 		return ret;
 	ret = add_folder(s, mailbox, count);
 	free(mailbox);
@@ -142,7 +142,7 @@ static int decode_folders(struct stats *s)
 	for (size_t i = 0; i < s->nfolders; i++) {
 		struct folder *f = &s->folders[i];
 
-		ret = dovecot_mutf7_to_utf8(f->name, &utf8);
+		ret = maildir_mutf7_to_utf8(f->name, &utf8);
 		if (ret == -ENOMEM)
 			return ret;
 		f->display = ret == 0 ? utf8 : f->name;
