@@ -119,6 +119,13 @@ int adm_open_in_store(const char *store, const char *sub, const char *name,
 struct dbox_index;
 int adm_open_index(const char *store, struct dbox_index **index_r);
 
+/* Open STORE for reading (engine/view.h, dbox_view_open), reporting why
+   not; an alternate storage that cannot be opened is reported too (its
+   messages are unreadable) but is no failure.  Returns ADM_EXIT_OK and
+   *view_r, or ADM_EXIT_USAGE. */
+struct dbox_view;
+int adm_open_view(const char *store, struct dbox_view **view_r);
+
 /* ALT/storage/ of the alternate storage the index records (ALT as given,
    storage/ in it never through a symbolic link), for reading.  Returns
    its fd, or -1: none recorded, or one that cannot be opened (reported

@@ -9,6 +9,7 @@
  */
 #include "engine/store-layout.h"
 #include "dboxadm.h"
+#include "engine/view.h"
 #include "progress.h"
 
 #include "index/index-stats.h"
@@ -161,27 +162,30 @@ int adm_open_index(const char *store, struct dbox_index **index_r)
 	return ret < 0 ? ADM_EXIT_USAGE : ADM_EXIT_OK;
 }
 
+int adm_open_view(const char *store, struct dbox_view **view_r)
+{
+	int ret = dbox_view_open(store, view_r);
+
+	if (ret == -ENOMEDIUM)
+		adm_error("%s: not a dbox store (no index.sqlite)", store);
+	else if (ret == -ENOTDIR)
+		adm_error("%s: not a directory", store);
+	else if (ret == -ENOENT || ret == -EACCES || ret == -ENOMEM)
+		adm_error("%s: %s", store, strerror(-ret));
+	else if (ret < 0)
+		adm_error("%s: cannot open the index: %s", store, strerror(-ret));
+	if (ret == 0 && (*view_r)->alt_err < 0)
+		adm_error("%s: alternate storage %s/storage: %s; the messages "
+			  "in it are unreadable", store, (*view_r)->alt_path,
+			  (*view_r)->alt_err == -EPERM ?
+			  "not owned by the store's owner (refused)" :
+			  strerror(-(*view_r)->alt_err));
+	return ret < 0 ? ADM_EXIT_USAGE : ADM_EXIT_OK;
+}
+
 int adm_open_alt_dir(const char *store, const char *alt)
 {
-	struct stat store_sb, alt_sb;
-	int fd, sfd = -1;
-
-	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0 && (fstat(fd, &alt_sb) < 0 || stat(store, &store_sb) < 0)) {
-		sfd = -errno;
-	} else if (fd >= 0 && alt_sb.st_uid != store_sb.st_uid) {
-		sfd = -EPERM;
-	} else if (fd >= 0) {
-		sfd = openat(fd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-			     O_CLOEXEC);
-		if (sfd < 0)
-			sfd = -errno;
-	} else {
-		sfd = -errno;
-	}
-	if (fd >= 0)
-		close(fd);
-	return sfd;
+	return dbox_store_open_alt_dir(store, alt);
 }
 
 int adm_open_alt_storage(const char *store, struct dbox_index *index)
@@ -204,21 +208,13 @@ int adm_open_alt_storage(const char *store, struct dbox_index *index)
 
 int adm_open_mfile(const char *store, const char *name)
 {
-	struct dbox_index *index = NULL;
-	char *path;
-	int fd = adm_open_in_store(store, DBOX_STORE_STORAGE, name, O_RDONLY), sfd;
+	struct dbox_view *view;
+	int fd = dbox_store_open_in(store, DBOX_STORE_STORAGE, name, O_RDONLY);
 
-	if (fd != -ENOENT || asprintf(&path, "%s/" DBOX_STORE_INDEX, store) < 0)
+	if (fd != -ENOENT || dbox_view_open(store, &view) < 0)
 		return fd;
-	if (dbox_index_open_readonly(path, &index) == 0) {
-		if ((sfd = adm_open_alt_storage(store, index)) >= 0) {
-			fd = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-			fd = fd < 0 ? -errno : fd;
-			close(sfd);
-		}
-		dbox_index_close(&index);
-	}
-	free(path);
+	fd = dbox_view_mfile_open(view, name);
+	dbox_view_close(&view);
 	return fd;
 }
 
@@ -405,22 +401,7 @@ int adm_store_enter(const char *store)
 int adm_open_in_store(const char *store, const char *sub, const char *name,
 		      int flags)
 {
-	int dir_fd, sub_fd, fd, ret;
-
-	if ((dir_fd = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return -errno;
-	sub_fd = openat(dir_fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-			O_CLOEXEC);
-	ret = -errno;
-	close(dir_fd);
-	if (sub_fd < 0)
-		return ret;
-	if (name == NULL)
-		return sub_fd;
-	fd = openat(sub_fd, name, flags | O_NOFOLLOW | O_CLOEXEC);
-	ret = -errno;
-	close(sub_fd);
-	return fd < 0 ? ret : fd;
+	return dbox_store_open_in(store, sub, name, flags);
 }
 
 int adm_path_init(struct adm_path *path, const char *root)

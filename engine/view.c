@@ -1,0 +1,140 @@
+/*
+ * view.c: a store opened for reading without the store lock (view.h).
+ */
+#include "engine/view.h"
+#include "engine/store-layout.h"
+
+#include "index/index-stats.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int dbox_store_open_in(const char *store, const char *sub, const char *name,
+		       int flags)
+{
+	int dir_fd, sub_fd, fd, ret;
+
+	if ((dir_fd = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return -errno;
+	sub_fd = openat(dir_fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			O_CLOEXEC);
+	ret = -errno;
+	close(dir_fd);
+	if (sub_fd < 0)
+		return ret;
+	if (name == NULL)
+		return sub_fd;
+	fd = openat(sub_fd, name, flags | O_NOFOLLOW | O_CLOEXEC);
+	ret = -errno;
+	close(sub_fd);
+	return fd < 0 ? ret : fd;
+}
+
+int dbox_store_open_alt_dir(const char *store, const char *alt)
+{
+	struct stat store_sb, alt_sb;
+	int fd, sfd = -1;
+
+	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0 && (fstat(fd, &alt_sb) < 0 || stat(store, &store_sb) < 0)) {
+		sfd = -errno;
+	} else if (fd >= 0 && alt_sb.st_uid != store_sb.st_uid) {
+		sfd = -EPERM;
+	} else if (fd >= 0) {
+		sfd = openat(fd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |
+			     O_NOFOLLOW | O_CLOEXEC);
+		if (sfd < 0)
+			sfd = -errno;
+	} else {
+		sfd = -errno;
+	}
+	if (fd >= 0)
+		close(fd);
+	return sfd;
+}
+
+int dbox_view_open(const char *path, struct dbox_view **view_r)
+{
+	struct dbox_view *view;
+	struct stat sb;
+	char *index_path;
+	int ret;
+
+	*view_r = NULL;
+	if (stat(path, &sb) < 0)
+		return -errno;
+	if (!S_ISDIR(sb.st_mode))
+		return -ENOTDIR;
+	if ((view = calloc(1, sizeof(*view))) == NULL ||
+	    (view->path = strdup(path)) == NULL ||
+	    asprintf(&index_path, "%s/" DBOX_STORE_INDEX, path) < 0) {
+		if (view != NULL)
+			free(view->path);
+		free(view);
+		return -ENOMEM;
+	}
+	view->storage_fd = view->alt_fd = -1;
+	ret = dbox_index_open(index_path, false, &view->index);
+	free(index_path);
+	if (ret == 0)
+		ret = dbox_index_reader_setup(view->index);
+	if (ret < 0) {
+		dbox_view_close(&view);
+		return ret == -ENOENT ? -ENOMEDIUM : ret;
+	}
+	view->storage_fd = dbox_store_open_in(path, DBOX_STORE_STORAGE, NULL, 0);
+	if (view->storage_fd < 0) {
+		view->storage_err = view->storage_fd;
+		view->storage_fd = -1;
+	}
+	if (dbox_index_setting_get(view->index, DBOX_SETTING_ALT_PATH,
+				   &view->alt_path) == 0 &&
+	    view->alt_path != NULL) {
+		view->alt_fd = dbox_store_open_alt_dir(path, view->alt_path);
+		if (view->alt_fd < 0) {
+			view->alt_err = view->alt_fd;
+			view->alt_fd = -1;
+		}
+	}
+	*view_r = view;
+	return 0;
+}
+
+void dbox_view_close(struct dbox_view **viewp)
+{
+	struct dbox_view *view = *viewp;
+
+	if (view == NULL)
+		return;
+	dbox_index_close(&view->index);
+	if (view->storage_fd >= 0)
+		close(view->storage_fd);
+	if (view->alt_fd >= 0)
+		close(view->alt_fd);
+	free(view->alt_path);
+	free(view->path);
+	free(view);
+	*viewp = NULL;
+}
+
+int dbox_view_mfile_open(struct dbox_view *view, const char *name)
+{
+	int fd = -ENOENT;
+
+	if (view->storage_fd >= 0) {
+		fd = openat(view->storage_fd, name,
+			    O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		fd = fd < 0 ? -errno : fd;
+	}
+	if (fd == -ENOENT && view->alt_fd >= 0) {
+		fd = openat(view->alt_fd, name,
+			    O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		fd = fd < 0 ? -errno : fd;
+	}
+	return fd;
+}
