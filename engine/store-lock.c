@@ -153,6 +153,35 @@ static long elapsed_ms(const struct timespec *start)
 		(now.tv_nsec - start->tv_nsec) / 1000000;
 }
 
+int dbox_store_lock_try(int dir_fd, bool shared, bool *held_r)
+{
+	struct stat sb;
+	int fd, ret;
+
+	*held_r = false;
+	fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		ret = fstat(fd, &sb) < 0 ? -errno : -EINVAL;
+		close(fd);
+		return ret;
+	}
+	if (flock(fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) == 0) {
+		*held_r = true;
+	} else if (errno != EWOULDBLOCK) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+void dbox_store_lock_release(int lock_fd)
+{
+	(void)flock(lock_fd, LOCK_UN);
+}
+
 /* Is the lock of fd held shared by another process? */
 static bool holder_is_shared(int fd)
 {

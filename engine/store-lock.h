@@ -42,6 +42,21 @@ int dbox_store_lock(int dir_fd, const char *path);
    (logged). */
 int dbox_store_lock_shared(int dir_fd, const char *path);
 
+/* Try the lock of the store whose directory is dir_fd once, without
+   waiting and without logging: shared (LOCK_SH) or exclusive.  STORE/lock
+   is opened read-only and never created, never through a symbolic link.
+   Returns its descriptor with *held_r = true when this process now holds
+   the lock (close the descriptor, or dbox_store_lock_release, to let
+   go), or with *held_r = false when another process holds it (the
+   descriptor then serves dbox_store_lock_holder and friends); -ENOENT
+   when there is no lock file, -ELOOP for a symbolic link, -EINVAL for
+   anything but a regular file, or another negative errno. */
+int dbox_store_lock_try(int dir_fd, bool shared, bool *held_r);
+
+/* Let go of a lock this process holds on lock_fd (dbox_store_lock_try),
+   keeping the descriptor open. */
+void dbox_store_lock_release(int lock_fd);
+
 /* Write "closing\n" into the lock file lock_fd (held by this process).
    Returns 0 or -errno. */
 int dbox_store_lock_set_closing(int lock_fd);
