@@ -11,9 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* avail_in / avail_out are unsigned int. */
-#define BZ2_MAX_CHUNK (1U << 30)
-
 struct bz2_decoder {
 	bz_stream bz;
 	bool init;   /* BZ2_bzDecompressInit done */
@@ -26,10 +23,8 @@ static int bz2_init(struct bz2_decoder *d)
 	memset(&d->bz, 0, sizeof(d->bz));
 	/* verbosity 0, small 0 (the faster, larger decoder) */
 	ret = BZ2_bzDecompressInit(&d->bz, 0, 0);
-	if (ret != BZ_OK) {
-		errno = ret == BZ_MEM_ERROR ? ENOMEM : EINVAL;
-		return -1;
-	}
+	if (ret != BZ_OK)
+		return dbox_codec_failed(ret == BZ_MEM_ERROR ? ENOMEM : EINVAL);
 	d->init = true;
 	return 0;
 }
@@ -37,12 +32,13 @@ static int bz2_init(struct bz2_decoder *d)
 static int bz2_decoder_new(void **state_r)
 {
 	struct bz2_decoder *d = calloc(1, sizeof(*d));
+	int ret;
 
 	if (d == NULL)
-		return -1;
-	if (bz2_init(d) < 0) {
+		return dbox_codec_failed(ENOMEM);
+	if ((ret = bz2_init(d)) < 0) {
 		free(d);
-		return -1;
+		return ret;
 	}
 	*state_r = d;
 	return 0;
@@ -71,17 +67,15 @@ static enum dbox_codec_ret bz2_decode(void *state, struct dbox_codec_io *io)
 	}
 	if (io->out_len == 0)
 		return DBOX_CODEC_OK;
-	in_len = io->in_len > BZ2_MAX_CHUNK ? BZ2_MAX_CHUNK : (unsigned)io->in_len;
-	out_len = io->out_len > BZ2_MAX_CHUNK ? BZ2_MAX_CHUNK : (unsigned)io->out_len;
+	in_len = dbox_codec_chunk(io->in_len);
+	out_len = dbox_codec_chunk(io->out_len);
 	d->bz.next_in = (char *)io->in;
 	d->bz.avail_in = in_len;
 	d->bz.next_out = (char *)io->out;
 	d->bz.avail_out = out_len;
 	ret = BZ2_bzDecompress(&d->bz);
-	io->in += in_len - d->bz.avail_in;
-	io->in_len -= in_len - d->bz.avail_in;
-	io->out += out_len - d->bz.avail_out;
-	io->out_len -= out_len - d->bz.avail_out;
+	dbox_codec_io_advance(io, in_len - d->bz.avail_in,
+			      out_len - d->bz.avail_out);
 	switch (ret) {
 	case BZ_OK:
 		return DBOX_CODEC_OK;

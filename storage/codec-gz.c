@@ -11,31 +11,21 @@
 #include "dbox-codec.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
-/* avail_in / avail_out are uInt: feed zlib at most this much per call. */
-#define GZ_MAX_CHUNK (1U << 30)
-
 #define GZ_WINDOW_BITS (16 + MAX_WBITS) /* gzip wrapper, 32 KiB window */
-
-static uInt clamp(size_t len)
-{
-	return len > GZ_MAX_CHUNK ? GZ_MAX_CHUNK : (uInt)len;
-}
 
 static int gz_decoder_new(void **state_r)
 {
 	z_stream *zs = calloc(1, sizeof(*zs));
 
 	if (zs == NULL)
-		return -1;
+		return dbox_codec_failed(ENOMEM);
 	if (inflateInit2(zs, GZ_WINDOW_BITS) != Z_OK) {
 		free(zs);
-		errno = ENOMEM;
-		return -1;
+		return dbox_codec_failed(ENOMEM);
 	}
 	*state_r = zs;
 	return 0;
@@ -43,18 +33,17 @@ static int gz_decoder_new(void **state_r)
 
 static int gz_decoder_reset(void *state)
 {
-	if (inflateReset(state) != Z_OK) {
-		errno = EINVAL;
-		return -1;
-	}
-	return 0;
+	return inflateReset(state) != Z_OK ? dbox_codec_failed(EINVAL) : 0;
 }
 
-/* Run fn (inflate or deflate) once over io, advancing it. */
-static int gz_run(z_stream *zs, struct dbox_codec_io *io,
-		  int (*fn)(z_streamp, int), int flush)
+/* Run fn (inflate or deflate) once over io, advancing it, and map its
+   result (what names the call in the error text). */
+static enum dbox_codec_ret gz_run(z_stream *zs, struct dbox_codec_io *io,
+				  int (*fn)(z_streamp, int), int flush,
+				  const char *what)
 {
-	uInt in_len = clamp(io->in_len), out_len = clamp(io->out_len);
+	uInt in_len = dbox_codec_chunk(io->in_len);
+	uInt out_len = dbox_codec_chunk(io->out_len);
 	int ret;
 
 	zs->next_in = (Bytef *)io->in;
@@ -62,18 +51,9 @@ static int gz_run(z_stream *zs, struct dbox_codec_io *io,
 	zs->next_out = io->out;
 	zs->avail_out = out_len;
 	ret = fn(zs, flush);
-	io->in += in_len - zs->avail_in;
-	io->in_len -= in_len - zs->avail_in;
-	io->out += out_len - zs->avail_out;
-	io->out_len -= out_len - zs->avail_out;
-	return ret;
-}
-
-static enum dbox_codec_ret gz_decode(void *state, struct dbox_codec_io *io)
-{
-	z_stream *zs = state;
-
-	switch (gz_run(zs, io, inflate, Z_NO_FLUSH)) {
+	dbox_codec_io_advance(io, in_len - zs->avail_in,
+			      out_len - zs->avail_out);
+	switch (ret) {
 	case Z_OK:
 	case Z_BUF_ERROR: /* no progress possible: the caller decides */
 		return DBOX_CODEC_OK;
@@ -82,9 +62,14 @@ static enum dbox_codec_ret gz_decode(void *state, struct dbox_codec_io *io)
 	case Z_MEM_ERROR:
 		return DBOX_CODEC_NOMEM;
 	default: /* Z_DATA_ERROR, Z_NEED_DICT, Z_STREAM_ERROR */
-		io->error = zs->msg != NULL ? zs->msg : "inflate failed";
+		io->error = zs->msg != NULL ? zs->msg : what;
 		return DBOX_CODEC_ERROR;
 	}
+}
+
+static enum dbox_codec_ret gz_decode(void *state, struct dbox_codec_io *io)
+{
+	return gz_run(state, io, inflate, Z_NO_FLUSH, "inflate failed");
 }
 
 static void gz_decoder_free(void *state)
@@ -100,13 +85,12 @@ static int gz_encoder_new(int level, void **state_r)
 	z_stream *zs = calloc(1, sizeof(*zs));
 
 	if (zs == NULL)
-		return -1;
+		return -ENOMEM;
 	/* memLevel 8 and the default strategy, as zlib's gzip writer. */
 	if (deflateInit2(zs, level, Z_DEFLATED, GZ_WINDOW_BITS, 8,
 			 Z_DEFAULT_STRATEGY) != Z_OK) {
 		free(zs);
-		errno = ENOMEM;
-		return -1;
+		return -ENOMEM;
 	}
 	*state_r = zs;
 	return 0;
@@ -114,20 +98,11 @@ static int gz_encoder_new(int level, void **state_r)
 
 static enum dbox_codec_ret gz_encode(void *state, struct dbox_codec_io *io)
 {
-	z_stream *zs = state;
 	/* Z_FINISH only with the last of the input in this call. */
-	bool finish = io->in_end && io->in_len <= GZ_MAX_CHUNK;
+	bool finish = io->in_end && io->in_len <= DBOX_CODEC_CHUNK_MAX;
 
-	switch (gz_run(zs, io, deflate, finish ? Z_FINISH : Z_NO_FLUSH)) {
-	case Z_OK:
-	case Z_BUF_ERROR:
-		return DBOX_CODEC_OK;
-	case Z_STREAM_END:
-		return DBOX_CODEC_END;
-	default:
-		io->error = zs->msg != NULL ? zs->msg : "deflate failed";
-		return DBOX_CODEC_ERROR;
-	}
+	return gz_run(state, io, deflate, finish ? Z_FINISH : Z_NO_FLUSH,
+		      "deflate failed");
 }
 
 static void gz_encoder_free(void *state)

@@ -43,6 +43,7 @@ struct lz4_decoder {
 	uint8_t *chunk;
 	uint32_t chunk_size, chunk_have, chunk_alloc;
 	uint8_t *plain;
+	uint32_t plain_alloc;
 	size_t plain_len, plain_pos;
 };
 
@@ -57,7 +58,7 @@ static int lz4_decoder_new(void **state_r)
 	struct lz4_decoder *d = calloc(1, sizeof(*d));
 
 	if (d == NULL)
-		return -1;
+		return dbox_codec_failed(ENOMEM);
 	*state_r = d;
 	return 0;
 }
@@ -66,7 +67,7 @@ static int lz4_decoder_reset(void *state)
 {
 	struct lz4_decoder *d = state;
 
-	/* Keep the buffers; plain is reallocated for the new max_chunk. */
+	/* Keep the buffers; plain grows if a stream needs a larger one. */
 	d->phase = LZ4_PHASE_HEADER;
 	d->head_len = 0;
 	d->chunk_size = d->chunk_have = 0;
@@ -88,6 +89,21 @@ static bool collect(struct dbox_codec_io *io, uint8_t *buf, size_t *have,
 	return *have == want;
 }
 
+/* Make *buf (of *alloc bytes) hold at least size bytes; its contents
+   need not survive.  False when out of memory (*buf unchanged). */
+static bool grow(uint8_t **buf, uint32_t *alloc, uint32_t size)
+{
+	uint8_t *p;
+
+	if (*buf != NULL && size <= *alloc)
+		return true;
+	if ((p = realloc(*buf, size)) == NULL)
+		return false;
+	*buf = p;
+	*alloc = size;
+	return true;
+}
+
 static enum dbox_codec_ret lz4_error(struct dbox_codec_io *io, const char *what)
 {
 	io->error = what;
@@ -99,18 +115,13 @@ static enum dbox_codec_ret lz4_header(struct lz4_decoder *d,
 				      struct dbox_codec_io *io)
 {
 	uint32_t max_chunk = be32(d->head + LZ4_MAGIC_LEN);
-	uint8_t *plain;
 
 	if (memcmp(d->head, LZ4_MAGIC, LZ4_MAGIC_LEN) != 0)
 		return lz4_error(io, "wrong magic in the lz4 header");
 	if (max_chunk == 0 || max_chunk > LZ4_CHUNK_MAX)
 		return lz4_error(io, "lz4 max chunk size is 0 or above 1 MiB");
-	if (d->plain == NULL || max_chunk > d->max_chunk) {
-		plain = realloc(d->plain, max_chunk);
-		if (plain == NULL)
-			return DBOX_CODEC_NOMEM;
-		d->plain = plain;
-	}
+	if (!grow(&d->plain, &d->plain_alloc, max_chunk))
+		return DBOX_CODEC_NOMEM;
 	d->max_chunk = max_chunk;
 	return DBOX_CODEC_OK;
 }
@@ -120,17 +131,11 @@ static enum dbox_codec_ret lz4_chunk_len(struct lz4_decoder *d,
 					 struct dbox_codec_io *io)
 {
 	uint32_t size = be32(d->head);
-	uint8_t *chunk;
 
 	if (size == 0 || size > LZ4_CHUNK_MAX)
 		return lz4_error(io, "lz4 chunk length is 0 or above 1 MiB");
-	if (size > d->chunk_alloc) {
-		chunk = realloc(d->chunk, size);
-		if (chunk == NULL)
-			return DBOX_CODEC_NOMEM;
-		d->chunk = chunk;
-		d->chunk_alloc = size;
-	}
+	if (!grow(&d->chunk, &d->chunk_alloc, size))
+		return DBOX_CODEC_NOMEM;
 	d->chunk_size = size;
 	d->chunk_have = 0;
 	return DBOX_CODEC_OK;

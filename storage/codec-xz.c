@@ -16,42 +16,31 @@
 
 #define XZ_MEMLIMIT (256 * 1024 * 1024)
 
-static int xz_init(lzma_stream *xs)
+/* Start a stream decoder on xs (new, or used: lzma_stream_decoder() on a
+   used stream reuses its memory). */
+static int xz_decoder_reset(void *state)
 {
-	lzma_ret ret;
+	lzma_ret ret = lzma_stream_decoder(state, XZ_MEMLIMIT, 0);
 
-	*xs = (lzma_stream)LZMA_STREAM_INIT;
-	ret = lzma_stream_decoder(xs, XZ_MEMLIMIT, 0);
-	if (ret != LZMA_OK) {
-		errno = ret == LZMA_MEM_ERROR ? ENOMEM : EINVAL;
-		return -1;
-	}
+	if (ret != LZMA_OK)
+		return dbox_codec_failed(ret == LZMA_MEM_ERROR ? ENOMEM :
+					 EINVAL);
 	return 0;
 }
 
 static int xz_decoder_new(void **state_r)
 {
 	lzma_stream *xs = malloc(sizeof(*xs));
+	int ret;
 
 	if (xs == NULL)
-		return -1;
-	if (xz_init(xs) < 0) {
+		return dbox_codec_failed(ENOMEM);
+	*xs = (lzma_stream)LZMA_STREAM_INIT;
+	if ((ret = xz_decoder_reset(xs)) < 0) {
 		free(xs);
-		return -1;
+		return ret;
 	}
 	*state_r = xs;
-	return 0;
-}
-
-static int xz_decoder_reset(void *state)
-{
-	/* lzma_stream_decoder() on a used stream reuses its memory. */
-	lzma_ret ret = lzma_stream_decoder(state, XZ_MEMLIMIT, 0);
-
-	if (ret != LZMA_OK) {
-		errno = ret == LZMA_MEM_ERROR ? ENOMEM : EINVAL;
-		return -1;
-	}
 	return 0;
 }
 

@@ -17,20 +17,16 @@ static int zstd_decoder_new(void **state_r)
 {
 	ZSTD_DStream *ds = ZSTD_createDStream();
 
-	if (ds == NULL) {
-		errno = ENOMEM;
-		return -1;
-	}
+	if (ds == NULL)
+		return dbox_codec_failed(ENOMEM);
 	*state_r = ds;
 	return 0;
 }
 
 static int zstd_decoder_reset(void *state)
 {
-	if (ZSTD_isError(ZSTD_DCtx_reset(state, ZSTD_reset_session_only))) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (ZSTD_isError(ZSTD_DCtx_reset(state, ZSTD_reset_session_only)))
+		return dbox_codec_failed(EINVAL);
 	return 0;
 }
 
@@ -41,10 +37,7 @@ static enum dbox_codec_ret zstd_decode(void *state, struct dbox_codec_io *io)
 	size_t ret;
 
 	ret = ZSTD_decompressStream(state, &out, &in);
-	io->in += in.pos;
-	io->in_len -= in.pos;
-	io->out += out.pos;
-	io->out_len -= out.pos;
+	dbox_codec_io_advance(io, in.pos, out.pos);
 	if (ZSTD_isError(ret)) {
 		if (ZSTD_getErrorCode(ret) == ZSTD_error_memory_allocation)
 			return DBOX_CODEC_NOMEM;

@@ -52,17 +52,18 @@ struct dbox_codec {
 	const char *name;       /* zlib_save name: "gz", "bz2", ... */
 	const char *long_name;  /* for messages: "gzip", "bzip2", ... */
 
-	/* Decoder.  new: 0 and *state_r, or -1 with errno ENOMEM.  reset:
-	   back to the state of a new decoder (start of a stream); 0 or -1
-	   with errno.  decode: see enum dbox_codec_ret.  free: safe on
-	   NULL. */
+	/* Decoder.  new: 0 and *state_r, or -ENOMEM.  reset: back to the
+	   state of a new decoder (start of a stream); 0, -ENOMEM or -EINVAL
+	   (the library refused).  Both set errno to the same code too, for
+	   dbox-read.c until it reads the result (issue #13 transition).
+	   decode: see enum dbox_codec_ret.  free: safe on NULL. */
 	int (*decoder_new)(void **state_r);
 	int (*decoder_reset)(void *state);
 	enum dbox_codec_ret (*decode)(void *state, struct dbox_codec_io *io);
 	void (*decoder_free)(void *state);
 
-	/* Encoder, NULL when dboxfs does not write this format.  level is
-	   min_level..max_level.  encode returns DBOX_CODEC_END once io->in_end
+	/* Encoder, NULL when dboxfs does not write this format.  new: 0 and
+	   *state_r, or -ENOMEM; level is min_level..max_level.  encode returns DBOX_CODEC_END once io->in_end
 	   was set, all input was consumed and the whole stream (trailer
 	   included) is in the output. */
 	int (*encoder_new)(int level, void **state_r);
@@ -80,5 +81,23 @@ const struct dbox_codec *dbox_codec_get(enum dbox_compression compression);
 /* The codec whose name is name[0..len) ("gz", "bz2", "xz", "zstd",
    "lz4"), or NULL. */
 const struct dbox_codec *dbox_codec_by_name(const char *name, size_t len);
+
+/* For the codecs (codec-common.c). */
+
+/* Largest length handed to a library whose lengths are unsigned int
+   (zlib's uInt, libbz2): 1 GiB; bigger buffers are fed in pieces. */
+#define DBOX_CODEC_CHUNK_MAX (1U << 30)
+
+/* len clamped to DBOX_CODEC_CHUNK_MAX. */
+unsigned int dbox_codec_chunk(size_t len);
+
+/* A library call took in_used bytes of io->in and wrote out_made bytes to
+   io->out: advance both. */
+void dbox_codec_io_advance(struct dbox_codec_io *io, size_t in_used,
+			   size_t out_made);
+
+/* A failed decoder_new, decoder_reset or encoder_new: returns -err and
+   sets errno to err too (see struct dbox_codec). */
+int dbox_codec_failed(int err);
 
 #endif
