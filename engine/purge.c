@@ -266,13 +266,13 @@ static int copy_records(struct purge *p, uint32_t file_id, int fd,
 	return 0;
 }
 
-/* The file descriptor a copy went to. */
+/* The file descriptor a copy went to, or -ENOENT. */
 static int dest_fd(const struct purge *p, uint32_t file_id)
 {
 	for (size_t i = 0; i < p->ndests; i++)
 		if (p->dests[i].mf->file_id == file_id)
 			return p->dests[i].mf->fd;
-	return -1;
+	return -ENOENT;
 }
 
 /* One durable transaction: rows to their copies, the pool files' new
@@ -335,21 +335,21 @@ static void fix_received(struct purge *p, const struct dbox_file_rec *recs,
 			 const struct dbox_msg_move *moves, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		int fd;
+		int fd, ret;
 
 		if (!moves[i].moved || moves[i].mtime_ns == recs[i].mtime_ns)
 			continue;
 		fd = dest_fd(p, moves[i].new_file_id);
 		if (fd >= 0 &&
-		    dbox_record_set_received(fd, moves[i].new_file_id,
+		    (ret = dbox_record_set_received(fd, moves[i].new_file_id,
 					     moves[i].new_offset,
-					     dbox_time_sec(moves[i].mtime_ns)) < 0 &&
-		    errno != ERANGE)
+					     dbox_time_sec(moves[i].mtime_ns))) < 0 &&
+		    ret != -ERANGE)
 			dbox_warning("%s/storage/m.%u offset %llu: received "
 				     "date not updated: %s", p->st->path,
 				     moves[i].new_file_id,
 				     (unsigned long long)moves[i].new_offset,
-				     strerror(errno));
+				     strerror(-ret));
 	}
 }
 

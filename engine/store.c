@@ -940,10 +940,9 @@ static int mfile_acquire(struct dbox_store *st, struct dbox_mfile **mf_r)
 	}
 	fd = dbox_file_create(st->storage_fd, st->next_file_id, &size);
 	if (fd < 0) {
-		ret = -errno;
 		dbox_error("%s/storage/m.%u: create: %s", st->path,
-			   st->next_file_id, strerror(errno));
-		return ret;
+			   st->next_file_id, strerror(-fd));
+		return fd;
 	}
 	mf = calloc(1, sizeof(*mf));
 	append = realloc(st->append, (st->append_count + 1) * sizeof(*append));
@@ -1013,10 +1012,9 @@ static int save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
 	dbox_guid_generate(save->guid);
 	if ((ret = mfile_acquire(st, &save->mf)) < 0)
 		goto fail;
-	if (dbox_append_begin(&save->ap, save->mf->fd, save->mf->size) < 0) {
-		ret = -errno;
+	if ((ret = dbox_append_begin(&save->ap, save->mf->fd,
+				     save->mf->size)) < 0)
 		goto fail;
-	}
 	dbox_body_init(&save->body, &save->ap, &st->compress);
 	save_loc(save, DBOX_MSG_WRITING, 0, &loc);
 	if (indexed && (ret = dbox_index_msg_set(st->index, ino, &loc)) < 0)
@@ -1052,26 +1050,20 @@ int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,
 	/* The disk space the index reserve gave back is the index's. */
 	if ((ret = dbox_index_reserve_check(save->st->index)) < 0)
 		return ret;
-	if (dbox_body_pwrite(&save->body, buf, len, off) < 0)
-		return -errno;
-	return 0;
+	return dbox_body_pwrite(&save->body, buf, len, off);
 }
 
 int dbox_save_truncate(struct dbox_save *save, uint64_t size)
 {
 	save->finished = false;
 	save->sealed = false;
-	if (dbox_body_truncate(&save->body, size) < 0)
-		return -errno;
-	return 0;
+	return dbox_body_truncate(&save->body, size);
 }
 
 ssize_t dbox_save_read(struct dbox_save *save, void *buf, size_t len,
 		       uint64_t off)
 {
-	ssize_t n = dbox_body_pread(&save->body, buf, len, off);
-
-	return n < 0 ? -errno : n;
+	return dbox_body_pread(&save->body, buf, len, off);
 }
 
 uint64_t dbox_save_size(const struct dbox_save *save)
@@ -1094,7 +1086,6 @@ static int save_write_record(struct dbox_save *save, time_t received_sec)
 		ret = dbox_body_finish(&save->body, &md);
 		md.mailbox = NULL;
 		if (ret < 0) {
-			ret = -errno;
 			dbox_metadata_clear(&md);
 			dbox_error("%s/storage/m.%u: finishing message at %llu: %s",
 				   st->path, save->mf->file_id,
@@ -1177,7 +1168,7 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 {
 	struct dbox_metadata md;
 	uint64_t body_size, record_size;
-	int fd = dbox_store_read_fd(st, loc->file_id);
+	int fd = dbox_store_read_fd(st, loc->file_id), ret;
 
 	if (fd < 0)
 		return fd;
@@ -1195,13 +1186,14 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 	   offset are not (all) the message the index knows; so does another
 	   GUID (the index keeps its first 32 characters). */
 	memset(&md, 0, sizeof(md));
-	if (dbox_record_read(fd, loc->file_id, loc->offset, loc->body_size,
-			     &body_size, &md, &record_size) < 0) {
+	if ((ret = dbox_record_read(fd, loc->file_id, loc->offset,
+				    loc->body_size, &body_size, &md,
+				    &record_size)) < 0) {
 		/* Corruption was logged, naming file and offset. */
-		if (errno != EIO)
+		if (ret != -EIO)
 			dbox_error("%s/storage/m.%u offset %llu: %s", st->path,
 				   loc->file_id, (unsigned long long)loc->offset,
-				   strerror(errno));
+				   strerror(-ret));
 		close(fd);
 		return -EIO;
 	}
@@ -1242,14 +1234,13 @@ int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc
 	fd = dbox_store_mfile_open(st, loc->file_id, O_RDWR);
 	if (fd < 0)
 		return -EIO; /* logged */
-	if (dbox_record_set_received(fd, loc->file_id, loc->offset,
-				     received) < 0) {
-		ret = -errno;
-		if (errno != ERANGE)
+	if ((ret = dbox_record_set_received(fd, loc->file_id, loc->offset,
+					    received)) < 0) {
+		if (ret != -ERANGE)
 			dbox_warning("%s/storage/%s offset %llu: received date "
 				     "not updated: %s", st->path, name,
 				     (unsigned long long)loc->offset,
-				     strerror(errno));
+				     strerror(-ret));
 	}
 	if (fd >= 0)
 		close(fd);
@@ -1336,10 +1327,9 @@ int dbox_store_alt_create(struct dbox_store *st, struct dbox_mfile **mf_r)
 	}
 	fd = dbox_file_create(st->alt_fd, st->next_file_id, &size);
 	if (fd < 0) {
-		ret = -errno;
 		dbox_error("%s/storage/m.%u: create: %s", st->alt_path,
-			   st->next_file_id, strerror(errno));
-		return ret;
+			   st->next_file_id, strerror(-fd));
+		return fd;
 	}
 	if ((mf = calloc(1, sizeof(*mf))) == NULL) {
 		close(fd);

@@ -210,7 +210,8 @@ static int create_inbox(struct dbox_store *st)
 /* Refuse mount points that cannot work: a dead mount still there (its
    daemon was killed; stat says ENOTCONN), and a store inside the mount
    point (every access to the store would go through the mount being
-   set up, and hang).  Returns 0 or -1 (reported). */
+   set up, and hang).  Returns 0, or -ENOTCONN (a dead mount) or -EINVAL
+   (the store inside), reported on stderr. */
 static int check_mountpoint(const char *prog, const char *store,
 			    const char *mnt)
 {
@@ -227,7 +228,7 @@ static int check_mountpoint(const char *prog, const char *store,
 		fprintf(stderr, "%s: %s: a dead mount is still there (its "
 			"daemon died); run 'fusermount3 -u %s' first\n",
 			prog, mnt, mnt);
-		return -1;
+		return -ENOTCONN;
 	}
 	if (abs_store == NULL) {
 		/* A new store: where it will be is below its parent. */
@@ -245,7 +246,7 @@ static int check_mountpoint(const char *prog, const char *store,
 	     strcmp(mnt, "/") == 0)) {
 		fprintf(stderr, "%s: the store %s is inside the mount point "
 			"%s; put it elsewhere\n", prog, store, mnt);
-		ret = -1;
+		ret = -EINVAL;
 	}
 	free(parent);
 	free(abs_store);

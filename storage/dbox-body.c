@@ -15,6 +15,9 @@
  *  BROKEN  compressed bytes were lost; only dbox_body_free is useful,
  *          every other call fails with the error that broke it (error).
  *
+ * Every function returns 0 (or a byte count) or a negative errno
+ * (storage/dbox-fault.h).
+ *
  * Conversions use the tail of the record, which the writer owns (nothing
  * follows the record in the m.N while it is being written): plaintext is
  * decompressed or compressed to just after the current body and then
@@ -49,20 +52,16 @@ int dbox_compress_parse(const char *spec, struct dbox_compress_settings *set_r)
 	if (strcmp(spec, "none") == 0)
 		return 0;
 	codec = dbox_codec_by_name(spec, name_len);
-	if (codec == NULL || codec->encoder_new == NULL) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (codec == NULL || codec->encoder_new == NULL)
+		return -EINVAL;
 	set_r->method = codec->compression;
 	if (colon == NULL)
 		return 0;
 	errno = 0;
 	level = strtol(colon + 1, &end, 10);
 	if (errno != 0 || end == colon + 1 || *end != '\0' ||
-	    level < codec->min_level || level > codec->max_level) {
-		errno = EINVAL;
-		return -1;
-	}
+	    level < codec->min_level || level > codec->max_level)
+		return -EINVAL;
 	set_r->level = (int)level;
 	return 0;
 }
@@ -85,7 +84,8 @@ static uint64_t body_pos(const struct dbox_body *body, uint64_t off)
 	return body->ap->offset + DBOX_MSG_HEADER_SIZE + off;
 }
 
-/* Read body bytes [off, off+len) exactly; a short read is EIO. */
+/* Read body bytes [off, off+len) exactly.  Returns 0, -EIO (short) or
+   -errno of pread. */
 static int body_read(const struct dbox_body *body, void *buf, size_t len,
 		     uint64_t off)
 {
@@ -93,12 +93,8 @@ static int body_read(const struct dbox_body *body, void *buf, size_t len,
 				      body_pos(body, off));
 
 	if (ret < 0)
-		return -1;
-	if ((size_t)ret < len) {
-		errno = EIO;
-		return -1;
-	}
-	return 0;
+		return (int)ret;
+	return (size_t)ret < len ? -EIO : 0;
 }
 
 void dbox_body_init(struct dbox_body *body, struct dbox_append *ap,
@@ -136,8 +132,8 @@ static void encoder_free(struct dbox_body *body)
 	body->encoder = NULL;
 }
 
-/* Give up on the body: compressed bytes are gone.  Returns -1 with
-   errno = err. */
+/* Give up on the body: compressed bytes are gone.  Returns err (a
+   negative errno), which every later call returns too. */
 static int broken(struct dbox_body *body, int err)
 {
 	encoder_free(body);
@@ -146,9 +142,8 @@ static int broken(struct dbox_body *body, int err)
 	body->error = err;
 	dbox_error("m.N record at offset %llu: message body lost while "
 		   "writing it compressed: %s",
-		   (unsigned long long)body->ap->offset, strerror(err));
-	errno = err;
-	return -1;
+		   (unsigned long long)body->ap->offset, strerror(-err));
+	return err;
 }
 
 /* Start a new encoder: the codec of the settings, or gz when compression
@@ -156,17 +151,18 @@ static int broken(struct dbox_body *body, int err)
 static int encoder_start(struct dbox_body *body)
 {
 	const struct dbox_codec *codec = dbox_codec_get(body->set.method);
-	int level = body->set.level;
+	int level = body->set.level, ret;
 
 	if (codec == NULL || codec->encoder_new == NULL) {
 		codec = &dbox_codec_gz;
 		level = 0;
 	}
 	if (body->buf == NULL && (body->buf = malloc(BODY_BUF_SIZE)) == NULL)
-		return -1;
-	if (codec->encoder_new(level != 0 ? level : codec->default_level,
-			       &body->encoder) < 0)
-		return -1;
+		return -ENOMEM;
+	if ((ret = codec->encoder_new(level != 0 ? level :
+				      codec->default_level,
+				      &body->encoder)) < 0)
+		return ret;
 	body->codec = codec;
 	body->vsize = 0;
 	body->prev_cr = false;
@@ -174,7 +170,8 @@ static int encoder_start(struct dbox_body *body)
 }
 
 /* Run the encoder over in[0..len) (finish: and end the stream), appending
-   its output to the stored body.  Returns 0 or -1 with errno. */
+   its output to the stored body.  Returns 0, -ENOMEM, -EIO (the encoder
+   failed; logged) or the error of dbox_append_pwrite. */
 static int encode(struct dbox_body *body, const void *in, size_t len,
 		  bool finish)
 {
@@ -182,6 +179,7 @@ static int encode(struct dbox_body *body, const void *in, size_t len,
 	struct dbox_append *ap = body->ap;
 	enum dbox_codec_ret ret;
 	size_t produced;
+	int err;
 
 	for (;;) {
 		size_t in_before = io.in_len;
@@ -189,22 +187,19 @@ static int encode(struct dbox_body *body, const void *in, size_t len,
 		io.out = body->buf;
 		io.out_len = BODY_BUF_SIZE;
 		ret = body->codec->encode(body->encoder, &io);
-		if (ret == DBOX_CODEC_NOMEM) {
-			errno = ENOMEM;
-			return -1;
-		}
+		if (ret == DBOX_CODEC_NOMEM)
+			return -ENOMEM;
 		if (ret == DBOX_CODEC_ERROR) {
 			dbox_error("m.N record at offset %llu: %s encoder: %s",
 				   (unsigned long long)ap->offset,
 				   body->codec->long_name, io.error);
-			errno = EIO;
-			return -1;
+			return -EIO;
 		}
 		produced = BODY_BUF_SIZE - io.out_len;
 		if (produced > 0 &&
-		    dbox_append_pwrite(ap, body->buf, produced,
-				       ap->body_size) < 0)
-			return -1;
+		    (err = dbox_append_pwrite(ap, body->buf, produced,
+					      ap->body_size)) < 0)
+			return err;
 		if (ret == DBOX_CODEC_END)
 			return 0;
 		if (!finish && io.in_len == 0 && io.out_len > 0)
@@ -213,24 +208,26 @@ static int encode(struct dbox_body *body, const void *in, size_t len,
 			dbox_error("m.N record at offset %llu: %s encoder "
 				   "stalled", (unsigned long long)ap->offset,
 				   body->codec->long_name);
-			errno = EIO;
-			return -1;
+			return -EIO;
 		}
 	}
 }
 
 /* Copy body [src, src+len) down to [dst, dst+len), dst < src, front to
-   back.  Returns 0 or -1 with errno. */
+   back.  Returns 0 or a negative errno (body_read, dbox_append_pwrite). */
 static int body_move(struct dbox_body *body, uint64_t dst, uint64_t src,
 		     uint64_t len)
 {
+	int ret;
+
 	for (uint64_t done = 0; done < len; ) {
 		size_t n = len - done < BODY_BUF_SIZE ? (size_t)(len - done) :
 			BODY_BUF_SIZE;
 
-		if (body_read(body, body->buf, n, src + done) < 0 ||
-		    dbox_append_pwrite(body->ap, body->buf, n, dst + done) < 0)
-			return -1;
+		if ((ret = body_read(body, body->buf, n, src + done)) < 0 ||
+		    (ret = dbox_append_pwrite(body->ap, body->buf, n,
+					      dst + done)) < 0)
+			return ret;
 		done += n;
 	}
 	return 0;
@@ -239,8 +236,10 @@ static int body_move(struct dbox_body *body, uint64_t dst, uint64_t src,
 /* STREAM -> SEALED compressed: end the stream. */
 static int stream_finish(struct dbox_body *body)
 {
-	if (encode(body, NULL, 0, true) < 0)
-		return broken(body, errno);
+	int ret;
+
+	if ((ret = encode(body, NULL, 0, true)) < 0)
+		return broken(body, ret);
 	encoder_free(body);
 	body->mode = DBOX_BODY_SEALED;
 	body->compressed = true;
@@ -254,32 +253,32 @@ static int decompress_to_plain(struct dbox_body *body)
 	struct dbox_append *ap = body->ap;
 	uint64_t csize = ap->body_size, psize = body->plain_size;
 	struct dbox_reader *reader;
-	int err;
+	int ret;
 
 	dbox_reader_free(&body->reader);
-	if (dbox_reader_open(ap->fd, body_pos(body, 0), csize, psize,
-			     &reader) < 0)
-		return -1;
+	if ((ret = dbox_reader_open(ap->fd, body_pos(body, 0), csize, psize,
+				    &reader)) < 0)
+		return dbox_neg_errno(ret);
 	for (uint64_t off = 0; off < psize; ) {
 		size_t want = psize - off < BODY_BUF_SIZE ?
 			(size_t)(psize - off) : BODY_BUF_SIZE;
 		ssize_t n = dbox_reader_pread(reader, body->buf, want, off);
 
-		if (n <= 0 || dbox_append_pwrite(ap, body->buf, (size_t)n,
-						 csize + off) < 0) {
+		ret = n < 0 ? dbox_neg_errno(n) : n == 0 ? -EIO :
+			dbox_append_pwrite(ap, body->buf, (size_t)n,
+					   csize + off);
+		if (ret < 0) {
 			/* Nothing below csize was touched: undo. */
-			err = n == 0 ? EIO : errno;
 			dbox_reader_free(&reader);
 			dbox_append_truncate(ap, csize);
-			errno = err;
-			return -1;
+			return ret;
 		}
 		off += (uint64_t)n;
 	}
 	dbox_reader_free(&reader);
-	if (body_move(body, 0, csize, psize) < 0 ||
-	    dbox_append_truncate(ap, psize) < 0)
-		return broken(body, errno);
+	if ((ret = body_move(body, 0, csize, psize)) < 0 ||
+	    (ret = dbox_append_truncate(ap, psize)) < 0)
+		return broken(body, ret);
 	body->mode = DBOX_BODY_PLAIN;
 	body->compressed = false;
 	return 0;
@@ -288,16 +287,17 @@ static int decompress_to_plain(struct dbox_body *body)
 /* Any mode -> PLAIN. */
 static int to_plain(struct dbox_body *body)
 {
+	int ret;
+
 	switch (body->mode) {
 	case DBOX_BODY_PLAIN:
 		return 0;
 	case DBOX_BODY_BROKEN:
-		errno = body->error;
-		return -1;
+		return body->error;
 	case DBOX_BODY_STREAM:
 		body->in_order = false;
-		if (stream_finish(body) < 0)
-			return -1;
+		if ((ret = stream_finish(body)) < 0)
+			return ret;
 		return decompress_to_plain(body);
 	case DBOX_BODY_SEALED:
 		if (body->compressed) {
@@ -317,26 +317,24 @@ static int compress_plain(struct dbox_body *body)
 	struct dbox_append *ap = body->ap;
 	uint64_t psize = body->plain_size;
 	uint8_t *in = malloc(BODY_BUF_SIZE);
-	int err;
+	int ret = in == NULL ? -ENOMEM : encoder_start(body);
 
-	if (in == NULL || encoder_start(body) < 0) {
+	if (ret < 0) {
 		free(in);
-		return -1;
+		return ret;
 	}
 	for (uint64_t off = 0; off <= psize; ) {
 		size_t n = psize - off < BODY_BUF_SIZE ?
 			(size_t)(psize - off) : BODY_BUF_SIZE;
 		bool last = off + n == psize;
 
-		if ((n > 0 && body_read(body, in, n, off) < 0) ||
-		    encode(body, in, n, last) < 0) {
+		if ((n > 0 && (ret = body_read(body, in, n, off)) < 0) ||
+		    (ret = encode(body, in, n, last)) < 0) {
 			/* The plaintext below psize is intact: undo. */
-			err = errno;
 			free(in);
 			encoder_free(body);
 			dbox_append_truncate(ap, psize);
-			errno = err;
-			return -1;
+			return ret;
 		}
 		body->vsize += dbox_vsize_add(in, n, body->prev_cr,
 					      &body->prev_cr);
@@ -346,9 +344,9 @@ static int compress_plain(struct dbox_body *body)
 	}
 	free(in);
 	encoder_free(body);
-	if (body_move(body, 0, psize, ap->body_size - psize) < 0 ||
-	    dbox_append_truncate(ap, ap->body_size - psize) < 0)
-		return broken(body, errno);
+	if ((ret = body_move(body, 0, psize, ap->body_size - psize)) < 0 ||
+	    (ret = dbox_append_truncate(ap, ap->body_size - psize)) < 0)
+		return broken(body, ret);
 	body->mode = DBOX_BODY_SEALED;
 	body->compressed = true;
 	return 0;
@@ -371,29 +369,31 @@ static bool looks_compressed(const struct dbox_body *body)
 int dbox_body_pwrite(struct dbox_body *body, const void *buf, size_t len,
 		     uint64_t off)
 {
+	int ret;
+
 	if (len == 0)
 		return 0;
 	if (body->mode == DBOX_BODY_STREAM && off == body->plain_size) {
-		if (encode(body, buf, len, false) < 0)
-			return broken(body, errno);
+		if ((ret = encode(body, buf, len, false)) < 0)
+			return broken(body, ret);
 		body->vsize += dbox_vsize_add(buf, len, body->prev_cr,
 					      &body->prev_cr);
 		body->plain_size += len;
 		return 0;
 	}
-	if (to_plain(body) < 0)
-		return -1;
+	if ((ret = to_plain(body)) < 0)
+		return ret;
 	if (body->plain_size == 0 && off == 0 &&
 	    body->set.method != DBOX_COMPRESSION_NONE) {
 		/* A fresh (or emptied) body written from its start. */
-		if (encoder_start(body) < 0)
-			return -1;
+		if ((ret = encoder_start(body)) < 0)
+			return ret;
 		body->mode = DBOX_BODY_STREAM;
 		return dbox_body_pwrite(body, buf, len, off);
 	}
-	if (dbox_append_pwrite(body->ap, buf, len, off) < 0) {
+	if ((ret = dbox_append_pwrite(body->ap, buf, len, off)) < 0) {
 		body->in_order = false; /* part of it may be written */
-		return -1;
+		return ret;
 	}
 	note_plain_write(body, buf, len, off);
 	body->plain_size = body->ap->body_size;
@@ -402,18 +402,18 @@ int dbox_body_pwrite(struct dbox_body *body, const void *buf, size_t len,
 
 int dbox_body_truncate(struct dbox_body *body, uint64_t size)
 {
-	if (body->mode == DBOX_BODY_BROKEN) {
-		errno = body->error;
-		return -1;
-	}
+	int ret;
+
+	if (body->mode == DBOX_BODY_BROKEN)
+		return body->error;
 	if (size == body->plain_size)
 		return 0;
 	if (size == 0) {
 		/* Nothing to keep: drop any stream state. */
 		encoder_free(body);
 		dbox_reader_free(&body->reader);
-		if (dbox_append_truncate(body->ap, 0) < 0)
-			return broken(body, errno);
+		if ((ret = dbox_append_truncate(body->ap, 0)) < 0)
+			return broken(body, ret);
 		body->mode = DBOX_BODY_PLAIN;
 		body->compressed = false;
 		body->plain_size = 0;
@@ -423,8 +423,9 @@ int dbox_body_truncate(struct dbox_body *body, uint64_t size)
 		return 0;
 	}
 	body->in_order = false;
-	if (to_plain(body) < 0 || dbox_append_truncate(body->ap, size) < 0)
-		return -1;
+	if ((ret = to_plain(body)) < 0 ||
+	    (ret = dbox_append_truncate(body->ap, size)) < 0)
+		return ret;
 	body->plain_size = body->ap->body_size;
 	return 0;
 }
@@ -432,10 +433,10 @@ int dbox_body_truncate(struct dbox_body *body, uint64_t size)
 ssize_t dbox_body_pread(struct dbox_body *body, void *buf, size_t len,
 			uint64_t off)
 {
-	if (body->mode == DBOX_BODY_BROKEN) {
-		errno = EIO; /* the bytes are gone */
-		return -1;
-	}
+	ssize_t ret;
+
+	if (body->mode == DBOX_BODY_BROKEN)
+		return -EIO; /* the bytes are gone */
 	if (off >= body->plain_size || len == 0)
 		return 0;
 	if (len > body->plain_size - off)
@@ -444,15 +445,18 @@ ssize_t dbox_body_pread(struct dbox_body *body, void *buf, size_t len,
 		len = SSIZE_MAX;
 	if (body->mode == DBOX_BODY_SEALED && body->compressed) {
 		if (body->reader == NULL &&
-		    dbox_reader_open(body->ap->fd, body_pos(body, 0),
-				     body->ap->body_size, body->plain_size,
-				     &body->reader) < 0)
-			return -1;
-		return dbox_reader_pread(body->reader, buf, len, off);
+		    (ret = dbox_reader_open(body->ap->fd, body_pos(body, 0),
+					    body->ap->body_size,
+					    body->plain_size,
+					    &body->reader)) < 0)
+			return dbox_neg_errno(ret);
+		ret = dbox_reader_pread(body->reader, buf, len, off);
+		return ret < 0 ? dbox_neg_errno(ret) : ret;
 	}
 	/* A stream being written cannot be read back: go plain. */
-	if (to_plain(body) < 0 || body_read(body, buf, len, off) < 0)
-		return -1;
+	if ((ret = to_plain(body)) < 0 ||
+	    (ret = body_read(body, buf, len, off)) < 0)
+		return ret;
 	return (ssize_t)len;
 }
 
@@ -463,20 +467,21 @@ uint64_t dbox_body_size(const struct dbox_body *body)
 
 int dbox_body_finish(struct dbox_body *body, struct dbox_metadata *md)
 {
+	int ret;
+
 	switch (body->mode) {
 	case DBOX_BODY_BROKEN:
-		errno = body->error;
-		return -1;
+		return body->error;
 	case DBOX_BODY_STREAM:
-		if (stream_finish(body) < 0)
-			return -1;
+		if ((ret = stream_finish(body)) < 0)
+			return ret;
 		break;
 	case DBOX_BODY_PLAIN:
 		if (body->plain_size > 0 &&
 		    (body->set.method != DBOX_COMPRESSION_NONE ||
 		     looks_compressed(body))) {
-			if (compress_plain(body) < 0)
-				return -1;
+			if ((ret = compress_plain(body)) < 0)
+				return ret;
 		} else {
 			body->mode = DBOX_BODY_SEALED;
 			body->compressed = false;

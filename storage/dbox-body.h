@@ -39,7 +39,8 @@
  * error (a full disk stays ENOSPC at write, fsync and close alike), and
  * the caller drops the record (dbox_append_abort).  Errors that leave
  * the body as it was (ENOSPC while decompressing into the tail, EFBIG)
- * are returned and the body stays usable.
+ * are returned and the body stays usable.  Errors are negative errno
+ * values (storage/dbox-fault.h).
  *
  * Not thread-safe; the caller serialises calls (the store lock).
  */
@@ -59,8 +60,8 @@ struct dbox_compress_settings {
 
 /* Parse a compression spec: "none", "gz" or "gz:LEVEL" (LEVEL 1-9, the
    zlib_save / zlib_save_level values of Dovecot's zlib plugin).  Returns
-   0 and fills *set_r, or -1 with errno EINVAL (unknown method, a method
-   dboxfs reads but does not write, bad level). */
+   0 and fills *set_r, or -EINVAL (unknown method, a method dboxfs reads
+   but does not write, bad level). */
 int dbox_compress_parse(const char *spec, struct dbox_compress_settings *set_r);
 
 /* Format set as a spec dbox_compress_parse accepts ("none", "gz:6") into
@@ -87,7 +88,8 @@ struct dbox_body {
 	void *encoder;                 /* STREAM */
 	uint8_t *buf;                  /* work buffer, BODY_BUF_SIZE */
 	struct dbox_reader *reader;    /* SEALED compressed, for reads */
-	int error;                     /* BROKEN: the errno that broke it */
+	int error;                     /* BROKEN: the negative errno that
+					  broke it */
 	/* PLAIN bytes [0, plain_size) all written in order (appends from
 	   0, as a delivery writes): their V and first bytes are known, and
 	   sealing reads nothing back. */
@@ -101,19 +103,20 @@ struct dbox_body {
 void dbox_body_init(struct dbox_body *body, struct dbox_append *ap,
 		    const struct dbox_compress_settings *set);
 
-/* Write plaintext [off, off+len).  Returns 0 or -1 with errno (EFBIG past
-   the 4 GiB file limit, ENOSPC, ENOMEM, the write error, or for a broken
-   body the error that broke it). */
+/* Write plaintext [off, off+len).  Returns 0 or a negative errno: -EFBIG
+   past the 4 GiB file limit, -ENOSPC, -ENOMEM, -EIO (the codec failed, or
+   the compressed bytes written so far do not read back), -errno of the
+   write, or for a broken body the error that broke it. */
 int dbox_body_pwrite(struct dbox_body *body, const void *buf, size_t len,
 		     uint64_t off);
 
-/* Set the plaintext size (shrink, or grow with zeros).  Returns 0 or -1
-   with errno as dbox_body_pwrite. */
+/* Set the plaintext size (shrink, or grow with zeros).  Returns 0 or a
+   negative errno as dbox_body_pwrite. */
 int dbox_body_truncate(struct dbox_body *body, uint64_t size);
 
 /* Read plaintext [off, off+len), clipped to the plaintext size.  Returns
-   the byte count or -1 with errno (EIO corrupt or broken, the I/O
-   error). */
+   the byte count, or -EIO (corrupt or broken), -ENOMEM, or -errno of
+   pread. */
 ssize_t dbox_body_pread(struct dbox_body *body, void *buf, size_t len,
 			uint64_t off);
 
@@ -123,8 +126,8 @@ uint64_t dbox_body_size(const struct dbox_body *body);
 /* Finish: store the body in its final form (compressing it if needed),
    fill md's V and Z from the plaintext (for a plain body V is left to
    dbox_append_finish, which reads it back), and dbox_append_finish() the
-   record with md.  May be called again after more writes.  Returns 0 or
-   -1 with errno. */
+   record with md.  May be called again after more writes.  Returns 0 or a
+   negative errno as dbox_body_pwrite and dbox_append_finish. */
 int dbox_body_finish(struct dbox_body *body, struct dbox_metadata *md);
 
 /* Free the body's buffers and codec states (not the record).  Safe

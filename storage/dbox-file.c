@@ -11,8 +11,12 @@
  *   (offset + 30 + body_size), except after a finish, when the metadata
  *   block follows; any write that would leave old metadata bytes inside
  *   the body drops that block first, so gaps in the body read as zeros.
- * - Corruption is reported as EIO and logged once, here, as
+ * - Corruption is reported as -EIO and logged once, here, as
  *   "m.<id> offset <n>: <what>".
+ * - Every function returns 0 (or a descriptor) or a negative errno
+ *   (storage/dbox-fault.h).  The read functions dbox-scan.c calls
+ *   (dbox_file_read_header, dbox_record_read) set errno to the same code
+ *   as well, until that file reads the return value (issue #13).
  */
 #include "dbox-file.h"
 
@@ -37,7 +41,7 @@
 /* A metadata block larger than this is taken as corruption. */
 #define METADATA_MAX (1024 * 1024)
 
-/* pwrite all of buf.  Returns 0 or -1 with errno. */
+/* pwrite all of buf.  Returns 0 or -errno of pwrite. */
 static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 {
 	const char *p = buf;
@@ -47,13 +51,27 @@ static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 		if (ret < 0) {
 			if (errno == EINTR)
 				continue;
-			return -1;
+			return -errno;
 		}
 		p += ret;
 		len -= (size_t)ret;
 		off += (uint64_t)ret;
 	}
 	return 0;
+}
+
+/* ftruncate to `size` bytes.  Returns 0 or -errno of ftruncate. */
+static int truncate_to(int fd, uint64_t size)
+{
+	return ftruncate(fd, (off_t)size) < 0 ? -errno : 0;
+}
+
+/* A failed read: -err, with errno set to err too for the callers in
+   dbox-scan.c that still read errno (issue #13 transition). */
+static int read_failed(int err)
+{
+	errno = err;
+	return -err;
 }
 
 void dbox_file_name(char *buf, uint32_t file_id)
@@ -83,19 +101,17 @@ int dbox_file_create(int dirfd, uint32_t file_id, uint64_t *size_r)
 {
 	char name[16], header[DBOX_FILE_HEADER_MAX];
 	size_t len = dbox_file_header_format(header, time(NULL));
-	int fd, saved_errno;
+	int fd, ret;
 
 	dbox_file_name(name, file_id);
 	fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return -1;
-	if (pwrite_full(fd, header, len, 0) < 0) {
+		return -errno;
+	if ((ret = pwrite_full(fd, header, len, 0)) < 0) {
 		/* Leave no headerless m.N behind to trip EEXIST later. */
-		saved_errno = errno;
 		unlinkat(dirfd, name, 0);
 		close(fd);
-		errno = saved_errno;
-		return -1;
+		return ret;
 	}
 	*size_r = len;
 	return fd;
@@ -110,15 +126,14 @@ static int read_header(int fd, const uint32_t *file_id, size_t *header_len_r)
 	ssize_t len = dbox_pread_full(fd, buf, sizeof(buf), 0);
 
 	if (len < 0)
-		return -1;
+		return read_failed((int)-len);
 	if (dbox_file_header_parse(buf, (size_t)len, header_len_r,
 				   &msg_header_size, &created) < 0) {
 		if (file_id != NULL) {
 			dbox_error("m.%u offset 0: not a dbox v2 file header "
 				   "(need \"2 M1e ...\\n\")", *file_id);
 		}
-		errno = EIO;
-		return -1;
+		return read_failed(EIO);
 	}
 	return 0;
 }
@@ -128,14 +143,10 @@ int dbox_file_read_header(int fd, size_t *header_len_r)
 	return read_header(fd, NULL, header_len_r);
 }
 
-/* Fail with EFBIG unless the record may extend to file offset `end`. */
+/* -EFBIG unless the record may extend to file offset `end`, else 0. */
 static int check_end(uint64_t end)
 {
-	if (end > DBOX_FILE_SIZE_MAX) {
-		errno = EFBIG;
-		return -1;
-	}
-	return 0;
+	return end > DBOX_FILE_SIZE_MAX ? -EFBIG : 0;
 }
 
 /* Body byte `off` of the record as a file offset. */
@@ -151,11 +162,8 @@ int dbox_append_begin(struct dbox_append *ap, int fd, uint64_t offset)
 	memset(ap, 0, sizeof(*ap));
 	ap->fd = fd;
 	ap->offset = offset;
-	if (offset > DBOX_FILE_SIZE_MAX ||
-	    check_end(body_pos(ap, 0)) < 0) {
-		errno = EFBIG;
-		return -1;
-	}
+	if (offset > DBOX_FILE_SIZE_MAX || check_end(body_pos(ap, 0)) < 0)
+		return -EFBIG;
 	return pwrite_full(fd, placeholder, sizeof(placeholder), offset);
 }
 
@@ -166,21 +174,20 @@ static int drop_metadata(struct dbox_append *ap)
 {
 	if (ap->record_size == 0)
 		return 0;
-	return ftruncate(ap->fd, (off_t)body_pos(ap, ap->body_size));
+	return truncate_to(ap->fd, body_pos(ap, ap->body_size));
 }
 
 int dbox_append_pwrite(struct dbox_append *ap, const void *buf, size_t len,
 		       uint64_t off)
 {
+	int ret;
+
 	if (off > DBOX_FILE_SIZE_MAX || len > DBOX_FILE_SIZE_MAX ||
-	    check_end(body_pos(ap, off + len)) < 0) {
-		errno = EFBIG;
-		return -1;
-	}
-	if (off > ap->body_size && drop_metadata(ap) < 0)
-		return -1;
-	if (pwrite_full(ap->fd, buf, len, body_pos(ap, off)) < 0)
-		return -1;
+	    check_end(body_pos(ap, off + len)) < 0)
+		return -EFBIG;
+	if ((off > ap->body_size && (ret = drop_metadata(ap)) < 0) ||
+	    (ret = pwrite_full(ap->fd, buf, len, body_pos(ap, off))) < 0)
+		return ret;
 	if (off + len > ap->body_size)
 		ap->body_size = off + len;
 	return 0;
@@ -188,19 +195,19 @@ int dbox_append_pwrite(struct dbox_append *ap, const void *buf, size_t len,
 
 int dbox_append_truncate(struct dbox_append *ap, uint64_t size)
 {
-	if (size > DBOX_FILE_SIZE_MAX || check_end(body_pos(ap, size)) < 0) {
-		errno = EFBIG;
-		return -1;
-	}
-	if (size > ap->body_size && drop_metadata(ap) < 0)
-		return -1;
-	if (ftruncate(ap->fd, (off_t)body_pos(ap, size)) < 0)
-		return -1;
+	int ret;
+
+	if (size > DBOX_FILE_SIZE_MAX || check_end(body_pos(ap, size)) < 0)
+		return -EFBIG;
+	if ((size > ap->body_size && (ret = drop_metadata(ap)) < 0) ||
+	    (ret = truncate_to(ap->fd, body_pos(ap, size))) < 0)
+		return ret;
 	ap->body_size = size;
 	return 0;
 }
 
-/* Compute the vsize of the record's body by reading it back. */
+/* Compute the vsize of the record's body by reading it back.  Returns 0,
+   -ENOMEM, -EIO (the file is shorter than the body) or -errno of pread. */
 static int body_vsize(const struct dbox_append *ap, uint64_t *vsize_r)
 {
 	char *buf = malloc(IO_CHUNK);
@@ -208,7 +215,7 @@ static int body_vsize(const struct dbox_append *ap, uint64_t *vsize_r)
 	bool prev_cr = false;
 
 	if (buf == NULL)
-		return -1;
+		return -ENOMEM;
 	while (off < ap->body_size) {
 		uint64_t left = ap->body_size - off;
 		size_t want = left < IO_CHUNK ? (size_t)left : IO_CHUNK;
@@ -216,10 +223,9 @@ static int body_vsize(const struct dbox_append *ap, uint64_t *vsize_r)
 					      body_pos(ap, off));
 
 		if (ret <= 0) {
-			if (ret == 0)
-				errno = EIO; /* file shorter than the body */
 			free(buf);
-			return -1;
+			/* 0: the file is shorter than the body */
+			return ret == 0 ? -EIO : (int)ret;
 		}
 		vsize += dbox_vsize_add(buf, (size_t)ret, prev_cr, &prev_cr);
 		off += (uint64_t)ret;
@@ -235,38 +241,39 @@ int dbox_append_finish(struct dbox_append *ap, struct dbox_metadata *md)
 	uint64_t meta_pos = body_pos(ap, ap->body_size);
 	char *block;
 	long block_len;
-	int ret = -1;
+	int ret;
 
 	if (!md->has_vsize) {
-		if (body_vsize(ap, &md->vsize) < 0)
-			return -1;
+		if ((ret = body_vsize(ap, &md->vsize)) < 0)
+			return ret;
 		md->has_vsize = true;
 	}
 	block_len = dbox_metadata_format(md, &block);
 	if (block_len < 0)
-		return -1;
+		return -ENOMEM; /* its only failure */
 	dbox_msg_header_format(header, ap->body_size);
 
 	/* Metadata first, then the real header over the placeholder, as
 	   Dovecot does: a reader never sees a header without its block. */
-	if (check_end(meta_pos + (uint64_t)block_len) == 0 &&
-	    pwrite_full(ap->fd, block, (size_t)block_len, meta_pos) == 0 &&
-	    pwrite_full(ap->fd, header, sizeof(header), ap->offset) == 0 &&
-	    ftruncate(ap->fd, (off_t)(meta_pos + (uint64_t)block_len)) == 0) {
+	if ((ret = check_end(meta_pos + (uint64_t)block_len)) == 0 &&
+	    (ret = pwrite_full(ap->fd, block, (size_t)block_len,
+			       meta_pos)) == 0 &&
+	    (ret = pwrite_full(ap->fd, header, sizeof(header),
+			       ap->offset)) == 0 &&
+	    (ret = truncate_to(ap->fd, meta_pos + (uint64_t)block_len)) == 0)
 		ap->record_size = meta_pos + (uint64_t)block_len - ap->offset;
-		ret = 0;
-	}
 	free(block);
 	return ret;
 }
 
 int dbox_append_abort(struct dbox_append *ap)
 {
-	return ftruncate(ap->fd, (off_t)ap->offset);
+	return truncate_to(ap->fd, ap->offset);
 }
 
 /* Read and parse the metadata block at `pos`.  Returns 0 and fills md_r
-   and *block_len_r; -1 with errno (EIO logged when corrupt). */
+   and *block_len_r; -EIO (logged) when corrupt, -ENOMEM, or -errno of
+   pread. */
 static int metadata_read(int fd, uint32_t file_id, uint64_t offset,
 			 uint64_t pos, struct dbox_metadata *md_r,
 			 size_t *block_len_r)
@@ -281,13 +288,13 @@ static int metadata_read(int fd, uint32_t file_id, uint64_t offset,
 
 		if (p == NULL) {
 			free(buf);
-			return -1;
+			return read_failed(ENOMEM);
 		}
 		buf = p;
 		got = dbox_pread_full(fd, buf + len, size - len, pos + len);
 		if (got < 0) {
 			free(buf);
-			return -1;
+			return read_failed((int)-got);
 		}
 		len += (size_t)got;
 		if (len < DBOX_MAGIC_POST_LEN) {
@@ -309,9 +316,9 @@ static int metadata_read(int fd, uint32_t file_id, uint64_t offset,
 			return 0;
 		}
 		if (ret < 0) {
-			if (errno == ENOMEM) {
+			if (dbox_neg_errno(ret) == -ENOMEM) {
 				free(buf);
-				return -1;
+				return read_failed(ENOMEM);
 			}
 			dbox_error("m.%u offset %llu: corrupt metadata block "
 				   "(at %llu)", file_id,
@@ -334,8 +341,7 @@ static int metadata_read(int fd, uint32_t file_id, uint64_t offset,
 		size *= 2;
 	}
 	free(buf);
-	errno = EIO;
-	return -1;
+	return read_failed(EIO);
 }
 
 int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,
@@ -349,37 +355,34 @@ int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,
 	ssize_t ret = dbox_pread_full(fd, header, sizeof(header), offset);
 
 	if (ret < 0)
-		return -1;
+		return read_failed((int)-ret);
 	if (ret < DBOX_MSG_HEADER_SIZE) {
 		dbox_error("m.%u offset %llu: file ends inside the message "
 			   "header", file_id, off);
-		errno = EIO;
-		return -1;
+		return read_failed(EIO);
 	}
 	if (dbox_msg_header_parse(header, &body_size) < 0) {
 		dbox_error("m.%u offset %llu: corrupt message header "
 			   "(bad magic, type or size)", file_id, off);
-		errno = EIO;
-		return -1;
+		return read_failed(EIO);
 	}
 	if (expected_body_size != UINT64_MAX &&
 	    body_size != expected_body_size) {
 		dbox_error("m.%u offset %llu: body size %llu, index says %llu",
 			   file_id, off, (unsigned long long)body_size,
 			   (unsigned long long)expected_body_size);
-		errno = EIO;
-		return -1;
+		return read_failed(EIO);
 	}
 	if (body_size > (uint64_t)INT64_MAX - offset - DBOX_MSG_HEADER_SIZE) {
 		dbox_error("m.%u offset %llu: body size %llu is impossible",
 			   file_id, off, (unsigned long long)body_size);
-		errno = EIO;
-		return -1;
+		return read_failed(EIO);
 	}
-	if (metadata_read(fd, file_id, offset,
-			  offset + DBOX_MSG_HEADER_SIZE + body_size,
-			  md_r, &block_len) < 0)
-		return -1;
+	ret = metadata_read(fd, file_id, offset,
+			    offset + DBOX_MSG_HEADER_SIZE + body_size,
+			    md_r, &block_len);
+	if (ret < 0)
+		return (int)ret;
 	*body_size_r = body_size;
 	*record_size_r = DBOX_MSG_HEADER_SIZE + body_size + block_len;
 	return 0;
@@ -394,12 +397,17 @@ int dbox_file_walk(int fd, uint32_t file_id, dbox_walk_cb_t *cb, void *ctx,
 	uint64_t offset = 0, body_size, record_size;
 	int ret;
 
-	if (fstat(fd, &st) < 0 || read_header(fd, &file_id, &header_len) < 0)
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		goto failed;
+	}
+	if ((ret = read_header(fd, &file_id, &header_len)) < 0)
 		goto failed;
 	for (offset = header_len; offset < (uint64_t)st.st_size;
 	     offset += record_size) {
-		if (dbox_record_read(fd, file_id, offset, UINT64_MAX,
-				     &body_size, &md, &record_size) < 0)
+		if ((ret = dbox_record_read(fd, file_id, offset, UINT64_MAX,
+					    &body_size, &md,
+					    &record_size)) < 0)
 			goto failed;
 		ret = cb(ctx, offset, body_size, &md, record_size);
 		dbox_metadata_clear(&md);
@@ -411,7 +419,7 @@ int dbox_file_walk(int fd, uint32_t file_id, dbox_walk_cb_t *cb, void *ctx,
 failed:
 	if (bad_offset_r != NULL)
 		*bad_offset_r = offset;
-	return -1;
+	return ret;
 }
 
 int dbox_record_set_received(int fd, uint32_t file_id, uint64_t offset,
@@ -424,19 +432,19 @@ int dbox_record_set_received(int fd, uint32_t file_id, uint64_t offset,
 	size_t line;
 	int width;
 
-	if (dbox_pread_full(fd, header, sizeof(header), offset) !=
-	    sizeof(header) ||
-	    dbox_msg_header_parse(header, &body_size) < 0) {
-		errno = EIO;
-		return -1;
-	}
+	len = dbox_pread_full(fd, header, sizeof(header), offset);
+	if (len < 0)
+		return (int)len;
+	if (len != sizeof(header) ||
+	    dbox_msg_header_parse(header, &body_size) < 0)
+		return -EIO;
 	pos = offset + DBOX_MSG_HEADER_SIZE + body_size;
 	len = dbox_pread_full(fd, block, sizeof(block), pos);
+	if (len < 0)
+		return (int)len;
 	if (len < DBOX_MAGIC_POST_LEN ||
-	    memcmp(block, DBOX_MAGIC_POST, DBOX_MAGIC_POST_LEN) != 0) {
-		errno = EIO;
-		return -1;
-	}
+	    memcmp(block, DBOX_MAGIC_POST, DBOX_MAGIC_POST_LEN) != 0)
+		return -EIO;
 	/* Find the R line among "<key><value>\n" lines, before the empty
 	   line that ends the block. */
 	for (line = DBOX_MAGIC_POST_LEN; line < (size_t)len && block[line] != '\n';) {
@@ -447,15 +455,12 @@ int dbox_record_set_received(int fd, uint32_t file_id, uint64_t offset,
 		if (block[line] == 'R') {
 			width = snprintf(value, sizeof(value), "%llx",
 					 (unsigned long long)received);
-			if (width != nl - (block + line + 1)) {
-				errno = ERANGE;
-				return -1;
-			}
+			if (width != nl - (block + line + 1))
+				return -ERANGE;
 			return pwrite_full(fd, value, (size_t)width,
 					   pos + line + 1);
 		}
 		line = (size_t)(nl - block) + 1;
 	}
-	errno = ENOENT;
-	return -1;
+	return -ENOENT;
 }

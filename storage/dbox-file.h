@@ -8,7 +8,8 @@
  * Ownership rule kept by callers (engine/store.c): a file is appended to by
  * at most one writer at a time, and only at its end; committed records are
  * never rewritten.  This module does not lock; it only does the byte work.
- * All offsets and sizes are in bytes.
+ * All offsets and sizes are in bytes.  Errors are negative errno values
+ * (storage/dbox-fault.h); a corrupt or truncated record is -EIO.
  */
 
 #include "dbox-format.h"
@@ -19,8 +20,9 @@
 
 /* Create storage/m.<file_id> in dirfd with O_EXCL and mode 0600 and write
    its header line (created = now).  Returns the open read-write fd and sets
-   *size_r to the header length (the offset of the first record), or -1 with
-   errno (EEXIST when the file exists, or the open/write error). */
+   *size_r to the header length (the offset of the first record), or
+   -EEXIST when the file exists, or -errno of openat/pwrite (-ENOSPC...;
+   the file is then removed again). */
 int dbox_file_create(int dirfd, uint32_t file_id, uint64_t *size_r);
 
 /* Format "m.<file_id>" into buf (at least 16 bytes). */
@@ -34,7 +36,8 @@ void dbox_file_name(char *buf, uint32_t file_id);
 bool dbox_mfile_parse_name(const char *name, uint32_t *file_id_r);
 
 /* Read and check the header line of an open m.N.  Returns 0 and sets
-   *header_len_r, or -1 with errno EIO (corrupt header) or the read error. */
+   *header_len_r, or -EIO (corrupt header) or -errno of pread.  Sets errno
+   to the same code as well (for dbox-scan.c; issue #13 transition). */
 int dbox_file_read_header(int fd, size_t *header_len_r);
 
 /*
@@ -54,37 +57,40 @@ struct dbox_append {
 				  0 before */
 };
 
-/* Start a record at `offset` (the current end of the file).  Returns 0, or
-   -1 with errno from pwrite. */
+/* Start a record at `offset` (the current end of the file).  Returns 0,
+   -EFBIG past the 4 GiB - 1 file offset limit, or -errno of pwrite. */
 int dbox_append_begin(struct dbox_append *ap, int fd, uint64_t offset);
 
-/* Write body bytes [off, off+len) of the message.  Returns 0, or -1 with
-   errno (EFBIG when the record would pass 4 GiB - 1 of file offset, or the
-   pwrite error; ENOSPC is passed through). */
+/* Write body bytes [off, off+len) of the message.  Returns 0, -EFBIG when
+   the record would pass 4 GiB - 1 of file offset, or -errno of
+   pwrite/ftruncate (-ENOSPC, -EBADF...). */
 int dbox_append_pwrite(struct dbox_append *ap, const void *buf, size_t len,
 		       uint64_t off);
 
-/* Set the body size to `size` bytes (shrink or grow with zeros). Returns 0
-   or -1 with errno. */
+/* Set the body size to `size` bytes (shrink or grow with zeros).  Returns
+   0, -EFBIG (as dbox_append_pwrite) or -errno of ftruncate. */
 int dbox_append_truncate(struct dbox_append *ap, uint64_t size);
 
 /* Finish the record: write md as the metadata block after the body, the
    message header at offset, and ftruncate the file to the end of the
    block.  md->vsize and has_vsize are filled in by reading the body back
    (uncompressed bodies only; a compressed body's caller sets them).
-   Sets ap->record_size.  Returns 0 or -1 with errno. */
+   Sets ap->record_size.  Returns 0, -EFBIG, -ENOMEM, -EIO (the body is
+   shorter than ap->body_size) or -errno of pread/pwrite/ftruncate. */
 int dbox_append_finish(struct dbox_append *ap, struct dbox_metadata *md);
 
 /* Drop the record: truncate the file back to ap->offset.  For a record
-   that was never committed to the index.  Returns 0 or -1 with errno. */
+   that was never committed to the index.  Returns 0 or -errno of
+   ftruncate. */
 int dbox_append_abort(struct dbox_append *ap);
 
 /* Read and verify the record at `offset` of fd: message header magic, body
    size equal to expected_body_size (skip the check when it is
    UINT64_MAX), metadata magic and block.  Fills *md_r (caller clears) and
-   *record_size_r.  Returns 0, or -1 with errno EIO when the record is
-   corrupt or truncated (and logs what is wrong, naming file_id and offset),
-   or the pread error. */
+   *record_size_r.  Returns 0, -EIO when the record is corrupt or truncated
+   (and logs what is wrong, naming file_id and offset), -ENOMEM, or -errno
+   of pread.  Sets errno to the same code as well (for dbox-scan.c; issue
+   #13 transition). */
 int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,
 		     uint64_t expected_body_size, uint64_t *body_size_r,
 		     struct dbox_metadata *md_r, uint64_t *record_size_r);
@@ -94,22 +100,23 @@ int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,
    the index and clients set it after delivery (mbsync, Dovecot utime()
    the file).  Only a value of the same hex width is written, so no other
    byte of the file moves: any date from 1978 to 2106 against one in the
-   same range.  Returns 0; -1 with errno ERANGE (width differs), ENOENT (no
-   R line), EIO (record unreadable) or the pread/pwrite error. */
+   same range.  Returns 0, -ERANGE (width differs), -ENOENT (no R line),
+   -EIO (record unreadable) or -errno of pread/pwrite. */
 int dbox_record_set_received(int fd, uint32_t file_id, uint64_t offset,
 			     time_t received);
 
 /* Called by dbox_file_walk for each record: offset of the record, its body
    size, metadata.  Return 0 to go on, non-zero to stop the walk (that value
-   is then returned by dbox_file_walk). */
+   is then returned by dbox_file_walk; a negative errno for an error). */
 typedef int dbox_walk_cb_t(void *ctx, uint64_t offset, uint64_t body_size,
 			   const struct dbox_metadata *md,
 			   uint64_t record_size);
 
 /* Walk every record of an m.N from the first to EOF.  Returns 0 at a clean
-   EOF, the callback's non-zero value if it stopped the walk, or -1 with
-   errno EIO at the first corrupt record (*bad_offset_r, if not NULL, gets
-   its offset; records before it were delivered). */
+   EOF, the callback's non-zero value if it stopped the walk, or -EIO at the
+   first corrupt record (*bad_offset_r, if not NULL, gets its offset;
+   records before it were delivered), -ENOMEM or -errno of fstat/pread
+   (*bad_offset_r likewise). */
 int dbox_file_walk(int fd, uint32_t file_id, dbox_walk_cb_t *cb, void *ctx,
 		   uint64_t *bad_offset_r);
 

@@ -18,7 +18,7 @@ ssize_t dbox_pread_full(int fd, void *buf, size_t len, uint64_t off)
 		if (ret < 0) {
 			if (errno == EINTR)
 				continue;
-			return -1;
+			return -errno;
 		}
 		if (ret == 0)
 			break;

@@ -1153,7 +1153,7 @@ static void test_crash_recovery(void **state)
 		assert_true(fd >= 0);
 		memset(&w, 0, sizeof(w));
 		errors_reset();
-		assert_int_equal(dbox_file_walk(fd, 1, walk_cb, &w, &bad), -1);
+		assert_int_equal(dbox_file_walk(fd, 1, walk_cb, &w, &bad), -EIO);
 		assert_int_equal(bad, end);
 		close(fd);
 	}
@@ -1430,7 +1430,7 @@ static void crash_while_rewriting(struct fix *f, size_t extra)
 		free(path);
 		assert_true(fd >= 0);
 		memset(&w, 0, sizeof(w));
-		assert_int_equal(dbox_file_walk(fd, 1, walk_cb, &w, &bad), -1);
+		assert_int_equal(dbox_file_walk(fd, 1, walk_cb, &w, &bad), -EIO);
 		close(fd);
 	}
 	assert_int_equal(bad, b->loc.offset);

@@ -112,12 +112,12 @@ static int cat_main(int argc, char **argv)
 	}
 	/* The record must be whole (header, body, metadata); its Z, or the
 	   stored size, is the plaintext size. */
-	if (dbox_record_read(fd, id, offset, UINT64_MAX, &body_size, &md,
-			     &record_size) < 0) {
+	if ((ret = dbox_record_read(fd, id, offset, UINT64_MAX, &body_size, &md,
+				    &record_size)) < 0) {
 		adm_error("%s: offset %llu: %s", path,
-			  (unsigned long long)offset, errno == EIO ?
+			  (unsigned long long)offset, ret == -EIO ?
 			  "no whole record there (see dboxadm dump)" :
-			  strerror(errno));
+			  strerror(-ret));
 		ret = ADM_EXIT_FAILED;
 		goto out;
 	}

@@ -176,9 +176,9 @@ static int dump_main(int argc, char **argv)
 		free(path);
 		return ADM_EXIT_USAGE;
 	}
-	if (dbox_file_read_header(fd, &header_len) < 0) {
-		adm_error("%s: offset 0: %s", path, errno == EIO ?
-			  "not a dbox v2 file (bad header line)" : strerror(errno));
+	if ((ret = dbox_file_read_header(fd, &header_len)) < 0) {
+		adm_error("%s: offset 0: %s", path, ret == -EIO ?
+			  "not a dbox v2 file (bad header line)" : strerror(-ret));
 		close(fd);
 		free(path);
 		return ADM_EXIT_FAILED;
@@ -195,7 +195,7 @@ static int dump_main(int argc, char **argv)
 	if (ret < 0) {
 		adm_error("%s: offset %llu: %s; %llu records listed before it",
 			  path, (unsigned long long)bad,
-			  errno == EIO ? "corrupt record" : strerror(errno),
+			  ret == -EIO ? "corrupt record" : strerror(-ret),
 			  (unsigned long long)d.records);
 	} else if (ret > 0 && (uint64_t)sb.st_size > d.committed_end) {
 		adm_warning("%s: %llu bytes after the committed end %llu not "

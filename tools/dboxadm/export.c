@@ -192,10 +192,11 @@ static int64_t copy_message(struct export *ex, const struct dbox_msgloc *loc,
 	}
 	/* The whole record is checked (header, size, metadata) before any
 	   byte is trusted; the storage layer logs what is wrong. */
-	if (dbox_record_read(fd, loc->file_id, loc->offset, loc->body_size,
-			     &body_size, &md, &record_size) < 0) {
+	if ((ret = dbox_record_read(fd, loc->file_id, loc->offset,
+				    loc->body_size, &body_size, &md,
+				    &record_size)) < 0) {
 		dbox_metadata_clear(&md);
-		return errno == ENOMEM ? -ENOMEM : -EIO;
+		return ret == -ENOMEM ? -ENOMEM : -EIO;
 	}
 	dbox_metadata_clear(&md);
 	if (dbox_reader_open(fd, loc->offset + DBOX_MSG_HEADER_SIZE,

@@ -900,7 +900,7 @@ static int fresh_mfile(struct imp *imp)
 	int fd = dbox_file_create(st->storage_fd, st->next_file_id, &size);
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	close(fd);
 	return dbox_index_mfile_set(imp->index, st->next_file_id++, size);
 }
