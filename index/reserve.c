@@ -90,11 +90,6 @@ static int r_close(sqlite3_file *f)
 	return rc;
 }
 
-static int r_read(sqlite3_file *f, void *buf, int amt, sqlite3_int64 off)
-{
-	return real_of(f)->pMethods->xRead(real_of(f), buf, amt, off);
-}
-
 static int r_write(sqlite3_file *f, const void *buf, int amt,
 		   sqlite3_int64 off)
 {
@@ -107,35 +102,35 @@ static int r_write(sqlite3_file *f, const void *buf, int amt,
 	return rc;
 }
 
-static int r_truncate(sqlite3_file *f, sqlite3_int64 size)
-{
-	return real_of(f)->pMethods->xTruncate(real_of(f), size);
-}
+/* The methods the reserve leaves alone: each passes the call through to
+   the same method of the real file.  One entry each: the return type, the
+   name, the method, the parameters after the file and their names
+   (LIST() groups several). */
+#define PASS_THROUGH(type, name, method, params, args)			\
+	static type name(sqlite3_file *f, params)			\
+	{								\
+		return real_of(f)->pMethods->method(real_of(f), args);	\
+	}
+#define PASS_THROUGH_NO_ARGS(type, name, method)			\
+	static type name(sqlite3_file *f)				\
+	{								\
+		return real_of(f)->pMethods->method(real_of(f));	\
+	}
+#define LIST(...) __VA_ARGS__
 
-static int r_sync(sqlite3_file *f, int flags)
-{
-	return real_of(f)->pMethods->xSync(real_of(f), flags);
-}
-
-static int r_file_size(sqlite3_file *f, sqlite3_int64 *size_r)
-{
-	return real_of(f)->pMethods->xFileSize(real_of(f), size_r);
-}
-
-static int r_lock(sqlite3_file *f, int lock)
-{
-	return real_of(f)->pMethods->xLock(real_of(f), lock);
-}
-
-static int r_unlock(sqlite3_file *f, int lock)
-{
-	return real_of(f)->pMethods->xUnlock(real_of(f), lock);
-}
-
-static int r_check_reserved_lock(sqlite3_file *f, int *out)
-{
-	return real_of(f)->pMethods->xCheckReservedLock(real_of(f), out);
-}
+PASS_THROUGH(int, r_read, xRead,
+	     LIST(void *buf, int amt, sqlite3_int64 off), LIST(buf, amt, off))
+PASS_THROUGH(int, r_truncate, xTruncate, sqlite3_int64 size, size)
+PASS_THROUGH(int, r_sync, xSync, int flags, flags)
+PASS_THROUGH(int, r_file_size, xFileSize, sqlite3_int64 *size_r, size_r)
+PASS_THROUGH(int, r_lock, xLock, int lock, lock)
+PASS_THROUGH(int, r_unlock, xUnlock, int lock, lock)
+PASS_THROUGH(int, r_check_reserved_lock, xCheckReservedLock, int *out, out)
+PASS_THROUGH(int, r_shm_lock, xShmLock,
+	     LIST(int offset, int n, int flags), LIST(offset, n, flags))
+PASS_THROUGH(int, r_shm_unmap, xShmUnmap, int delete_flag, delete_flag)
+PASS_THROUGH_NO_ARGS(int, r_sector_size, xSectorSize)
+PASS_THROUGH_NO_ARGS(int, r_device_characteristics, xDeviceCharacteristics)
 
 static int r_file_control(sqlite3_file *f, int op, void *arg)
 {
@@ -147,16 +142,6 @@ static int r_file_control(sqlite3_file *f, int op, void *arg)
 	       op == SQLITE_FCNTL_SIZE_HINT && reserve_release(rf->reserve))
 		;
 	return rc;
-}
-
-static int r_sector_size(sqlite3_file *f)
-{
-	return real_of(f)->pMethods->xSectorSize(real_of(f));
-}
-
-static int r_device_characteristics(sqlite3_file *f)
-{
-	return real_of(f)->pMethods->xDeviceCharacteristics(real_of(f));
 }
 
 static int r_shm_map(sqlite3_file *f, int region, int size, int extend,
@@ -172,19 +157,9 @@ static int r_shm_map(sqlite3_file *f, int region, int size, int extend,
 	return rc;
 }
 
-static int r_shm_lock(sqlite3_file *f, int offset, int n, int flags)
-{
-	return real_of(f)->pMethods->xShmLock(real_of(f), offset, n, flags);
-}
-
 static void r_shm_barrier(sqlite3_file *f)
 {
 	real_of(f)->pMethods->xShmBarrier(real_of(f));
-}
-
-static int r_shm_unmap(sqlite3_file *f, int delete_flag)
-{
-	return real_of(f)->pMethods->xShmUnmap(real_of(f), delete_flag);
 }
 
 static int r_fetch(sqlite3_file *f, sqlite3_int64 off, int amt, void **pp)
