@@ -531,6 +531,101 @@ static void test_levels(void **state)
 	free(text);
 }
 
+/* A descriptor of m.1 opened read-only, for writes that must fail. */
+static int open_ro(struct fix *f)
+{
+	int fd = openat(f->dir_fd, "m.1", O_RDONLY | O_CLOEXEC);
+
+	assert_true(fd >= 0);
+	return fd;
+}
+
+/* A write error while compressed bytes go out breaks the body: that call
+   and every later one return the same negative errno (-EBADF here, a
+   read-only descriptor; ENOSPC in life), reads say -EIO, and the record
+   can still be dropped. */
+static void test_broken_stream_errors(void **state)
+{
+	struct fix *f = *state;
+	uint8_t *text = make_text(SIZE), buf[16];
+	struct dbox_metadata md = { .guid = "g" };
+	int ro = open_ro(f), ret = 0;
+	size_t off;
+
+	begin(f, "gz");
+	f->ap.fd = ro;
+	for (off = 0; off < SIZE && ret == 0; off += 8192)
+		ret = dbox_body_pwrite(&f->body, text + off,
+				       SIZE - off < 8192 ? SIZE - off : 8192,
+				       off);
+	assert_int_equal(ret, -EBADF);
+	assert_int_equal(f->body.mode, DBOX_BODY_BROKEN);
+	assert_int_equal(error_count, 1);
+	assert_non_null(strstr(last_error, "message body lost"));
+	errno = 0;
+	assert_int_equal(dbox_body_pwrite(&f->body, "x", 1, off), -EBADF);
+	assert_int_equal(dbox_body_pwrite(&f->body, "x", 1, 0), -EBADF);
+	assert_int_equal(dbox_body_truncate(&f->body, 5), -EBADF);
+	assert_int_equal(dbox_body_finish(&f->body, &md), -EBADF);
+	assert_int_equal(dbox_body_pread(&f->body, buf, sizeof(buf), 0), -EIO);
+	f->ap.fd = f->fd;
+	assert_int_equal(dbox_append_abort(&f->ap), 0);
+	close(ro);
+	free(text);
+}
+
+/* A plain write that fails leaves the body usable. */
+static void test_plain_write_error(void **state)
+{
+	struct fix *f = *state;
+	int ro = open_ro(f);
+
+	begin(f, "none");
+	f->ap.fd = ro;
+	assert_int_equal(dbox_body_pwrite(&f->body, "Subject: x\n\nhi\n", 15,
+					  0), -EBADF);
+	f->ap.fd = f->fd;
+	assert_int_equal(dbox_body_pwrite(&f->body, "Subject: x\n\nhi\n", 15,
+					  0), 0);
+	finish(f);
+	expect_plain_record(f, (const uint8_t *)"Subject: x\n\nhi\n", 15);
+	close(ro);
+}
+
+/* A finished gz body whose stored bytes are damaged (its CRC32, so the
+   damage shows at the stream's end): reading it through and turning it
+   plain (a write elsewhere) return -EIO, and the plaintext size stays
+   what it was. */
+static void test_corrupt_stream_errors(void **state)
+{
+	struct fix *f = *state;
+	uint8_t *text = make_text(200000), *buf = malloc(200000);
+	uint64_t off = 0;
+	struct record r;
+	ssize_t ret;
+
+	assert_non_null(buf);
+	begin(f, "gz");
+	write_seq(f, text, 200000, 8192, 0);
+	finish(f);
+	last_record(f, &r);
+	dbox_metadata_clear(&r.md);
+	assert_int_equal(pwrite(f->fd, "\xde\xad\xbe\xef", 4,
+				(off_t)(r.offset + DBOX_MSG_HEADER_SIZE +
+					r.body_size - 8)), 4);
+	errno = 0;
+	while ((ret = dbox_body_pread(&f->body, buf + off, 200000 - off,
+				      off)) > 0)
+		off += (uint64_t)ret;
+	assert_int_equal(ret, -EIO);
+	errno = 0;
+	assert_int_equal(dbox_body_pwrite(&f->body, "X", 1, 10), -EIO);
+	assert_int_equal(dbox_body_size(&f->body), 200000);
+	assert_true(error_count > 0);
+	free(buf);
+	free(text);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, fix_setup, fix_teardown)
@@ -545,6 +640,9 @@ int main(void)
 		T(test_plain_and_lookalikes),
 		T(test_in_order_seal_reads_nothing),
 		T(test_levels),
+		T(test_broken_stream_errors),
+		T(test_plain_write_error),
+		T(test_corrupt_stream_errors),
 	};
 
 	dbox_log_set_sink(capture_sink);

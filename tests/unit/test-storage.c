@@ -27,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1166,6 +1168,149 @@ static void test_append_efbig(void **state)
 	close(fd);
 }
 
+/* The error of ftruncate(fd, size) as a negative errno (0 if it works):
+   what the kernel says, for the cases the append code passes through. */
+static int ftruncate_error(int fd, uint64_t size)
+{
+	return ftruncate(fd, (off_t)size) < 0 ? -errno : 0;
+}
+
+/* Every dbox-file call returns the negative errno of the system call
+   that failed, whatever errno held before (storage/dbox-fault.h): a
+   record on a read-only descriptor, records read through a write-only
+   one, a create in something that is not a directory. */
+static void test_errors_negative_errno(void **state)
+{
+	struct tmpdir *t = *state;
+	struct dbox_metadata md = { .guid = "g", .has_vsize = true,
+				    .received = 1700000000 };
+	struct dbox_append ap;
+	uint64_t offset, end, body_size, record_size, bad = 7;
+	struct walk w = { .count = 0 };
+	size_t header_len;
+	int fd = dbox_file_create(t->fd, 1, &offset);
+	int ro = openat(t->fd, "m.1", O_RDONLY | O_CLOEXEC);
+	int wo = openat(t->fd, "m.1", O_WRONLY | O_CLOEXEC);
+	int trunc_err;
+
+	assert_true(fd >= 0 && ro >= 0 && wo >= 0);
+	end = offset;
+	append_record(fd, &end, "hello\n", 6, &md);
+
+	/* Writes through a read-only descriptor. */
+	errno = 0;
+	assert_int_equal(dbox_append_begin(&ap, ro, end), -EBADF);
+	assert_int_equal(dbox_append_begin(&ap, fd, end), 0);
+	ap.fd = ro;
+	errno = 0;
+	assert_int_equal(dbox_append_pwrite(&ap, "x", 1, 0), -EBADF);
+	assert_int_equal(ap.body_size, 0);
+	trunc_err = ftruncate_error(ro, end + 40);
+	assert_true(trunc_err < 0);
+	assert_int_equal(dbox_append_truncate(&ap, 10), trunc_err);
+	assert_int_equal(dbox_append_finish(&ap, &md), -EBADF);
+	assert_int_equal(dbox_append_abort(&ap), trunc_err);
+	ap.fd = fd;
+	assert_int_equal(dbox_append_abort(&ap), 0);
+	assert_int_equal(file_size(fd), end);
+	/* The R rewrite reads, then writes. */
+	assert_int_equal(dbox_record_set_received(ro, 1, offset, 1700000001),
+			 -EBADF);
+
+	/* Reads through a write-only descriptor: the pread error, not
+	   corruption. */
+	errno = 0;
+	assert_int_equal(dbox_file_read_header(wo, &header_len), -EBADF);
+	assert_int_equal(dbox_record_read(wo, 1, offset, 6, &body_size, &md,
+					  &record_size), -EBADF);
+	assert_int_equal(dbox_file_walk(wo, 1, collect_cb, &w, &bad), -EBADF);
+	assert_int_equal(bad, 0);
+	assert_int_equal(w.count, 0);
+	assert_int_equal(dbox_record_set_received(wo, 1, offset, 1700000001),
+			 -EBADF);
+	/* Through the right one: a record that is not there is -EIO. */
+	assert_int_equal(dbox_record_set_received(fd, 1, offset + 1,
+						  1700000001), -EIO);
+	assert_int_equal(dbox_record_set_received(fd, 1, offset, 1700000001),
+			 0);
+
+	/* A create whose directory is a regular file. */
+	assert_int_equal(dbox_file_create(fd, 2, &offset), -ENOTDIR);
+
+	walk_free(&w);
+	close(wo);
+	close(ro);
+	close(fd);
+}
+
+/* With the disk full (a tmpfs of a few pages, in a mount namespace of a
+   child so nothing is left mounted): a create fails with -ENOSPC and
+   leaves no headerless m.N behind, a body write fails with -ENOSPC and
+   the record can be dropped.  The child reports the first check that
+   failed as its exit status; skipped where mounts are not allowed. */
+enum { FULL_OK, FULL_SKIP, FULL_FILL, FULL_CREATE, FULL_LEFT, FULL_CREATE2,
+       FULL_BEGIN, FULL_PWRITE, FULL_ABORT };
+
+static int full_disk_child(const char *dir)
+{
+	static char block[4096];
+	struct dbox_append ap;
+	uint64_t size;
+	int dfd, filler, fd;
+
+	if (unshare(CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700") < 0)
+		return FULL_SKIP;
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	filler = openat(dfd, "filler", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (dfd < 0 || filler < 0)
+		return FULL_FILL;
+	while (write(filler, block, sizeof(block)) > 0)
+		;
+	if (errno != ENOSPC)
+		return FULL_FILL;
+	errno = 0;
+	if (dbox_file_create(dfd, 1, &size) != -ENOSPC)
+		return FULL_CREATE;
+	if (faccessat(dfd, "m.1", F_OK, 0) == 0 || errno != ENOENT)
+		return FULL_LEFT;
+	/* Room for a header and a record header, not for a body. */
+	if (ftruncate(filler, 0) < 0 ||
+	    (fd = dbox_file_create(dfd, 2, &size)) < 0)
+		return FULL_CREATE2;
+	while (write(filler, block, sizeof(block)) > 0)
+		;
+	if (dbox_append_begin(&ap, fd, size) != 0)
+		return FULL_BEGIN;
+	errno = 0;
+	if (dbox_append_pwrite(&ap, block, sizeof(block), 0) != -ENOSPC)
+		return FULL_PWRITE;
+	if (dbox_append_abort(&ap) != 0)
+		return FULL_ABORT;
+	return FULL_OK;
+}
+
+static void test_full_disk(void **state)
+{
+	struct tmpdir *t = *state;
+	char dir[128];
+	pid_t pid;
+	int status;
+
+	snprintf(dir, sizeof(dir), "%s/full", t->path);
+	assert_int_equal(mkdir(dir, 0700), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(full_disk_child(dir));
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	if (WEXITSTATUS(status) == FULL_SKIP)
+		skip();
+	assert_int_equal(WEXITSTATUS(status), FULL_OK);
+}
+
 /* --- corrupt files ---------------------------------------------------- */
 
 /* Write buf as m.3 (replacing it) and walk it: expect -1/EIO at bad_at,
@@ -1542,6 +1687,8 @@ int main(void)
 		TMP_TEST(test_append_finish_twice),
 		TMP_TEST(test_append_abort),
 		TMP_TEST(test_append_efbig),
+		TMP_TEST(test_errors_negative_errno),
+		TMP_TEST(test_full_disk),
 		TMP_TEST(test_corrupt_files),
 		TMP_TEST(test_walk_stop),
 		TMP_TEST(test_gz_sequential),
