@@ -81,20 +81,20 @@ void dbox_file_name(char *buf, uint32_t file_id)
 
 bool dbox_mfile_parse_name(const char *name, uint32_t *file_id_r)
 {
-	int saved_errno = errno;
-	unsigned long id;
-	bool ok;
-	char *end;
+	const char *p = name + 2;
+	uint64_t id = 0;
 
-	if (strncmp(name, "m.", 2) != 0 || name[2] < '1' || name[2] > '9')
+	if (strncmp(name, "m.", 2) != 0 || *p < '1' || *p > '9')
 		return false;
-	errno = 0;
-	id = strtoul(name + 2, &end, 10);
-	ok = *end == '\0' && errno == 0 && id <= UINT32_MAX;
-	errno = saved_errno;
-	if (ok)
-		*file_id_r = (uint32_t)id;
-	return ok;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		id = id * 10 + (uint64_t)(*p - '0');
+		if (id > UINT32_MAX)
+			return false;
+	}
+	if (*p != '\0')
+		return false;
+	*file_id_r = (uint32_t)id;
+	return true;
 }
 
 int dbox_file_create(int dirfd, uint32_t file_id, uint64_t *size_r)

@@ -31,7 +31,8 @@ void dbox_file_name(char *buf, uint32_t file_id);
 /* Parse the name of a storage/ entry as an m.N file: "m." and then a
    file_id in decimal from 1 to UINT32_MAX, without leading zeros, sign or
    anything after it ("m.0", "m.01", "m.1.broken" are no m.N).  Returns true
-   and sets *file_id_r, or false (*file_id_r untouched).  errno is kept.
+   and sets *file_id_r, or false (*file_id_r untouched).  errno is not
+   touched.
    Source: docs/dbox-format.md section 1 ("m." + decimal file_id). */
 bool dbox_mfile_parse_name(const char *name, uint32_t *file_id_r);
 
