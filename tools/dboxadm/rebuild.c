@@ -172,9 +172,9 @@ const struct adm_verb adm_verb_rebuild = {
 	.usage =
 	"usage: dboxadm rebuild STORE [--restore-all] [--alt=PATH]\n"
 	"\n"
-	"Make a new index.sqlite from the storage/m.N files alone, as Dovecot's\n"
+	"Make a new " DBOX_STORE_INDEX " from the storage/m.N files alone, as Dovecot's\n"
 	"force-resync does, keeping whatever the old index still knows.  The old\n"
-	"index is moved aside as index.sqlite.broken-<UTC time> and never\n"
+	"index is moved aside as " DBOX_STORE_INDEX ".broken-<UTC time> and never\n"
 	"deleted; nothing in storage/ is changed.\n"
 	"\n"
 	"Messages the old index can still name keep their names (and so their\n"
@@ -197,6 +197,6 @@ const struct adm_verb adm_verb_rebuild = {
 	"\n"
 	"The store must not be mounted.  Progress is shown when stderr is a\n"
 	"terminal.  Exit status: 0 rebuilt, 1 failed (the store then has no\n"
-	"index.sqlite; run it again), 2 usage error or store refused.\n",
+	DBOX_STORE_INDEX "; run it again), 2 usage error or store refused.\n",
 	.run = rebuild_main,
 };
