@@ -63,6 +63,7 @@ struct rebuild {
 	size_t nfolders;
 	uint64_t lost_found;     /* lost+found/ ino, 0 until made */
 
+	int walk_err;            /* what stopped a dbox_dir_walk, or 0 */
 	int scan_fd;             /* the m.N being scanned */
 	uint32_t scan_id;
 };

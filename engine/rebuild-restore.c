@@ -6,9 +6,9 @@
  */
 #include "engine/maildir.h"
 #include "engine/rebuild-private.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -359,35 +359,39 @@ static int adopt_orphan(struct rebuild *rb, const char *name, uint64_t ino,
 	return ret;
 }
 
+/* dbox_dir_walk callback over files/: each plain file no plain file of
+   the new index owns into lost+found/.  Stops (1) with rb->walk_err set
+   on an error. */
+static int orphan_cb(void *ctx, const char *name)
+{
+	struct rebuild *rb = ctx;
+	struct stat sb;
+	uint64_t ino;
+
+	if (!dbox_files_name_ino(name, &ino) ||
+	    fstatat(rb->files_fd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    !S_ISREG(sb.st_mode)) {
+		rebuild_note(rb, DBOX_REBUILD_NOTE_FILES, 0, 0,
+			     "not a plain file of dboxfs", "%s/%s: not a plain "
+			     "file of dboxfs; left alone", DBOX_STORE_FILES,
+			     name);
+		return 0;
+	}
+	rb->walk_err = adopt_orphan(rb, name, ino, &sb);
+	return rb->walk_err < 0;
+}
+
 int rebuild_adopt_orphans(struct rebuild *rb)
 {
-	struct dirent *de;
-	int ret = 0;
-	DIR *d;
+	int ret;
 
-	if (rb->files_fd < 0 || (d = fdopendir(dup(rb->files_fd))) == NULL)
+	if (rb->files_fd < 0)
 		return 0;
-	rewinddir(d);
-	while (ret == 0 && (de = readdir(d)) != NULL) {
-		unsigned long long ino;
-		struct stat sb;
-		char *end;
-
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		errno = 0;
-		ino = strtoull(de->d_name, &end, 10);
-		if (*end != '\0' || errno != 0 || de->d_name[0] == '0' ||
-		    fstatat(rb->files_fd, de->d_name, &sb,
-			    AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(sb.st_mode)) {
-			rebuild_note(rb, DBOX_REBUILD_NOTE_FILES, 0, 0,
-				     "not a plain file of dboxfs", "%s/%s: not "
-				     "a plain file of dboxfs; left alone",
-				     DBOX_STORE_FILES, de->d_name);
-			continue;
-		}
-		ret = adopt_orphan(rb, de->d_name, ino, &sb);
-	}
-	closedir(d);
-	return ret;
+	rb->walk_err = 0;
+	ret = dbox_dir_walk(rb->files_fd, orphan_cb, rb);
+	if (ret < 0)
+		rebuild_note(rb, DBOX_REBUILD_NOTE_FILES, 0, 0, "unreadable",
+			     "%s/: %s; plain files not read may be missing from "
+			     "the index", DBOX_STORE_FILES, strerror(-ret));
+	return rb->walk_err;
 }

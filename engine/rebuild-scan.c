@@ -9,12 +9,12 @@
  */
 #include "engine/array.h"
 #include "engine/rebuild-private.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
 #include "storage/dbox-scan.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -198,28 +198,25 @@ static int id_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Add the m.N of storage/ (or ALT/storage/) to *ids_r. */
-static int list_mfiles(int dir_fd, bool alt, struct mfile_id **ids_r,
-		       size_t *nids_r, size_t *size_r)
-{
-	DIR *d = fdopendir(dup(dir_fd));
-	struct dirent *de;
-	uint32_t id;
-	int ret = 0;
+/* The m.N of one directory, added to ids. */
+struct mfile_list {
+	struct mfile_id *ids;
+	size_t n, size;
+	bool alt;                /* the directory is ALT/storage/ */
+};
 
-	if (d == NULL)
-		return -errno;
-	rewinddir(d);
-	while (ret == 0 && (de = readdir(d)) != NULL) {
-		if (!dbox_mfile_parse_name(de->d_name, &id))
-			continue;
-		ret = dbox_array_room((void **)ids_r, *nids_r, size_r,
-				      sizeof(**ids_r));
-		if (ret == 0)
-			(*ids_r)[(*nids_r)++] = (struct mfile_id){ id, alt };
-	}
-	closedir(d);
-	return ret;
+static int list_cb(void *ctx, const char *name)
+{
+	struct mfile_list *l = ctx;
+	uint32_t id;
+
+	if (!dbox_mfile_parse_name(name, &id))
+		return 0;
+	if (dbox_array_room((void **)&l->ids, l->n, &l->size,
+			    sizeof(*l->ids)) < 0)
+		return -ENOMEM;
+	l->ids[l->n++] = (struct mfile_id){ id, l->alt };
+	return 0;
 }
 
 /* Open m.N f for the scan: rb->scan_fd, and its size.  Returns 1 when it
@@ -295,13 +292,17 @@ static int scan_mfile(struct rebuild *rb, const struct mfile_id *f)
 
 int rebuild_scan_storage(struct rebuild *rb)
 {
-	struct mfile_id *ids = NULL;
-	size_t nids = 0, size = 0;
+	struct mfile_list l = { NULL, 0, 0, false };
+	struct mfile_id *ids;
+	size_t nids;
 	int ret;
 
-	ret = list_mfiles(rb->storage_fd, false, &ids, &nids, &size);
+	ret = dbox_dir_walk(rb->storage_fd, list_cb, &l);
+	l.alt = true;
 	if (ret == 0 && rb->alt_fd >= 0)
-		ret = list_mfiles(rb->alt_fd, true, &ids, &nids, &size);
+		ret = dbox_dir_walk(rb->alt_fd, list_cb, &l);
+	ids = l.ids;
+	nids = l.n;
 	if (nids > 1)
 		qsort(ids, nids, sizeof(*ids), id_cmp);
 	for (size_t i = 0; i < nids && ret == 0; i++) {

@@ -7,12 +7,12 @@
  */
 #include "engine/array.h"
 #include "engine/rebuild-private.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "engine/store-lock.h"
 #include "engine/view.h"
 #include "storage/log.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -87,31 +87,20 @@ static int broken_name(int dir_fd, char **name_r)
 	}
 }
 
-/* The newest index.sqlite.broken-* of the store (a rebuild cut short
-   reads it again), or NULL. */
-static char *newest_broken(int dir_fd)
+/* dbox_dir_walk callback: the newest index.sqlite.broken-* (by name: a
+   UTC time) into *(char **)ctx.  1 to stop when out of memory. */
+static int newest_cb(void *ctx, const char *name)
 {
-	char *best = NULL;
-	struct dirent *de;
-	DIR *d;
+	char **best = ctx;
+	size_t len = strlen(name);
 
-	if ((d = fdopendir(dup(dir_fd))) == NULL)
-		return NULL;
-	rewinddir(d);
-	while ((de = readdir(d)) != NULL) {
-		size_t len = strlen(de->d_name);
-
-		if (strncmp(de->d_name, BROKEN_PREFIX, strlen(BROKEN_PREFIX)) != 0 ||
-		    (len > 4 && (strcmp(de->d_name + len - 4, "-wal") == 0 ||
-				 strcmp(de->d_name + len - 4, "-shm") == 0)))
-			continue;
-		if (best == NULL || strcmp(de->d_name, best) > 0) {
-			free(best);
-			best = strdup(de->d_name);
-		}
-	}
-	closedir(d);
-	return best;
+	if (strncmp(name, BROKEN_PREFIX, strlen(BROKEN_PREFIX)) != 0 ||
+	    (len > 4 && (strcmp(name + len - 4, "-wal") == 0 ||
+			 strcmp(name + len - 4, "-shm") == 0)) ||
+	    (*best != NULL && strcmp(name, *best) <= 0))
+		return 0;
+	free(*best);
+	return (*best = strdup(name)) == NULL;
 }
 
 /* Rename index.sqlite (and its -wal, -shm) to a new broken name, which
@@ -126,7 +115,9 @@ static int move_old_index(struct rebuild *rb)
 	int ret;
 
 	if (fstatat(rb->dir_fd, DBOX_STORE_INDEX, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
-		rb->rep->old_index = newest_broken(rb->dir_fd);
+		/* A rebuild cut short: read the newest kept index
+		   again. */
+		(void)dbox_dir_walk(rb->dir_fd, newest_cb, &rb->rep->old_index);
 		return 0;
 	}
 	if ((ret = broken_name(rb->dir_fd, &name)) < 0)
