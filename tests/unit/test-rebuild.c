@@ -7,7 +7,8 @@
  *   - an intact store keeps its names, flags (in the names), folders and
  *     inode numbers, and reads byte-exact;
  *   - with the index deleted, every message comes back from the B
- *     metadata of its record into the cur/ of its folder (.Sent, .A.B);
+ *     metadata of its record into the cur/ of its folder (.Sent, .A.B,
+ *     a folder whose B is in modified UTF-7);
  *   - a record whose GUID field is damaged keeps its names, and the
  *     report names it (kind, m.N, offset, reason);
  *   - a torn tail (half a record at the end of an m.N) is copied to
@@ -39,7 +40,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define NMSG 5
+#define NMSG 6
 
 struct msg {
 	const char *dir;     /* folder directory ("" for INBOX) */
@@ -65,6 +66,8 @@ static const struct {
 	{ ".Sent", "Sent", "1600000002.c.host:2,RS" },
 	{ ".A.B", "A/B", "1600000003.d.host:2," },
 	{ ".A.B", "A/B", "1600000004.e.host:2,T" },
+	/* The folder "Ärger.2024": B in modified UTF-7, '.' too. */
+	{ ".&AMQ-rger&AC4-2024", "&AMQ-rger&AC4-2024", "1600000005.f.host:2,S" },
 };
 
 static void open_store(struct fix *f)
