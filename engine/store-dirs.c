@@ -1,0 +1,54 @@
+/*
+ * store-dirs.c: walking a directory of a store, and the names of files/
+ * (store-dirs.h).
+ */
+#include "engine/store-dirs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int dbox_dir_walk(int dir_fd, dbox_dir_walk_cb_t *cb, void *ctx)
+{
+	int fd = dup(dir_fd), ret = 0;
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0)
+		return -errno;
+	if ((d = fdopendir(fd)) == NULL) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	/* The duplicate shares its offset with dir_fd: from the start. */
+	rewinddir(d);
+	while (ret == 0) {
+		errno = 0;
+		if ((de = readdir(d)) == NULL) {
+			ret = -errno;
+			break;
+		}
+		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+			ret = cb(ctx, de->d_name);
+	}
+	closedir(d);
+	return ret;
+}
+
+bool dbox_files_name_ino(const char *name, uint64_t *ino_r)
+{
+	unsigned long long ino;
+	char *end;
+
+	if (name[0] < '1' || name[0] > '9')
+		return false;
+	errno = 0;
+	ino = strtoull(name, &end, 10);
+	if (*end != '\0' || errno != 0)
+		return false;
+	*ino_r = ino;
+	return true;
+}

@@ -1,0 +1,28 @@
+#ifndef DBOXFS_STORE_DIRS_H
+#define DBOXFS_STORE_DIRS_H
+
+/*
+ * store-dirs: reading the directories of a store (the store directory,
+ * storage/, files/; engine/store-layout.h names them): one walk over a
+ * directory descriptor, and what a name in files/ means.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Called with each entry name of the directory; return 0 to go on, any
+   other value to stop the walk (dbox_dir_walk returns it). */
+typedef int dbox_dir_walk_cb_t(void *ctx, const char *name);
+
+/* Call cb for every entry of the directory open as dir_fd but "." and
+   "..", in readdir order, from its start.  dir_fd stays the caller's
+   (a duplicate is read) and can be walked again.  Returns 0 when every
+   entry was seen, the value cb stopped with, or a negative errno (-EMFILE,
+   -ENOMEM, -EBADF) when the directory cannot be read. */
+int dbox_dir_walk(int dir_fd, dbox_dir_walk_cb_t *cb, void *ctx);
+
+/* Is name a plain file's name in STORE/files/: its inode number in
+   decimal, no leading zero, no sign?  Then true and *ino_r (not 0). */
+bool dbox_files_name_ino(const char *name, uint64_t *ino_r);
+
+#endif
