@@ -12,7 +12,6 @@
 
 #include "engine/import.h"
 #include "engine/store-layout.h"
-#include "storage/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
