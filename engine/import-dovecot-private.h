@@ -57,18 +57,37 @@ struct dbox_adopt {
 };
 
 /* import-dovecot.c */
+
+/* Pass note to the caller (ops->note). */
 void adopt_note(struct dbox_adopt *adopt, struct dbox_adopt_note note);
+/* The adoption cannot go on after step failed with errno err: noted
+   once (DBOX_ADOPT_FATAL).  Returns -err. */
 int adopt_fatal(struct dbox_adopt *adopt, const char *step, int err);
 
 /* import-dovecot-files.c */
+
+/* Every record of the Dovecot storage/ (alt: of its ALT) into
+   adopt->recs, sorted by GUID; unreadable files and corrupt records are
+   noted.  Returns 0 or a negative errno (-ENOMEM, the directory's). */
 int adopt_walk_storage(struct dbox_adopt *adopt, bool alt);
+/* The record of guid with plaintext size size, or NULL. */
 struct adopt_rec *adopt_find_rec(struct dbox_adopt *adopt, const char *guid,
 				 uint64_t size);
+/* Our m.N number for Dovecot's m.<dfile>, hard-linked in (staged) the
+   first time.  Returns 0 or a negative errno (noted; -EXDEV: another
+   filesystem). */
 int adopt_link_file(struct dbox_adopt *adopt, bool alt, uint32_t dfile,
 		    uint32_t *file_id_r);
+/* A new empty m.N for new mail, in the index.  Returns 0 or a negative
+   errno. */
 int adopt_fresh_mfile(struct dbox_adopt *adopt);
+/* fdatasync the staged links, sync files/ and the storage directories.
+   Returns 0 or a negative errno. */
 int adopt_sync(struct dbox_adopt *adopt);
+/* Remove the staged links (the adoption was not committed). */
 void adopt_drop_staged(struct dbox_adopt *adopt);
+/* Give the staged links their m.N names (after the commit).  Returns 0
+   or a negative errno (each failure noted). */
 int adopt_finish_renames(struct dbox_adopt *adopt);
 
 #endif

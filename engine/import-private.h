@@ -53,28 +53,52 @@ struct dbox_import {
 
 #define IMPORT_CMP_SIZE (512 * 1024)
 
-/* import-item.c */
+/* import-item.c.  Errors of single items are noted (ops->note) and
+   counted; index errors set fatal (noted once), after which the caller
+   stops and rolls the batch back. */
+
+/* The source path of the current item, for a note (valid until the next
+   call; the root when out of memory). */
 const char *import_path(struct dbox_import *imp);
+/* Send a note of kind about the current item (what: a step, or NULL). */
 void import_note(struct dbox_import *imp, enum dbox_import_note_kind kind,
 		 const char *what, int err);
+/* The current item failed at step what with errno err: noted, counted. */
 void import_item_failed(struct dbox_import *imp, const char *what, int err);
+/* The index failed at step what with errno err: the import stops. */
 void import_index_failed(struct dbox_import *imp, const char *what, int err);
+/* Sync the m.N files and files/ the batch wrote, then commit it (final:
+   durably, and no new transaction).  Returns 0 or a negative errno
+   (noted; fatal). */
 int import_batch_commit(struct dbox_import *imp, bool final);
+/* Roll the batch back with the backing files it created. */
 void import_batch_rollback(struct dbox_import *imp);
+/* One more item in the batch; commits it at DBOX_IMPORT_BATCH. */
 void import_batch_item(struct dbox_import *imp);
+/* Is dir/name free in the store?  0 yes; -EEXIST with *attr_r; another
+   negative errno after an index failure (noted). */
 int import_check_free(struct dbox_import *imp, uint64_t dir,
 		      const char *name, struct dbox_attr *attr_r);
+/* The owner a new inode gets for source sb: its own (keep_owner) or the
+   caller's. */
 uint32_t import_uid(const struct dbox_import *imp, const struct stat *sb);
 uint32_t import_gid(const struct dbox_import *imp, const struct stat *sb);
+/* Source inode sb (with more names) is index inode ino from now on. */
 void import_remember_link(struct dbox_import *imp, const struct stat *sb,
 			  uint64_t ino);
+/* The user.* extended attributes of source fd onto inode ino. */
 void import_xattrs(struct dbox_import *imp, int fd, uint64_t ino);
+/* Source file fd (sb) as message dir/name saved to folder mailbox. */
 void import_message(struct dbox_import *imp, int fd, const struct stat *sb,
 		    uint64_t dir, const char *name, const char *mailbox);
+/* Source file fd (sb) as plain file dir/name. */
 void import_file(struct dbox_import *imp, int fd, const struct stat *sb,
 		 uint64_t dir, const char *name);
+/* Another name dir/name of inode ino. */
 void import_link(struct dbox_import *imp, uint64_t ino, uint64_t dir,
 		 const char *name);
+/* Source file fd (sb) whose name the store has as attr: present when
+   the bytes are the same, else a failed item. */
 void import_present(struct dbox_import *imp, int fd, const struct stat *sb,
 		    const struct dbox_attr *attr);
 
