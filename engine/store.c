@@ -1347,3 +1347,11 @@ int dbox_store_alt_create(struct dbox_store *st, struct dbox_mfile **mf_r)
 	*mf_r = mf;
 	return 0;
 }
+
+/* --- m.N numbers for files made outside the append pool ----------------
+   (engine/import-dovecot-files.c: adopted Dovecot m.N files) */
+
+uint32_t dbox_store_file_id_take(struct dbox_store *st)
+{
+	return st->next_file_id++;
+}

@@ -309,4 +309,10 @@ void dbox_store_read_fd_forget(struct dbox_store *st, uint32_t file_id);
    negative errno. */
 int dbox_store_alt_create(struct dbox_store *st, struct dbox_mfile **mf_r);
 
+/* Hand out the next m.N number (numbers are never reused) for a file
+   made outside the append pool: an m.N adopted from Dovecot
+   (engine/import-dovecot.h).  The caller creates or links the file and
+   records it in the index in the same transaction.  Needs st->lock. */
+uint32_t dbox_store_file_id_take(struct dbox_store *st);
+
 #endif

@@ -4,6 +4,7 @@
  * directory and file operations.
  */
 #include "engine/maildir.h"
+#include "engine/save-fd.h"
 #include "fs.h"
 #include "fs-purge.h"
 
@@ -320,17 +321,9 @@ void fs_busy_end(struct fs *fs, struct fs_inode *inode)
    errno. */
 static int copy_into(struct dbox_save *save, int fd)
 {
-	char buf[65536];
-	uint64_t off = 0;
-	ssize_t n;
-	int ret;
+	int64_t n = dbox_save_copy_fd(save, fd);
 
-	while ((n = read(fd, buf, sizeof(buf))) > 0) {
-		if ((ret = dbox_save_write(save, buf, n, off)) < 0)
-			return ret;
-		off += n;
-	}
-	return n < 0 ? -errno : 0;
+	return n < 0 ? (int)n : 0;
 }
 
 /* The backing file of plain file ino, open read-only, and its stat. */

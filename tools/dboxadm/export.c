@@ -19,7 +19,7 @@
  */
 #include "engine/store-layout.h"
 #include "dboxadm.h"
-#include "inomap.h"
+#include "engine/inomap.h"
 #include "progress.h"
 
 #include "index/index-stats.h"

@@ -10,6 +10,7 @@
 #include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "engine/view.h"
+#include "engine/grow.h"
 #include "progress.h"
 
 #include "index/index-stats.h"
@@ -448,14 +449,7 @@ void adm_path_free(struct adm_path *path)
 
 void *adm_grow(void *array, size_t n, size_t *size, size_t elem)
 {
-	size_t new_size = *size == 0 ? 64 : *size * 2;
-	void *p;
-
-	if (n < *size)
-		return array;
-	if ((p = realloc(array, new_size * elem)) != NULL)
-		*size = new_size;
-	return p;
+	return dbox_grow(array, n, size, elem);
 }
 
 /* Log sink for storage/ and index/: the same "dboxadm: " form. */

@@ -2,7 +2,7 @@
  * inomap.c: open-addressing hash map of inode identities (see inomap.h),
  * linear probing, kept at most half full.
  */
-#include "inomap.h"
+#include "engine/inomap.h"
 
 #include <errno.h>
 #include <stdlib.h>

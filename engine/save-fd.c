@@ -1,0 +1,145 @@
+/*
+ * save-fd.c: an open file descriptor into a message record or a plain
+ * file's backing file (save-fd.h).  The one copy loop both the mount and
+ * dboxadm import use.
+ */
+#include "engine/save-fd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* Bytes per read(2): large enough that a message is a few calls, small
+   enough to stay off the stack of a FUSE worker thread. */
+#define SAVE_FD_CHUNK (256 * 1024)
+
+/* Where copy_loop puts each chunk read: buf[0..len) at byte off of the
+   copy.  Returns 0 or a negative errno. */
+typedef int sink_t(void *ctx, const char *buf, size_t len, uint64_t off);
+
+/* Read fd from its offset to its end (retrying EINTR) into sink.
+   Returns the byte count or a negative errno (the read's or the
+   sink's). */
+static int64_t copy_loop(int fd, sink_t *sink, void *ctx)
+{
+	char *buf = malloc(SAVE_FD_CHUNK);
+	uint64_t off = 0;
+	ssize_t n;
+	int ret = 0;
+
+	if (buf == NULL)
+		return -ENOMEM;
+	while (ret == 0 && (n = read(fd, buf, SAVE_FD_CHUNK)) != 0) {
+		if (n < 0) {
+			if (errno != EINTR)
+				ret = -errno;
+			continue;
+		}
+		if ((ret = sink(ctx, buf, (size_t)n, off)) == 0)
+			off += (uint64_t)n;
+	}
+	free(buf);
+	return ret < 0 ? ret : (int64_t)off;
+}
+
+static int save_sink(void *ctx, const char *buf, size_t len, uint64_t off)
+{
+	return dbox_save_write(ctx, buf, len, off);
+}
+
+int64_t dbox_save_copy_fd(struct dbox_save *save, int fd)
+{
+	return copy_loop(fd, save_sink, save);
+}
+
+int64_t dbox_save_from_fd(struct dbox_store *st, uint64_t ino,
+			  const char *mailbox, int fd, time_t received,
+			  struct dbox_msgloc *loc_r)
+{
+	struct dbox_save *save = NULL;
+	int64_t size;
+	int ret;
+
+	/* No WRITING row: the index learns of the record at its finish,
+	   so a failed copy leaves no row to take back. */
+	if ((ret = dbox_save_begin_unindexed(st, ino, mailbox, &save)) < 0)
+		return ret;
+	size = dbox_save_copy_fd(save, fd);
+	if (size >= 0 &&
+	    (ret = dbox_save_finish(save, received, false, loc_r)) < 0)
+		size = ret;
+	dbox_save_free(&save); /* unfinished: its bytes are cut off */
+	return size;
+}
+
+/* "<ino>", the name of a plain file's backing file in files/. */
+static void backing_name(char buf[24], uint64_t ino)
+{
+	snprintf(buf, 24, "%llu", (unsigned long long)ino);
+}
+
+int dbox_store_file_create(struct dbox_store *st, uint64_t ino, bool append)
+{
+	char name[24];
+	int fd;
+
+	backing_name(name, ino);
+	fd = openat(st->files_fd, name, O_WRONLY | O_CREAT | O_TRUNC |
+		    O_NOFOLLOW | O_CLOEXEC | (append ? O_APPEND : 0), 0600);
+	if (fd < 0)
+		return -errno;
+	/* The umask may have taken bits off; the mode is 0600 whatever. */
+	if (fchmod(fd, 0600) < 0) {
+		int err = errno;
+
+		close(fd);
+		return -err;
+	}
+	return fd;
+}
+
+/* Append buf[0..len) to the file ctx points at (an int descriptor).
+   Returns 0 or a negative errno. */
+static int fd_sink(void *ctx, const char *buf, size_t len, uint64_t off)
+{
+	int fd = *(int *)ctx;
+	ssize_t w;
+
+	for (size_t done = 0; done < len; done += (size_t)w) {
+		if ((w = write(fd, buf + done, len - done)) < 0) {
+			if (errno != EINTR)
+				return -errno;
+			w = 0;
+		}
+	}
+	return 0;
+}
+
+int64_t dbox_store_file_from_fd(struct dbox_store *st, uint64_t ino, int fd,
+				const struct timespec times[2])
+{
+	int out = dbox_store_file_create(st, ino, false);
+	int64_t size;
+
+	if (out < 0)
+		return out;
+	size = copy_loop(fd, fd_sink, &out);
+	if (size >= 0 && futimens(out, times) < 0)
+		size = -errno;
+	close(out);
+	if (size < 0)
+		dbox_store_file_remove(st, ino);
+	return size;
+}
+
+int dbox_store_file_remove(struct dbox_store *st, uint64_t ino)
+{
+	char name[24];
+
+	backing_name(name, ino);
+	if (unlinkat(st->files_fd, name, 0) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}

@@ -1,0 +1,217 @@
+/*
+ * doveadm-run.c: running Dovecot's `doveadm` for import-dovecot
+ * (doveadm-run.h): its temporary dovecot.conf, the child process, its
+ * tab output split into fields (dovecot-names.h), its stderr passed on.
+ * Touches no store.
+ */
+#include "doveadm-run.h"
+#include "dboxadm.h"
+#include "dovecot-names.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The temporary dovecot.conf doveadm runs with: the root as its only
+   namespace, '/' as separator, doveadm's privileges = the owner of the
+   root (doveadm drops to them when run as root), and the zlib plugin, so
+   that compressed mail is read as Dovecot wrote it (without it Dovecot
+   takes a compressed body for a broken one and drops cached sizes). */
+int doveadm_config_write(struct doveadm_run *d)
+{
+	FILE *f;
+
+	if (!d->tmpdir_made) {
+		if (mkdtemp(d->tmpdir) == NULL)
+			return -errno;
+		d->tmpdir_made = true;
+	}
+	if (d->conf == NULL &&
+	    asprintf(&d->conf, "%s/dovecot.conf", d->tmpdir) < 0) {
+		d->conf = NULL;
+		return -ENOMEM;
+	}
+	if ((f = fopen(d->conf, "w")) == NULL)
+		return -errno;
+	fprintf(f,
+		"# written by dboxadm import-dovecot for one run\n"
+		"mail_location = %s\n"
+		"base_dir = %s\n"
+		"state_dir = %s\n"
+		"log_path = /dev/stderr\n"
+		"protocols =\n"
+		"ssl = no\n"
+		"mail_uid = %u\n"
+		"mail_gid = %u\n"
+		"first_valid_uid = %u\n"
+		"first_valid_gid = %u\n"
+		"%s"
+		"namespace inbox {\n"
+		"  inbox = yes\n"
+		"  separator = /\n"
+		"}\n",
+		d->location, d->tmpdir, d->tmpdir,
+		(unsigned)d->owner_uid, (unsigned)d->owner_gid,
+		(unsigned)d->owner_uid, (unsigned)d->owner_gid,
+		d->zlib ? "mail_plugins = zlib\n" : "");
+	if (fclose(f) != 0)
+		return -errno;
+	/* doveadm chdirs to its home (this directory) as the owner. */
+	if (geteuid() == 0 &&
+	    chown(d->tmpdir, d->owner_uid, d->owner_gid) < 0)
+		return -errno;
+	return 0;
+}
+
+void doveadm_config_remove(struct doveadm_run *d)
+{
+	if (d->conf != NULL)
+		unlink(d->conf);
+	if (d->tmpdir_made)
+		rmdir(d->tmpdir);
+	free(d->conf);
+}
+
+/* Pass what doveadm wrote to stderr (the memfd errfd) on to ours, and
+   note whether it says the zlib plugin cannot be loaded: Dovecot's
+   module loader names the plugin ("Plugin 'zlib' not found from
+   directory ...") or its file (lib20_zlib_plugin.so, when dlopen
+   fails).  Any other error is doveadm's own and is not retried. */
+static void doveadm_errors(struct doveadm_run *d, int errfd)
+{
+	char buf[4096], *text = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&text, &len);
+	ssize_t n;
+	off_t off = 0;
+
+	while ((n = pread(errfd, buf, sizeof(buf), off)) > 0) {
+		fwrite(buf, 1, (size_t)n, stderr);
+		if (mem != NULL)
+			fwrite(buf, 1, (size_t)n, mem);
+		off += n;
+	}
+	if (mem == NULL || fclose(mem) != 0)
+		return;
+	if (strstr(text, "Plugin 'zlib'") != NULL ||
+	    strstr(text, "_zlib_plugin") != NULL)
+		d->zlib_missing = true;
+	free(text);
+}
+
+/* Run `doveadm -c CONF -f tab ARGS...` and call cb for every line after
+   the header, with the fields in the order of names (columns found by
+   the header; -EPROTO when one is missing).  Returns 0 or a negative
+   errno (reported). */
+int doveadm_run(struct doveadm_run *d, const char *const *args,
+		const char *const *names, size_t nnames,
+		doveadm_line_cb_t *cb, void *ctx)
+{
+	const char *argv[16];
+	size_t argc = 0, col[16], ncols = 0;
+	char *line = NULL, *fields[32], *ordered[16];
+	size_t line_size = 0;
+	int pipefd[2], errfd, status, ret = 0;
+	bool header = true;
+	ssize_t len;
+	pid_t pid;
+	FILE *in;
+
+	argv[argc++] = d->doveadm;
+	argv[argc++] = "-c";
+	argv[argc++] = d->conf;
+	argv[argc++] = "-f";
+	argv[argc++] = "tab";
+	for (size_t i = 0; args[i] != NULL && argc < 15; i++)
+		argv[argc++] = args[i];
+	argv[argc] = NULL;
+	/* doveadm's stderr is kept to be told apart (see doveadm_errors)
+	   and then passed on as it was. */
+	if ((errfd = memfd_create("doveadm-stderr", MFD_CLOEXEC)) < 0)
+		return -errno;
+	if (pipe2(pipefd, O_CLOEXEC) < 0) {
+		ret = -errno;
+		close(errfd);
+		return ret;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		ret = -errno;
+		close(pipefd[0]);
+		close(pipefd[1]);
+		close(errfd);
+		return ret;
+	}
+	if (pid == 0) {
+		dup2(pipefd[1], STDOUT_FILENO);
+		dup2(errfd, STDERR_FILENO);
+		/* Only what doveadm needs; USER names the (static) user. */
+		clearenv();
+		setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:"
+		       "/usr/bin:/sbin:/bin", 1);
+		setenv("USER", "dboxadm", 1);
+		setenv("HOME", d->tmpdir, 1);
+		execvp(argv[0], (char *const *)argv);
+		dprintf(STDERR_FILENO, "dboxadm: cannot run %s: %s%s\n",
+			argv[0], strerror(errno), errno == ENOENT ?
+			" (install Dovecot: apt-get install dovecot-core, or "
+			"give --doveadm=PATH)" : "");
+		_exit(127);
+	}
+	close(pipefd[1]);
+	in = fdopen(pipefd[0], "r");
+	if (in == NULL) {
+		ret = -errno;
+		close(pipefd[0]);
+	}
+	while (in != NULL && (len = getline(&line, &line_size, in)) >= 0) {
+		size_t n;
+
+		if (len > 0 && line[len - 1] == '\n')
+			line[--len] = '\0';
+		if (ret < 0)
+			continue; /* drain, so doveadm is not killed by EPIPE */
+		n = dovecot_tab_split(line, fields, 32);
+		if (header) {
+			header = false;
+			for (size_t i = 0; i < nnames && ret == 0; i++) {
+				size_t c;
+
+				for (c = 0; c < n && strcmp(fields[c], names[i]) != 0; c++)
+					;
+				if (c == n) {
+					adm_error("doveadm %s printed no '%s' "
+						  "column", args[0], names[i]);
+					ret = -EPROTO;
+				}
+				col[ncols++] = c;
+			}
+			continue;
+		}
+		if (n < ncols || (n == 1 && *fields[0] == '\0'))
+			continue;
+		for (size_t i = 0; i < nnames; i++)
+			ordered[i] = fields[col[i]];
+		ret = cb(ctx, ordered, nnames);
+	}
+	free(line);
+	if (in != NULL)
+		fclose(in);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	doveadm_errors(d, errfd);
+	close(errfd);
+	if (ret == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+		adm_error("doveadm %s failed (exit %d; its messages are above)",
+			  args[0], WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		ret = -EIO;
+	}
+	return ret;
+}
+
