@@ -257,9 +257,11 @@ static int decompress_to_plain(struct dbox_body *body)
 	int err;
 
 	dbox_reader_free(&body->reader);
-	if (dbox_reader_open(ap->fd, body_pos(body, 0), csize, psize,
-			     &reader) < 0)
+	if ((err = dbox_reader_open(ap->fd, body_pos(body, 0), csize, psize,
+				    &reader)) < 0) {
+		errno = -err;
 		return -1;
+	}
 	for (uint64_t off = 0; off < psize; ) {
 		size_t want = psize - off < BODY_BUF_SIZE ?
 			(size_t)(psize - off) : BODY_BUF_SIZE;
@@ -268,7 +270,8 @@ static int decompress_to_plain(struct dbox_body *body)
 		if (n <= 0 || dbox_append_pwrite(ap, body->buf, (size_t)n,
 						 csize + off) < 0) {
 			/* Nothing below csize was touched: undo. */
-			err = n == 0 ? EIO : errno;
+			err = n == 0 ? EIO : n < 0 ?
+				-dbox_corrupt_as_eio((int)n) : errno;
 			dbox_reader_free(&reader);
 			dbox_append_truncate(ap, csize);
 			errno = err;
@@ -443,12 +446,18 @@ ssize_t dbox_body_pread(struct dbox_body *body, void *buf, size_t len,
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
 	if (body->mode == DBOX_BODY_SEALED && body->compressed) {
-		if (body->reader == NULL &&
-		    dbox_reader_open(body->ap->fd, body_pos(body, 0),
-				     body->ap->body_size, body->plain_size,
-				     &body->reader) < 0)
+		ssize_t n = body->reader != NULL ? 0 :
+			dbox_reader_open(body->ap->fd, body_pos(body, 0),
+					 body->ap->body_size, body->plain_size,
+					 &body->reader);
+
+		if (n == 0)
+			n = dbox_reader_pread(body->reader, buf, len, off);
+		if (n < 0) {
+			errno = -dbox_corrupt_as_eio((int)n);
 			return -1;
-		return dbox_reader_pread(body->reader, buf, len, off);
+		}
+		return n;
 	}
 	/* A stream being written cannot be read back: go plain. */
 	if (to_plain(body) < 0 || body_read(body, buf, len, off) < 0)

@@ -16,6 +16,7 @@
  */
 #include "dbox-file.h"
 
+#include "dbox-record.h"
 #include "io.h"
 #include "log.h"
 
@@ -34,8 +35,6 @@
 #define IO_CHUNK (64 * 1024)
 /* How much of a file's start we read to find its header line. */
 #define FILE_HEADER_READ 512
-/* A metadata block larger than this is taken as corruption. */
-#define METADATA_MAX (1024 * 1024)
 
 /* pwrite all of buf.  Returns 0 or -1 with errno. */
 static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
@@ -112,7 +111,7 @@ static int read_header(int fd, const uint32_t *file_id, size_t *header_len_r)
 	if (len < 0)
 		return -1;
 	if (dbox_file_header_parse(buf, (size_t)len, header_len_r,
-				   &msg_header_size, &created) < 0) {
+				   &msg_header_size, &created, NULL) < 0) {
 		if (file_id != NULL) {
 			dbox_error("m.%u offset 0: not a dbox v2 file header "
 				   "(need \"2 M1e ...\\n\")", *file_id);
@@ -243,8 +242,10 @@ int dbox_append_finish(struct dbox_append *ap, struct dbox_metadata *md)
 		md->has_vsize = true;
 	}
 	block_len = dbox_metadata_format(md, &block);
-	if (block_len < 0)
+	if (block_len < 0) {
+		errno = (int)-block_len;
 		return -1;
+	}
 	dbox_msg_header_format(header, ap->body_size);
 
 	/* Metadata first, then the real header over the placeholder, as
@@ -265,123 +266,23 @@ int dbox_append_abort(struct dbox_append *ap)
 	return ftruncate(ap->fd, (off_t)ap->offset);
 }
 
-/* Read and parse the metadata block at `pos`.  Returns 0 and fills md_r
-   and *block_len_r; -1 with errno (EIO logged when corrupt). */
-static int metadata_read(int fd, uint32_t file_id, uint64_t offset,
-			 uint64_t pos, struct dbox_metadata *md_r,
-			 size_t *block_len_r)
-{
-	size_t size = 512, len = 0;
-	char *buf = NULL;
-	int ret;
-
-	for (;;) {
-		char *p = realloc(buf, size);
-		ssize_t got;
-
-		if (p == NULL) {
-			free(buf);
-			return -1;
-		}
-		buf = p;
-		got = dbox_pread_full(fd, buf + len, size - len, pos + len);
-		if (got < 0) {
-			free(buf);
-			return -1;
-		}
-		len += (size_t)got;
-		if (len < DBOX_MAGIC_POST_LEN) {
-			dbox_error("m.%u offset %llu: file ends before the "
-				   "metadata block (body truncated?)", file_id,
-				   (unsigned long long)offset);
-			break;
-		}
-		if (memcmp(buf, DBOX_MAGIC_POST, DBOX_MAGIC_POST_LEN) != 0) {
-			dbox_error("m.%u offset %llu: no metadata magic after "
-				   "the body (at %llu)", file_id,
-				   (unsigned long long)offset,
-				   (unsigned long long)pos);
-			break;
-		}
-		ret = dbox_metadata_parse(buf, len, md_r, block_len_r);
-		if (ret == 0) {
-			free(buf);
-			return 0;
-		}
-		if (ret < 0) {
-			if (errno == ENOMEM) {
-				free(buf);
-				return -1;
-			}
-			dbox_error("m.%u offset %llu: corrupt metadata block "
-				   "(at %llu)", file_id,
-				   (unsigned long long)offset,
-				   (unsigned long long)pos);
-			break;
-		}
-		if (len < size) {
-			dbox_error("m.%u offset %llu: file ends inside the "
-				   "metadata block", file_id,
-				   (unsigned long long)offset);
-			break;
-		}
-		if (size >= METADATA_MAX) {
-			dbox_error("m.%u offset %llu: metadata block longer "
-				   "than %d bytes", file_id,
-				   (unsigned long long)offset, METADATA_MAX);
-			break;
-		}
-		size *= 2;
-	}
-	free(buf);
-	errno = EIO;
-	return -1;
-}
-
 int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,
 		     uint64_t expected_body_size, uint64_t *body_size_r,
 		     struct dbox_metadata *md_r, uint64_t *record_size_r)
 {
-	uint8_t header[DBOX_MSG_HEADER_SIZE];
-	unsigned long long off = offset;
-	uint64_t body_size;
-	size_t block_len;
-	ssize_t ret = dbox_pread_full(fd, header, sizeof(header), offset);
+	struct dbox_fault fault;
+	int ret = dbox_record_verify(fd, offset, expected_body_size,
+				     body_size_r, md_r, record_size_r, &fault);
 
-	if (ret < 0)
-		return -1;
-	if (ret < DBOX_MSG_HEADER_SIZE) {
-		dbox_error("m.%u offset %llu: file ends inside the message "
-			   "header", file_id, off);
-		errno = EIO;
+	if (ret == -DBOX_ECORRUPT) {
+		dbox_error("m.%u offset %llu: %s", file_id,
+			   (unsigned long long)offset, fault.reason);
+		ret = -EIO;
+	}
+	if (ret < 0) {
+		errno = -ret;
 		return -1;
 	}
-	if (dbox_msg_header_parse(header, &body_size) < 0) {
-		dbox_error("m.%u offset %llu: corrupt message header "
-			   "(bad magic, type or size)", file_id, off);
-		errno = EIO;
-		return -1;
-	}
-	if (expected_body_size != UINT64_MAX &&
-	    body_size != expected_body_size) {
-		dbox_error("m.%u offset %llu: body size %llu, index says %llu",
-			   file_id, off, (unsigned long long)body_size,
-			   (unsigned long long)expected_body_size);
-		errno = EIO;
-		return -1;
-	}
-	if (body_size > (uint64_t)INT64_MAX - offset - DBOX_MSG_HEADER_SIZE) {
-		dbox_error("m.%u offset %llu: body size %llu is impossible",
-			   file_id, off, (unsigned long long)body_size);
-		errno = EIO;
-		return -1;
-	}
-	if (metadata_read(fd, file_id, offset,
-			  offset + DBOX_MSG_HEADER_SIZE + body_size,
-			  md_r, &block_len) < 0)
-		return -1;
-	*body_size_r = body_size;
-	*record_size_r = DBOX_MSG_HEADER_SIZE + body_size + block_len;
 	return 0;
 }
 
@@ -426,7 +327,7 @@ int dbox_record_set_received(int fd, uint32_t file_id, uint64_t offset,
 
 	if (dbox_pread_full(fd, header, sizeof(header), offset) !=
 	    sizeof(header) ||
-	    dbox_msg_header_parse(header, &body_size) < 0) {
+	    dbox_msg_header_parse(header, &body_size, NULL) < 0) {
 		errno = EIO;
 		return -1;
 	}

@@ -483,9 +483,10 @@ static ssize_t read_stored(struct dbox_reader *reader, int fd, void *buf,
 {
 	ssize_t n;
 
+	if (reader != NULL)
+		return dbox_reader_pread(reader, buf, len, off);
 	do
-		n = reader != NULL ? dbox_reader_pread(reader, buf, len, off) :
-			pread(fd, buf, len, (off_t)off);
+		n = pread(fd, buf, len, (off_t)off);
 	while (n < 0 && errno == EINTR);
 	return n < 0 ? -errno : n;
 }

@@ -240,12 +240,15 @@ static int keep_bad_bytes(struct rebuild *rb, uint64_t start, uint64_t end,
 	return ret;
 }
 
-static int scan_bad_cb(void *ctx, uint64_t start, uint64_t end)
+static int scan_bad_cb(void *ctx, uint64_t start, uint64_t end,
+		       const struct dbox_fault *fault)
 {
 	struct rebuild *rb = ctx;
 	char copy[48];
 	int ret = keep_bad_bytes(rb, start, end, copy);
 
+	adm_error("m.%u offset %llu: %s", rb->scan_id,
+		  (unsigned long long)fault->offset, fault->reason);
 	if (ret < 0)
 		adm_warning("storage/m.%u: bytes [%llu, %llu) are no whole "
 			    "record, and no copy could be kept in %s/ (%s)",
@@ -360,10 +363,10 @@ static int scan_storage(struct rebuild *rb)
 				     scan_bad_cb, rb, &header_ok);
 		close(fd);
 		if (ret < 0) {
-			ret = errno == ENOMEM ? -ENOMEM : 0;
 			adm_warning("%sstorage/%s: reading: %s; %zu records "
 				    "found before", ids[i].alt ? "ALT/" : "",
-				    name, strerror(errno), rb->nrecs - before);
+				    name, strerror(-ret), rb->nrecs - before);
+			ret = ret == -ENOMEM ? -ENOMEM : 0;
 		}
 		if (!header_ok)
 			rb->damaged++;
@@ -667,7 +670,7 @@ static bool damaged_in_place(struct rebuild *rb,
 		m->offset + m->record_size <= (uint64_t)sb.st_size &&
 		pread(fd, hdr, sizeof(hdr), (off_t)m->offset) ==
 		(ssize_t)sizeof(hdr);
-	header_ok = ok && dbox_msg_header_parse(hdr, &body_size) == 0 &&
+	header_ok = ok && dbox_msg_header_parse(hdr, &body_size, NULL) == 0 &&
 		body_size == m->body_size;
 	close(fd);
 	if (ok)
