@@ -54,6 +54,7 @@ struct got {
 	char text[MAX_ITEMS][512];
 	char reason[MAX_ITEMS][256];
 	uint64_t progress_records;
+	struct dbox_check_summary sum;
 };
 
 static void report_cb(void *ctx, const struct dbox_check_item *item)
@@ -79,12 +80,11 @@ static void progress_cb(void *ctx, uint64_t records, uint64_t bytes)
 	g->progress_records += records;
 }
 
-/* Check f's store into *g and *sum; returns what dbox_check_store did. */
-static int run_check(const struct fix *f, struct got *g,
-		     struct dbox_check_summary *sum)
+/* Check f's store into *g; returns what dbox_check_store did. */
+static int run_check(const struct fix *f, struct got *g)
 {
 	memset(g, 0, sizeof(*g));
-	return dbox_check_store(f->store, report_cb, progress_cb, g, sum);
+	return dbox_check_store(f->store, report_cb, progress_cb, g, &g->sum);
 }
 
 /* The first item of severity and kind, or NULL. */
@@ -96,6 +96,21 @@ static const struct dbox_check_item *find(const struct got *g,
 		if (g->item[i].severity == severity && g->item[i].kind == kind)
 			return &g->item[i];
 	return NULL;
+}
+
+/* The first problem of kind about message m: it must be there, naming
+   m's inode, m.N and record offset. */
+static const struct dbox_check_item *expect_msg(const struct got *g,
+						enum dbox_check_kind kind,
+						const struct msg *m)
+{
+	const struct dbox_check_item *it = find(g, DBOX_CHECK_PROBLEM, kind);
+
+	assert_non_null(it);
+	assert_int_equal(it->ino, m->ino);
+	assert_int_equal(it->file_id, m->loc.file_id);
+	assert_int_equal(it->offset, m->loc.offset);
+	return it;
 }
 
 static void save_msg(struct dbox_store *st, uint64_t dir, unsigned int i,
@@ -201,21 +216,20 @@ static uint64_t meta_line_at(const struct fix *f, const struct msg *m,
 static void test_clean_store_reports_nothing(void **state)
 {
 	struct fix *f = *state;
-	struct dbox_check_summary sum;
 	struct got g;
 
-	assert_int_equal(run_check(f, &g, &sum), 0);
+	assert_int_equal(run_check(f, &g), 0);
 	for (size_t i = 0; i < g.n; i++)
 		print_message("unexpected: %s\n", g.text[i]);
 	assert_int_equal(g.n, 0);
-	assert_true(sum.opened);
-	assert_false(sum.mounted);
-	assert_int_equal(sum.problems, 0);
-	assert_int_equal(sum.notes, 0);
-	assert_int_equal(sum.messages, NMSG);
-	assert_int_equal(sum.records, NMSG);
+	assert_true(g.sum.opened);
+	assert_false(g.sum.mounted);
+	assert_int_equal(g.sum.problems, 0);
+	assert_int_equal(g.sum.notes, 0);
+	assert_int_equal(g.sum.messages, NMSG);
+	assert_int_equal(g.sum.records, NMSG);
 	assert_int_equal(g.progress_records, NMSG);
-	assert_int_equal(sum.mfiles, 1);
+	assert_int_equal(g.sum.mfiles, 1);
 	/* Nothing printed or logged on the way. */
 	assert_int_equal(error_count, 0);
 }
@@ -225,17 +239,12 @@ static void test_damaged_record_header(void **state)
 	struct fix *f = *state;
 	const struct msg *m = &f->msgs[1];
 	const struct dbox_check_item *it;
-	struct dbox_check_summary sum;
 	struct got g;
 
 	damage(f, m->loc.offset, "XX", 2); /* the 0x01 0x02 magic */
-	assert_int_equal(run_check(f, &g, &sum), 0);
-	assert_true(sum.problems >= 1);
-	it = find(&g, DBOX_CHECK_PROBLEM, DBOX_CHECK_MESSAGE);
-	assert_non_null(it);
-	assert_int_equal(it->ino, m->ino);
-	assert_int_equal(it->file_id, m->loc.file_id);
-	assert_int_equal(it->offset, m->loc.offset);
+	assert_int_equal(run_check(f, &g), 0);
+	assert_true(g.sum.problems >= 1);
+	it = expect_msg(&g, DBOX_CHECK_MESSAGE, m);
 	assert_non_null(strstr(it->reason, "corrupt message header"));
 	assert_non_null(strstr(it->text, "the record is damaged"));
 	/* The bytes themselves: one region, starting at the record. */
@@ -245,7 +254,7 @@ static void test_damaged_record_header(void **state)
 	assert_int_equal(it->end, f->msgs[2].loc.offset);
 	assert_non_null(strstr(it->reason, "corrupt message header"));
 	/* The other messages are whole. */
-	assert_int_equal(sum.records, NMSG - 1);
+	assert_int_equal(g.sum.records, NMSG - 1);
 	assert_int_equal(error_count, 0);
 }
 
@@ -254,16 +263,12 @@ static void test_damaged_metadata(void **state)
 	struct fix *f = *state;
 	const struct msg *m = &f->msgs[0];
 	const struct dbox_check_item *it;
-	struct dbox_check_summary sum;
 	struct got g;
 
 	/* A key that is no uppercase letter: the block is corrupt. */
 	damage(f, meta_line_at(f, m, 'G'), "g", 1);
-	assert_int_equal(run_check(f, &g, &sum), 0);
-	it = find(&g, DBOX_CHECK_PROBLEM, DBOX_CHECK_MESSAGE);
-	assert_non_null(it);
-	assert_int_equal(it->ino, m->ino);
-	assert_int_equal(it->offset, m->loc.offset);
+	assert_int_equal(run_check(f, &g), 0);
+	it = expect_msg(&g, DBOX_CHECK_MESSAGE, m);
 	assert_non_null(strstr(it->reason, "corrupt metadata block"));
 	assert_int_equal(error_count, 0);
 }
@@ -273,19 +278,15 @@ static void test_changed_guid(void **state)
 	struct fix *f = *state;
 	const struct msg *m = &f->msgs[2];
 	const struct dbox_check_item *it;
-	struct dbox_check_summary sum;
 	struct got g;
 	char other = m->loc.guid[0] == '0' ? '1' : '0';
 
 	/* Still a well-formed record, but not the message the index knows. */
 	damage(f, meta_line_at(f, m, 'G') + 1, &other, 1);
-	assert_int_equal(run_check(f, &g, &sum), 0);
-	assert_int_equal(sum.problems, 1);
-	assert_int_equal(sum.records, NMSG);
-	it = find(&g, DBOX_CHECK_PROBLEM, DBOX_CHECK_MESSAGE);
-	assert_non_null(it);
-	assert_int_equal(it->ino, m->ino);
-	assert_int_equal(it->offset, m->loc.offset);
+	assert_int_equal(run_check(f, &g), 0);
+	assert_int_equal(g.sum.problems, 1);
+	assert_int_equal(g.sum.records, NMSG);
+	it = expect_msg(&g, DBOX_CHECK_MESSAGE, m);
 	assert_non_null(strstr(it->text, "GUID"));
 	assert_non_null(strstr(it->text, m->loc.guid));
 }
@@ -295,30 +296,24 @@ static void test_index_row_past_file_end(void **state)
 	struct fix *f = *state;
 	const struct msg *m = &f->msgs[2];
 	const struct dbox_check_item *it;
-	struct dbox_check_summary sum;
 	struct got g;
 
 	assert_int_equal(truncate(f->mfile, (off_t)m->loc.offset), 0);
-	assert_int_equal(run_check(f, &g, &sum), 0);
-	it = find(&g, DBOX_CHECK_PROBLEM, DBOX_CHECK_MESSAGE);
-	assert_non_null(it);
-	assert_int_equal(it->ino, m->ino);
-	assert_int_equal(it->file_id, m->loc.file_id);
-	assert_int_equal(it->offset, m->loc.offset);
+	assert_int_equal(run_check(f, &g), 0);
+	it = expect_msg(&g, DBOX_CHECK_MESSAGE, m);
 	assert_non_null(strstr(it->text, "past the end of the file"));
 	/* And the file itself is shorter than the index says. */
 	it = find(&g, DBOX_CHECK_PROBLEM, DBOX_CHECK_MFILE);
 	assert_non_null(it);
 	assert_int_equal(it->file_id, m->loc.file_id);
 	assert_non_null(strstr(it->text, "shorter than its committed end"));
-	assert_int_equal(sum.records, NMSG - 1);
+	assert_int_equal(g.sum.records, NMSG - 1);
 }
 
 static void test_lost_found_copy_is_a_note(void **state)
 {
 	struct fix *f = *state;
 	const struct dbox_check_item *it;
-	struct dbox_check_summary sum;
 	char path[256];
 	struct got g;
 	int fd;
@@ -331,9 +326,9 @@ static void test_lost_found_copy_is_a_note(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, "0123456789", 10), 10);
 	close(fd);
-	assert_int_equal(run_check(f, &g, &sum), 0);
-	assert_int_equal(sum.problems, 0);
-	assert_int_equal(sum.notes, 1);
+	assert_int_equal(run_check(f, &g), 0);
+	assert_int_equal(g.sum.problems, 0);
+	assert_int_equal(g.sum.notes, 1);
 	it = find(&g, DBOX_CHECK_NOTE, DBOX_CHECK_LOST_FOUND);
 	assert_non_null(it);
 	assert_non_null(strstr(it->text, "m.1.cut"));
@@ -343,7 +338,6 @@ static void test_lost_found_copy_is_a_note(void **state)
 static void test_stale_lock_file_is_offline(void **state)
 {
 	struct fix *f = *state;
-	struct dbox_check_summary sum;
 	char path[256];
 	struct got g;
 	int fd;
@@ -354,8 +348,8 @@ static void test_stale_lock_file_is_offline(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, "999999999\n", 10), 10);
 	close(fd);
-	assert_int_equal(run_check(f, &g, &sum), 0);
-	assert_false(sum.mounted);
+	assert_int_equal(run_check(f, &g), 0);
+	assert_false(g.sum.mounted);
 	assert_int_equal(g.n, 0);
 }
 
@@ -363,7 +357,6 @@ static void test_held_lock_checks_one_snapshot(void **state)
 {
 	struct fix *f = *state;
 	const struct dbox_check_item *it;
-	struct dbox_check_summary sum;
 	char path[256];
 	struct got g;
 	int fd;
@@ -378,17 +371,17 @@ static void test_held_lock_checks_one_snapshot(void **state)
 	snprintf(path, sizeof(path), "%s/%s/m.%u", f->store,
 		 DBOX_STORE_STORAGE, f->msgs[0].loc.file_id + 1);
 	close(open(path, O_WRONLY | O_CREAT, 0600));
-	assert_int_equal(run_check(f, &g, &sum), 0);
-	assert_true(sum.mounted);
-	assert_int_equal(sum.problems, 0);
+	assert_int_equal(run_check(f, &g), 0);
+	assert_true(g.sum.mounted);
+	assert_int_equal(g.sum.problems, 0);
 	it = find(&g, DBOX_CHECK_NOTE, DBOX_CHECK_MFILE);
 	assert_non_null(it);
 	assert_int_equal(it->file_id, f->msgs[0].loc.file_id + 1);
 	assert_non_null(strstr(it->text, "not in this snapshot"));
 	close(fd);
 	/* Let go: the same m.N offline is an empty file a crash cut. */
-	assert_int_equal(run_check(f, &g, &sum), 0);
-	assert_false(sum.mounted);
+	assert_int_equal(run_check(f, &g), 0);
+	assert_false(g.sum.mounted);
 	it = find(&g, DBOX_CHECK_NOTE, DBOX_CHECK_MFILE);
 	assert_non_null(it);
 	assert_non_null(strstr(it->text, "is empty and not in the index"));
@@ -398,26 +391,25 @@ static void test_missing_index_or_no_store(void **state)
 {
 	struct fix *f = *state;
 	const struct dbox_check_item *it;
-	struct dbox_check_summary sum;
 	char path[256];
 	struct got g;
 
 	snprintf(path, sizeof(path), "%s/%s", f->store, DBOX_STORE_INDEX);
 	assert_int_equal(unlink(path), 0);
-	assert_int_equal(run_check(f, &g, &sum), 0);
-	assert_true(sum.opened);
-	assert_int_equal(sum.problems, 1);
+	assert_int_equal(run_check(f, &g), 0);
+	assert_true(g.sum.opened);
+	assert_int_equal(g.sum.problems, 1);
 	it = find(&g, DBOX_CHECK_PROBLEM, DBOX_CHECK_INDEX);
 	assert_non_null(it);
 	assert_non_null(strstr(it->text, "is missing"));
 	/* Without storage/ either, it is no store at all. */
 	snprintf(path, sizeof(path), "%s/%s", f->store, DBOX_STORE_STORAGE);
 	rm_rf(path);
-	assert_int_equal(run_check(f, &g, &sum), -ENOMEDIUM);
-	assert_false(sum.opened);
+	assert_int_equal(run_check(f, &g), -ENOMEDIUM);
+	assert_false(g.sum.opened);
 	assert_int_equal(g.n, 0);
 	snprintf(path, sizeof(path), "%s/nowhere", f->dir);
-	assert_int_equal(dbox_check_store(path, report_cb, NULL, &g, &sum),
+	assert_int_equal(dbox_check_store(path, report_cb, NULL, &g, &g.sum),
 			 -ENOENT);
 }
 
