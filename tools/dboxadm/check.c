@@ -36,20 +36,14 @@ struct check_out {
 static void strs_add(struct strs *s, const char *text)
 {
 	char *copy = strdup(text);
+	char **v = copy == NULL ? NULL :
+		adm_grow(s->v, s->n, &s->size, sizeof(*v));
 
-	if (copy == NULL)
+	if (v == NULL) {
+		free(copy);
 		return;
-	if (s->n == s->size) {
-		size_t size = s->size == 0 ? 16 : s->size * 2;
-		char **v = realloc(s->v, size * sizeof(*v));
-
-		if (v == NULL) {
-			free(copy);
-			return;
-		}
-		s->v = v;
-		s->size = size;
 	}
+	s->v = v;
 	s->v[s->n++] = copy;
 }
 

@@ -483,8 +483,10 @@ static ssize_t read_stored(struct dbox_reader *reader, int fd, void *buf,
 {
 	ssize_t n;
 
-	if (reader != NULL)
-		return dbox_reader_pread(reader, buf, len, off);
+	if (reader != NULL) {
+		n = dbox_reader_pread(reader, buf, len, off);
+		return n < 0 ? dbox_corrupt_as_eio((int)n) : n;
+	}
 	do
 		n = pread(fd, buf, len, (off_t)off);
 	while (n < 0 && errno == EINTR);
