@@ -153,7 +153,8 @@ static int keep_bad_bytes(struct rebuild *rb, uint64_t start, uint64_t end,
 	return ret;
 }
 
-static int scan_bad_cb(void *ctx, uint64_t start, uint64_t end)
+static int scan_bad_cb(void *ctx, uint64_t start, uint64_t end,
+		       const struct dbox_fault *fault)
 {
 	struct rebuild *rb = ctx;
 	struct dbox_rebuild_note *note;
@@ -164,21 +165,23 @@ static int scan_bad_cb(void *ctx, uint64_t start, uint64_t end)
 		 (unsigned long long)start);
 	ret = keep_bad_bytes(rb, start, end, copy);
 	if (ret < 0) {
-		rebuild_note(rb, DBOX_REBUILD_NOTE_BAD_BYTES, rb->scan_id, start,
-			     "no whole record", "storage/m.%u: bytes [%llu, "
-			     "%llu) are no whole record, and no copy could be "
-			     "kept in %s/ (%s)", rb->scan_id,
+		rebuild_note(rb, DBOX_REBUILD_NOTE_BAD_BYTES, rb->scan_id,
+			     fault->offset, fault->reason, "storage/m.%u: "
+			     "bytes [%llu, %llu) are no whole record (%s), and "
+			     "no copy could be kept in %s/ (%s)", rb->scan_id,
 			     (unsigned long long)start, (unsigned long long)end,
-			     DBOX_STORE_LOST_FOUND, strerror(-ret));
+			     fault->reason, DBOX_STORE_LOST_FOUND,
+			     strerror(-ret));
 		return 0;
 	}
 	rb->rep->lost_found_copies++;
-	note = rebuild_note(rb, DBOX_REBUILD_NOTE_BAD_BYTES, rb->scan_id, start,
-			    "no whole record", "storage/m.%u: bytes [%llu, "
-			    "%llu) are no whole record; a copy is kept in %s/%s "
-			    "until 'dboxadm check' finds the store clean",
-			    rb->scan_id, (unsigned long long)start,
-			    (unsigned long long)end, DBOX_STORE_LOST_FOUND, copy);
+	note = rebuild_note(rb, DBOX_REBUILD_NOTE_BAD_BYTES, rb->scan_id,
+			    fault->offset, fault->reason, "storage/m.%u: bytes "
+			    "[%llu, %llu) are no whole record (%s); a copy is "
+			    "kept in %s/%s until 'dboxadm check' finds the "
+			    "store clean", rb->scan_id,
+			    (unsigned long long)start, (unsigned long long)end,
+			    fault->reason, DBOX_STORE_LOST_FOUND, copy);
 	if (note != NULL)
 		memcpy(note->copy, copy, sizeof(copy));
 	return 0;
@@ -274,8 +277,8 @@ static int scan_mfile(struct rebuild *rb, const struct mfile_id *f)
 	close(rb->scan_fd);
 	rb->scan_fd = -1;
 	if (ret < 0) {
-		/* A read error (-1 and errno) or a callback's -errno. */
-		err = ret == -1 ? errno : -ret;
+		/* A read error or a callback's negative errno. */
+		err = -ret;
 		if (err == ENOMEM)
 			return -ENOMEM;
 		rebuild_note(rb, DBOX_REBUILD_NOTE_MFILE, f->id, 0,
@@ -345,7 +348,7 @@ int rebuild_record_in_place(struct rebuild *rb,
 		m->offset + m->record_size <= (uint64_t)sb.st_size &&
 		pread(fd, hdr, sizeof(hdr), (off_t)m->offset) ==
 		(ssize_t)sizeof(hdr);
-	*header_ok_r = ok && dbox_msg_header_parse(hdr, &body_size) == 0 &&
+	*header_ok_r = ok && dbox_msg_header_parse(hdr, &body_size, NULL) == 0 &&
 		body_size == m->body_size;
 	close(fd);
 	return ok;

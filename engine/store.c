@@ -1207,12 +1207,10 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 		return -EIO;
 	}
 	dbox_metadata_clear(&md);
-	if (dbox_reader_open(fd, loc->offset + DBOX_MSG_HEADER_SIZE,
-			     loc->body_size, plain_size, reader_r) < 0) {
-		int err = errno;
-
+	if ((ret = dbox_reader_open(fd, loc->offset + DBOX_MSG_HEADER_SIZE,
+				    loc->body_size, plain_size, reader_r)) < 0) {
 		close(fd);
-		return -err;
+		return ret;
 	}
 	dbox_reader_own_fd(*reader_r);
 	/* Log lines name the record as the other read errors do (a name

@@ -150,7 +150,7 @@ static int start_write(struct fs *fs, struct fs_inode *inode,
 			ssize_t n = dbox_reader_pread(reader, buf, want, off);
 
 			if (n <= 0) {
-				ret = n < 0 ? -errno : -EIO;
+				ret = n < 0 ? dbox_corrupt_as_eio((int)n) : -EIO;
 				break;
 			}
 			if ((ret = dbox_save_write(save, buf, n, off)) < 0)
@@ -555,7 +555,7 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    __atomic_load_n(&h->inode->gen, __ATOMIC_ACQUIRE)) {
 			n = dbox_reader_pread(h->reader, buf, size, off);
 			if (n < 0)
-				n = errno == EIO || errno == 0 ? -EIO : -errno;
+				n = dbox_corrupt_as_eio((int)n);
 		} else {
 			fs_lock(fs);
 			fs_inode_wait_idle(fs, ino);

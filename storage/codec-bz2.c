@@ -24,7 +24,7 @@ static int bz2_init(struct bz2_decoder *d)
 	/* verbosity 0, small 0 (the faster, larger decoder) */
 	ret = BZ2_bzDecompressInit(&d->bz, 0, 0);
 	if (ret != BZ_OK)
-		return dbox_codec_failed(ret == BZ_MEM_ERROR ? ENOMEM : EINVAL);
+		return -(ret == BZ_MEM_ERROR ? ENOMEM : EINVAL);
 	d->init = true;
 	return 0;
 }
@@ -35,7 +35,7 @@ static int bz2_decoder_new(void **state_r)
 	int ret;
 
 	if (d == NULL)
-		return dbox_codec_failed(ENOMEM);
+		return -ENOMEM;
 	if ((ret = bz2_init(d)) < 0) {
 		free(d);
 		return ret;

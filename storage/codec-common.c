@@ -23,9 +23,3 @@ void dbox_codec_io_advance(struct dbox_codec_io *io, size_t in_used,
 	io->out += out_made;
 	io->out_len -= out_made;
 }
-
-int dbox_codec_failed(int err)
-{
-	errno = err;
-	return -err;
-}

@@ -22,10 +22,10 @@ static int gz_decoder_new(void **state_r)
 	z_stream *zs = calloc(1, sizeof(*zs));
 
 	if (zs == NULL)
-		return dbox_codec_failed(ENOMEM);
+		return -ENOMEM;
 	if (inflateInit2(zs, GZ_WINDOW_BITS) != Z_OK) {
 		free(zs);
-		return dbox_codec_failed(ENOMEM);
+		return -ENOMEM;
 	}
 	*state_r = zs;
 	return 0;
@@ -33,7 +33,7 @@ static int gz_decoder_new(void **state_r)
 
 static int gz_decoder_reset(void *state)
 {
-	return inflateReset(state) != Z_OK ? dbox_codec_failed(EINVAL) : 0;
+	return inflateReset(state) != Z_OK ? -EINVAL : 0;
 }
 
 /* Run fn (inflate or deflate) once over io, advancing it, and map its

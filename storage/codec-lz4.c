@@ -58,7 +58,7 @@ static int lz4_decoder_new(void **state_r)
 	struct lz4_decoder *d = calloc(1, sizeof(*d));
 
 	if (d == NULL)
-		return dbox_codec_failed(ENOMEM);
+		return -ENOMEM;
 	*state_r = d;
 	return 0;
 }

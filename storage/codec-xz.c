@@ -23,7 +23,7 @@ static int xz_decoder_reset(void *state)
 	lzma_ret ret = lzma_stream_decoder(state, XZ_MEMLIMIT, 0);
 
 	if (ret != LZMA_OK)
-		return dbox_codec_failed(ret == LZMA_MEM_ERROR ? ENOMEM :
+		return -(ret == LZMA_MEM_ERROR ? ENOMEM :
 					 EINVAL);
 	return 0;
 }
@@ -34,7 +34,7 @@ static int xz_decoder_new(void **state_r)
 	int ret;
 
 	if (xs == NULL)
-		return dbox_codec_failed(ENOMEM);
+		return -ENOMEM;
 	*xs = (lzma_stream)LZMA_STREAM_INIT;
 	if ((ret = xz_decoder_reset(xs)) < 0) {
 		free(xs);

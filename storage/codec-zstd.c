@@ -18,7 +18,7 @@ static int zstd_decoder_new(void **state_r)
 	ZSTD_DStream *ds = ZSTD_createDStream();
 
 	if (ds == NULL)
-		return dbox_codec_failed(ENOMEM);
+		return -ENOMEM;
 	*state_r = ds;
 	return 0;
 }
@@ -26,7 +26,7 @@ static int zstd_decoder_new(void **state_r)
 static int zstd_decoder_reset(void *state)
 {
 	if (ZSTD_isError(ZSTD_DCtx_reset(state, ZSTD_reset_session_only)))
-		return dbox_codec_failed(EINVAL);
+		return -EINVAL;
 	return 0;
 }
 

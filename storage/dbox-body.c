@@ -258,13 +258,13 @@ static int decompress_to_plain(struct dbox_body *body)
 	dbox_reader_free(&body->reader);
 	if ((ret = dbox_reader_open(ap->fd, body_pos(body, 0), csize, psize,
 				    &reader)) < 0)
-		return dbox_neg_errno(ret);
+		return dbox_corrupt_as_eio(ret);
 	for (uint64_t off = 0; off < psize; ) {
 		size_t want = psize - off < BODY_BUF_SIZE ?
 			(size_t)(psize - off) : BODY_BUF_SIZE;
 		ssize_t n = dbox_reader_pread(reader, body->buf, want, off);
 
-		ret = n < 0 ? dbox_neg_errno(n) : n == 0 ? -EIO :
+		ret = n < 0 ? dbox_corrupt_as_eio(n) : n == 0 ? -EIO :
 			dbox_append_pwrite(ap, body->buf, (size_t)n,
 					   csize + off);
 		if (ret < 0) {
@@ -449,9 +449,9 @@ ssize_t dbox_body_pread(struct dbox_body *body, void *buf, size_t len,
 					    body->ap->body_size,
 					    body->plain_size,
 					    &body->reader)) < 0)
-			return dbox_neg_errno(ret);
+			return dbox_corrupt_as_eio(ret);
 		ret = dbox_reader_pread(body->reader, buf, len, off);
-		return ret < 0 ? dbox_neg_errno(ret) : ret;
+		return ret < 0 ? dbox_corrupt_as_eio(ret) : ret;
 	}
 	/* A stream being written cannot be read back: go plain. */
 	if ((ret = to_plain(body)) < 0 ||

@@ -54,9 +54,8 @@ struct dbox_codec {
 
 	/* Decoder.  new: 0 and *state_r, or -ENOMEM.  reset: back to the
 	   state of a new decoder (start of a stream); 0, -ENOMEM or -EINVAL
-	   (the library refused).  Both set errno to the same code too, for
-	   dbox-read.c until it reads the result (issue #13 transition).
-	   decode: see enum dbox_codec_ret.  free: safe on NULL. */
+	   (the library refused).  decode: see enum dbox_codec_ret.
+	   free: safe on NULL. */
 	int (*decoder_new)(void **state_r);
 	int (*decoder_reset)(void *state);
 	enum dbox_codec_ret (*decode)(void *state, struct dbox_codec_io *io);
@@ -96,8 +95,5 @@ unsigned int dbox_codec_chunk(size_t len);
 void dbox_codec_io_advance(struct dbox_codec_io *io, size_t in_used,
 			   size_t out_made);
 
-/* A failed decoder_new, decoder_reset or encoder_new: returns -err and
-   sets errno to err too (see struct dbox_codec). */
-int dbox_codec_failed(int err);
 
 #endif

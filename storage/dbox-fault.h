@@ -34,4 +34,12 @@ struct dbox_fault {
 int dbox_fault_set(struct dbox_fault *fault, uint64_t offset,
 		   const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* A negative errno as the mount and the tools report it outside the
+   store: -DBOX_ECORRUPT becomes -EIO (what read(2) returns for data that
+   cannot be read); any other value is returned as it is. */
+static inline int dbox_corrupt_as_eio(int err)
+{
+	return err == -DBOX_ECORRUPT ? -EIO : err;
+}
+
 #endif

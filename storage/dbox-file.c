@@ -20,6 +20,7 @@
  */
 #include "dbox-file.h"
 
+#include "dbox-record.h"
 #include "io.h"
 #include "log.h"
 
@@ -38,8 +39,6 @@
 #define IO_CHUNK (64 * 1024)
 /* How much of a file's start we read to find its header line. */
 #define FILE_HEADER_READ 512
-/* A metadata block larger than this is taken as corruption. */
-#define METADATA_MAX (1024 * 1024)
 
 /* pwrite all of buf.  Returns 0 or -errno of pwrite. */
 static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
@@ -64,14 +63,6 @@ static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 static int truncate_to(int fd, uint64_t size)
 {
 	return ftruncate(fd, (off_t)size) < 0 ? -errno : 0;
-}
-
-/* A failed read: -err, with errno set to err too for the callers in
-   dbox-scan.c that still read errno (issue #13 transition). */
-static int read_failed(int err)
-{
-	errno = err;
-	return -err;
 }
 
 void dbox_file_name(char *buf, uint32_t file_id)
@@ -126,14 +117,14 @@ static int read_header(int fd, const uint32_t *file_id, size_t *header_len_r)
 	ssize_t len = dbox_pread_full(fd, buf, sizeof(buf), 0);
 
 	if (len < 0)
-		return read_failed((int)-len);
+		return (int)len;
 	if (dbox_file_header_parse(buf, (size_t)len, header_len_r,
-				   &msg_header_size, &created) < 0) {
+				   &msg_header_size, &created, NULL) < 0) {
 		if (file_id != NULL) {
 			dbox_error("m.%u offset 0: not a dbox v2 file header "
 				   "(need \"2 M1e ...\\n\")", *file_id);
 		}
-		return read_failed(EIO);
+		return -EIO;
 	}
 	return 0;
 }
@@ -271,121 +262,20 @@ int dbox_append_abort(struct dbox_append *ap)
 	return truncate_to(ap->fd, ap->offset);
 }
 
-/* Read and parse the metadata block at `pos`.  Returns 0 and fills md_r
-   and *block_len_r; -EIO (logged) when corrupt, -ENOMEM, or -errno of
-   pread. */
-static int metadata_read(int fd, uint32_t file_id, uint64_t offset,
-			 uint64_t pos, struct dbox_metadata *md_r,
-			 size_t *block_len_r)
-{
-	size_t size = 512, len = 0;
-	char *buf = NULL;
-	int ret;
-
-	for (;;) {
-		char *p = realloc(buf, size);
-		ssize_t got;
-
-		if (p == NULL) {
-			free(buf);
-			return read_failed(ENOMEM);
-		}
-		buf = p;
-		got = dbox_pread_full(fd, buf + len, size - len, pos + len);
-		if (got < 0) {
-			free(buf);
-			return read_failed((int)-got);
-		}
-		len += (size_t)got;
-		if (len < DBOX_MAGIC_POST_LEN) {
-			dbox_error("m.%u offset %llu: file ends before the "
-				   "metadata block (body truncated?)", file_id,
-				   (unsigned long long)offset);
-			break;
-		}
-		if (memcmp(buf, DBOX_MAGIC_POST, DBOX_MAGIC_POST_LEN) != 0) {
-			dbox_error("m.%u offset %llu: no metadata magic after "
-				   "the body (at %llu)", file_id,
-				   (unsigned long long)offset,
-				   (unsigned long long)pos);
-			break;
-		}
-		ret = dbox_metadata_parse(buf, len, md_r, block_len_r);
-		if (ret == 0) {
-			free(buf);
-			return 0;
-		}
-		if (ret < 0) {
-			if (dbox_neg_errno(ret) == -ENOMEM) {
-				free(buf);
-				return read_failed(ENOMEM);
-			}
-			dbox_error("m.%u offset %llu: corrupt metadata block "
-				   "(at %llu)", file_id,
-				   (unsigned long long)offset,
-				   (unsigned long long)pos);
-			break;
-		}
-		if (len < size) {
-			dbox_error("m.%u offset %llu: file ends inside the "
-				   "metadata block", file_id,
-				   (unsigned long long)offset);
-			break;
-		}
-		if (size >= METADATA_MAX) {
-			dbox_error("m.%u offset %llu: metadata block longer "
-				   "than %d bytes", file_id,
-				   (unsigned long long)offset, METADATA_MAX);
-			break;
-		}
-		size *= 2;
-	}
-	free(buf);
-	return read_failed(EIO);
-}
-
 int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,
 		     uint64_t expected_body_size, uint64_t *body_size_r,
 		     struct dbox_metadata *md_r, uint64_t *record_size_r)
 {
-	uint8_t header[DBOX_MSG_HEADER_SIZE];
-	unsigned long long off = offset;
-	uint64_t body_size;
-	size_t block_len;
-	ssize_t ret = dbox_pread_full(fd, header, sizeof(header), offset);
+	struct dbox_fault fault;
+	int ret = dbox_record_verify(fd, offset, expected_body_size,
+				     body_size_r, md_r, record_size_r, &fault);
 
-	if (ret < 0)
-		return read_failed((int)-ret);
-	if (ret < DBOX_MSG_HEADER_SIZE) {
-		dbox_error("m.%u offset %llu: file ends inside the message "
-			   "header", file_id, off);
-		return read_failed(EIO);
+	if (ret == -DBOX_ECORRUPT) {
+		dbox_error("m.%u offset %llu: %s", file_id,
+			   (unsigned long long)offset, fault.reason);
+		ret = -EIO;
 	}
-	if (dbox_msg_header_parse(header, &body_size) < 0) {
-		dbox_error("m.%u offset %llu: corrupt message header "
-			   "(bad magic, type or size)", file_id, off);
-		return read_failed(EIO);
-	}
-	if (expected_body_size != UINT64_MAX &&
-	    body_size != expected_body_size) {
-		dbox_error("m.%u offset %llu: body size %llu, index says %llu",
-			   file_id, off, (unsigned long long)body_size,
-			   (unsigned long long)expected_body_size);
-		return read_failed(EIO);
-	}
-	if (body_size > (uint64_t)INT64_MAX - offset - DBOX_MSG_HEADER_SIZE) {
-		dbox_error("m.%u offset %llu: body size %llu is impossible",
-			   file_id, off, (unsigned long long)body_size);
-		return read_failed(EIO);
-	}
-	ret = metadata_read(fd, file_id, offset,
-			    offset + DBOX_MSG_HEADER_SIZE + body_size,
-			    md_r, &block_len);
-	if (ret < 0)
-		return (int)ret;
-	*body_size_r = body_size;
-	*record_size_r = DBOX_MSG_HEADER_SIZE + body_size + block_len;
-	return 0;
+	return ret;
 }
 
 int dbox_file_walk(int fd, uint32_t file_id, dbox_walk_cb_t *cb, void *ctx,
@@ -436,7 +326,7 @@ int dbox_record_set_received(int fd, uint32_t file_id, uint64_t offset,
 	if (len < 0)
 		return (int)len;
 	if (len != sizeof(header) ||
-	    dbox_msg_header_parse(header, &body_size) < 0)
+	    dbox_msg_header_parse(header, &body_size, NULL) < 0)
 		return -EIO;
 	pos = offset + DBOX_MSG_HEADER_SIZE + body_size;
 	len = dbox_pread_full(fd, block, sizeof(block), pos);

@@ -37,8 +37,7 @@ void dbox_file_name(char *buf, uint32_t file_id);
 bool dbox_mfile_parse_name(const char *name, uint32_t *file_id_r);
 
 /* Read and check the header line of an open m.N.  Returns 0 and sets
-   *header_len_r, or -EIO (corrupt header) or -errno of pread.  Sets errno
-   to the same code as well (for dbox-scan.c; issue #13 transition). */
+   *header_len_r, or -EIO (corrupt header) or -errno of pread. */
 int dbox_file_read_header(int fd, size_t *header_len_r);
 
 /*
@@ -90,8 +89,8 @@ int dbox_append_abort(struct dbox_append *ap);
    UINT64_MAX), metadata magic and block.  Fills *md_r (caller clears) and
    *record_size_r.  Returns 0, -EIO when the record is corrupt or truncated
    (and logs what is wrong, naming file_id and offset), -ENOMEM, or -errno
-   of pread.  Sets errno to the same code as well (for dbox-scan.c; issue
-   #13 transition). */
+   of pread.  dbox_record_verify (dbox-record.h) is the same read with the
+   reason handed back as data instead of logged. */
 int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,
 		     uint64_t expected_body_size, uint64_t *body_size_r,
 		     struct dbox_metadata *md_r, uint64_t *record_size_r);

@@ -9,6 +9,7 @@
  * byte for byte by the formatters (modulo line order of unknown keys).
  */
 #include "dbox-format.h"
+#include "dbox-fault.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -56,14 +57,18 @@ size_t dbox_file_header_format(char *buf, time_t created)
 }
 
 int dbox_file_header_parse(const char *buf, size_t len, size_t *header_len_r,
-			   unsigned int *msg_header_size_r, time_t *created_r)
+			   unsigned int *msg_header_size_r, time_t *created_r,
+			   struct dbox_fault *fault)
 {
 	const char *end = memchr(buf, '\n', len);
 	const char *p, *tok_end;
 	uint64_t value, msg_header_size = 0, created = 0;
 
-	if (end == NULL || end - buf < 2 || buf[0] != '2' || buf[1] != ' ')
-		return -1;
+	if (end == NULL)
+		return dbox_fault_set(fault, 0, "no end of line in the first "
+				      "%zu bytes", len);
+	if (end - buf < 2 || buf[0] != '2' || buf[1] != ' ')
+		return dbox_fault_set(fault, 0, "version is not 2");
 
 	/* Tokens "<key letter><hex>" separated by single spaces. */
 	for (p = buf + 2; p < end; p = tok_end + 1) {
@@ -80,7 +85,10 @@ int dbox_file_header_parse(const char *buf, size_t len, size_t *header_len_r,
 			created = value;
 	}
 	if (msg_header_size != DBOX_MSG_HEADER_SIZE)
-		return -1;
+		return dbox_fault_set(fault, 0, "message header size (M) is "
+				      "%llx, not %x",
+				      (unsigned long long)msg_header_size,
+				      DBOX_MSG_HEADER_SIZE);
 
 	*header_len_r = (size_t)(end - buf) + 1;
 	*msg_header_size_r = (unsigned int)msg_header_size;
@@ -110,13 +118,20 @@ void dbox_msg_header_format(uint8_t out[DBOX_MSG_HEADER_SIZE],
 }
 
 int dbox_msg_header_parse(const uint8_t buf[DBOX_MSG_HEADER_SIZE],
-			  uint64_t *body_size_r)
+			  uint64_t *body_size_r, struct dbox_fault *fault)
 {
-	if (buf[0] != 0x01 || buf[1] != 0x02 || buf[MSG_HDR_TYPE] != 'N' ||
-	    buf[DBOX_MSG_HEADER_SIZE - 1] != '\n')
-		return -1;
-	return hex_parse((const char *)buf + MSG_HDR_SIZE, MSG_HDR_SIZE_LEN,
-			 body_size_r);
+	if (buf[0] != 0x01 || buf[1] != 0x02)
+		return dbox_fault_set(fault, 0, "bad magic");
+	if (buf[MSG_HDR_TYPE] != 'N')
+		return dbox_fault_set(fault, MSG_HDR_TYPE, "type is not 'N'");
+	if (buf[DBOX_MSG_HEADER_SIZE - 1] != '\n')
+		return dbox_fault_set(fault, DBOX_MSG_HEADER_SIZE - 1,
+				      "no newline at its end");
+	if (hex_parse((const char *)buf + MSG_HDR_SIZE, MSG_HDR_SIZE_LEN,
+		      body_size_r) < 0)
+		return dbox_fault_set(fault, MSG_HDR_SIZE,
+				      "body size is not hex");
+	return 0;
 }
 
 void dbox_metadata_clear(struct dbox_metadata *md)
@@ -134,7 +149,7 @@ long dbox_metadata_format(const struct dbox_metadata *md, char **buf_r)
 	bool ok;
 
 	if (f == NULL)
-		return -1;
+		return -ENOMEM;
 	fputs(DBOX_MAGIC_POST, f);
 	if (md->has_plain_size)
 		fprintf(f, "Z%llx\n", (unsigned long long)md->plain_size);
@@ -158,21 +173,20 @@ long dbox_metadata_format(const struct dbox_metadata *md, char **buf_r)
 	ok = !ferror(f);
 	if (fclose(f) != 0 || !ok) {
 		free(buf);
-		errno = ENOMEM;
-		return -1;
+		return -ENOMEM;
 	}
 	*buf_r = buf;
 	return (long)size;
 }
 
-/* Append line[0..len) and '\n' to *extra.  Returns 0 or -1 (ENOMEM). */
+/* Append line[0..len) and '\n' to *extra.  Returns 0 or -ENOMEM. */
 static int extra_append(char **extra, const char *line, size_t len)
 {
 	size_t old = *extra == NULL ? 0 : strlen(*extra);
 	char *p = realloc(*extra, old + len + 2);
 
 	if (p == NULL)
-		return -1;
+		return -ENOMEM;
 	memcpy(p + old, line, len);
 	p[old + len] = '\n';
 	p[old + len + 1] = '\0';
@@ -181,19 +195,18 @@ static int extra_append(char **extra, const char *line, size_t len)
 }
 
 /* Apply one metadata line "<key><value>" (no '\n', key already checked to
-   be an uppercase letter) to md.  Returns 0, or -1 with errno EIO when the
-   value is corrupt or ENOMEM. */
+   be an uppercase letter; at offset `at` of the block) to md.  Returns 0,
+   -DBOX_ECORRUPT (fault filled) when the value is corrupt, or -ENOMEM. */
 static int metadata_line(struct dbox_metadata *md, const char *line,
-			 size_t len)
+			 size_t len, size_t at, struct dbox_fault *fault)
 {
 	const char *value = line + 1;
 	size_t value_len = len - 1;
 	uint64_t num;
 
-	if (memchr(line, '\0', len) != NULL) {
-		errno = EIO; /* would be cut short as a C string */
-		return -1;
-	}
+	if (memchr(line, '\0', len) != NULL) /* would be cut as a string */
+		return dbox_fault_set(fault, at, "NUL byte in the %c line",
+				      line[0]);
 	switch (line[0]) {
 	case 'G':
 		if (value_len > sizeof(md->guid) - 1)
@@ -204,14 +217,13 @@ static int metadata_line(struct dbox_metadata *md, const char *line,
 	case 'B':
 		free(md->mailbox);
 		md->mailbox = strndup(value, value_len);
-		return md->mailbox == NULL ? -1 : 0;
+		return md->mailbox == NULL ? -ENOMEM : 0;
 	case 'R':
 	case 'V':
 	case 'Z':
-		if (hex_parse(value, value_len, &num) < 0) {
-			errno = EIO;
-			return -1;
-		}
+		if (hex_parse(value, value_len, &num) < 0)
+			return dbox_fault_set(fault, at, "the %c value is not "
+					      "1 to 16 hex digits", line[0]);
 		if (line[0] == 'R') {
 			md->received = (time_t)num;
 		} else if (line[0] == 'V') {
@@ -228,17 +240,15 @@ static int metadata_line(struct dbox_metadata *md, const char *line,
 }
 
 int dbox_metadata_parse(const char *buf, size_t len, struct dbox_metadata *md_r,
-			size_t *block_len_r)
+			size_t *block_len_r, struct dbox_fault *fault)
 {
 	size_t pos = DBOX_MAGIC_POST_LEN;
 	int ret = 1;
 
 	memset(md_r, 0, sizeof(*md_r));
 	if (memcmp(buf, DBOX_MAGIC_POST,
-		   len < DBOX_MAGIC_POST_LEN ? len : DBOX_MAGIC_POST_LEN) != 0) {
-		errno = EIO;
-		return -1;
-	}
+		   len < DBOX_MAGIC_POST_LEN ? len : DBOX_MAGIC_POST_LEN) != 0)
+		return dbox_fault_set(fault, 0, "no metadata magic");
 
 	while (pos < len) {
 		const char *line = buf + pos;
@@ -248,8 +258,9 @@ int dbox_metadata_parse(const char *buf, size_t len, struct dbox_metadata *md_r,
 		   a space (v1 padding), which belongs to the block. */
 		if (line[0] != '\n' && line[0] != ' ' &&
 		    (line[0] < 'A' || line[0] > 'Z')) {
-			errno = EIO;
-			ret = -1;
+			ret = dbox_fault_set(fault, pos, "a line starts with "
+					     "byte 0x%02x, not a key letter",
+					     (unsigned char)line[0]);
 			break;
 		}
 		if (nl == NULL)
@@ -258,15 +269,13 @@ int dbox_metadata_parse(const char *buf, size_t len, struct dbox_metadata *md_r,
 			*block_len_r = (size_t)(nl - buf) + 1;
 			return 0;
 		}
-		if (metadata_line(md_r, line, (size_t)(nl - line)) < 0) {
-			ret = -1;
+		if ((ret = metadata_line(md_r, line, (size_t)(nl - line), pos,
+					 fault)) < 0)
 			break;
-		}
 		pos = (size_t)(nl - buf) + 1;
+		ret = 1;
 	}
-	int saved_errno = errno;
 	dbox_metadata_clear(md_r);
-	errno = saved_errno;
 	return ret;
 }
 

@@ -20,6 +20,8 @@
  *     "\n\x01\x03\n" then lines "<key><value>\n", ended by an empty line.
  */
 
+#include "dbox-fault.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,10 +45,13 @@ size_t dbox_file_header_format(char *buf, time_t created);
 /* Parse a file header line from buf[0..len).  On success returns 0 and sets
    *header_len_r to the line length including '\n' (the offset of the first
    record), *msg_header_size_r to the M value, *created_r to the C value (0
-   when absent).  Returns -1 when the line is not a v2 header (no '\n' within
-   len, version not 2, M missing or not 0x1e). Unknown tokens are ignored. */
+   when absent).  Returns -DBOX_ECORRUPT when the line is not a v2 header
+   (no '\n' within len, version not 2, M missing or not 0x1e), filling
+   *fault (may be NULL; offset 0) with the reason.  Unknown tokens are
+   ignored. */
 int dbox_file_header_parse(const char *buf, size_t len, size_t *header_len_r,
-			   unsigned int *msg_header_size_r, time_t *created_r);
+			   unsigned int *msg_header_size_r, time_t *created_r,
+			   struct dbox_fault *fault);
 
 /* Fill out[DBOX_MSG_HEADER_SIZE] with the message header for a body of
    body_size bytes (16 uppercase hex digits, as dec2hex writes it). */
@@ -55,10 +60,11 @@ void dbox_msg_header_format(uint8_t out[DBOX_MSG_HEADER_SIZE],
 
 /* Parse a message header: checks the 0x01 0x02 magic, type 'N' and the final
    '\n'; the size accepts upper or lower case hex.  Returns 0 and sets
-   *body_size_r, or -1 when the header is corrupt (including any non-hex
-   digit in the size field). */
+   *body_size_r, or -DBOX_ECORRUPT when the header is corrupt (including
+   any non-hex digit in the size field), filling *fault (may be NULL) with
+   the reason and the offset of the bad byte within the header. */
 int dbox_msg_header_parse(const uint8_t buf[DBOX_MSG_HEADER_SIZE],
-			  uint64_t *body_size_r);
+			  uint64_t *body_size_r, struct dbox_fault *fault);
 
 /* The metadata of one record.  Strings are NUL-terminated and owned by the
    struct (see dbox_metadata_clear). */
@@ -81,18 +87,20 @@ void dbox_metadata_clear(struct dbox_metadata *md);
 
 /* Format the metadata block (magic, lines in Dovecot 2.3's order Z R V G B,
    then extra, then the empty line) into a malloc()ed buffer.  Returns the
-   block length in bytes and sets *buf_r (caller frees), or -1 with errno
-   ENOMEM.  A mailbox containing CR or LF is omitted, as Dovecot does. */
+   block length in bytes and sets *buf_r (caller frees), or -ENOMEM.  A
+   mailbox containing CR or LF is omitted, as Dovecot does. */
 long dbox_metadata_format(const struct dbox_metadata *md, char **buf_r);
 
 /* Parse a metadata block starting at buf[0] (which must be the post magic).
    Returns 0, filling *md_r (caller clears) and *block_len_r (bytes from the
    magic to just after the terminating empty line); 1 when buf[0..len) ends
-   before the block does (read more and retry); -1 when the block is
-   corrupt (bad magic, a key that is not an uppercase letter, a bad hex
-   value).  Unknown uppercase keys go to extra. */
+   before the block does (read more and retry); -DBOX_ECORRUPT when the
+   block is corrupt (bad magic, a key that is not an uppercase letter, a
+   bad hex value, a NUL byte), filling *fault (may be NULL) with the reason
+   and the offset of the bad line in buf; -ENOMEM.  Unknown uppercase keys
+   go to extra. */
 int dbox_metadata_parse(const char *buf, size_t len, struct dbox_metadata *md_r,
-			size_t *block_len_r);
+			size_t *block_len_r, struct dbox_fault *fault);
 
 /* Virtual size of buf: its length plus one for every '\n' not preceded by
    '\r'.  `prev_cr` is whether the byte before buf was '\r' (for computing

@@ -19,7 +19,9 @@
  * gzip -d accepts concatenated members) is read as their concatenation.
  *
  * Corruption (bad or truncated data, a body shorter or longer than the
- * index says) is logged once per occurrence and returned as EIO.
+ * index says) is returned as -DBOX_ECORRUPT: its reason goes to the
+ * caller's struct dbox_fault (dbox_reader_pread_fault), or is logged once
+ * per occurrence when the caller gave none.
  */
 #include "dbox-read.h"
 
@@ -59,6 +61,8 @@ struct dbox_reader {
 	size_t win_len;
 	uint8_t *skip_buf;     /* SKIP_BUF_SIZE, when first skipping */
 	char *name;            /* log prefix (dbox_reader_set_name), or NULL */
+	struct dbox_fault *fault; /* the caller's, during one read, or NULL:
+				     corruption is then logged */
 	char offset_name[40];  /* "body at offset N", the default prefix */
 };
 
@@ -132,10 +136,10 @@ int dbox_reader_open(int fd, uint64_t body_offset, uint64_t body_size,
 	struct dbox_reader *reader;
 
 	if (len < 0)
-		return -1;
+		return (int)len;
 	reader = calloc(1, sizeof(*reader));
 	if (reader == NULL)
-		return -1;
+		return -ENOMEM;
 	reader->fd = fd;
 	reader->body_offset = body_offset;
 	snprintf(reader->offset_name, sizeof(reader->offset_name),
@@ -159,61 +163,76 @@ static const char *where(const struct dbox_reader *reader)
 	return reader->name != NULL ? reader->name : reader->offset_name;
 }
 
+/* The body is corrupt: the reason (printf-style) into the caller's fault,
+   or logged after the reader's name.  Returns -DBOX_ECORRUPT. */
+static int fault(struct dbox_reader *reader, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int fault(struct dbox_reader *reader, const char *fmt, ...)
+{
+	char reason[sizeof(reader->fault->reason)];
+	va_list args;
+
+	va_start(args, fmt);
+	vsnprintf(reason, sizeof(reason), fmt, args);
+	va_end(args);
+	if (reader->fault != NULL)
+		return dbox_fault_set(reader->fault, reader->body_offset, "%s",
+				      reason);
+	dbox_error("%s: %s", where(reader), reason);
+	return -DBOX_ECORRUPT;
+}
+
 static ssize_t plain_pread(struct dbox_reader *reader, void *buf, size_t len,
 			   uint64_t off)
 {
 	ssize_t ret;
 
-	if (off + len > reader->body_size) {
-		dbox_error("%s: plaintext size %llu is past "
-			   "the stored size %llu", where(reader),
-			   (unsigned long long)reader->plain_size,
-			   (unsigned long long)reader->body_size);
-		errno = EIO;
-		return -1;
-	}
+	if (off + len > reader->body_size)
+		return fault(reader, "plaintext size %llu is past the stored "
+			     "size %llu", (unsigned long long)reader->plain_size,
+			     (unsigned long long)reader->body_size);
 	ret = dbox_pread_full(reader->fd, buf, len, reader->body_offset + off);
-	if (ret >= 0 && (size_t)ret < len) {
-		dbox_error("%s: file ends inside the body", where(reader));
-		errno = EIO;
-		return -1;
-	}
+	if (ret < 0)
+		return (int)ret;
+	if ((size_t)ret < len)
+		return fault(reader, "file ends inside the body");
 	return ret;
 }
 
-/* Log a corrupt body and fail with EIO; the next read restarts. */
+/* A corrupt body (fault); the next read restarts. */
 static int corrupt(struct dbox_reader *reader, const char *what)
 {
-	dbox_error("%s: corrupt %s stream at plaintext "
-		   "offset %llu: %s", where(reader), reader->codec->long_name,
-		   (unsigned long long)reader->out_pos, what);
 	reader->started = false;
-	errno = EIO;
-	return -1;
+	return fault(reader, "corrupt %s stream at plaintext offset %llu: %s",
+		     reader->codec->long_name,
+		     (unsigned long long)reader->out_pos, what);
 }
 
-/* A failure that is not the body's fault (ENOMEM, a pread error). */
-static int failed(struct dbox_reader *reader, int err)
+/* A failure that is not the body's fault (-ENOMEM, a pread error). */
+static int failed(struct dbox_reader *reader, int ret)
 {
 	reader->started = false;
-	errno = err;
-	return -1;
+	return ret;
 }
 
-/* (Re)start decoding from the first byte of the body. */
+/* (Re)start decoding from the first byte of the body.  Returns 0 or a
+   negative errno. */
 static int restart(struct dbox_reader *reader)
 {
 	const struct dbox_codec *codec = reader->codec;
+	int ret;
 
 	if (reader->in_buf == NULL &&
 	    (reader->in_buf = malloc(IN_BUF_SIZE)) == NULL)
-		return -1;
+		return -ENOMEM;
 	if (reader->window == NULL &&
 	    (reader->window = malloc(DBOX_READ_WINDOW)) == NULL)
-		return -1;
-	if (reader->state == NULL ? codec->decoder_new(&reader->state) < 0 :
-	    codec->decoder_reset(reader->state) < 0)
-		return -1;
+		return -ENOMEM;
+	ret = reader->state == NULL ? codec->decoder_new(&reader->state) :
+		codec->decoder_reset(reader->state);
+	if (ret < 0)
+		return ret;
 	reader->in_pos = reader->out_pos = 0;
 	reader->in_next = reader->in_len = 0;
 	reader->win_len = 0;
@@ -254,7 +273,8 @@ static void window_get(const struct dbox_reader *reader, void *buf,
 	memcpy((uint8_t *)buf + n, reader->window, len - n);
 }
 
-/* Read the next compressed bytes into in_buf.  Returns 0 or -1. */
+/* Read the next compressed bytes into in_buf.  Returns 0 or a negative
+   errno (-DBOX_ECORRUPT: the file ends inside the body). */
 static int refill(struct dbox_reader *reader)
 {
 	uint64_t left = reader->body_size - reader->in_pos;
@@ -263,7 +283,7 @@ static int refill(struct dbox_reader *reader)
 				      reader->body_offset + reader->in_pos);
 
 	if (got < 0)
-		return failed(reader, errno);
+		return failed(reader, (int)got);
 	if ((size_t)got < want)
 		return corrupt(reader, "file ends inside the body");
 	reader->in_next = 0;
@@ -273,16 +293,18 @@ static int refill(struct dbox_reader *reader)
 }
 
 /* One decoder call producing into out[0..*len); *len is reduced by what
-   was produced.  Returns 0 (progress, or the stream ended) or -1. */
+   was produced.  Returns 0 (progress, or the stream ended) or a negative
+   errno. */
 static int decode_step(struct dbox_reader *reader, uint8_t *out, size_t *len)
 {
 	struct dbox_codec_io io;
 	enum dbox_codec_ret ret;
 	size_t consumed, produced;
+	int err;
 
 	if (reader->in_len == 0 && reader->in_pos < reader->body_size &&
-	    refill(reader) < 0)
-		return -1;
+	    (err = refill(reader)) < 0)
+		return err;
 	io = (struct dbox_codec_io){
 		.in = reader->in_buf + reader->in_next,
 		.in_len = reader->in_len,
@@ -304,15 +326,15 @@ static int decode_step(struct dbox_reader *reader, uint8_t *out, size_t *len)
 		return corrupt(reader, io.error != NULL ? io.error :
 			       "decoder failed");
 	case DBOX_CODEC_NOMEM:
-		return failed(reader, ENOMEM);
+		return failed(reader, -ENOMEM);
 	case DBOX_CODEC_END:
 		if (reader->in_len == 0 && reader->in_pos == reader->body_size) {
 			reader->stream_end = true;
 			return 0;
 		}
 		/* More bytes follow the stream: the next stream. */
-		if (reader->codec->decoder_reset(reader->state) < 0)
-			return failed(reader, errno);
+		if ((err = reader->codec->decoder_reset(reader->state)) < 0)
+			return failed(reader, err);
 		return 0;
 	case DBOX_CODEC_OK:
 		break;
@@ -326,10 +348,12 @@ static int decode_step(struct dbox_reader *reader, uint8_t *out, size_t *len)
 	return 0;
 }
 
-/* Decode exactly len plaintext bytes into out.  Returns 0 or -1. */
+/* Decode exactly len plaintext bytes into out.  Returns 0 or a negative
+   errno. */
 static int decode(struct dbox_reader *reader, void *out, size_t len)
 {
 	uint8_t *p = out;
+	int ret;
 
 	while (len > 0) {
 		size_t before = len;
@@ -337,8 +361,8 @@ static int decode(struct dbox_reader *reader, void *out, size_t len)
 		if (reader->stream_end)
 			return corrupt(reader, "stream ends before the "
 				       "plaintext size from the index");
-		if (decode_step(reader, p, &len) < 0)
-			return -1;
+		if ((ret = decode_step(reader, p, &len)) < 0)
+			return ret;
 		p += before - len;
 	}
 	return 0;
@@ -350,11 +374,12 @@ static int decode_finish(struct dbox_reader *reader)
 {
 	uint8_t byte;
 	size_t len;
+	int ret;
 
 	while (!reader->stream_end) {
 		len = 1;
-		if (decode_step(reader, &byte, &len) < 0)
-			return -1;
+		if ((ret = decode_step(reader, &byte, &len)) < 0)
+			return ret;
 		if (len == 0)
 			return corrupt(reader, "stream is longer than the "
 				       "plaintext size from the index");
@@ -366,9 +391,10 @@ static ssize_t codec_pread(struct dbox_reader *reader, void *buf, size_t len,
 			   uint64_t off)
 {
 	size_t done = 0;
+	int ret;
 
-	if (!reader->started && restart(reader) < 0)
-		return -1;
+	if (!reader->started && (ret = restart(reader)) < 0)
+		return ret;
 	if (off < reader->out_pos) {
 		if (off >= reader->out_pos - reader->win_len) {
 			done = reader->out_pos - off < len ?
@@ -380,32 +406,37 @@ static ssize_t codec_pread(struct dbox_reader *reader, void *buf, size_t len,
 				   where(reader),
 				   (unsigned long long)off,
 				   (unsigned long long)(reader->out_pos - off));
-			if (restart(reader) < 0)
-				return -1;
+			if ((ret = restart(reader)) < 0)
+				return ret;
 		}
 	}
 	if (done < len && off + done > reader->out_pos) {
 		if (reader->skip_buf == NULL &&
 		    (reader->skip_buf = malloc(SKIP_BUF_SIZE)) == NULL)
-			return -1;
+			return -ENOMEM;
 		while (off + done > reader->out_pos) {
 			uint64_t gap = off + done - reader->out_pos;
 			size_t n = gap < SKIP_BUF_SIZE ? (size_t)gap
 						       : SKIP_BUF_SIZE;
-			if (decode(reader, reader->skip_buf, n) < 0)
-				return -1;
+			if ((ret = decode(reader, reader->skip_buf, n)) < 0)
+				return ret;
 		}
 	}
-	if (done < len && decode(reader, (uint8_t *)buf + done, len - done) < 0)
-		return -1;
-	if (reader->out_pos == reader->plain_size && decode_finish(reader) < 0)
-		return -1;
+	if (done < len &&
+	    (ret = decode(reader, (uint8_t *)buf + done, len - done)) < 0)
+		return ret;
+	if (reader->out_pos == reader->plain_size &&
+	    (ret = decode_finish(reader)) < 0)
+		return ret;
 	return (ssize_t)len;
 }
 
-ssize_t dbox_reader_pread(struct dbox_reader *reader, void *buf, size_t len,
-			  uint64_t off)
+ssize_t dbox_reader_pread_fault(struct dbox_reader *reader, void *buf,
+				size_t len, uint64_t off,
+				struct dbox_fault *fault)
 {
+	ssize_t ret;
+
 	if (off >= reader->plain_size || len == 0)
 		return 0;
 	if (len > reader->plain_size - off)
@@ -413,9 +444,19 @@ ssize_t dbox_reader_pread(struct dbox_reader *reader, void *buf, size_t len,
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
 
+	reader->fault = fault;
 	if (reader->codec != NULL)
-		return codec_pread(reader, buf, len, off);
-	return plain_pread(reader, buf, len, off);
+		ret = codec_pread(reader, buf, len, off);
+	else
+		ret = plain_pread(reader, buf, len, off);
+	reader->fault = NULL;
+	return ret;
+}
+
+ssize_t dbox_reader_pread(struct dbox_reader *reader, void *buf, size_t len,
+			  uint64_t off)
+{
+	return dbox_reader_pread_fault(reader, buf, len, off, NULL);
 }
 
 void dbox_reader_free(struct dbox_reader **reader)
@@ -452,7 +493,7 @@ int dbox_reader_set_name(struct dbox_reader *reader, const char *fmt, ...)
 	ret = vasprintf(&name, fmt, args);
 	va_end(args);
 	if (ret < 0)
-		return -1;
+		return -ENOMEM;
 	free(reader->name);
 	reader->name = name;
 	return 0;

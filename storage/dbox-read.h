@@ -19,6 +19,8 @@
  * A reader is not thread-safe; one per open file handle.
  */
 
+#include "dbox-fault.h"
+
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -43,18 +45,27 @@ enum dbox_compression dbox_detect_compression(const void *head, size_t len);
 /* Open a reader for the body at [body_offset, body_offset + body_size) of
    fd (the fd is not owned and must stay open while the reader lives).
    plain_size is the plaintext size from the index (Z metadata, or the
-   body size when there is none).  Returns 0 and sets *reader_r, or -1
-   with errno (ENOMEM, or the pread error). */
+   body size when there is none).  Returns 0 and sets *reader_r, or
+   -ENOMEM or the pread error (negative). */
 int dbox_reader_open(int fd, uint64_t body_offset, uint64_t body_size,
 		     uint64_t plain_size, struct dbox_reader **reader_r);
 
 /* Read up to len plaintext bytes at plaintext offset off into buf.
-   Returns the byte count (0 at or past plain_size), or -1 with errno EIO
-   when the stored bytes are corrupt or do not hold plain_size bytes
-   (logged, naming the body (dbox_reader_set_name) and the codec), ENOMEM, or the pread
-   error.  After an error the next read starts the stream afresh. */
+   Returns the byte count (0 at or past plain_size), -DBOX_ECORRUPT when
+   the stored bytes are corrupt or do not hold plain_size bytes (logged,
+   naming the body (dbox_reader_set_name) and the codec; the mount answers
+   EIO), -ENOMEM, or the pread error.  After an error the next read starts
+   the stream afresh. */
 ssize_t dbox_reader_pread(struct dbox_reader *reader, void *buf, size_t len,
 			  uint64_t off);
+
+/* dbox_reader_pread, with corruption reported into *fault instead of the
+   log when fault is not NULL: the reason (e.g. "corrupt gzip stream at
+   plaintext offset 0: ..."; the caller names the body) and the body's
+   file offset. */
+ssize_t dbox_reader_pread_fault(struct dbox_reader *reader, void *buf,
+				size_t len, uint64_t off,
+				struct dbox_fault *fault);
 
 /* Hand the reader's fd over to the reader: dbox_reader_free() closes it.
    Used with a dup()ed descriptor, so the reader keeps reading its m.N
@@ -64,8 +75,8 @@ void dbox_reader_own_fd(struct dbox_reader *reader);
 
 /* Name the body in log lines: printf-style, e.g. "STORE/storage/m.3
    offset 4096" (the record), used instead of the default "body at offset
-   N" (N the body's file offset).  Copied.  Returns 0, or -1 with errno
-   ENOMEM (the name stays as it was). */
+   N" (N the body's file offset).  Copied.  Returns 0, or -ENOMEM (the
+   name stays as it was). */
 int dbox_reader_set_name(struct dbox_reader *reader, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 

@@ -9,8 +9,8 @@
  */
 #include "dbox-scan.h"
 
+#include "dbox-record.h"
 #include "io.h"
-#include "log.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -22,9 +22,9 @@
 #define SCAN_CHUNK (64 * 1024)
 
 /* Is there plausibly a record at `offset`: a message header that parses
-   and, right after its body, the metadata magic?  Cheap, silent checks
-   before dbox_record_read (which logs what it finds wrong).  Returns 1,
-   0, or -1 with errno on a read error. */
+   and, right after its body, the metadata magic?  Cheap checks before
+   dbox_record_verify reads the whole record.  Returns 1, 0, or a negative
+   errno on a read error. */
 static int candidate(int fd, uint64_t offset, uint64_t end)
 {
 	uint8_t header[DBOX_MSG_HEADER_SIZE];
@@ -36,22 +36,22 @@ static int candidate(int fd, uint64_t offset, uint64_t end)
 		return 0;
 	n = dbox_pread_full(fd, header, sizeof(header), offset);
 	if (n < 0)
-		return -1;
+		return (int)n;
 	if ((size_t)n < sizeof(header) ||
-	    dbox_msg_header_parse(header, &body_size) < 0 ||
+	    dbox_msg_header_parse(header, &body_size, NULL) < 0 ||
 	    body_size > end - offset - DBOX_MSG_HEADER_SIZE - DBOX_MAGIC_POST_LEN)
 		return 0;
 	pos = offset + DBOX_MSG_HEADER_SIZE + body_size;
 	n = dbox_pread_full(fd, magic, sizeof(magic), pos);
 	if (n < 0)
-		return -1;
+		return (int)n;
 	return (size_t)n == sizeof(magic) &&
 		memcmp(magic, DBOX_MAGIC_POST, DBOX_MAGIC_POST_LEN) == 0;
 }
 
 /* Try to read a whole record at offset, ending at or before end.  Returns
-   1 (filled), 0 (none there), or -1 with errno on a read error. */
-static int record_at(int fd, uint32_t file_id, uint64_t offset, uint64_t end,
+   1 (filled), 0 (none there), or a negative errno on a read error. */
+static int record_at(int fd, uint64_t offset, uint64_t end,
 		     uint64_t *body_size_r, struct dbox_metadata *md_r,
 		     uint64_t *record_size_r)
 {
@@ -59,9 +59,10 @@ static int record_at(int fd, uint32_t file_id, uint64_t offset, uint64_t end,
 
 	if (ret <= 0)
 		return ret;
-	if (dbox_record_read(fd, file_id, offset, UINT64_MAX, body_size_r,
-			     md_r, record_size_r) < 0)
-		return errno == EIO ? 0 : -1;
+	ret = dbox_record_verify(fd, offset, UINT64_MAX, body_size_r, md_r,
+				 record_size_r, NULL);
+	if (ret < 0)
+		return ret == -DBOX_ECORRUPT ? 0 : ret;
 	if (*record_size_r > end - offset) {
 		dbox_metadata_clear(md_r);
 		return 0;
@@ -69,28 +70,30 @@ static int record_at(int fd, uint32_t file_id, uint64_t offset, uint64_t end,
 	return 1;
 }
 
-/* The first offset in [from, end) where a whole record starts, or end. */
-static int find_next(int fd, uint32_t file_id, uint64_t from, uint64_t end,
-		     uint64_t *next_r)
+/* The first offset in [from, end) where a whole record starts, or end,
+   into *next_r.  Returns 0 or a negative errno. */
+static int find_next(int fd, uint64_t from, uint64_t end, uint64_t *next_r)
 {
 	char *buf = malloc(SCAN_CHUNK);
 	uint64_t pos = from;
+	int ret;
 
 	if (buf == NULL)
-		return -1;
+		return -ENOMEM;
 	while (pos < end) {
 		size_t want = end - pos < SCAN_CHUNK ? (size_t)(end - pos) :
 			SCAN_CHUNK;
 		ssize_t n = dbox_pread_full(fd, buf, want, pos);
 		size_t i = 0;
 
-		if (n < 0)
+		if (n < 0) {
+			ret = (int)n;
 			goto fail;
+		}
 		if (n == 0)
 			break;
 		while (i + 1 < (size_t)n) {
 			char *hit = memchr(buf + i, 0x01, (size_t)n - i - 1);
-			int ret;
 
 			if (hit == NULL)
 				break;
@@ -103,7 +106,7 @@ static int find_next(int fd, uint32_t file_id, uint64_t from, uint64_t end,
 					struct dbox_metadata md;
 					uint64_t body_size, record_size;
 
-					ret = record_at(fd, file_id, pos + i, end,
+					ret = record_at(fd, pos + i, end,
 							&body_size, &md,
 							&record_size);
 					if (ret < 0)
@@ -127,54 +130,65 @@ static int find_next(int fd, uint32_t file_id, uint64_t from, uint64_t end,
 	return 0;
 fail:
 	free(buf);
-	return -1;
+	return ret;
+}
+
+/* The record at pos of a scan: 1 and its parts when a whole record
+   ending at or before end is there, 0 with *fault saying why when not, or
+   a negative errno on a read error. */
+static int scan_record(int fd, uint64_t pos, uint64_t end,
+		       uint64_t *body_size_r, struct dbox_metadata *md_r,
+		       uint64_t *record_size_r, struct dbox_fault *fault)
+{
+	int ret = dbox_record_verify(fd, pos, UINT64_MAX, body_size_r, md_r,
+				     record_size_r, fault);
+
+	if (ret == -DBOX_ECORRUPT)
+		return 0;
+	if (ret < 0)
+		return ret;
+	if (*record_size_r <= end - pos)
+		return 1;
+	dbox_metadata_clear(md_r);
+	dbox_fault_set(fault, pos, "the record runs past the end (%llu)",
+		       (unsigned long long)end);
+	return 0;
 }
 
 int dbox_file_scan(int fd, uint32_t file_id, uint64_t end,
 		   dbox_walk_cb_t *cb, dbox_bad_cb_t *bad_cb, void *ctx,
 		   bool *header_ok_r)
 {
+	struct dbox_fault fault;
 	struct dbox_metadata md;
 	struct stat st;
 	size_t header_len;
-	uint64_t pos, body_size, record_size, next;
+	uint64_t pos, body_size, record_size, next = end;
 	int ret;
 
 	if (fstat(fd, &st) < 0)
-		return -1;
+		return -errno;
 	if (end > (uint64_t)st.st_size)
 		end = (uint64_t)st.st_size;
-	if (dbox_file_read_header(fd, &header_len) == 0) {
+	if ((ret = dbox_file_read_header(fd, &header_len)) == 0) {
 		pos = header_len < end ? header_len : end;
 		if (header_ok_r != NULL)
 			*header_ok_r = true;
 	} else {
-		if (errno != EIO)
-			return -1;
-		dbox_error("m.%u offset 0: not a dbox v2 file header", file_id);
+		if (ret != -EIO)
+			return ret;
+		dbox_fault_set(&fault, 0, "not a dbox v2 file header");
 		pos = 0;
 		if (header_ok_r != NULL)
 			*header_ok_r = false;
 	}
 	while (pos < end) {
-		/* Where a record should start, read it the logging way, so
-		   the log says what is wrong with it. */
-		ret = 0;
-		if (pos != 0 && dbox_record_read(fd, file_id, pos, UINT64_MAX,
-						 &body_size, &md,
-						 &record_size) == 0) {
-			if (record_size <= end - pos) {
-				ret = 1;
-			} else {
-				dbox_metadata_clear(&md);
-				dbox_error("m.%u offset %llu: the record runs "
-					   "past the end (%llu)", file_id,
-					   (unsigned long long)pos,
-					   (unsigned long long)end);
-			}
-		} else if (pos != 0 && errno != EIO) {
-			return -1;
-		}
+		/* Where a record should start, read it with its reason, so
+		   a bad region says what is wrong at its start. */
+		ret = pos == 0 ? 0 : scan_record(fd, pos, end, &body_size, &md,
+						 &record_size, &fault);
+		if (ret < 0)
+			return ret;
 		if (ret > 0) {
 			ret = cb(ctx, pos, body_size, &md, record_size);
 			dbox_metadata_clear(&md);
@@ -183,9 +197,10 @@ int dbox_file_scan(int fd, uint32_t file_id, uint64_t end,
 			pos += record_size;
 			continue;
 		}
-		if (find_next(fd, file_id, pos + 1, end, &next) < 0)
-			return -1;
-		if (bad_cb != NULL && (ret = bad_cb(ctx, pos, next)) != 0)
+		if ((ret = find_next(fd, pos + 1, end, &next)) < 0)
+			return ret;
+		if (bad_cb != NULL &&
+		    (ret = bad_cb(ctx, pos, next, &fault)) != 0)
 			return ret;
 		pos = next;
 	}
@@ -202,23 +217,20 @@ long dbox_file_tail_records(int fd, uint32_t file_id, uint64_t start,
 
 	*end_r = start;
 	if (fstat(fd, &sb) < 0)
-		return -1;
+		return -errno;
 	while (off < (uint64_t)sb.st_size && off < stop) {
 		struct dbox_metadata md;
 		uint64_t body_size, record_size;
-		uint8_t hdr[DBOX_MSG_HEADER_SIZE];
+		int ret;
 
-		/* A quick look at the header first: bytes that are no
-		   record end the walk without a corruption log line. */
-		if (pread(fd, hdr, sizeof(hdr), (off_t)off) != (ssize_t)sizeof(hdr) ||
-		    dbox_msg_header_parse(hdr, &body_size) < 0)
-			break;
 		memset(&md, 0, sizeof(md));
-		if (dbox_record_read(fd, file_id, off, body_size, &body_size,
-				     &md, &record_size) < 0) {
-			if (errno != EIO)
-				return -1;
+		ret = dbox_record_verify(fd, off, UINT64_MAX, &body_size, &md,
+					 &record_size, NULL);
+		if (ret == -DBOX_ECORRUPT)
 			break;
+		if (ret < 0) {
+			*end_r = off;
+			return ret;
 		}
 		if (off + record_size > stop) {
 			dbox_metadata_clear(&md);

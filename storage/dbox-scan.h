@@ -21,23 +21,29 @@
  * records are (the index) must prefer that knowledge.
  */
 
+#include "dbox-fault.h"
 #include "dbox-file.h"
 
 #include <stdint.h>
 
 /* Called for each unreadable region [start, end) of the file (bytes that
-   belong to no whole record, the file header line excepted).  Return 0
-   to go on, non-zero to stop the scan (that value is returned). */
-typedef int dbox_bad_cb_t(void *ctx, uint64_t start, uint64_t end);
+   belong to no whole record, the file header line excepted), with what is
+   wrong at its start (fault->offset = start; the reason, e.g. "corrupt
+   message header (bad magic, type or size)"; valid during the call).
+   Return 0 to go on, non-zero to stop the scan (that value is
+   returned). */
+typedef int dbox_bad_cb_t(void *ctx, uint64_t start, uint64_t end,
+			  const struct dbox_fault *fault);
 
 /* Scan m.<file_id> (open as fd) from its start up to `end` bytes (the
    file size when end is UINT64_MAX or past it): cb for every whole record
    that ends at or before `end`, in file order, and bad_cb (may be NULL)
    for every region in between that is no record.  *header_ok_r, if not
-   NULL, tells whether the file header line was valid.  Returns 0 when
-   the scan reached `end`, the non-zero value of a callback that stopped
-   it, or -1 with errno for a read error (not for corruption, which is
-   what bad_cb reports; the reason is logged). */
+   NULL, tells whether the file header line was valid.  Nothing is
+   logged.  Returns 0 when the scan reached `end`, the non-zero value of a
+   callback that stopped it, or a negative errno for a read error or
+   -ENOMEM (not for corruption, which is what bad_cb reports).  file_id
+   is the N of m.N. */
 int dbox_file_scan(int fd, uint32_t file_id, uint64_t end,
 		   dbox_walk_cb_t *cb, dbox_bad_cb_t *bad_cb, void *ctx,
 		   bool *header_ok_r);
@@ -48,8 +54,9 @@ int dbox_file_scan(int fd, uint32_t file_id, uint64_t end,
    that would cross stop is not counted).  *end_r gets the end of the last
    whole record counted (start when none); cb (may be NULL) is called for
    each, its return value ignored.  Used by crash recovery and check for
-   the bytes past an m.N's committed end.  Returns the count or -1 with
-   errno for a read error (corruption just ends the walk). */
+   the bytes past an m.N's committed end.  Returns the count or a negative
+   errno for a read error or -ENOMEM, *end_r then the end of the records
+   counted before it (corruption just ends the walk, unlogged). */
 long dbox_file_tail_records(int fd, uint32_t file_id, uint64_t start,
 			    uint64_t stop, uint64_t *end_r,
 			    dbox_walk_cb_t *cb, void *ctx);

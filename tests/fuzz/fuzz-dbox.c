@@ -63,7 +63,7 @@ static void roundtrip(const struct dbox_metadata *md)
 
 	if (n < 0)
 		return;
-	check(dbox_metadata_parse(buf, (size_t)n, &back, &len) == 0);
+	check(dbox_metadata_parse(buf, (size_t)n, &back, &len, NULL) == 0);
 	check(len == (size_t)n);
 	check(strcmp(back.guid, md->guid) == 0);
 	check(back.received == (md->received < 0 ? 0 : md->received));
@@ -135,11 +135,21 @@ static int scan_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	return 0;
 }
 
+/* Every region the scan cannot read says why, about its own start. */
+static int bad_cb(void *ctx, uint64_t start, uint64_t end,
+		  const struct dbox_fault *fault)
+{
+	check(start < end && fault->offset == start &&
+	      fault->reason[0] != '\0');
+	return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static int fd = -1;
 	struct seen walked = { 0 }, scanned = { 0 };
 	struct dbox_metadata md;
+	struct dbox_fault fault;
 	size_t header_len, block_len;
 	unsigned int msg_header_size;
 	uint64_t body_size, bad;
@@ -153,11 +163,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 	}
 	/* The pieces, in memory. */
-	(void)dbox_file_header_parse((const char *)data, size, &header_len,
-				     &msg_header_size, &created);
-	if (size >= DBOX_MSG_HEADER_SIZE)
-		(void)dbox_msg_header_parse(data, &body_size);
-	if (dbox_metadata_parse((const char *)data, size, &md, &block_len) == 0) {
+	/* Corruption comes with its reason (dbox-fault.h). */
+	fault.reason[0] = '\0';
+	if (dbox_file_header_parse((const char *)data, size, &header_len,
+				   &msg_header_size, &created, &fault) < 0)
+		check(fault.reason[0] != '\0');
+	fault.reason[0] = '\0';
+	if (size >= DBOX_MSG_HEADER_SIZE &&
+	    dbox_msg_header_parse(data, &body_size, &fault) < 0)
+		check(fault.reason[0] != '\0');
+	fault.reason[0] = '\0';
+	ret = dbox_metadata_parse((const char *)data, size, &md, &block_len,
+				  &fault);
+	check(ret != -DBOX_ECORRUPT || fault.reason[0] != '\0');
+	if (ret == 0) {
 		check(block_len <= size);
 		roundtrip(&md);
 		dbox_metadata_clear(&md);
@@ -171,7 +190,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	walked.fd = scanned.fd = fd;
 	ret = dbox_file_walk(fd, 1, walk_cb, &walked, &bad);
-	check(dbox_file_scan(fd, 1, UINT64_MAX, scan_cb, NULL, &scanned,
+	check(dbox_file_scan(fd, 1, UINT64_MAX, scan_cb, bad_cb, &scanned,
 			     NULL) == 0);
 	/* What walks, scans: every record of a clean walk is found again. */
 	if (ret == 0 && walked.n < MAX_RECORDS) {

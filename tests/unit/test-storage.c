@@ -251,7 +251,7 @@ static void test_file_header(void **state)
 	assert_int_equal(len, 16);
 	assert_memory_equal(buf, "2 M1e C6b0c840f\n", 16);
 	assert_int_equal(dbox_file_header_parse(buf, len, &header_len,
-						&msg_size, &created), 0);
+						&msg_size, &created, NULL), 0);
 	assert_int_equal(header_len, 16);
 	assert_int_equal(msg_size, 30);
 	assert_int_equal(created, 0x6b0c840f);
@@ -260,7 +260,7 @@ static void test_file_header(void **state)
 	   first record starts right after the line. */
 	const char *odd = "2 A1234 M1E Qzz\nXXXX";
 	assert_int_equal(dbox_file_header_parse(odd, strlen(odd), &header_len,
-						&msg_size, &created), 0);
+						&msg_size, &created, NULL), 0);
 	assert_int_equal(header_len, 16);
 	assert_int_equal(created, 0);
 
@@ -276,11 +276,11 @@ static void test_file_header(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		assert_int_equal(dbox_file_header_parse(bad[i], strlen(bad[i]),
 							&header_len, &msg_size,
-							&created), -1);
+							&created, NULL), -DBOX_ECORRUPT);
 	}
 	/* The '\n' must lie within len. */
 	assert_int_equal(dbox_file_header_parse(buf, len - 1, &header_len,
-						&msg_size, &created), -1);
+						&msg_size, &created, NULL), -DBOX_ECORRUPT);
 }
 
 static void test_msg_header(void **state)
@@ -291,7 +291,7 @@ static void test_msg_header(void **state)
 
 	dbox_msg_header_format(hdr, 0xF23);
 	assert_memory_equal(hdr, "\x01\x02N          0000000000000F23\n", 30);
-	assert_int_equal(dbox_msg_header_parse(hdr, &size), 0);
+	assert_int_equal(dbox_msg_header_parse(hdr, &size, NULL), 0);
 	assert_int_equal(size, 0xF23);
 
 	static const uint64_t sizes[] = { 0, 1, 0xabcdef, UINT32_MAX,
@@ -300,13 +300,13 @@ static void test_msg_header(void **state)
 		dbox_msg_header_format(hdr, sizes[i]);
 		for (int j = 13; j < 29; j++)
 			assert_true(strchr("0123456789ABCDEF", hdr[j]) != NULL);
-		assert_int_equal(dbox_msg_header_parse(hdr, &size), 0);
+		assert_int_equal(dbox_msg_header_parse(hdr, &size, NULL), 0);
 		assert_true(size == sizes[i]);
 	}
 
 	/* Lower case hex is accepted. */
 	memcpy(hdr, "\x01\x02N          0000000000000f23\n", 30);
-	assert_int_equal(dbox_msg_header_parse(hdr, &size), 0);
+	assert_int_equal(dbox_msg_header_parse(hdr, &size, NULL), 0);
 	assert_int_equal(size, 0xF23);
 
 	static const char *const bad[] = {
@@ -320,7 +320,7 @@ static void test_msg_header(void **state)
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		memcpy(hdr, bad[i], 30);
-		assert_int_equal(dbox_msg_header_parse(hdr, &size), -1);
+		assert_int_equal(dbox_msg_header_parse(hdr, &size, NULL), -DBOX_ECORRUPT);
 	}
 }
 
@@ -355,7 +355,7 @@ static void test_metadata_roundtrip(void **state)
 	assert_memory_equal(buf, expected, sizeof(expected) - 1);
 
 	assert_int_equal(dbox_metadata_parse(buf, (size_t)len, &back,
-					     &block_len), 0);
+					     &block_len, NULL), 0);
 	assert_int_equal(block_len, (size_t)len);
 	assert_string_equal(back.guid, md.guid);
 	assert_int_equal(back.received, md.received);
@@ -370,7 +370,7 @@ static void test_metadata_roundtrip(void **state)
 	   of the block. */
 	for (long i = 0; i < len; i++) {
 		assert_int_equal(dbox_metadata_parse(buf, (size_t)i, &back,
-						     &block_len), 1);
+						     &block_len, NULL), 1);
 		assert_null(back.mailbox);
 		assert_null(back.extra);
 	}
@@ -378,7 +378,7 @@ static void test_metadata_roundtrip(void **state)
 	memcpy(longer, buf, (size_t)len);
 	memcpy(longer + len, "\x01\x02N  junk", 10);
 	assert_int_equal(dbox_metadata_parse(longer, (size_t)len + 10, &back,
-					     &block_len), 0);
+					     &block_len, NULL), 0);
 	assert_int_equal(block_len, (size_t)len);
 	dbox_metadata_clear(&back);
 	free(longer);
@@ -394,7 +394,7 @@ static void test_metadata_roundtrip(void **state)
 	assert_int_equal(len, strlen("\n\x01\x03\nR10\nXsomething\n\n"));
 	assert_memory_equal(buf, "\n\x01\x03\nR10\nXsomething\n\n", (size_t)len);
 	assert_int_equal(dbox_metadata_parse(buf, (size_t)len, &back,
-					     &block_len), 0);
+					     &block_len, NULL), 0);
 	assert_false(back.has_vsize);
 	assert_false(back.has_plain_size);
 	assert_string_equal(back.guid, "");
@@ -408,14 +408,14 @@ static void test_metadata_roundtrip(void **state)
 	memset(big + 5, 'a', 100);
 	strcpy(big + 105, "\n\n");
 	assert_int_equal(dbox_metadata_parse(big, strlen(big), &back,
-					     &block_len), 0);
+					     &block_len, NULL), 0);
 	assert_int_equal(strlen(back.guid), DBOX_GUID_HEX_LEN * 2);
 	dbox_metadata_clear(&back);
 
 	/* Old v1 padding: a line starting with a space ends the block. */
 	static const char v1[] = "\n\x01\x03\nGabc\n      \nnext";
 	assert_int_equal(dbox_metadata_parse(v1, sizeof(v1) - 1, &back,
-					     &block_len), 0);
+					     &block_len, NULL), 0);
 	assert_int_equal(block_len, sizeof(v1) - 1 - 4);
 	assert_string_equal(back.guid, "abc");
 	dbox_metadata_clear(&back);
@@ -439,14 +439,14 @@ static void test_metadata_corrupt(void **state)
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		assert_int_equal(dbox_metadata_parse(bad[i], strlen(bad[i]),
-						     &md, &block_len), -1);
+						     &md, &block_len, NULL), -DBOX_ECORRUPT);
 		assert_null(md.mailbox);
 	}
 	/* Bad magic is seen even in a short buffer. */
-	assert_int_equal(dbox_metadata_parse("\n\x02", 2, &md, &block_len), -1);
+	assert_int_equal(dbox_metadata_parse("\n\x02", 2, &md, &block_len, NULL), -DBOX_ECORRUPT);
 	/* A NUL inside a line is corrupt. */
 	assert_int_equal(dbox_metadata_parse("\n\x01\x03\nBa\0b\n\n", 10,
-					     &md, &block_len), -1);
+					     &md, &block_len, NULL), -DBOX_ECORRUPT);
 }
 
 static void test_vsize(void **state)
@@ -1562,13 +1562,12 @@ static void expect_gz_eio(int fd, uint64_t body_offset, uint64_t body_size,
 	errors_reset();
 	while ((ret = dbox_reader_pread(reader, buf, sizeof(buf), off)) > 0)
 		off += (uint64_t)ret;
-	assert_int_equal(ret, -1);
-	assert_int_equal(errno, EIO);
+	assert_int_equal(ret, -DBOX_ECORRUPT);
 	assert_int_equal(error_count, 1);
 	assert_non_null(strstr(last_error, what));
 	/* The reader stays usable: it restarts and fails again. */
-	assert_true(dbox_reader_pread(reader, buf, sizeof(buf), 0) == 4096 ||
-		    errno == EIO);
+	ret = dbox_reader_pread(reader, buf, sizeof(buf), 0);
+	assert_true(ret == 4096 || ret == -DBOX_ECORRUPT);
 	dbox_reader_free(&reader);
 }
 
@@ -1642,8 +1641,7 @@ static void test_plain_reader(void **state)
 	/* The index claims more plaintext than is stored. */
 	assert_int_equal(dbox_reader_open(fd, body_offset, 10, 12, &reader), 0);
 	errors_reset();
-	assert_int_equal(dbox_reader_pread(reader, buf, 16, 0), -1);
-	assert_int_equal(errno, EIO);
+	assert_int_equal(dbox_reader_pread(reader, buf, 16, 0), -DBOX_ECORRUPT);
 	assert_int_equal(error_count, 1);
 	dbox_reader_free(&reader);
 
@@ -1651,8 +1649,8 @@ static void test_plain_reader(void **state)
 	assert_int_equal(dbox_reader_open(fd, body_offset, 1000, 1000,
 					  &reader), 0);
 	errors_reset();
-	assert_int_equal(dbox_reader_pread(reader, buf, 16, 990), -1);
-	assert_int_equal(errno, EIO);
+	assert_int_equal(dbox_reader_pread(reader, buf, 16, 990),
+			 -DBOX_ECORRUPT);
 	assert_int_equal(error_count, 1);
 	dbox_reader_free(&reader);
 	dbox_metadata_clear(&md);

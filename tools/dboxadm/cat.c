@@ -123,9 +123,9 @@ static int cat_main(int argc, char **argv)
 	}
 	plain_size = md.has_plain_size ? md.plain_size : body_size;
 	if ((buf = malloc(CAT_BUF_SIZE)) == NULL ||
-	    dbox_reader_open(fd, offset + DBOX_MSG_HEADER_SIZE, body_size,
-			     plain_size, &reader) < 0) {
-		adm_error("%s: %s", path, strerror(errno));
+	    (ret = dbox_reader_open(fd, offset + DBOX_MSG_HEADER_SIZE,
+				    body_size, plain_size, &reader)) < 0) {
+		adm_error("%s: %s", path, strerror(buf == NULL ? ENOMEM : -ret));
 		ret = ADM_EXIT_FAILED;
 		goto out;
 	}
@@ -139,7 +139,8 @@ static int cat_main(int argc, char **argv)
 			adm_error("%s: offset %llu: plaintext unreadable at "
 				  "%llu: %s", path, (unsigned long long)offset,
 				  (unsigned long long)off,
-				  n == 0 ? "short" : strerror(errno));
+				  n == 0 ? "short" :
+				  strerror(-dbox_corrupt_as_eio((int)n)));
 			ret = ADM_EXIT_FAILED;
 			break;
 		}

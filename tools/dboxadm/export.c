@@ -199,13 +199,13 @@ static int64_t copy_message(struct export *ex, const struct dbox_msgloc *loc,
 		return ret == -ENOMEM ? -ENOMEM : -EIO;
 	}
 	dbox_metadata_clear(&md);
-	if (dbox_reader_open(fd, loc->offset + DBOX_MSG_HEADER_SIZE,
-			     loc->body_size, size, &reader) < 0)
-		return -errno;
+	if ((ret = dbox_reader_open(fd, loc->offset + DBOX_MSG_HEADER_SIZE,
+				    loc->body_size, size, &reader)) < 0)
+		return ret;
 	while (off < size) {
 		n = dbox_reader_pread(reader, ex->buf, COPY_SIZE, off);
 		if (n <= 0) {
-			ret = n < 0 && errno != 0 ? -errno : -EIO;
+			ret = n < 0 ? dbox_corrupt_as_eio((int)n) : -EIO;
 			break;
 		}
 		if ((ret = write_full(out, ex->buf, (size_t)n)) < 0)

@@ -1,0 +1,158 @@
+/*
+ * check-files.c: the plain-file side of dbox_check_store (check.h): every
+ * plain file of the index has its regular file STORE/files/<ino>, every
+ * file there belongs to one; and the copies crash recovery kept in
+ * STORE/lost+found/.
+ */
+#include "engine/check-private.h"
+#include "engine/store-layout.h"
+
+#include "index/index-check.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* What is wrong with files/<name> of a plain file, or NULL. */
+static const char *plain_file_fault(int files_fd, const char *name)
+{
+	struct stat sb;
+
+	if (fstatat(files_fd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? "is missing" : strerror(errno);
+	if (S_ISLNK(sb.st_mode))
+		return "is a symbolic link (never followed)";
+	if (!S_ISREG(sb.st_mode))
+		return "is not a regular file";
+	return NULL;
+}
+
+static int file_ino_cb(void *ctx, uint64_t ino)
+{
+	struct check *c = ctx;
+	char name[24], *path = NULL;
+	const char *what;
+
+	if (c->nfile_inos == c->file_inos_size) {
+		size_t size = c->file_inos_size == 0 ? 64 :
+			c->file_inos_size * 2;
+		uint64_t *v = realloc(c->file_inos, size * sizeof(*v));
+
+		if (v == NULL)
+			return -ENOMEM;
+		c->file_inos = v;
+		c->file_inos_size = size;
+	}
+	c->file_inos[c->nfile_inos++] = ino;
+	snprintf(name, sizeof(name), "%llu", (unsigned long long)ino);
+	if (c->files_fd < 0 || (what = plain_file_fault(c->files_fd,
+							name)) == NULL)
+		return 0;
+	dbox_index_check_path(c->index, ino, &path);
+	check_problem(c, DBOX_CHECK_PLAIN_FILE, &(struct check_at){
+			      .ino = ino },
+		      "plain file %s (inode %llu): %s/%s %s", path != NULL ?
+		      path : "?", (unsigned long long)ino, DBOX_STORE_FILES,
+		      name, what);
+	free(path);
+	return 0;
+}
+
+static bool is_file_ino(const struct check *c, uint64_t ino)
+{
+	size_t lo = 0, hi = c->nfile_inos;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (c->file_inos[mid] == ino)
+			return true;
+		if (c->file_inos[mid] < ino)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+/* files/<name>, which no plain file of the index owns (offline only: a
+   mount may be creating one). */
+static void stray_file(struct check *c, const char *name)
+{
+	unsigned long long ino;
+	struct dbox_attr attr;
+	struct stat sb;
+	char *end;
+
+	errno = 0;
+	ino = strtoull(name, &end, 10);
+	if (*end == '\0' && errno == 0 && name[0] != '0' && is_file_ino(c, ino))
+		return;
+	if (!c->offline)
+		return;
+	if (*end == '\0' && dbox_index_getattr(c->index, ino, &attr) == 0)
+		check_note(c, DBOX_CHECK_PLAIN_FILE, &(struct check_at){
+				   .ino = ino },
+			   "%s/%s belongs to inode %s, which is no plain file "
+			   "(a plain file turned into a message; the next mount "
+			   "removes it)", DBOX_STORE_FILES, name, name);
+	else if (fstatat(c->files_fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+		 S_ISREG(sb.st_mode) && sb.st_size == 0 && *end == '\0')
+		check_note(c, DBOX_CHECK_PLAIN_FILE, NULL, "%s/%s is empty and "
+			   "belongs to no plain file (a create cut by a crash; "
+			   "the next mount removes it)", DBOX_STORE_FILES, name);
+	else
+		check_problem(c, DBOX_CHECK_PLAIN_FILE, NULL, "%s/%s belongs to "
+			      "no plain file of the index", DBOX_STORE_FILES,
+			      name);
+}
+
+int check_plain_files(struct check *c)
+{
+	struct dirent *de;
+	DIR *d;
+	int ret;
+
+	if ((ret = dbox_index_check_files(c->index, file_ino_cb, c)) != 0)
+		return ret;
+	if (c->files_fd < 0 || (d = fdopendir(dup(c->files_fd))) == NULL)
+		return 0;
+	rewinddir(d);
+	while ((de = readdir(d)) != NULL)
+		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+			stray_file(c, de->d_name);
+	closedir(d);
+	return 0;
+}
+
+void check_lost_found(struct check *c)
+{
+	int fd = dbox_store_open_in(c->view->path, DBOX_STORE_LOST_FOUND,
+				    NULL, 0);
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0)
+		return;
+	if ((d = fdopendir(fd)) == NULL) {
+		close(fd);
+		return;
+	}
+	while ((de = readdir(d)) != NULL) {
+		struct stat sb;
+
+		if (de->d_name[0] == '.' ||
+		    fstatat(fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		check_note(c, DBOX_CHECK_LOST_FOUND, NULL, "%s/%s: %llu bytes crash recovery cut off an m.N, "
+			   "kept as a copy; delete it once check finds no "
+			   "problem", DBOX_STORE_LOST_FOUND, de->d_name,
+			   (unsigned long long)sb.st_size);
+	}
+	closedir(d);
+}
