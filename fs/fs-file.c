@@ -123,25 +123,14 @@ static int start_write(struct fs *fs, struct fs_inode *inode,
 	if (copy_bytes > 0 &&
 	    (ret = dbox_store_open_reader(st, &loc, attr.size, &reader)) < 0)
 		goto out;
-	/* In a transaction: a new m.N is entered in the index. */
-	if ((ret = dbox_index_begin(st->index)) < 0)
-		goto out;
 	/* No WRITING row: until the copy is finished the index keeps the
 	   old record.  The copy's in-flight mark goes in with its m.N row:
 	   recovery must know the copy for an unfinished write (and cut it),
 	   not take it for a lost message. */
-	ret = dbox_save_begin_unindexed(st, inode->ino,
+	if ((ret = dbox_save_begin_copy(st, inode->ino,
 					mailbox != NULL ? mailbox : "INBOX",
-					&save);
-	if (ret == 0)
-		ret = dbox_save_note_inflight(save);
-	if ((ret = fs_tx_end(fs, ret, false)) < 0) {
-		/* Rolled back: the mark is not in the index any more. */
-		if (save != NULL)
-			save->inflight = false;
+					&save)) < 0)
 		goto out;
-	}
-	save->inflight_seq = dbox_index_commit_seq(st->index);
 	if (copy_bytes > 0) {
 		fs_busy_begin(fs, inode);
 		while (off < copy_bytes) {
@@ -173,17 +162,11 @@ out:
 }
 
 /* Let go of inode's save; an fsync still using it (between its steps,
-   outside the lock) frees it when done.  Needs the lock. */
+   outside the lock: a reference of its own) frees it when done.  Needs
+   the lock. */
 static void save_drop(struct fs_inode *inode)
 {
-	struct dbox_save *save = inode->save;
-
-	if (save != NULL && save->users > 0) {
-		save->detached = true;
-		inode->save = NULL;
-	} else {
-		dbox_save_free(&inode->save);
-	}
+	dbox_save_free(&inode->save);
 }
 
 /* Make inode->save a save that may be written.  None, or one whose
@@ -196,7 +179,7 @@ static void save_drop(struct fs_inode *inode)
 static int message_writable(struct fs *fs, struct fs_inode *inode,
 			    uint64_t copy_bytes)
 {
-	if (inode->save != NULL && !inode->save->finished)
+	if (inode->save != NULL && !dbox_save_finished(inode->save))
 		return 0;
 	save_drop(inode);
 	return start_write(fs, inode, copy_bytes);
@@ -214,14 +197,15 @@ static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 	struct dbox_msgloc loc;
 	int ret;
 
-	if (inode->save->finished && !sync)
+	if (dbox_save_finished(inode->save) && !sync)
 		return 0;
 	/* A copy's in-flight mark is durable before its bytes are (at
 	   once when an fsync synced it already). */
-	if (sync && inode->save->inflight &&
-	    (ret = dbox_index_sync_upto(index, inode->save->inflight_seq)) < 0)
+	if (sync && dbox_save_inflight_seq(inode->save) != 0 &&
+	    (ret = dbox_index_sync_upto(index,
+			dbox_save_inflight_seq(inode->save))) < 0)
 		return ret;
-	if (!inode->save->sealed) {
+	if (!dbox_save_sealed(inode->save)) {
 		/* The heavy part (V read back, compression), unlocked. */
 		struct dbox_save *save = inode->save;
 		time_t received;
@@ -772,6 +756,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	struct dbox_save *save;
 	struct dbox_attr attr;
 	uint64_t seq, seals, inflight_seq;
+	bool resealed;
 	int fd, ret;
 
 	fs_lock(fs);
@@ -800,7 +785,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		return ret;
 	}
 	ret = dbox_index_getattr(index, inode->ino, &attr);
-	if (ret == 0 && !save->sealed) {
+	if (ret == 0 && !dbox_save_sealed(save)) {
 		/* R as message_finish writes it (the time of a write not
 		   stored yet), taken under the lock. */
 		time_t received = dbox_time_sec(fs_message_mtime(fs, &attr));
@@ -809,16 +794,15 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		ret = dbox_save_seal(save, received);
 		fs_busy_end(fs, inode);
 	}
-	fd = save->mf->fd;
-	seals = save->seals;
+	seals = dbox_save_seals(save);
 	if (ret < 0) {
 		fs_unlock(fs);
 		return ret;
 	}
 	/* A flush may finish the save meanwhile and a write replace it by
 	   a new copy (message_writable): it stays ours until we let go. */
-	save->users++;
-	inflight_seq = save->inflight ? save->inflight_seq : 0;
+	dbox_save_ref(save);
+	inflight_seq = dbox_save_inflight_seq(save);
 	fs_unlock(fs);
 	/* A copy: its in-flight mark durable before its bytes, so that
 	   recovery after a power loss cuts a copy whose commit did not
@@ -826,31 +810,27 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	   at once when synced already). */
 	if (inflight_seq != 0)
 		ret = dbox_index_sync_upto(index, inflight_seq);
-	if (ret == 0 && fdatasync(fd) < 0) {
-		ret = -errno;
-		dbox_error("%s/storage/m.%u: fdatasync: %s", fs->st->path,
-			   save->mf->file_id, strerror(errno));
-	}
+	if (ret == 0)
+		ret = dbox_save_sync(save);
 	fs_lock(fs);
 	/* Before anything else on the inode: a write may be copying into a
 	   new save, or writing this one, unlocked.  The save stays ours
-	   (users) across the wait. */
+	   (our reference) across the wait. */
 	fs_inode_wait_idle(fs, inode->ino);
-	save->users--;
-	if (save->detached) {
+	resealed = !dbox_save_sealed(save) || dbox_save_seals(save) != seals;
+	if (inode->save != save) {
 		/* Finished by a flush, then replaced by a copy: its record is
 		   committed (and copied), and holds every byte written before
 		   this fsync; resealed since, it needs another sync. */
-		if (ret == 0 && save->seals != seals &&
-		    fdatasync(save->mf->fd) < 0)
-			ret = -errno;
-		if (save->users == 0)
-			dbox_save_free(&save);
-	} else if (ret == 0) {
+		if (ret == 0 && dbox_save_seals(save) != seals)
+			ret = dbox_save_sync(save);
+		dbox_save_free(&save);
+	} else {
+		dbox_save_free(&save); /* the inode holds it still */
 		/* Written to (and maybe finished by a flush) since the seal:
 		   those bytes are not synced yet. */
-		ret = message_finish(fs, inode,
-				     !save->sealed || save->seals != seals);
+		if (ret == 0)
+			ret = message_finish(fs, inode, resealed);
 	}
 	seq = dbox_index_commit_seq(index);
 	fs_unlock(fs);
@@ -913,8 +893,9 @@ static int set_received(struct fs *fs, const struct dbox_attr *attr)
 	struct dbox_msgloc loc;
 	int ret;
 
-	if (inode != NULL && inode->save != NULL && !inode->save->finished) {
-		inode->save->sealed = false; /* R is written at the finish */
+	if (inode != NULL && inode->save != NULL &&
+	    !dbox_save_finished(inode->save)) {
+		dbox_save_unseal(inode->save); /* R is written at the finish */
 		return 0;
 	}
 	if (dbox_index_msg_get(fs->st->index, attr->ino, &loc) < 0)

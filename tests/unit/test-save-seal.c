@@ -19,6 +19,7 @@
 #include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,8 @@ static int setup(void **state)
 	tmpdir_make(f->dir, sizeof(f->dir), "test-seal");
 	snprintf(f->store, sizeof(f->store), "%s/store", f->dir);
 	assert_int_equal(dbox_store_open(f->store, &set, &f->st), 0);
+	/* One thread: the store lock is held all along. */
+	dbox_store_mutex_lock(f->st);
 	*state = f;
 	return 0;
 }
@@ -49,6 +52,7 @@ static int teardown(void **state)
 {
 	struct fix *f = *state;
 
+	dbox_store_mutex_unlock(f->st);
 	dbox_store_close(&f->st);
 	rm_rf(f->dir);
 	free(f);
@@ -75,26 +79,30 @@ static struct dbox_save *begin(struct fix *f, const char *name, uint64_t *ino_r)
 static void test_seal_writes_record_not_index(void **state)
 {
 	struct fix *f = *state;
-	struct dbox_msgloc loc;
+	struct dbox_msgloc loc, where;
 	struct dbox_reader *reader = NULL;
 	uint64_t ino, body_size, record_size;
+	int fd;
 	struct dbox_metadata md;
 	char buf[64];
 	struct dbox_save *save = begin(f, "a", &ino);
 
 	assert_int_equal(dbox_save_write(save, "hello\n", 6, 0), 0);
-	assert_false(save->sealed);
+	assert_false(dbox_save_sealed(save));
 	assert_int_equal(dbox_save_seal(save, 1700000000), 0);
-	assert_true(save->sealed);
-	assert_false(save->finished);
-	assert_int_equal(save->seals, 1);
+	assert_true(dbox_save_sealed(save));
+	assert_false(dbox_save_finished(save));
+	assert_int_equal(dbox_save_seals(save), 1);
 	/* The record on disk is whole, with its metadata... */
 	memset(&md, 0, sizeof(md));
-	assert_int_equal(dbox_record_read(save->mf->fd, save->mf->file_id,
-					  save->ap.offset, 6, &body_size, &md,
-					  &record_size), 0);
+	dbox_save_where(save, &where);
+	assert_true((fd = dbox_store_mfile_open(f->st, where.file_id,
+						O_RDONLY)) >= 0);
+	assert_int_equal(dbox_record_read(fd, where.file_id, where.offset, 6,
+					  &body_size, &md, &record_size), 0);
+	close(fd);
 	assert_int_equal(md.received, 1700000000);
-	assert_string_equal(md.guid, save->guid);
+	assert_string_equal(md.guid, where.guid);
 	dbox_metadata_clear(&md);
 	/* ... but the index still says WRITING. */
 	assert_int_equal(dbox_index_msg_get(f->st->index, ino, &loc), 0);
@@ -102,18 +110,18 @@ static void test_seal_writes_record_not_index(void **state)
 
 	/* A reseal with nothing written is no new record. */
 	assert_int_equal(dbox_save_seal(save, 1700000000), 0);
-	assert_int_equal(save->seals, 1);
+	assert_int_equal(dbox_save_seals(save), 1);
 	/* A write undoes the seal; sealing again is counted. */
 	assert_int_equal(dbox_save_write(save, "world\n", 6, 6), 0);
-	assert_false(save->sealed);
+	assert_false(dbox_save_sealed(save));
 	assert_int_equal(dbox_save_seal(save, 1700000000), 0);
-	assert_int_equal(save->seals, 2);
+	assert_int_equal(dbox_save_seals(save), 2);
 
 	/* The finish after a seal commits what was sealed. */
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	assert_int_equal(dbox_save_finish(save, 1700000000, false, &loc), 0);
 	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
-	assert_int_equal(save->seals, 2);
+	assert_int_equal(dbox_save_seals(save), 2);
 	dbox_save_free(&save);
 	assert_int_equal(dbox_index_msg_get(f->st->index, ino, &loc), 0);
 	assert_int_equal(loc.state, DBOX_MSG_COMMITTED);

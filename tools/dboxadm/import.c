@@ -1077,10 +1077,12 @@ static int import_main(int argc, char **argv)
 		close(srcfd);
 		return ADM_EXIT_USAGE;
 	}
+	dbox_store_mutex_lock(imp.st); /* one thread: held all along */
 	if (inside_store(argv[1], argv[0])) {
 		adm_error("%s: is inside the store %s; refusing to import it",
 			  argv[1], argv[0]);
 		close(srcfd);
+		dbox_store_mutex_unlock(imp.st);
 		dbox_store_close(&imp.st);
 		return ADM_EXIT_USAGE;
 	}
@@ -1114,6 +1116,7 @@ static int import_main(int argc, char **argv)
 			imp.messages, imp.files, imp.dirs_made, imp.linked,
 			argv[0]);
 	close(srcfd);
+	dbox_store_mutex_unlock(imp.st);
 	dbox_store_close(&imp.st);
 	import_free(&imp);
 	return ret < 0 || imp.failed > 0 || interrupted ? ADM_EXIT_FAILED :
