@@ -22,7 +22,7 @@
  * engine/store.h, and checked there: fs_lock and fs_unlock take st->lock
  * through dbox_store_mutex_lock/unlock, which record the holder, and
  * fs_busy_begin/end assert the busy rules.  A save's references (an
- * fsync using it between its steps outside the lock, fs-file.c:
+ * fsync using it between its steps outside the lock, fs-write.c:
  * dbox_save_ref) are no lock: nobody waits for them, and an fsync
  * holding one waits for idle like everyone else before it touches the
  * inode again.
@@ -90,6 +90,12 @@ extern const struct fuse_lowlevel_ops fs_ops;
 /* fs-attr.c: fill a struct stat for attr (plain files take size and times
    from their backing file).  Returns 0 or a negative errno. */
 int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf);
+
+/* fs-attr.c: answer an attribute request: the error -ret when ret < 0,
+   else stbuf with the mount's attribute timeout.  Called without the
+   lock. */
+void fs_reply_attr(fuse_req_t req, struct fs *fs, int ret,
+		   const struct stat *stbuf);
 
 /* fs-attr.c: a dbox time (index.h) as a struct timespec, and back
    (clamped to ext4's range as ext4 clamps). */
