@@ -51,8 +51,10 @@ int dbox_store_mfile_open(struct dbox_store *st, uint32_t file_id, int flags)
 {
 	char name[16];
 	bool alt;
-	int dir = dbox_store_mfile_dir(st, file_id, &alt), fd;
+	int dir, fd;
 
+	dbox_store_assert_locked(st);
+	dir = dbox_store_mfile_dir(st, file_id, &alt);
 	if (dir == -ENOENT)
 		dir = st->storage_fd;
 	if (dir < 0)
@@ -71,11 +73,12 @@ int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)
 {
 	char name[16];
 	bool alt = false;
-	/* The one place an m.N is opened for reading: wherever it lives
-	   (the index says; one it does not know is in storage/). */
-	int dir = dbox_store_mfile_dir(st, file_id, &alt), fd;
+	int dir, fd;
 
 	dbox_store_assert_locked(st);
+	/* The one place an m.N is opened for reading: wherever it lives
+	   (the index says; one it does not know is in storage/). */
+	dir = dbox_store_mfile_dir(st, file_id, &alt);
 	if (dir == -ENOENT)
 		dir = st->storage_fd;
 	if (dir < 0)
@@ -100,10 +103,10 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 {
 	struct dbox_metadata md;
 	uint64_t body_size, record_size;
-	int fd = dbox_store_read_fd(st, loc->file_id);
+	int fd;
 
 	dbox_store_assert_locked(st);
-	if (fd < 0)
+	if ((fd = dbox_store_read_fd(st, loc->file_id)) < 0)
 		return fd;
 	/* The reader reads through a descriptor of its own, so a purge may
 	   unlink the m.N and close the store's descriptor under it. */

@@ -51,6 +51,39 @@ static int64_t set_time(const struct timespec *ts, bool now, int64_t now_t)
 	return now ? now_t : fs_ts_time(ts);
 }
 
+/* truncate(2) of the inode attr to size bytes (a plain file's backing
+   file through the handle fi when it has one).  Needs the lock and the
+   inode idle.  Returns 0 or a negative errno. */
+static int set_size(struct fs *fs, const struct dbox_attr *attr,
+		    uint64_t size, struct fuse_file_info *fi)
+{
+	struct fs_inode *inode;
+	int fd, ret = 0;
+
+	if (attr->kind == DBOX_KIND_DIR)
+		return -EISDIR;
+	if (attr->kind == DBOX_KIND_SYMLINK || attr->kind == DBOX_KIND_SPECIAL)
+		return -EINVAL; /* truncate(2) of a non-regular file */
+	if (attr->kind == DBOX_KIND_FILE) {
+		fd = fi != NULL && fs_handle_of(fi)->fd >= 0 ?
+			dup(fs_handle_of(fi)->fd) :
+			fs_open_backing(fs, attr->ino, 0);
+		if (fd < 0)
+			return fd == -1 ? -errno : fd;
+		if (ftruncate(fd, size) < 0)
+			ret = -errno;
+		close(fd);
+		return ret;
+	}
+	if ((inode = fs_inode_add(&fs->inodes, attr->ino)) == NULL)
+		return -ENOMEM;
+	ret = fs_message_truncate(fs, inode, size);
+	/* Unlinked meanwhile (the copy ran unlocked): the unref deletes
+	   it. */
+	fs_inode_unref(fs, attr->ino, 0, false);
+	return ret;
+}
+
 void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 		int to_set, struct fuse_file_info *fi)
 {
@@ -72,30 +105,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	old_mtime = attr.mtime_ns;
 	fs_file_name(name, ino);
 	if (to_set & FUSE_SET_ATTR_SIZE) {
-		if (attr.kind == DBOX_KIND_DIR) {
-			ret = -EISDIR;
-		} else if (attr.kind == DBOX_KIND_SYMLINK ||
-			   attr.kind == DBOX_KIND_SPECIAL) {
-			ret = -EINVAL; /* truncate(2) of a non-regular file */
-		} else if (attr.kind == DBOX_KIND_FILE) {
-			int fd = fi != NULL && fs_handle_of(fi)->fd >= 0 ?
-				dup(fs_handle_of(fi)->fd) : fs_open_backing(fs, ino, 0);
-
-			if (fd < 0)
-				ret = fd;
-			else if (ftruncate(fd, in->st_size) < 0)
-				ret = -errno;
-			if (fd >= 0)
-				close(fd);
-		} else if ((inode = fs_inode_add(&fs->inodes, ino)) == NULL) {
-			ret = -ENOMEM;
-		} else {
-			ret = fs_message_truncate(fs, inode, in->st_size);
-			/* Unlinked meanwhile (the copy ran unlocked): the
-			   unref deletes it. */
-			fs_inode_unref(fs, ino, 0, false);
-		}
-		if (ret < 0)
+		if ((ret = set_size(fs, &attr, in->st_size, fi)) < 0)
 			goto out;
 		/* message_finish stored the size; read it back.  A
 		   truncate changes mtime and ctime, as ext4 does even to
