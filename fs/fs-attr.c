@@ -289,15 +289,6 @@ bool fs_is_message_name(struct fs *fs, uint64_t parent, const char *name)
 	return ret;
 }
 
-void fs_reply_attr(fuse_req_t req, struct fs *fs, int ret,
-		   const struct stat *stbuf)
-{
-	if (ret < 0)
-		fuse_reply_err(req, -ret);
-	else
-		fuse_reply_attr(req, stbuf, fs->opts.attr_timeout);
-}
-
 struct fs_inode *fs_inode_wait_idle(struct fs *fs, uint64_t ino)
 {
 	struct fs_inode *inode;

@@ -1,5 +1,6 @@
 /*
- * fs-setattr.c: the FUSE setattr operation: size (truncate), times,
+ * fs-setattr.c: the FUSE setattr operation (and fs_reply_attr, its
+ * answer, which getattr can share): size (truncate), times,
  * mode and owner, in one index transaction; a message's received date
  * (dbox R) follows its mtime.
  */
@@ -49,6 +50,15 @@ static int set_received(struct fs *fs, const struct dbox_attr *attr)
 static int64_t set_time(const struct timespec *ts, bool now, int64_t now_t)
 {
 	return now ? now_t : fs_ts_time(ts);
+}
+
+void fs_reply_attr(fuse_req_t req, struct fs *fs, int ret,
+		   const struct stat *stbuf)
+{
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_attr(req, stbuf, fs->opts.attr_timeout);
 }
 
 /* truncate(2) of the inode attr to size bytes (a plain file's backing

@@ -91,7 +91,7 @@ extern const struct fuse_lowlevel_ops fs_ops;
    from their backing file).  Returns 0 or a negative errno. */
 int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf);
 
-/* fs-attr.c: answer an attribute request: the error -ret when ret < 0,
+/* fs-setattr.c: answer an attribute request: the error -ret when ret < 0,
    else stbuf with the mount's attribute timeout.  Called without the
    lock. */
 void fs_reply_attr(fuse_req_t req, struct fs *fs, int ret,
