@@ -17,6 +17,9 @@ BUILD   ?= build
 STORAGE_PKGS := zlib liblzma libzstd liblz4
 PKGS    := fuse3 sqlite3 $(STORAGE_PKGS)
 CFLAGS  ?= -O2 -g
+# No build here defines NDEBUG: assert(3) checks (the store lock's holder
+# and the save states, engine/store.h) are on in this, the ASan and the
+# TSan builds.
 override CFLAGS += -std=gnu11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
            $(shell pkg-config --cflags $(PKGS)) -I. -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64
 # libbz2 has no pkg-config file in Debian.

@@ -271,8 +271,10 @@ static void finish_staged_in(struct dbox_store *st, bool alt,
 void dbox_adopt_finish_staged(struct dbox_store *st,
 			      const struct dbox_adopt_ops *ops)
 {
+	dbox_store_mutex_lock(st);
 	finish_staged_in(st, false, ops);
 	finish_staged_in(st, true, ops);
+	dbox_store_mutex_unlock(st);
 }
 
 /* A new, empty m.N: the file the store appends to from now on, so the

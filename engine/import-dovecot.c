@@ -436,6 +436,7 @@ int dbox_adopt_begin(struct dbox_store *st, const struct dbox_adopt_source *src,
 
 	if (adopt == NULL)
 		return -ENOMEM;
+	dbox_store_mutex_lock(st); /* held until dbox_adopt_free */
 	adopt->st = st;
 	adopt->index = st->index;
 	adopt->src = *src;
@@ -482,5 +483,6 @@ void dbox_adopt_free(struct dbox_adopt **adoptp)
 	free(adopt->folders);
 	free(adopt->recs);
 	free(adopt->files);
+	dbox_store_mutex_unlock(adopt->st);
 	free(adopt);
 }

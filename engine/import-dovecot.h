@@ -147,7 +147,8 @@ struct dbox_adopt;
 
 /* Begin adopting src into the store st (opened read-write by the caller,
    who holds the store lock): every record of src's m.N files is read,
-   and an index transaction begins.  Returns 0 and *adopt_r (free with
+   and an index transaction begins.  The adoption holds st->lock from
+   here until dbox_adopt_free (the caller must not hold it).  Returns 0 and *adopt_r (free with
    dbox_adopt_free), or a negative errno (-ENOMEM; an unreadable storage
    directory; the index's). */
 int dbox_adopt_begin(struct dbox_store *st, const struct dbox_adopt_source *src,
@@ -198,7 +199,8 @@ void dbox_adopt_free(struct dbox_adopt **adopt);
 
 /* What an earlier run left in st's storage directories (and the ALT's):
    staged links the index knows get their m.N name (noted
-   DBOX_ADOPT_FINISHED), the others are removed. */
+   DBOX_ADOPT_FINISHED), the others are removed.  Takes st->lock for the
+   call (the caller must not hold it). */
 void dbox_adopt_finish_staged(struct dbox_store *st,
 			      const struct dbox_adopt_ops *ops);
 

@@ -470,7 +470,9 @@ int dbox_import_maildir(struct dbox_store *st, int srcfd, const char *src,
 
 	memset(counts_r, 0, sizeof(*counts_r));
 	imp.buf = malloc(IMPORT_CMP_SIZE);
+	dbox_store_mutex_lock(st);
 	ret = imp.buf == NULL ? -ENOMEM : run_import(&imp, srcfd);
+	dbox_store_mutex_unlock(st);
 	inomap_free(&imp.links);
 	free(imp.touched);
 	free(imp.new_files);

@@ -100,7 +100,8 @@ struct dbox_import_counts {
    holds the store lock).  A store root that holds nothing yet takes the
    source root's mode, owner and times.  keep_owner: keep the source's
    uid/gid (root), else the caller's.  The source must not be inside the
-   store (the caller checks; its directory is skipped if met).  Needs no
+   store (the caller checks; its directory is skipped if met).  Takes
+   st->lock for the run (the caller must not hold it) and needs no
    transaction open.  Returns 0 (also when single items failed: see
    counts), or a negative errno: -EIO after an index failure or a failed
    sync (noted; the last batch rolled back), -ENOMEM, or what reading the

@@ -57,12 +57,12 @@ struct purge {
 
 static void lock(struct purge *p)
 {
-	pthread_mutex_lock(&p->st->lock);
+	dbox_store_mutex_lock(p->st);
 }
 
 static void unlock(struct purge *p)
 {
-	pthread_mutex_unlock(&p->st->lock);
+	dbox_store_mutex_unlock(p->st);
 }
 
 static bool cancelled(const struct purge *p)
@@ -621,6 +621,7 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 	size_t n = 0;
 	int ret = 0, r;
 
+	dbox_store_assert_unlocked(st); /* taken as needed */
 	memset(res_r, 0, sizeof(*res_r));
 	res_r->start_ns = dbox_now_ns();
 	if ((p.buf = malloc(COPY_SIZE)) == NULL)
@@ -709,16 +710,17 @@ int dbox_altmove(struct dbox_store *st, const struct dbox_purge_settings *set,
 					  .cancel = set->cancel };
 	int ret;
 
+	dbox_store_assert_unlocked(st); /* taken as needed */
 	memset(res_r, 0, sizeof(*res_r));
 	if (purge_r != NULL)
 		memset(purge_r, 0, sizeof(*purge_r));
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	ret = st->alt_fd >= 0 ? 0 : -ENOENT;
 	if (ret < 0)
 		dbox_error("%s: no alternate storage to move messages to (%s)",
 			   st->path, st->alt_path == NULL ? "no ALT path set" :
 			   strerror(st->alt_err));
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 	if (ret < 0)
 		return res_r->error = ret;
 	ret = dbox_purge(st, set, res_r);
@@ -736,7 +738,7 @@ int dbox_altmove_progress(struct dbox_store *st, int64_t request_ns,
 	struct dbox_index *index = st->index;
 	int ret;
 
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	if ((ret = dbox_index_begin(index)) == 0) {
 		if ((ret = dbox_index_meta_set(index,
 					       DBOX_META_ALTMOVE_PROGRESS_RECORDS,
@@ -751,7 +753,7 @@ int dbox_altmove_progress(struct dbox_store *st, int64_t request_ns,
 		else
 			dbox_index_rollback(index);
 	}
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 	return ret;
 }
 
@@ -768,7 +770,7 @@ int dbox_altmove_record(struct dbox_store *st, int64_t request_ns,
 	struct dbox_index *index = st->index;
 	int ret;
 
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	if ((ret = dbox_index_begin(index)) == 0) {
 		for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && ret == 0; i++)
 			ret = dbox_index_meta_set(index, kv[i].key, kv[i].value);
@@ -777,7 +779,7 @@ int dbox_altmove_record(struct dbox_store *st, int64_t request_ns,
 		else
 			dbox_index_rollback(index);
 	}
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 	return ret;
 }
 
@@ -845,7 +847,7 @@ int dbox_purge_record(struct dbox_store *st,
 	struct dbox_index *index = st->index;
 	int ret;
 
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	if ((ret = dbox_index_begin(index)) == 0) {
 		if ((ret = record_moved(index, res)) == 0 &&
 		    (ret = meta_add(index, DBOX_META_PURGE_RUNS, 1)) == 0 &&
@@ -862,6 +864,6 @@ int dbox_purge_record(struct dbox_store *st,
 		else
 			dbox_index_rollback(index);
 	}
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 	return ret;
 }

@@ -22,7 +22,9 @@
  * stays in ALT.
  *
  * Concurrency: runs beside a mounted, multithreaded dboxfs.  st->lock is
- * taken for the index work only; bytes are copied without it.  A message
+ * taken for the index work only; bytes are copied without it (lock
+ * order: engine/store.h; the entry points assert the caller does not
+ * hold it).  A message
  * expunged or rewritten while its record was being copied keeps its new
  * state (the copy is garbage); a received date set meanwhile (dbox R
  * rewritten in place) is written into the copy too.  Readers that opened a

@@ -13,10 +13,43 @@
  *   ALT/storage/m.N     m.N files moved to the alternate storage (Dovecot's
  *                       mdbox ALT=; index mfile.alt says which are there)
  *
- * Locking: st->lock serialises the index and the append pool.  Callers
- * take it around every index call and around dbox_save_begin/finish/free;
- * dbox_save_write/truncate and reads of committed data need no lock (the
- * writer owns its m.N tail; committed bytes never change).
+ * Locking: st->lock (the store lock; dbox_store_mutex_lock) serialises
+ * the index and the append pool.  Callers take it around every index call
+ * and around dbox_save_begin/finish/free; dbox_save_write/truncate and
+ * reads of committed data need no lock (the writer owns its m.N tail;
+ * committed bytes never change).  Every entry point that needs it checks
+ * that the calling thread holds it (dbox_store_assert_locked), in every
+ * build without NDEBUG (the default, ASan and TSan builds).
+ *
+ * LOCK ORDER - the one place it is written; other headers point here.
+ * Take a lock on the left before one on its right, never the other way
+ * round:
+ *
+ *   fs_handle.read_lock, fs_dirhandle.lock   (fs/: one open file's
+ *        |                                    reader, one listing)
+ *   inode busy                               (fs/: fs_busy_begin)
+ *        |
+ *   st->lock                                 (this file)
+ *        |
+ *   fs_purge.lock                            (fs/fs-purge.c: the list
+ *        |                                    of files to purge)
+ *   index wal_sync.mutex, ckpt.mutex         (index/wal-sync.c,
+ *                                             index/checkpoint.c)
+ *
+ * - inode busy is a per-inode exclusion, not a mutex: taken under
+ *   st->lock and held without it (a message's bytes are written, copied,
+ *   sealed or read back unlocked).  A thread holds at most one inode busy
+ *   and never waits for an inode to be idle (or for any request) while it
+ *   does, so a busy holder only ever waits for st->lock, which nobody
+ *   waiting for idle holds (dbox_store_mutex_wait drops it).
+ * - A save's references (dbox_save_ref: an fsync using it between its
+ *   steps, outside the lock) are no lock: nobody waits for them.
+ * - purge (engine/purge.h) and the purge thread (fs/fs-purge.c) take
+ *   st->lock for their index work only, never across copying bytes; they
+ *   are entered without it (dbox_store_assert_unlocked).
+ * - The index mutexes are leaves: wal_sync's group commit
+ *   (dbox_index_sync_upto) is waited for WITHOUT st->lock, the
+ *   checkpointer has its own connection; neither takes another lock.
  */
 
 #include "index/index.h"
@@ -25,6 +58,7 @@
 #include "storage/dbox-file.h"
 #include "storage/fd-cache.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -53,6 +87,15 @@ struct dbox_mfile {
 	bool busy;
 };
 
+/* The store lock: a mutex that knows which thread holds it, so the entry
+   points that need it can check (dbox_store_assert_locked).  Taken and
+   dropped only through dbox_store_mutex_lock/unlock/wait. */
+struct dbox_store_mutex {
+	pthread_mutex_t mutex;
+	uintptr_t owner; /* the holder's dbox_store_thread_id(), 0: free
+			    (atomic: read by threads that do not hold it) */
+};
+
 struct dbox_store {
 	char *path;
 	char *index_path;
@@ -61,7 +104,7 @@ struct dbox_store {
 	struct dbox_index *index;
 	uint64_t rotate_size;
 	struct dbox_compress_settings compress;
-	pthread_mutex_t lock;
+	struct dbox_store_mutex lock; /* st->lock: see "Locking" above */
 
 	struct dbox_mfile **append; /* files that may take more messages */
 	size_t append_count;
@@ -77,6 +120,32 @@ struct dbox_store {
 				       the index knows (index older than
 				       storage/) */
 };
+
+/* Take st->lock (the store lock; lock order above), recording the
+   calling thread as its holder.  Never fails (a mutex error aborts). */
+void dbox_store_mutex_lock(struct dbox_store *st);
+
+/* Drop st->lock, held by the calling thread. */
+void dbox_store_mutex_unlock(struct dbox_store *st);
+
+/* pthread_cond_wait(cond) on st->lock: dropped while waiting, held again
+   (by the calling thread) on return.  For the waits of fs/ (an inode
+   becoming idle). */
+void dbox_store_mutex_wait(struct dbox_store *st, pthread_cond_t *cond);
+
+/* Does the calling thread hold st->lock?  For assertions only: another
+   thread's holding is not reported. */
+bool dbox_store_mutex_held(const struct dbox_store *st);
+
+/* Assertions at the entry points: "needs st->lock" (the calling thread
+   holds it) and "takes st->lock itself" (the calling thread must not
+   hold it: it would deadlock).  Active unless NDEBUG is defined (the
+   Makefile never defines it: default, ASan and TSan builds all check);
+   a failure aborts with the function's name (assert(3)).  Add the first
+   as the first line of every new engine function documented "Needs
+   st->lock". */
+#define dbox_store_assert_locked(st) assert(dbox_store_mutex_held(st))
+#define dbox_store_assert_unlocked(st) assert(!dbox_store_mutex_held(st))
 
 
 /* The index meta keys of m.<file_id> for crash recovery: inflight = the
@@ -103,9 +172,15 @@ int dbox_store_note_inflight(struct dbox_store *st, const struct dbox_mfile *mf)
 /* dbox_store_note_inflight for a save's record, forgotten again when the
    save finishes or is freed unfinished (a stale inflight.m.N equal to the
    committed end would make recovery with an older copy of the index cut
-   records appended later).  Returns 0 or a negative errno. */
+   records appended later).  In the caller's transaction; a caller that
+   rolls it back calls dbox_save_inflight_lost.  Needs st->lock.  Returns
+   0 or a negative errno. */
 struct dbox_save;
 int dbox_save_note_inflight(struct dbox_save *save);
+
+/* The transaction that held dbox_save_note_inflight's mark was rolled
+   back: the save is not marked in flight any more.  Needs st->lock. */
+void dbox_save_inflight_lost(struct dbox_save *save);
 
 /* Forget inflight.m.<file_id> (the writer committed or gave its bytes
    back).  Needs st->lock. */
@@ -181,32 +256,13 @@ int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc
 			    time_t received);
 
 /* One message being saved: its record is appended to an m.N that this
-   save owns until dbox_save_free(). */
-struct dbox_save {
-	struct dbox_store *st;
-	struct dbox_mfile *mf;
-	struct dbox_append ap;
-	struct dbox_body body; /* plaintext view of ap's body (compression) */
-	uint64_t ino;
-	char guid[33];
-	char *mailbox;   /* B metadata, owned */
-	uint64_t vsize;  /* V of the last finish */
-	bool finished;   /* the record on disk matches the index */
-	bool sealed;     /* metadata and header written for the body as it
-			    stands (finished implies sealed) */
-	uint64_t seals;  /* times the record was written (dbox_save_seal
-			    callers compare it to see a reseal meanwhile) */
-	bool inflight;   /* inflight.m.N names this record (a copy) */
-	unsigned int users; /* the caller's: threads using the save outside
-			       the store lock (an fsync between its steps) */
-	bool detached;   /* the caller's: no longer its inode's save (a new
-			    copy took over); the last user frees it */
-	uint64_t inflight_seq; /* the caller's: dbox_index_commit_seq of the
-				  commit that marked it in flight (0: none);
-				  synced before its bytes are (a durable
-				  record past the committed end needs a
-				  durable mark to be cut, not kept) */
-};
+   save owns until its last reference is dropped (dbox_save_free).
+   Opaque (engine/save.c); its states: WRITTEN (bytes changed since the
+   last seal), SEALED (metadata and header written for the body as it
+   stands: dbox_save_seal), FINISHED (sealed, and the index names the
+   record: dbox_save_finish).  Finished implies sealed; a write or
+   truncate makes it WRITTEN again. */
+struct dbox_save;
 
 /* Start saving the message of inode ino (saved to folder mailbox, copied)
    into an m.N with room, creating a new one past the rotate size.  Records
@@ -224,6 +280,17 @@ int dbox_save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
    and *save_r, or a negative errno. */
 int dbox_save_begin_unindexed(struct dbox_store *st, uint64_t ino,
 			      const char *mailbox, struct dbox_save **save_r);
+
+/* Start a copy of the message or plain file ino (saved to folder
+   mailbox) in a transaction of its own, committed (not synced) before
+   its first byte: dbox_save_begin_unindexed and its in-flight mark
+   (dbox_save_note_inflight), so that recovery cuts the copy if it is
+   never finished instead of keeping it as a message the index lost.  The
+   commit's number is kept for dbox_save_inflight_seq.  Needs st->lock
+   and no open transaction.  Returns 0 and *save_r, or a negative errno
+   (everything rolled back). */
+int dbox_save_begin_copy(struct dbox_store *st, uint64_t ino,
+			 const char *mailbox, struct dbox_save **save_r);
 
 /* Write plaintext bytes [off, off+len) of the message (compressed as
    the store's settings say; storage/dbox-body.h).  No lock needed beyond
@@ -245,6 +312,47 @@ ssize_t dbox_save_read(struct dbox_save *save, void *buf, size_t len,
 
 /* Current message (plaintext) size in bytes. */
 uint64_t dbox_save_size(const struct dbox_save *save);
+
+/* The save's state (see struct dbox_save): finished (the index names
+   its record as it stands), sealed (its metadata and header are written
+   for the body as it stands), and how many times it was sealed (a caller
+   that synced the bytes of one seal compares it to see a reseal since).
+   Read under the exclusion of dbox_save_write (in fs/: st->lock with the
+   inode idle). */
+bool dbox_save_finished(const struct dbox_save *save);
+bool dbox_save_sealed(const struct dbox_save *save);
+uint64_t dbox_save_seals(const struct dbox_save *save);
+
+/* Forget the seal: the metadata must be written again at the next seal
+   or finish (the received date changed).  A finished save stays
+   finished (its record is what the index names); the caller makes a new
+   save for it.  Same exclusion as dbox_save_write. */
+void dbox_save_unseal(struct dbox_save *save);
+
+/* The commit sequence number (index/wal-sync.h) of the commit that
+   marked the save in flight (dbox_save_begin_copy), while the mark is
+   still there, else 0: a caller syncing the save's bytes syncs the index
+   up to it first (dbox_index_sync_upto), so that a durable record past
+   the committed end always has a durable mark and is cut by recovery,
+   not kept.  Needs st->lock. */
+uint64_t dbox_save_inflight_seq(const struct dbox_save *save);
+
+/* fdatasync() the m.N the save appends to.  Reads only the save's m.N
+   descriptor, which stays open while the caller holds a reference, so it
+   needs no lock and may run beside a writer of the save.  Returns 0 or a
+   negative errno (logged with the file). */
+int dbox_save_sync(struct dbox_save *save);
+
+/* Where the save's record is: *loc_r gets its m.N, offset and GUID,
+   with the sizes and V of its last seal, and the state WRITING until it
+   is finished (then COMMITTED: what the index names).  Same exclusion
+   as dbox_save_write. */
+void dbox_save_where(const struct dbox_save *save, struct dbox_msgloc *loc_r);
+
+/* Take another reference to the save (a thread using it outside
+   st->lock, between the steps of an fsync): dbox_save_free drops one,
+   and only the last one frees it.  Needs st->lock. */
+void dbox_save_ref(struct dbox_save *save);
 
 /* Finish the record (metadata with GUID, received = received_sec, V, B,
    and Z for a compressed body), and record it COMMITTED in the index with its sizes, inside the caller's
@@ -268,8 +376,9 @@ int dbox_save_seal(struct dbox_save *save, time_t received_sec);
    stored; fs/ never writes a finished record again (it makes a copy). */
 int dbox_save_reopen(struct dbox_save *save);
 
-/* Release the m.N.  A save that never finished is cut off the file (its
-   index row is the caller's to delete).  Needs st->lock.  *save = NULL. */
+/* Drop a reference (*save = NULL; safe on NULL).  The last one releases
+   the m.N: a save that never finished is cut off the file (its index row
+   is the caller's to delete).  Needs st->lock. */
 void dbox_save_free(struct dbox_save **save);
 
 /* Read plaintext of a committed message: a thin wrapper that opens a

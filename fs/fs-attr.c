@@ -295,7 +295,7 @@ struct fs_inode *fs_inode_wait_idle(struct fs *fs, uint64_t ino)
 	struct fs_inode *inode;
 
 	while ((inode = fs_inode_get(&fs->inodes, ino)) != NULL && inode->busy)
-		pthread_cond_wait(&fs->idle, &fs->st->lock);
+		dbox_store_mutex_wait(fs->st, &fs->idle);
 	return inode;
 }
 
@@ -357,22 +357,12 @@ int fs_file_copy_out(struct fs *fs, uint64_t ino, uint64_t parent,
 	*save_r = NULL;
 	if ((fd = open_file_ro(fs, ino, &backing)) < 0)
 		return fd;
+	/* No WRITING row names the copy: its in-flight mark is committed
+	   before its first byte, so recovery cuts it, not keeps it as a
+	   message the index lost. */
 	if ((ret = maildir_mailbox_name(st->index, parent, &mailbox)) < 0 ||
-	    (ret = dbox_index_begin(st->index)) < 0)
+	    (ret = dbox_save_begin_copy(st, ino, mailbox, &save)) < 0)
 		goto out;
-	/* In a transaction: a new m.N is entered in the index, and the
-	   copy's in-flight mark (no WRITING row names it: recovery must cut
-	   it, not keep it as a message the index lost) before its first
-	   byte. */
-	ret = dbox_save_begin_unindexed(st, ino, mailbox, &save);
-	if (ret == 0)
-		ret = dbox_save_note_inflight(save);
-	if ((ret = fs_tx_end(fs, ret, false)) < 0) {
-		if (save != NULL)
-			save->inflight = false; /* rolled back */
-		goto out;
-	}
-	save->inflight_seq = dbox_index_commit_seq(st->index);
 	if ((inode = fs_inode_add(&fs->inodes, ino)) == NULL) {
 		ret = -ENOMEM;
 		goto out;

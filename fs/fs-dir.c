@@ -22,12 +22,12 @@ static struct fs *req_fs(fuse_req_t req)
 
 void fs_lock(struct fs *fs)
 {
-	pthread_mutex_lock(&fs->st->lock);
+	dbox_store_mutex_lock(fs->st);
 }
 
 void fs_unlock(struct fs *fs)
 {
-	pthread_mutex_unlock(&fs->st->lock);
+	dbox_store_mutex_unlock(fs->st);
 }
 
 int fs_tx_end(struct fs *fs, int ret, bool durable)

@@ -1,27 +1,17 @@
 /*
- * fs-file.c: FUSE operations on open files: create, mknod, open, read,
- * write, flush, release, fsync, setattr.
+ * fs-file.c: FUSE operations on open files, the opening side: create,
+ * mknod, open, read, fallocate, and init (the capabilities wanted).
+ * Writing a message (write, truncate, flush, release, fsync) is
+ * fs-write.c; setattr fs-setattr.c.
  *
- * A message is written straight into an m.N record owned by its inode's
- * save (inode->save, shared by every handle open for writing).  The record
- * is finished - metadata written, index row COMMITTED - at flush (close)
- * and fsync.  A finished record is never written again: a write,
- * truncate or O_TRUNC open of a committed message - also one whose save
- * finished a moment ago at an fsync or a close - starts a new save with a
- * copy of its bytes (copy-on-write).  The index keeps naming the old
- * record until the copy is finished, so a crash in between leaves the
- * version the last close or fsync acknowledged; the old record becomes
- * garbage for purge then.
- *
- * Plain files are pread/pwrite on STORE/files/<ino>.
+ * Plain files are pread/pwrite on STORE/files/<ino>; a message is read
+ * through a reader of its committed record, or from its save while it is
+ * being written.
  */
 #include "engine/maildir.h"
-#include "fs.h"
-#include "fs-purge.h"
+#include "fs-file.h"
 
 #include "storage/dbox-read.h"
-#include "index/reserve.h"
-#include "index/wal-sync.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -30,16 +20,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static struct fs *req_fs(fuse_req_t req)
-{
-	return fuse_req_userdata(req);
-}
-
-static struct fs_handle *handle_of(struct fuse_file_info *fi)
-{
-	return (struct fs_handle *)(uintptr_t)fi->fh;
-}
 
 static struct fs_handle *handle_new(enum dbox_kind kind, struct fs_inode *inode)
 {
@@ -55,7 +35,7 @@ static struct fs_handle *handle_new(enum dbox_kind kind, struct fs_inode *inode)
 	return h;
 }
 
-static void handle_free(struct fs_handle *h)
+void fs_handle_free(struct fs_handle *h)
 {
 	if (h->fd >= 0)
 		close(h->fd);
@@ -64,7 +44,7 @@ static void handle_free(struct fs_handle *h)
 	free(h);
 }
 
-static int open_backing(struct fs *fs, uint64_t ino, int flags)
+int fs_open_backing(struct fs *fs, uint64_t ino, int flags)
 {
 	char name[24];
 	int fd;
@@ -90,179 +70,28 @@ static int open_backing(struct fs *fs, uint64_t ino, int flags)
 	return fd;
 }
 
-/* Start writing ino's message: a new save (inode->save), holding a copy
-   of the first copy_bytes bytes of the committed message.  The index
-   keeps the committed record until the save's first finish: a crash
-   before leaves the message as it was (recovery cuts the unfinished
-   copy), instead of dropping it with all its names.  The copy's m.N row
-   and its in-flight mark (inflight.m.N) are committed before its first
-   byte; the copy itself runs without the lock, the inode busy meanwhile
-   (inode->save is NULL until it is done): called and returns with the
-   lock held, the inode idle. */
-static int start_write(struct fs *fs, struct fs_inode *inode,
-		       uint64_t copy_bytes)
+/* Begin a transaction and create name in directory parent: an inode of
+   kind with mode's type bits and its permission bits less the caller's
+   umask, owned by the caller (the group and S_ISGID by the parent's rule:
+   fs_new_owner).  On success the transaction stays open for the caller
+   to end (fs_tx_end); a failure rolls it back.  Needs the lock.  Returns
+   0 or a negative errno. */
+static int create_inode(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
+			const char *name, enum dbox_kind kind, mode_t mode,
+			struct dbox_attr *attr_r)
 {
-	struct dbox_store *st = fs->st;
-	struct dbox_reader *reader = NULL;
-	struct dbox_save *save = NULL;
-	struct dbox_msgloc loc;
-	struct dbox_attr attr;
-	uint64_t parent, off = 0;
-	char *mailbox = NULL;
-	char buf[65536];
-	int ret;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	uint32_t imode = (mode & S_IFMT) | (mode & ~ctx->umask & 07777), gid;
+	int ret = dbox_index_begin(fs->st->index);
 
-	if ((ret = dbox_index_getattr(st->index, inode->ino, &attr)) < 0 ||
-	    (ret = dbox_index_msg_get(st->index, inode->ino, &loc)) < 0)
+	if (ret < 0)
 		return ret;
-	if (dbox_index_parent(st->index, inode->ino, &parent) < 0 ||
-	    maildir_mailbox_name(st->index, parent, &mailbox) < 0)
-		mailbox = NULL;
-	if (copy_bytes > attr.size)
-		copy_bytes = attr.size;
-	if (copy_bytes > 0 &&
-	    (ret = dbox_store_open_reader(st, &loc, attr.size, &reader)) < 0)
-		goto out;
-	/* In a transaction: a new m.N is entered in the index. */
-	if ((ret = dbox_index_begin(st->index)) < 0)
-		goto out;
-	/* No WRITING row: until the copy is finished the index keeps the
-	   old record.  The copy's in-flight mark goes in with its m.N row:
-	   recovery must know the copy for an unfinished write (and cut it),
-	   not take it for a lost message. */
-	ret = dbox_save_begin_unindexed(st, inode->ino,
-					mailbox != NULL ? mailbox : "INBOX",
-					&save);
+	ret = fs_new_owner(fs, ctx, parent, &imode, &gid);
 	if (ret == 0)
-		ret = dbox_save_note_inflight(save);
-	if ((ret = fs_tx_end(fs, ret, false)) < 0) {
-		/* Rolled back: the mark is not in the index any more. */
-		if (save != NULL)
-			save->inflight = false;
-		goto out;
-	}
-	save->inflight_seq = dbox_index_commit_seq(st->index);
-	if (copy_bytes > 0) {
-		fs_busy_begin(fs, inode);
-		while (off < copy_bytes) {
-			size_t want = copy_bytes - off < sizeof(buf) ?
-				copy_bytes - off : sizeof(buf);
-			ssize_t n = dbox_reader_pread(reader, buf, want, off);
-
-			if (n <= 0) {
-				ret = n < 0 ? dbox_corrupt_as_eio((int)n) : -EIO;
-				break;
-			}
-			if ((ret = dbox_save_write(save, buf, n, off)) < 0)
-				break;
-			off += n;
-		}
-		fs_busy_end(fs, inode);
-	}
-	if (ret == 0) {
-		inode->save = save;
-		save = NULL;
-		__atomic_add_fetch(&inode->gen, 1, __ATOMIC_RELEASE);
-		fs_purge_note(fs, loc.file_id); /* the old record is garbage */
-	}
-out:
-	dbox_save_free(&save);
-	dbox_reader_free(&reader);
-	free(mailbox);
-	return ret;
-}
-
-/* Let go of inode's save; an fsync still using it (between its steps,
-   outside the lock) frees it when done.  Needs the lock. */
-static void save_drop(struct fs_inode *inode)
-{
-	struct dbox_save *save = inode->save;
-
-	if (save != NULL && save->users > 0) {
-		save->detached = true;
-		inode->save = NULL;
-	} else {
-		dbox_save_free(&inode->save);
-	}
-}
-
-/* Make inode->save a save that may be written.  None, or one whose
-   record is finished (committed at a close or fsync: a version a client
-   was told is stored), gives way to a new save holding a copy of the
-   first copy_bytes bytes of the committed message: the finished record
-   stays what the index names until the copy is finished in its turn.
-   Needs the lock and the inode idle; the copy runs unlocked with the
-   inode busy (start_write), and it is idle again on return. */
-static int message_writable(struct fs *fs, struct fs_inode *inode,
-			    uint64_t copy_bytes)
-{
-	if (inode->save != NULL && !inode->save->finished)
-		return 0;
-	save_drop(inode);
-	return start_write(fs, inode, copy_bytes);
-}
-
-/* Finish the message being written: record on disk, index COMMITTED with
-   its size.  sync: data and index on disk before returning.  Opens and
-   commits its own transaction.  The record is sealed without the lock
-   (the inode busy meanwhile): called and returns with the lock held, the
-   inode idle (fs_inode_wait_idle). */
-static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
-{
-	struct dbox_index *index = fs->st->index;
-	struct dbox_attr attr;
-	struct dbox_msgloc loc;
-	int ret;
-
-	if (inode->save->finished && !sync)
-		return 0;
-	/* A copy's in-flight mark is durable before its bytes are (at
-	   once when an fsync synced it already). */
-	if (sync && inode->save->inflight &&
-	    (ret = dbox_index_sync_upto(index, inode->save->inflight_seq)) < 0)
-		return ret;
-	if (!inode->save->sealed) {
-		/* The heavy part (V read back, compression), unlocked. */
-		struct dbox_save *save = inode->save;
-		time_t received;
-
-		if ((ret = dbox_index_getattr(index, inode->ino, &attr)) < 0)
-			return ret;
-		/* R as the finish below would write it (h4's dbox time of
-		   the last write, not yet stored); the finish keeps it. */
-		received = dbox_time_sec(fs_message_mtime(fs, &attr));
-		fs_busy_begin(fs, inode);
-		ret = dbox_save_seal(save, received);
-		fs_busy_end(fs, inode);
-		if (ret < 0)
-			return ret;
-	}
-	if ((ret = dbox_index_begin(index)) < 0)
-		return ret;
-	ret = dbox_index_getattr(index, inode->ino, &attr);
-	if (ret == 0)
-		ret = dbox_save_finish(inode->save,
-				       dbox_time_sec(fs_message_mtime(fs, &attr)),
-				       sync, &loc);
-	if (ret == 0 && (attr.size != dbox_save_size(inode->save) ||
-			 inode->written)) {
-		attr.size = dbox_save_size(inode->save);
-		if (inode->written)
-			attr.mtime_ns = attr.ctime_ns = inode->wtime;
-		ret = dbox_index_setattr(index, &attr);
-	}
-	ret = fs_tx_end(fs, ret, sync);
-	if (ret == 0)
-		inode->written = false;
-	return ret;
-}
-
-/* A client wrote to (or truncated) message inode: its mtime and ctime
-   are now, as on ext4; stored when the record is finished. */
-static void message_written(struct fs_inode *inode)
-{
-	inode->wtime = dbox_now_ns();
-	inode->written = true;
+		ret = dbox_index_create(fs->st->index, parent, name,
+					strlen(name), kind, imode, ctx->uid,
+					gid, dbox_now_ns(), attr_r);
+	return ret < 0 ? fs_tx_end(fs, ret, false) : 0;
 }
 
 /* Create a regular file: a message in cur/new/tmp, else a plain file. */
@@ -270,27 +99,19 @@ static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 		       const char *name, mode_t mode, bool open,
 		       struct dbox_attr *attr_r, struct fs_handle **h_r)
 {
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct dbox_store *st = fs->st;
 	struct fs_inode *inode;
 	struct dbox_msgloc loc;
 	char *mailbox = NULL;
-	uint32_t imode = S_IFREG | (mode & ~ctx->umask & 07777), gid;
 	enum dbox_kind kind;
 	int fd = -1, ret;
 
 	*h_r = NULL;
-	if ((ret = dbox_index_begin(st->index)) < 0)
-		return ret;
 	kind = fs_is_message_name(fs, parent, name) ? DBOX_KIND_MESSAGE :
 		DBOX_KIND_FILE;
-	ret = fs_new_owner(fs, ctx, parent, &imode, &gid);
-	if (ret == 0)
-		ret = dbox_index_create(st->index, parent, name, strlen(name),
-					kind, imode, ctx->uid, gid,
-					dbox_now_ns(), attr_r);
-	if (ret < 0)
-		return fs_tx_end(fs, ret, false);
+	if ((ret = create_inode(fs, req, parent, name, kind, S_IFREG | mode,
+				attr_r)) < 0)
+		return ret;
 	if ((inode = fs_inode_add(&fs->inodes, attr_r->ino)) == NULL) {
 		ret = -ENOMEM;
 	} else if (kind == DBOX_KIND_MESSAGE) {
@@ -305,7 +126,7 @@ static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 			dbox_save_free(&inode->save);
 		}
 	} else {
-		fd = ret = open_backing(fs, attr_r->ino, O_CREAT | O_EXCL);
+		fd = ret = fs_open_backing(fs, attr_r->ino, O_CREAT | O_EXCL);
 	}
 	if (ret >= 0 && open) {
 		*h_r = handle_new(kind, inode);
@@ -325,7 +146,7 @@ static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 	ret = fs_tx_end(fs, ret < 0 ? ret : 0, false);
 	if (ret < 0 && inode != NULL) {
 		if (*h_r != NULL) {
-			handle_free(*h_r);
+			fs_handle_free(*h_r);
 			*h_r = NULL;
 			inode->nopen--;
 		}
@@ -336,20 +157,59 @@ static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 	return ret;
 }
 
+/* A fifo, socket (bind() of a unix socket), character or block device:
+   an inode with mode and rdev only, anywhere (in cur/new/tmp too, where
+   it is not a message); the kernel serves its I/O and never sends an
+   OPEN for it.  CAP_MKNOD for devices is checked by the kernel. */
+static int create_special(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
+			  const char *name, mode_t mode, dev_t rdev,
+			  struct dbox_attr *attr_r)
+{
+	int ret = create_inode(fs, req, parent, name, DBOX_KIND_SPECIAL, mode,
+			       attr_r);
+
+	if (ret < 0)
+		return ret;
+	if (S_ISCHR(mode) || S_ISBLK(mode)) {
+		attr_r->rdev = rdev;
+		ret = dbox_index_setattr(fs->st->index, attr_r);
+	}
+	return fs_tx_end(fs, ret, false);
+}
+
+/* Create name in parent under the lock: a regular file (create_file,
+   opened when open) or a fifo, socket or device (create_special), and
+   its entry for the reply in *e.  Returns 0 or a negative errno. */
+static int make_node(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
+		     const char *name, mode_t mode, dev_t rdev, bool open,
+		     struct fuse_entry_param *e, struct fs_handle **h_r)
+{
+	struct dbox_attr attr;
+	int ret;
+
+	*h_r = NULL;
+	fs_lock(fs);
+	if (S_ISREG(mode))
+		ret = create_file(fs, req, parent, name, mode, open, &attr, h_r);
+	else if (S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode) ||
+		 S_ISBLK(mode))
+		ret = create_special(fs, req, parent, name, mode, rdev, &attr);
+	else
+		ret = -EINVAL; /* mknod(2)'s answer to an unknown type */
+	if (ret == 0)
+		ret = fs_entry(fs, &attr, e);
+	fs_unlock(fs);
+	return ret;
+}
+
 void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	       mode_t mode, struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
 	struct fuse_entry_param e;
-	struct dbox_attr attr;
 	struct fs_handle *h;
-	int ret;
+	int ret = make_node(fs_from_req(req), req, parent, name,
+			    S_IFREG | (mode & ~S_IFMT), 0, true, &e, &h);
 
-	fs_lock(fs);
-	ret = create_file(fs, req, parent, name, mode, true, &attr, &h);
-	if (ret == 0)
-		ret = fs_entry(fs, &attr, &e);
-	fs_unlock(fs);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -360,61 +220,19 @@ void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fuse_reply_create(req, &e, fi);
 }
 
-/* A fifo, socket (bind() of a unix socket), character or block device:
-   an inode with mode and rdev only, anywhere (in cur/new/tmp too, where
-   it is not a message); the kernel serves its I/O and never sends an
-   OPEN for it.  CAP_MKNOD for devices is checked by the kernel. */
-static int create_special(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
-			  const char *name, mode_t mode, dev_t rdev,
-			  struct dbox_attr *attr_r)
-{
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	struct dbox_index *index = fs->st->index;
-	uint32_t imode = (mode & S_IFMT) | (mode & ~ctx->umask & 07777), gid;
-	int ret;
-
-	if ((ret = dbox_index_begin(index)) < 0)
-		return ret;
-	ret = fs_new_owner(fs, ctx, parent, &imode, &gid);
-	if (ret == 0)
-		ret = dbox_index_create(index, parent, name, strlen(name),
-					DBOX_KIND_SPECIAL, imode, ctx->uid,
-					gid, dbox_now_ns(), attr_r);
-	if (ret == 0 && (S_ISCHR(mode) || S_ISBLK(mode))) {
-		attr_r->rdev = rdev;
-		ret = dbox_index_setattr(index, attr_r);
-	}
-	return fs_tx_end(fs, ret, false);
-}
-
 void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 	      mode_t mode, dev_t rdev)
 {
-	struct fs *fs = req_fs(req);
 	struct fuse_entry_param e;
-	struct dbox_attr attr;
 	struct fs_handle *h;
-	int ret;
+	int ret = make_node(fs_from_req(req), req, parent, name, mode, rdev,
+			    false, &e, &h);
 
-	fs_lock(fs);
-	if (S_ISREG(mode))
-		ret = create_file(fs, req, parent, name, mode, false, &attr, &h);
-	else if (S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode) ||
-		 S_ISBLK(mode))
-		ret = create_special(fs, req, parent, name, mode, rdev, &attr);
-	else
-		ret = -EINVAL; /* mknod(2)'s answer to an unknown type */
-	if (ret == 0)
-		ret = fs_entry(fs, &attr, &e);
-	fs_unlock(fs);
 	if (ret < 0)
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_entry(req, &e);
 }
-
-static int message_truncate(struct fs *fs, struct fs_inode *inode,
-			    uint64_t size);
 
 static int open_message(struct fs *fs, struct fs_inode *inode, int flags,
 			struct fs_handle *h)
@@ -424,19 +242,19 @@ static int open_message(struct fs *fs, struct fs_inode *inode, int flags,
 	if ((flags & O_TRUNC) && (flags & O_ACCMODE) == O_RDONLY) {
 		/* Linux truncates at O_TRUNC whatever the access mode (ext4
 		   does for O_RDONLY too): complete now, as a truncate(). */
-		if ((ret = message_truncate(fs, inode, 0)) < 0)
+		if ((ret = fs_message_truncate(fs, inode, 0)) < 0)
 			return ret;
 	}
 	if ((flags & O_ACCMODE) != O_RDONLY) {
 		/* The copy (copy-on-write) is made at the first write, so an
 		   open for writing that writes nothing costs nothing. */
 		if (flags & O_TRUNC) {
-			ret = message_writable(fs, inode, 0);
+			ret = fs_message_writable(fs, inode, 0);
 			if (ret == 0)
 				ret = dbox_save_truncate(inode->save, 0);
 			if (ret < 0)
 				return ret;
-			message_written(inode);
+			fs_message_written(inode);
 		}
 		h->writer = true;
 		inode->nwriters++;
@@ -450,7 +268,7 @@ static int open_message(struct fs *fs, struct fs_inode *inode, int flags,
 
 void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
+	struct fs *fs = fs_from_req(req);
 	struct fs_inode *inode;
 	struct dbox_attr attr;
 	struct fs_handle *h = NULL;
@@ -500,7 +318,7 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			/* The backing file's atime is the file's: reads
 			   move it by the backing mount's rule, or not at
 			   all with -o noatime or O_NOATIME. */
-			h->fd = ret = open_backing(fs, ino,
+			h->fd = ret = fs_open_backing(fs, ino,
 						   fs->opts.noatime ||
 						   (fi->flags & O_NOATIME) ?
 						   O_NOATIME : 0);
@@ -515,7 +333,7 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			ret = ret < 0 ? ret : 0;
 		}
 		if (ret < 0) {
-			handle_free(h);
+			fs_handle_free(h);
 			fs_inode_unref(fs, ino, 0, true);
 		}
 	}
@@ -535,8 +353,8 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	     struct fuse_file_info *fi)
 {
-	struct fs *fs = req_fs(req);
-	struct fs_handle *h = handle_of(fi);
+	struct fs *fs = fs_from_req(req);
+	struct fs_handle *h = fs_handle_of(fi);
 	char *buf = malloc(size);
 	bool opened = false;
 	ssize_t n;
@@ -610,455 +428,6 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	free(buf);
 }
 
-void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
-	      off_t off, struct fuse_file_info *fi)
-{
-	struct fs *fs = req_fs(req);
-	struct fs_handle *h = handle_of(fi);
-	struct fs_inode *inode = h->inode;
-	ssize_t ret;
-
-	if (h->kind == DBOX_KIND_FILE) {
-		/* Plain files are data too: the index reserve is not theirs. */
-		ret = dbox_index_reserve_check(fs->st->index);
-		if (ret == 0 && (ret = pwrite(h->fd, buf, size, off)) < 0)
-			ret = -errno;
-	} else if (!h->writer) {
-		ret = -EBADF;
-	} else {
-		fs_lock(fs);
-		fs_inode_wait_idle(fs, inode->ino);
-		/* The first write to a committed message, or the first after
-		   a flush or fsync committed it: a new copy (made unlocked,
-		   the inode busy). */
-		ret = message_writable(fs, inode, UINT64_MAX);
-		if (ret == 0) {
-			/* The bytes go in without the lock: a write may
-			   also turn a compressed body plain (all of it). */
-			struct dbox_save *save = inode->save;
-
-			fs_busy_begin(fs, inode);
-			ret = dbox_save_write(save, buf, size, off);
-			fs_busy_end(fs, inode);
-		}
-		if (ret >= 0)
-			message_written(inode);
-		fs_unlock(fs);
-	}
-	if (ret < 0)
-		fuse_reply_err(req, -ret);
-	else
-		fuse_reply_write(req, size);
-}
-
-void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	struct fs *fs = req_fs(req);
-	struct fs_handle *h = handle_of(fi);
-	int ret = 0;
-
-	if (h->writer) {
-		/* close(): the message is complete as it stands; errors
-		   (ENOSPC) reach the client here, not at release. */
-		fs_lock(fs);
-		fs_inode_wait_idle(fs, ino);
-		if (h->inode->save != NULL)
-			ret = message_finish(fs, h->inode, false);
-		fs_unlock(fs);
-	}
-	fuse_reply_err(req, -ret);
-}
-
-/* Is ino a plain file with one name, a message name: parent gets its
-   directory.  Needs the lock. */
-static bool file_wants_message(struct fs *fs, uint64_t ino, uint64_t *parent_r)
-{
-	struct dbox_index *index = fs->st->index;
-	struct dbox_attr attr;
-	char *name = NULL;
-	bool ret;
-
-	if (dbox_index_getattr(index, ino, &attr) < 0 ||
-	    attr.kind != DBOX_KIND_FILE || attr.nlink != 1 ||
-	    dbox_index_entry_of(index, ino, parent_r, &name) < 0)
-		return false;
-	ret = fs_is_message_name(fs, *parent_r, name);
-	free(name);
-	return ret;
-}
-
-/* A plain file renamed to a message name while open (rename converts only
-   closed files) becomes a message at its last close, as rename would have
-   made it.  Its bytes are copied without the lock (fs_file_copy_out);
-   called and returns with the lock held.  Returns true when it did: the
-   caller then removes the backing file, after unlocking (freeing a big
-   file's blocks takes a while). */
-static bool file_closed(struct fs *fs, uint64_t ino)
-{
-	struct dbox_index *index = fs->st->index;
-	struct dbox_save *copied = NULL;
-	uint64_t parent, parent_now;
-	char file[24];
-	int ret;
-
-	if (!file_wants_message(fs, ino, &parent))
-		return false;
-	ret = fs_file_copy_out(fs, ino, parent, &copied);
-	/* Renamed or linked while it was copied (the lock was free): no
-	   message any more, or one of another folder (its B metadata
-	   differs: copied again, under the lock, in this rare case). */
-	if (ret == 0 && !file_wants_message(fs, ino, &parent_now))
-		ret = -EAGAIN;
-	if (ret == 0 && parent_now != parent)
-		dbox_save_free(&copied);
-	if (ret == 0 && (ret = dbox_index_begin(index)) == 0)
-		ret = fs_tx_end(fs, fs_file_to_message(fs, ino, parent_now,
-						      copied), false);
-	dbox_save_free(&copied);
-	fs_file_name(file, ino);
-	if (ret < 0 && ret != -EAGAIN)
-		dbox_error("%s/files/%s: not turned into a message: %s",
-			   fs->st->path, file, strerror(-ret));
-	return ret == 0;
-}
-
-void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	struct fs *fs = req_fs(req);
-	struct fs_handle *h = handle_of(fi);
-	struct fs_inode *inode = h->inode;
-	bool converted = false;
-
-	fs_lock(fs);
-	fs_inode_wait_idle(fs, ino);
-	if (h->kind == DBOX_KIND_FILE && inode->nopen == 1)
-		converted = file_closed(fs, ino);
-	if (h->writer && --inode->nwriters == 0 && inode->save != NULL) {
-		bool discard = inode->unlinked && inode->nopen == 1 &&
-			inode->nlookup == 0;
-
-		/* An unlinked message nobody can see any more is dropped
-		   unfinished, giving its bytes back; others are finished. */
-		if (!discard && message_finish(fs, inode, false) < 0)
-			dbox_error("%s: message inode %llu could not be "
-				   "finished at close", fs->st->path,
-				   (unsigned long long)ino);
-		save_drop(inode);
-	}
-	handle_free(h);
-	fs_inode_unref(fs, ino, 0, true);
-	fs_unlock(fs);
-	if (converted) {
-		char file[24];
-
-		fs_file_name(file, ino);
-		unlinkat(fs->st->files_fd, file, 0);
-	}
-	fuse_reply_err(req, 0);
-}
-
-/* fsync of a message.  Its m.N bytes are fdatasync()ed and its index
-   row committed and synced before the reply, in that order (a durable
-   index row never points at bytes that are not), but without holding the
-   store lock across either sync: the record is sealed under the lock, its
-   bytes synced outside it, the row committed under it, and the WAL synced
-   by group commit with every other fsync in flight (wal-sync.h).  Only a
-   writer's handle keeps the save alive outside the lock; other cases, and
-   a write that lands between the steps, sync under the lock. */
-static int message_fsync(struct fs *fs, struct fs_handle *h)
-{
-	struct dbox_index *index = fs->st->index;
-	struct fs_inode *inode = h->inode;
-	struct dbox_save *save;
-	struct dbox_attr attr;
-	uint64_t seq, seals, inflight_seq;
-	int fd, ret;
-
-	fs_lock(fs);
-	fs_inode_wait_idle(fs, inode->ino);
-	save = inode->save;
-	if (save == NULL) {
-		/* Committed earlier without sync: its record and the index. */
-		struct dbox_msgloc loc;
-
-		ret = dbox_index_msg_get(index, inode->ino, &loc);
-		fd = ret < 0 ? ret : dbox_store_read_fd(fs->st, loc.file_id);
-		/* The cached descriptor is the store's only under the lock. */
-		if (fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
-			fd = -errno;
-		seq = dbox_index_commit_seq(index);
-		fs_unlock(fs);
-		if (fd < 0)
-			return fd;
-		ret = fdatasync(fd) < 0 ? -errno : 0;
-		close(fd);
-		return ret < 0 ? ret : dbox_index_sync_upto(index, seq);
-	}
-	if (!h->writer) {
-		ret = message_finish(fs, inode, true);
-		fs_unlock(fs);
-		return ret;
-	}
-	ret = dbox_index_getattr(index, inode->ino, &attr);
-	if (ret == 0 && !save->sealed) {
-		/* R as message_finish writes it (the time of a write not
-		   stored yet), taken under the lock. */
-		time_t received = dbox_time_sec(fs_message_mtime(fs, &attr));
-
-		fs_busy_begin(fs, inode);
-		ret = dbox_save_seal(save, received);
-		fs_busy_end(fs, inode);
-	}
-	fd = save->mf->fd;
-	seals = save->seals;
-	if (ret < 0) {
-		fs_unlock(fs);
-		return ret;
-	}
-	/* A flush may finish the save meanwhile and a write replace it by
-	   a new copy (message_writable): it stays ours until we let go. */
-	save->users++;
-	inflight_seq = save->inflight ? save->inflight_seq : 0;
-	fs_unlock(fs);
-	/* A copy: its in-flight mark durable before its bytes, so that
-	   recovery after a power loss cuts a copy whose commit did not
-	   reach the disk instead of keeping it as a message (group commit;
-	   at once when synced already). */
-	if (inflight_seq != 0)
-		ret = dbox_index_sync_upto(index, inflight_seq);
-	if (ret == 0 && fdatasync(fd) < 0) {
-		ret = -errno;
-		dbox_error("%s/storage/m.%u: fdatasync: %s", fs->st->path,
-			   save->mf->file_id, strerror(errno));
-	}
-	fs_lock(fs);
-	/* Before anything else on the inode: a write may be copying into a
-	   new save, or writing this one, unlocked.  The save stays ours
-	   (users) across the wait. */
-	fs_inode_wait_idle(fs, inode->ino);
-	save->users--;
-	if (save->detached) {
-		/* Finished by a flush, then replaced by a copy: its record is
-		   committed (and copied), and holds every byte written before
-		   this fsync; resealed since, it needs another sync. */
-		if (ret == 0 && save->seals != seals &&
-		    fdatasync(save->mf->fd) < 0)
-			ret = -errno;
-		if (save->users == 0)
-			dbox_save_free(&save);
-	} else if (ret == 0) {
-		/* Written to (and maybe finished by a flush) since the seal:
-		   those bytes are not synced yet. */
-		ret = message_finish(fs, inode,
-				     !save->sealed || save->seals != seals);
-	}
-	seq = dbox_index_commit_seq(index);
-	fs_unlock(fs);
-	return ret < 0 ? ret : dbox_index_sync_upto(index, seq);
-}
-
-void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
-	      struct fuse_file_info *fi)
-{
-	struct fs *fs = req_fs(req);
-	struct fs_handle *h = handle_of(fi);
-	int ret = 0;
-
-	if (h->kind == DBOX_KIND_FILE) {
-		if ((datasync ? fdatasync(h->fd) : fsync(h->fd)) < 0)
-			ret = -errno;
-		fuse_reply_err(req, -ret);
-		return;
-	}
-	ret = message_fsync(fs, h);
-	fuse_reply_err(req, -ret);
-}
-
-/* Truncate a message to size bytes. */
-static int message_truncate(struct fs *fs, struct fs_inode *inode,
-			    uint64_t size)
-{
-	int ret;
-
-	/* Committed (no save, or one finished at a close or fsync): the
-	   truncate goes to a new copy, like any write. */
-	ret = message_writable(fs, inode, size);
-	if (ret == 0) {
-		struct dbox_save *save = inode->save;
-
-		/* Unlocked: a compressed body is turned plain first. */
-		fs_busy_begin(fs, inode);
-		ret = dbox_save_truncate(save, size);
-		fs_busy_end(fs, inode);
-	}
-	/* Without an open writer the truncate is complete now; with one,
-	   at its next close or fsync. */
-	if (ret == 0 && inode->nwriters == 0)
-		ret = message_finish(fs, inode, false);
-	if (inode->nwriters == 0)
-		save_drop(inode);
-	return ret;
-}
-
-/* The received date (R) in the message's record follows its mtime, so
-   Dovecot reading the store sees the INTERNALDATE clients set with
-   utime().  A record still being written gets R when it is finished.  A
-   date whose R value has another width than the one in the record (a
-   year past 2106 or before 1970, or back) cannot be patched in place:
-   the message gets a new record, as a write would make it.  Returns 0 or
-   a negative errno.  Needs the lock. */
-static int set_received(struct fs *fs, const struct dbox_attr *attr)
-{
-	struct fs_inode *inode = fs_inode_get(&fs->inodes, attr->ino);
-	struct dbox_msgloc loc;
-	int ret;
-
-	if (inode != NULL && inode->save != NULL && !inode->save->finished) {
-		inode->save->sealed = false; /* R is written at the finish */
-		return 0;
-	}
-	if (dbox_index_msg_get(fs->st->index, attr->ino, &loc) < 0)
-		return 0; /* no record (yet) */
-	ret = dbox_store_set_received(fs->st, &loc,
-				      dbox_time_sec(attr->mtime_ns));
-	if (ret != -ERANGE)
-		return ret;
-	if ((inode = fs_inode_add(&fs->inodes, attr->ino)) == NULL)
-		return -ENOMEM;
-	ret = message_truncate(fs, inode, attr->size);
-	if (fs_inode_unused(inode))
-		fs_inode_remove(&fs->inodes, attr->ino);
-	return ret;
-}
-
-/* The dbox time a setattr asks for: now, or the given time clamped. */
-static int64_t set_time(const struct timespec *ts, bool now, int64_t now_t)
-{
-	return now ? now_t : fs_ts_time(ts);
-}
-
-void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
-		int to_set, struct fuse_file_info *fi)
-{
-	struct fs *fs = req_fs(req);
-	struct dbox_index *index = fs->st->index;
-	struct dbox_attr attr;
-	struct fs_inode *inode;
-	struct stat stbuf;
-	char name[24];
-	int64_t now, old_mtime;
-	int ret;
-
-	fs_lock(fs);
-	fs_inode_wait_idle(fs, ino);
-	now = dbox_now_ns();
-	ret = dbox_index_getattr(index, ino, &attr);
-	if (ret < 0)
-		goto out;
-	old_mtime = attr.mtime_ns;
-	fs_file_name(name, ino);
-	if (to_set & FUSE_SET_ATTR_SIZE) {
-		if (attr.kind == DBOX_KIND_DIR) {
-			ret = -EISDIR;
-		} else if (attr.kind == DBOX_KIND_SYMLINK ||
-			   attr.kind == DBOX_KIND_SPECIAL) {
-			ret = -EINVAL; /* truncate(2) of a non-regular file */
-		} else if (attr.kind == DBOX_KIND_FILE) {
-			int fd = fi != NULL && handle_of(fi)->fd >= 0 ?
-				dup(handle_of(fi)->fd) : open_backing(fs, ino, 0);
-
-			if (fd < 0)
-				ret = fd;
-			else if (ftruncate(fd, in->st_size) < 0)
-				ret = -errno;
-			if (fd >= 0)
-				close(fd);
-		} else if ((inode = fs_inode_add(&fs->inodes, ino)) == NULL) {
-			ret = -ENOMEM;
-		} else {
-			ret = message_truncate(fs, inode, in->st_size);
-			/* Unlinked meanwhile (the copy ran unlocked): the
-			   unref deletes it. */
-			fs_inode_unref(fs, ino, 0, false);
-		}
-		if (ret < 0)
-			goto out;
-		/* message_finish stored the size; read it back.  A
-		   truncate changes mtime and ctime, as ext4 does even to
-		   the same size (ftruncate, O_TRUNC). */
-		if ((ret = dbox_index_getattr(index, ino, &attr)) < 0)
-			goto out;
-		attr.mtime_ns = now;
-	}
-	if (attr.kind == DBOX_KIND_FILE &&
-	    (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
-		struct timespec times[2] = {
-			{ .tv_nsec = UTIME_OMIT }, { .tv_nsec = UTIME_OMIT },
-		};
-
-		/* Clamped as for messages, whatever the backing
-		   filesystem would do with the time. */
-		if (to_set & FUSE_SET_ATTR_ATIME)
-			times[0] = to_set & FUSE_SET_ATTR_ATIME_NOW ?
-				(struct timespec){ .tv_nsec = UTIME_NOW } :
-				fs_time_ts(fs_ts_time(&in->st_atim));
-		if (to_set & FUSE_SET_ATTR_MTIME)
-			times[1] = to_set & FUSE_SET_ATTR_MTIME_NOW ?
-				(struct timespec){ .tv_nsec = UTIME_NOW } :
-				fs_time_ts(fs_ts_time(&in->st_mtim));
-		if (utimensat(fs->st->files_fd, name, times,
-			      AT_SYMLINK_NOFOLLOW) < 0) {
-			ret = -errno;
-			goto out;
-		}
-	} else {
-		if (to_set & FUSE_SET_ATTR_MTIME)
-			attr.mtime_ns = set_time(&in->st_mtim,
-						 to_set & FUSE_SET_ATTR_MTIME_NOW, now);
-		if (to_set & FUSE_SET_ATTR_ATIME)
-			attr.atime_ns = set_time(&in->st_atim,
-						 to_set & FUSE_SET_ATTR_ATIME_NOW, now);
-	}
-	if (to_set & FUSE_SET_ATTR_MODE)
-		attr.mode = (attr.mode & S_IFMT) | (in->st_mode & 07777);
-	if (to_set & FUSE_SET_ATTR_UID)
-		attr.uid = in->st_uid;
-	if (to_set & FUSE_SET_ATTR_GID)
-		attr.gid = in->st_gid;
-	attr.ctime_ns = now;
-	/* A write not yet stored (chmod while a writer has it open): its
-	   time goes in with this change. */
-	inode = attr.kind == DBOX_KIND_MESSAGE ?
-		fs_inode_get(&fs->inodes, ino) : NULL;
-	if (inode != NULL && inode->written &&
-	    !(to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_SIZE)))
-		attr.mtime_ns = inode->wtime;
-	if ((ret = dbox_index_begin(index)) == 0)
-		ret = fs_tx_end(fs, dbox_index_setattr(index, &attr), false);
-	if (ret == 0 && inode != NULL)
-		inode->written = false; /* stored now */
-	/* An mtime of the same second leaves R as it is: with -o
-	   writeback_cache the kernel sends its own mtime and ctime back
-	   after every write and rename (write_inode), most often
-	   unchanged. */
-	if (ret == 0 && attr.kind == DBOX_KIND_MESSAGE &&
-	    ((to_set & FUSE_SET_ATTR_SIZE) ||
-	     ((to_set & FUSE_SET_ATTR_MTIME) &&
-	      dbox_time_sec(attr.mtime_ns) != dbox_time_sec(old_mtime))) &&
-	    (ret = set_received(fs, &attr)) < 0)
-		dbox_error("%s: message inode %llu: received date not set to "
-			   "its mtime: %s", fs->st->path,
-			   (unsigned long long)ino, strerror(-ret));
-out:
-	if (ret == 0)
-		ret = fs_stat(fs, &attr, &stbuf);
-	fs_unlock(fs);
-	if (ret < 0)
-		fuse_reply_err(req, -ret);
-	else
-		fuse_reply_attr(req, &stbuf, fs->opts.attr_timeout);
-}
-
 /* fallocate(2) on a plain file: passed to its backing file (every mode
    the kernel sends: allocate, KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE), as on
    ext4.  A message's bytes are a record in an m.N, so there is nothing
@@ -1068,7 +437,7 @@ out:
 void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 		  off_t length, struct fuse_file_info *fi)
 {
-	struct fs_handle *h = handle_of(fi);
+	struct fs_handle *h = fs_handle_of(fi);
 	int ret = 0;
 
 	if (h->kind != DBOX_KIND_FILE)
@@ -1114,3 +483,4 @@ void fs_init(void *userdata, struct fuse_conn_info *conn)
 	    (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
 		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
 }
+

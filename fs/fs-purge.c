@@ -145,7 +145,7 @@ static bool run_altmove(struct fs_purge *p)
 	int64_t request = 0, done = 0, before = 0, folder = 0;
 	int ret;
 
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	ret = dbox_index_meta_get(st->index, DBOX_META_ALTMOVE_REQUEST,
 				  &request);
 	if (ret == 0) {
@@ -156,7 +156,7 @@ static bool run_altmove(struct fs_purge *p)
 		(void)dbox_index_meta_get(st->index, DBOX_META_ALTMOVE_FOLDER,
 					  &folder);
 	}
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 	if (ret < 0 || request <= done)
 		return false;
 	set.altmove_before_ns = before;

@@ -18,7 +18,7 @@
  *                (percent, default DBOX_PURGE_DEFAULT_THRESHOLD, 0 = off).
  *
  * The purge takes the store lock only for its index work, so the mount
- * keeps serving while bytes are copied.
+ * keeps serving while bytes are copied.  Lock order: engine/store.h.
  */
 
 #include "fs/fs.h"

@@ -17,17 +17,13 @@
  * touch its save or bytes waits for it (fs_inode_wait_idle), while
  * everything else (other files, stat, listings) goes on.
  *
- * Lock order (take left before right, never the other way round):
- *   fs_handle.read_lock -> st->lock -> index mutexes (wal_sync, ckpt)
- * and inode busy is a per-inode exclusion taken under st->lock and held
- * without it: a thread marks at most one inode busy at a time and never
- * waits for an inode to be idle (or for any request) while it holds one
- * busy (fs_busy_begin asserts it is not busy already), so a busy holder
- * only ever waits for st->lock, which no waiter for idle holds
- * (pthread_cond_wait drops it).  A save's users count (an fsync using it
- * between its steps outside the lock, fs-file.c) is a reference, not a
- * lock: nobody waits for it to drop (the last user frees a save that was
- * replaced meanwhile), so it cannot take part in a deadlock; an fsync
+ * The lock order (fs_handle.read_lock, fs_dirhandle.lock, inode busy,
+ * st->lock, fs_purge.lock, the index mutexes) is written once, in
+ * engine/store.h, and checked there: fs_lock and fs_unlock take st->lock
+ * through dbox_store_mutex_lock/unlock, which record the holder, and
+ * fs_busy_begin/end assert the busy rules.  A save's references (an
+ * fsync using it between its steps outside the lock, fs-write.c:
+ * dbox_save_ref) are no lock: nobody waits for them, and an fsync
  * holding one waits for idle like everyone else before it touches the
  * inode again.
  */
@@ -78,7 +74,8 @@ struct fs_handle {
 	bool atime_due;            /* its first read moves atime (relatime) */
 };
 
-/* Take and drop the store lock. */
+/* Take and drop the store lock (st->lock, dbox_store_mutex_lock: lock
+   order in engine/store.h). */
 void fs_lock(struct fs *fs);
 void fs_unlock(struct fs *fs);
 
@@ -93,6 +90,12 @@ extern const struct fuse_lowlevel_ops fs_ops;
 /* fs-attr.c: fill a struct stat for attr (plain files take size and times
    from their backing file).  Returns 0 or a negative errno. */
 int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf);
+
+/* fs-setattr.c: answer an attribute request: the error -ret when ret < 0,
+   else stbuf with the mount's attribute timeout.  Called without the
+   lock. */
+void fs_reply_attr(fuse_req_t req, struct fs *fs, int ret,
+		   const struct stat *stbuf);
 
 /* fs-attr.c: a dbox time (index.h) as a struct timespec, and back
    (clamped to ext4's range as ext4 clamps). */

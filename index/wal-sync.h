@@ -11,8 +11,9 @@
  * store stays usable meanwhile.  SQLite's own syncs (checkpoints) are
  * unaffected: we only add syncs of a file it wrote.
  *
- * Thread-safe (its own mutex); dbox_index_commit_seq needs the store
- * lock like every other index call.
+ * Thread-safe (its own mutex, a leaf of the lock order in
+ * engine/store.h); dbox_index_commit_seq needs the store lock like every
+ * other index call.
  */
 
 #include <stdint.h>

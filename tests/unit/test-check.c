@@ -123,7 +123,7 @@ static void save_msg(struct dbox_store *st, uint64_t dir, unsigned int i,
 			   "Subject: %u\r\n\r\nbody of message %u\r\n", i, i);
 
 	snprintf(name, sizeof(name), "%u.M%uP1.host:2,S", i, i);
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	assert_int_equal(dbox_index_begin(st->index), 0);
 	assert_int_equal(dbox_index_create(st->index, dir, name, strlen(name),
 					   DBOX_KIND_MESSAGE, S_IFREG | 0600,
@@ -137,7 +137,7 @@ static void save_msg(struct dbox_store *st, uint64_t dir, unsigned int i,
 	assert_int_equal(dbox_index_setattr(st->index, &attr), 0);
 	assert_int_equal(dbox_index_commit(st->index, false), 0);
 	dbox_save_free(&save);
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 }
 
 /* A store with NMSG messages in cur/, all in one m.N, closed again. */

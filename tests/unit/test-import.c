@@ -132,7 +132,9 @@ static char *read_message(struct dbox_store *st, uint64_t ino, size_t *len_r)
 	assert_int_equal(dbox_index_getattr(st->index, ino, &attr), 0);
 	assert_int_equal(dbox_index_msg_get(st->index, ino, &loc), 0);
 	assert_int_equal(loc.state, DBOX_MSG_COMMITTED);
+	dbox_store_mutex_lock(st);
 	assert_int_equal(dbox_store_open_reader(st, &loc, attr.size, &reader), 0);
+	dbox_store_mutex_unlock(st);
 	buf = malloc(attr.size + 1);
 	assert_non_null(buf);
 	n = dbox_reader_pread(reader, buf, attr.size + 1, 0);
@@ -216,11 +218,13 @@ static void save_fd_roundtrip(struct fix *f, bool gz)
 	write_file(f, "src", text, len, 0);
 	fd = open(f->src, O_RDONLY);
 	assert_true(fd >= 0);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	ino = new_message(f->st, "m1");
 	n = dbox_save_from_fd(f->st, ino, "Archive/2024", fd, 1700000000, &loc);
 	assert_int_equal(n, (int64_t)len);
 	assert_int_equal(dbox_index_commit(f->st->index, true), 0);
+	dbox_store_mutex_unlock(f->st);
 	close(fd);
 
 	assert_int_equal(dbox_index_msg_get(f->st->index, ino, &row), 0);
@@ -281,6 +285,7 @@ static void test_save_fd_unreadable(void **state)
 	write_file(f, "src", "Subject: one\n\nbody\n", 19, 0);
 	fd = open(f->src, O_RDONLY);
 	assert_true(fd >= 0);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	ino = new_message(f->st, "m1");
 	assert_int_equal(dbox_save_from_fd(f->st, ino, "INBOX", fd, 1, &first),
@@ -293,6 +298,7 @@ static void test_save_fd_unreadable(void **state)
 	close(dfd);
 	assert_int_equal(dbox_index_msg_get(f->st->index, ino2, &loc), -ENOENT);
 	assert_int_equal(dbox_index_commit(f->st->index, true), 0);
+	dbox_store_mutex_unlock(f->st);
 
 	/* Nothing of it on disk: the m.N ends at the first record. */
 	dbox_file_name(name, first.file_id);
@@ -302,10 +308,12 @@ static void test_save_fd_unreadable(void **state)
 	assert_int_equal((uint64_t)sb.st_size, first.offset + first.record_size);
 	/* and the next save starts right there */
 	assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	assert_int_equal(dbox_save_from_fd(f->st, ino2, "INBOX", fd, 2, &second),
 			 19);
 	assert_int_equal(dbox_index_commit(f->st->index, true), 0);
+	dbox_store_mutex_unlock(f->st);
 	assert_int_equal(second.file_id, first.file_id);
 	assert_int_equal(second.offset, first.offset + first.record_size);
 	close(fd);
@@ -325,7 +333,9 @@ static void test_file_from_fd(void **state)
 	write_file(f, "src", "3 V1 N1\n", 8, 0);
 	fd = open(f->src, O_RDONLY);
 	assert_true(fd >= 0);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_store_file_from_fd(f->st, 77, fd, times), 8);
+	dbox_store_mutex_unlock(f->st);
 	close(fd);
 	snprintf(path, sizeof(path), "%s/" DBOX_STORE_FILES "/77", f->store);
 	assert_int_equal(stat(path, &sb), 0);
@@ -340,7 +350,9 @@ static void test_file_from_fd(void **state)
 	close(fd);
 
 	dfd = open(f->dir, O_RDONLY | O_DIRECTORY);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_store_file_from_fd(f->st, 78, dfd, NULL), -EISDIR);
+	dbox_store_mutex_unlock(f->st);
 	close(dfd);
 	snprintf(path, sizeof(path), "%s/" DBOX_STORE_FILES "/78", f->store);
 	assert_int_equal(stat(path, &sb), -1);
@@ -528,9 +540,11 @@ static void test_import_kind_conflict(void **state)
 	make_dir(f, "src/cur");
 	write_file(f, "src/cur/m", "Subject: m\n\n", 12, 0);
 	open_store(f, false);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	new_message(f->st, "x");
 	assert_int_equal(dbox_index_commit(f->st->index, true), 0);
+	dbox_store_mutex_unlock(f->st);
 	assert_int_equal(run_import(f, &notes, &c), 0);
 	assert_int_equal(c.failed, 1);
 	assert_int_equal(notes.count[DBOX_IMPORT_FAILED], 1);
@@ -556,6 +570,7 @@ static void make_dove(struct fix *f, struct dove_msg *msgs, size_t n)
 
 	snprintf(path, sizeof(path), "%s/dove", f->dir);
 	assert_int_equal(dbox_store_open(path, &set, &dove), 0);
+	dbox_store_mutex_lock(dove);
 	assert_int_equal(dbox_index_begin(dove->index), 0);
 	for (size_t i = 0; i < n; i++) {
 		char name[16];
@@ -569,6 +584,7 @@ static void make_dove(struct fix *f, struct dove_msg *msgs, size_t n)
 		close(fd);
 	}
 	assert_int_equal(dbox_index_commit(dove->index, true), 0);
+	dbox_store_mutex_unlock(dove);
 	dbox_store_close(&dove);
 }
 

@@ -91,7 +91,7 @@ static void save_msg(struct fix *f, struct msg *m)
 	struct dbox_attr attr;
 	struct dbox_msgloc loc;
 
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	assert_int_equal(dbox_index_begin(st->index), 0);
 	assert_int_equal(dbox_index_create(st->index, f->cur, m->name,
 					   strlen(m->name), DBOX_KIND_MESSAGE,
@@ -106,7 +106,7 @@ static void save_msg(struct fix *f, struct msg *m)
 	assert_int_equal(dbox_index_setattr(st->index, &attr), 0);
 	assert_int_equal(dbox_index_commit(st->index, false), 0);
 	dbox_save_free(&save);
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 }
 
 /* A store with NMSG messages of 900..2000 bytes over several m.N. */
@@ -158,7 +158,7 @@ static void expunge(struct fix *f, struct msg *m)
 	uint64_t ino;
 	uint32_t nlink;
 
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	assert_int_equal(dbox_index_begin(st->index), 0);
 	assert_int_equal(dbox_index_remove(st->index, f->cur, m->name,
 					   strlen(m->name), false,
@@ -167,7 +167,7 @@ static void expunge(struct fix *f, struct msg *m)
 	assert_int_equal(nlink, 0);
 	assert_int_equal(dbox_index_delete_inode(st->index, ino), 0);
 	assert_int_equal(dbox_index_commit(st->index, false), 0);
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 	m->expunged = true;
 }
 
@@ -184,10 +184,10 @@ static void open_reader(struct fix *f, const struct msg *m,
 {
 	struct dbox_msgloc loc = loc_of(f, m);
 
-	pthread_mutex_lock(&f->st->lock);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_store_open_reader(f->st, &loc, m->len,
 						reader_r), 0);
-	pthread_mutex_unlock(&f->st->lock);
+	dbox_store_mutex_unlock(f->st);
 }
 
 static void expect_bytes(struct dbox_reader *reader, const struct msg *m)
@@ -306,8 +306,10 @@ static struct usage_sum usage(struct fix *f)
 {
 	struct usage_sum s = { .f = f };
 
+	dbox_store_mutex_lock(f->st); /* usage_cb opens m.N files */
 	assert_int_equal(dbox_index_file_usage_all(f->st->index, usage_cb, &s),
 			 0);
+	dbox_store_mutex_unlock(f->st);
 	return s;
 }
 
@@ -358,8 +360,10 @@ static void expect_guids_once(struct fix *f)
 	struct walk_all w = { .f = f };
 	unsigned int live = 0;
 
+	dbox_store_mutex_lock(f->st); /* walk_file_cb opens m.N files */
 	assert_int_equal(dbox_index_mfile_list(f->st->index, walk_file_cb, &w),
 			 0);
+	dbox_store_mutex_unlock(f->st);
 	for (unsigned int i = 0; i < NMSG; i++) {
 		unsigned int seen = 0;
 		struct dbox_msgloc loc;
@@ -505,7 +509,7 @@ static void hook_cb(void *ctx, uint32_t file_id)
 		return;
 	h->calls++;
 	expunge(h->f, h->expunge);
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	assert_int_equal(dbox_index_getattr(st->index, h->retime->ino, &attr),
 			 0);
 	attr.mtime_ns = (int64_t)h->new_received * 1000000000;
@@ -516,7 +520,7 @@ static void hook_cb(void *ctx, uint32_t file_id)
 			 0);
 	assert_int_equal(dbox_store_set_received(st, &loc, h->new_received),
 			 0);
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 	h->retime->received = h->new_received;
 }
 
@@ -609,7 +613,7 @@ static void test_busy_file_left_alone(void **state)
 	/* Expunge the last message; then a delivery starts in the same
 	   (pool) file and is still being written during the purge. */
 	expunge(f, last);
-	pthread_mutex_lock(&f->st->lock);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	assert_int_equal(dbox_index_create(f->st->index, f->cur, "new1", 4,
 					   DBOX_KIND_MESSAGE, S_IFREG | 0600,
@@ -617,8 +621,9 @@ static void test_busy_file_left_alone(void **state)
 					   &attr), 0);
 	assert_int_equal(dbox_save_begin(f->st, attr.ino, "INBOX", &save), 0);
 	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
-	pthread_mutex_unlock(&f->st->lock);
-	assert_int_equal(save->mf->file_id, pool_file);
+	dbox_save_where(save, &loc);
+	dbox_store_mutex_unlock(f->st);
+	assert_int_equal(loc.file_id, pool_file);
 	assert_int_equal(dbox_save_write(save, "Subject: x\n\nbody\n", 17, 0),
 			 0);
 
@@ -629,12 +634,12 @@ static void test_busy_file_left_alone(void **state)
 			 0);
 
 	/* The delivery ends; now the file can be purged. */
-	pthread_mutex_lock(&f->st->lock);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	assert_int_equal(dbox_save_finish(save, 1600000000, false, &loc), 0);
 	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
 	dbox_save_free(&save);
-	pthread_mutex_unlock(&f->st->lock);
+	dbox_store_mutex_unlock(f->st);
 	assert_int_equal(dbox_purge(f->st, &set, &res), 0);
 	assert_int_equal(res.files_purged, 1);
 	assert_int_equal(file_size(f, pool_file), -1);
@@ -869,11 +874,11 @@ static void test_missing_alt_is_eio_for_its_messages(void **state)
 	for (unsigned int i = 0; i < NMSG; i++) {
 		loc = loc_of(f, &f->msgs[i]);
 		errors_reset();
-		pthread_mutex_lock(&f->st->lock);
+		dbox_store_mutex_lock(f->st);
 		assert_int_equal(dbox_store_open_reader(f->st, &loc,
 							f->msgs[i].len, &reader),
 				 i < NMSG / 2 ? -EIO : 0);
-		pthread_mutex_unlock(&f->st->lock);
+		dbox_store_mutex_unlock(f->st);
 		if (i < NMSG / 2) {
 			assert_non_null(strstr(last_error, alt));
 			continue;

@@ -115,7 +115,7 @@ static void save_msg(struct fix *f, struct msg *m, time_t received)
 	struct dbox_msgloc loc;
 	uint64_t cur;
 
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	assert_int_equal(dbox_index_begin(st->index), 0);
 	cur = folder_cur(f, m->dir);
 	assert_int_equal(dbox_index_create(st->index, cur, m->name,
@@ -130,7 +130,7 @@ static void save_msg(struct fix *f, struct msg *m, time_t received)
 	assert_int_equal(dbox_index_setattr(st->index, &attr), 0);
 	assert_int_equal(dbox_index_commit(st->index, false), 0);
 	dbox_save_free(&save);
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 }
 
 /* A store with the messages of layout[], closed. */
@@ -211,9 +211,9 @@ static void expect_body(struct fix *f, uint64_t ino, const struct msg *m)
 	char buf[256];
 
 	assert_int_equal(dbox_index_msg_get(f->st->index, ino, &loc), 0);
-	pthread_mutex_lock(&f->st->lock);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_store_open_reader(f->st, &loc, len, &reader), 0);
-	pthread_mutex_unlock(&f->st->lock);
+	dbox_store_mutex_unlock(f->st);
 	assert_int_equal(dbox_reader_pread(reader, buf, sizeof(buf), 0),
 			 (ssize_t)len);
 	assert_memory_equal(buf, m->body, len);
@@ -348,10 +348,10 @@ static void test_deleted_index_restores_into_folders(void **state)
 			assert_int_equal(dbox_index_msg_get(f->st->index,
 							    seen.inos[k],
 							    &loc), 0);
-			pthread_mutex_lock(&f->st->lock);
+			dbox_store_mutex_lock(f->st);
 			assert_int_equal(dbox_store_open_reader(f->st, &loc,
 				strlen(m->body), &reader), 0);
-			pthread_mutex_unlock(&f->st->lock);
+			dbox_store_mutex_unlock(f->st);
 			n = dbox_reader_pread(reader, buf, sizeof(buf), 0);
 			found = n == (ssize_t)strlen(m->body) &&
 				memcmp(buf, m->body, (size_t)n) == 0;

@@ -186,7 +186,7 @@ static void save_msg(struct dbox_store *st, uint64_t parent, const char *name,
 	char *readback = malloc(m->len + 1);
 
 	assert_non_null(readback);
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	assert_int_equal(dbox_index_begin(st->index), 0);
 	assert_int_equal(dbox_index_create(st->index, parent, name,
 					   strlen(name), DBOX_KIND_MESSAGE,
@@ -217,7 +217,7 @@ static void save_msg(struct dbox_store *st, uint64_t parent, const char *name,
 	assert_int_equal(dbox_index_commit(st->index, false), 0);
 	dbox_save_free(&save);
 	assert_null(save);
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 }
 
 static struct saved *new_msg(unsigned int seed, size_t len)
@@ -248,10 +248,10 @@ static void expect_content(struct dbox_store *st, const struct saved *m,
 	ssize_t n;
 
 	assert_non_null(buf);
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	assert_int_equal(dbox_store_open_reader(st, &m->loc, m->len, &reader),
 			 0);
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 	while ((n = dbox_reader_pread(reader, buf + off, chunk, off)) > 0)
 		off += (uint64_t)n;
 	assert_int_equal(n, 0);
@@ -665,6 +665,7 @@ static void test_open_reader_checks(void **state)
 	/* The index and the record header disagree: -EIO, logged. */
 	bad = a->loc;
 	bad.body_size++;
+	dbox_store_mutex_lock(f->st);
 	errors_reset();
 	assert_int_equal(dbox_store_open_reader(f->st, &bad, a->len, &reader),
 			 -EIO);
@@ -682,6 +683,7 @@ static void test_open_reader_checks(void **state)
 	assert_int_equal(dbox_store_read_fd(f->st, 77), -EIO);
 	/* The real one still reads. */
 	assert_true(dbox_store_read_fd(f->st, 1) >= 0);
+	dbox_store_mutex_unlock(f->st);
 	expect_content(f->st, a, 333);
 	free_msg(a);
 }
@@ -696,6 +698,7 @@ static void test_save_refinish(void **state)
 	struct walk w;
 
 	open_fix(f, 0);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	assert_int_equal(dbox_index_create(f->st->index, DBOX_ROOT_INO, "m", 1,
 					   DBOX_KIND_MESSAGE, S_IFREG | 0600,
@@ -727,6 +730,7 @@ static void test_save_refinish(void **state)
 	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
 	assert_int_equal(loc.record_size, loc2.record_size);
 	dbox_save_free(&save);
+	dbox_store_mutex_unlock(f->st);
 
 	assert_int_equal(committed_end(f->st, 1),
 			 loc2.offset + loc2.record_size);
@@ -748,6 +752,7 @@ static void test_save_free_unfinished(void **state)
 	struct fix *f = *state;
 	struct saved *a = new_msg(1, 2000), *c = new_msg(3, 50);
 	struct dbox_save *save = NULL;
+	struct dbox_msgloc where;
 	struct dbox_attr attr;
 	struct dbox_msgloc loc;
 	char *junk = make_body(2, 3000);
@@ -758,6 +763,7 @@ static void test_save_free_unfinished(void **state)
 	before = mfile_size(f, 1);
 	assert_int_equal(before, (int64_t)(a->loc.offset + a->loc.record_size));
 
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	assert_int_equal(dbox_index_create(f->st->index, DBOX_ROOT_INO, "b", 1,
 					   DBOX_KIND_MESSAGE, S_IFREG | 0600,
@@ -772,6 +778,7 @@ static void test_save_free_unfinished(void **state)
 	assert_int_equal(dbox_index_msg_get(f->st->index, attr.ino, &loc),
 			 -ENOENT);
 	assert_int_equal(committed_end(f->st, 1), (uint64_t)before);
+	dbox_store_mutex_unlock(f->st);
 
 	/* The next message takes the freed place. */
 	save_msg(f->st, DBOX_ROOT_INO, "c", "INBOX", c);
@@ -785,17 +792,20 @@ static void test_save_free_unfinished(void **state)
 	before = mfile_size(f, 1);
 	close_fix(f);
 	open_fix(f, 0);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	assert_int_equal(dbox_index_create(f->st->index, DBOX_ROOT_INO, "d", 1,
 					   DBOX_KIND_MESSAGE, S_IFREG | 0600,
 					   0, 0, dbox_now_ns(), &attr), 0);
 	assert_int_equal(dbox_save_begin(f->st, attr.ino, "INBOX", &save), 0);
-	assert_int_equal(save->mf->file_id, 1);
-	assert_int_equal(save->ap.offset, (uint64_t)before);
+	dbox_save_where(save, &where);
+	assert_int_equal(where.file_id, 1);
+	assert_int_equal(where.offset, (uint64_t)before);
 	assert_int_equal(dbox_save_write(save, junk, 3000, 0), 0);
 	assert_true(mfile_size(f, 1) >= before + 3000);
 	dbox_save_free(&save);
 	dbox_index_rollback(f->st->index);
+	dbox_store_mutex_unlock(f->st);
 	assert_int_equal(mfile_size(f, 1), before);
 	assert_int_equal(committed_end(f->st, 1), (uint64_t)before);
 	assert_int_equal(mfile_size(f, 2), -1);
@@ -804,15 +814,18 @@ static void test_save_free_unfinished(void **state)
 	   unfinished: the file keeps only its header. */
 	close_fix(f);
 	open_fix(f, (uint64_t)before);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	assert_int_equal(dbox_index_create(f->st->index, DBOX_ROOT_INO, "d", 1,
 					   DBOX_KIND_MESSAGE, S_IFREG | 0600,
 					   0, 0, dbox_now_ns(), &attr), 0);
 	assert_int_equal(dbox_save_begin(f->st, attr.ino, "INBOX", &save), 0);
-	assert_int_equal(save->mf->file_id, 2);
+	dbox_save_where(save, &where);
+	assert_int_equal(where.file_id, 2);
 	assert_int_equal(dbox_save_write(save, junk, 100, 0), 0);
 	dbox_save_free(&save);
 	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
+	dbox_store_mutex_unlock(f->st);
 	assert_int_equal(mfile_size(f, 2), (int64_t)committed_end(f->st, 2));
 	assert_true(mfile_size(f, 2) < 64);
 	assert_int_equal(mfile_size(f, 1), before);
@@ -828,6 +841,7 @@ static void test_parallel_saves(void **state)
 {
 	struct fix *f = *state;
 	struct dbox_save *s1 = NULL, *s2 = NULL;
+	struct dbox_msgloc w1, w2;
 	struct dbox_attr a1, a2;
 	struct saved m1 = { .body = "first message\n", .len = 14,
 			    .received = 1 };
@@ -837,6 +851,7 @@ static void test_parallel_saves(void **state)
 	struct walk w;
 
 	open_fix(f, 0);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	assert_int_equal(dbox_index_create(f->st->index, DBOX_ROOT_INO, "1", 1,
 					   DBOX_KIND_MESSAGE, S_IFREG | 0600,
@@ -847,8 +862,9 @@ static void test_parallel_saves(void **state)
 	assert_int_equal(dbox_save_begin(f->st, a1.ino, "INBOX", &s1), 0);
 	assert_int_equal(dbox_save_begin(f->st, a2.ino, "INBOX", &s2), 0);
 	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
-	assert_true(s1->mf != s2->mf);
-	assert_true(s1->mf->file_id != s2->mf->file_id);
+	dbox_save_where(s1, &w1);
+	dbox_save_where(s2, &w2);
+	assert_true(w1.file_id != w2.file_id);
 
 	/* Interleaved writes. */
 	assert_int_equal(dbox_save_write(s1, m1.body, 5, 0), 0);
@@ -862,6 +878,7 @@ static void test_parallel_saves(void **state)
 	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
 	dbox_save_free(&s1);
 	dbox_save_free(&s2);
+	dbox_store_mutex_unlock(f->st);
 	m1.ino = a1.ino;
 	m2.ino = a2.ino;
 	expect_content(f->st, &m1, 3);
@@ -1078,11 +1095,13 @@ static void test_crash_recovery(void **state)
 	if (pid == 0) {
 		struct dbox_store *st = NULL;
 		struct dbox_save *save = NULL;
+		struct dbox_msgloc where;
 		char *junk = make_body(99, 5000);
 
 		close(pipefd[0]);
 		memset(&rep, 0, sizeof(rep));
 		CHILD_CHECK(store_open(f->store, 0, true, &st) == 0);
+		dbox_store_mutex_lock(st); /* one thread: held all along */
 		CHILD_CHECK(dbox_index_begin(st->index) == 0);
 		CHILD_CHECK(dbox_index_create(st->index, DBOX_ROOT_INO, "cur",
 					      3, DBOX_KIND_DIR, S_IFDIR | 0700,
@@ -1124,7 +1143,8 @@ static void test_crash_recovery(void **state)
 		CHILD_CHECK(dbox_save_write(save, junk, 5000, 0) == 0);
 		CHILD_CHECK(dbox_index_commit(st->index, false) == 0);
 		rep.writing_ino = attr.ino;
-		rep.end_before_crash = save->ap.offset + DBOX_MSG_HEADER_SIZE +
+		dbox_save_where(save, &where);
+		rep.end_before_crash = where.offset + DBOX_MSG_HEADER_SIZE +
 				       5000;
 		CHILD_CHECK(write(pipefd[1], &rep, sizeof(rep)) ==
 			    (ssize_t)sizeof(rep));
@@ -1236,6 +1256,7 @@ static void crash_before_commit(struct fix *f, uint64_t rotate,
 
 		close(pipefd[0]);
 		CHILD_CHECK(store_open(f->store, rotate, true, &st) == 0);
+		dbox_store_mutex_lock(st); /* one thread: held all along */
 		CHILD_CHECK(dbox_index_begin(st->index) == 0);
 		CHILD_CHECK(dbox_index_create(st->index, DBOX_ROOT_INO, "b", 1,
 					      DBOX_KIND_MESSAGE,
@@ -1365,6 +1386,7 @@ static void crash_while_rewriting(struct fix *f, size_t extra)
 
 		close(pipefd[0]);
 		CHILD_CHECK(store_open(f->store, 0, true, &st) == 0);
+		dbox_store_mutex_lock(st); /* one thread: held all along */
 		CHILD_CHECK(dbox_index_begin(st->index) == 0);
 		CHILD_CHECK(dbox_index_create(st->index, DBOX_ROOT_INO, "b", 1,
 					      DBOX_KIND_MESSAGE,
@@ -1508,9 +1530,11 @@ static void crash_after_unlocked_copy(struct fix *f, bool mark)
 	if (pid == 0) {
 		struct dbox_store *st = NULL;
 		struct dbox_save *save = NULL;
+		struct dbox_msgloc where;
 
 		close(pipefd[0]);
 		CHILD_CHECK(store_open(f->store, 0, true, &st) == 0);
+		dbox_store_mutex_lock(st); /* one thread: held all along */
 		CHILD_CHECK(dbox_index_begin(st->index) == 0);
 		CHILD_CHECK(dbox_save_begin_unindexed(st, a->ino, "INBOX",
 						      &save) == 0);
@@ -1520,8 +1544,9 @@ static void crash_after_unlocked_copy(struct fix *f, bool mark)
 		/* Unlocked in fs/: the bytes, then the seal. */
 		CHILD_CHECK(dbox_save_write(save, c->body, c->len, 0) == 0);
 		CHILD_CHECK(dbox_save_seal(save, c->received) == 0);
-		copy_at[0] = save->mf->file_id;
-		copy_at[1] = save->ap.offset;
+		dbox_save_where(save, &where);
+		copy_at[0] = where.file_id;
+		copy_at[1] = where.offset;
 		CHILD_CHECK(write(pipefd[1], copy_at, sizeof(copy_at)) ==
 			    (ssize_t)sizeof(copy_at));
 		_exit(0); /* no finish, no free, no close */
@@ -1627,10 +1652,12 @@ static void test_set_received(void **state)
 	open_fix(f, 0);
 	save_msg(f->st, DBOX_ROOT_INO, "a", "INBOX", a);
 	save_msg(f->st, DBOX_ROOT_INO, "b", "INBOX", b);
+	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_store_set_received(f->st, &a->loc, 1234567890), 0);
 	errors_reset();
 	assert_int_equal(dbox_store_set_received(f->st, &b->loc, 100000),
 			 -ERANGE);
+	dbox_store_mutex_unlock(f->st);
 	assert_int_equal(error_count, 0);
 	walk_mfile(f, 1, &w);
 	assert_int_equal(w.count, 2);

@@ -1,0 +1,228 @@
+/*
+ * store-pool.c: the append pool, the m.N files of a store that take new
+ * messages (see store.h): taking one with room or creating the next
+ * m.N, giving it back, sealing one for purge, the last m.N rejoining the
+ * pool at open, and new m.N files in the alternate storage.
+ *
+ * Invariants:
+ *  - an m.N in st->append is owned by at most one writer (busy: a
+ *    dbox_save, or a purge's copies), and only that writer appends to
+ *    it, only past its committed end;
+ *  - an m.N is appended to only after whole records: at open, the last
+ *    m.N rejoins the pool only if its records run to its committed end;
+ *  - a full m.N (past the rotate size) leaves the pool when given back.
+ */
+#include "engine/store-private.h"
+
+#include "storage/dbox-scan.h"
+#include "storage/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Close and free an m.N that is in no pool. */
+static void mfile_discard(struct dbox_mfile *mf)
+{
+	close(mf->fd);
+	free(mf);
+}
+
+/* Enter mf into the append pool.  Returns 0 or -ENOMEM. */
+static int pool_add(struct dbox_store *st, struct dbox_mfile *mf)
+{
+	struct dbox_mfile **append;
+
+	append = realloc(st->append, (st->append_count + 1) * sizeof(*append));
+	if (append == NULL)
+		return -ENOMEM;
+	st->append = append;
+	st->append[st->append_count++] = mf;
+	return 0;
+}
+
+/* Create m.<next id> in the directory dir_fd (root/storage/, for log
+   lines): its header written, owned (busy) by the caller, in no pool and
+   not in the index.  The id is used up even when the caller drops the
+   file.  Returns 0 and *mf_r, or a negative errno (logged). */
+static int mfile_create(struct dbox_store *st, int dir_fd, const char *root,
+			struct dbox_mfile **mf_r)
+{
+	struct dbox_mfile *mf;
+	uint64_t size;
+	int fd = dbox_file_create(dir_fd, st->next_file_id, &size);
+
+	if (fd < 0) {
+		dbox_error("%s/storage/m.%u: create: %s", root,
+			   st->next_file_id, strerror(-fd));
+		return fd;
+	}
+	if ((mf = calloc(1, sizeof(*mf))) == NULL) {
+		close(fd);
+		return -ENOMEM;
+	}
+	mf->file_id = st->next_file_id++;
+	mf->fd = fd;
+	mf->size = size;
+	mf->busy = true;
+	*mf_r = mf;
+	return 0;
+}
+
+static int adopt_walk_cb(void *ctx, uint64_t offset, uint64_t body_size,
+			 const struct dbox_metadata *md, uint64_t record_size)
+{
+	return 0;
+}
+
+/* Put the last m.N back into the append pool if it has room, so every
+   mount does not start a new file.  walk: check that its records are
+   whole first (needed only when recovery dropped messages that were
+   being written: one of them may have been rewritten in place). */
+void dbox_store_pool_adopt(struct dbox_store *st, uint32_t file_id, bool walk)
+{
+	struct dbox_mfile *mf;
+	struct stat stbuf;
+	uint64_t size, bad = 0;
+	char name[16];
+	int fd;
+
+	dbox_store_assert_locked(st);
+	if (dbox_index_mfile_get(st->index, file_id, &size) < 0 ||
+	    size >= st->rotate_size)
+		return;
+	dbox_file_name(name, file_id);
+	fd = openat(st->storage_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	/* Recovery cut the file to its committed end; anything else means
+	   someone else wrote to it: leave it alone. */
+	if (fstat(fd, &stbuf) < 0 || (uint64_t)stbuf.st_size != size) {
+		close(fd);
+		return;
+	}
+	/* Every record up to that end must be whole.  A message written
+	   again after its commit (WRITING when the process died) is dropped
+	   by recovery, but its record is inside the committed end, possibly
+	   damaged; new records after it would be out of reach of any walk
+	   of the file (dump, rebuild, Dovecot). */
+	if (walk && dbox_file_walk(fd, file_id, adopt_walk_cb, NULL, &bad) != 0) {
+		dbox_info("%s/storage/%s: record at %llu unreadable; new "
+			  "messages go to a new file", st->path, name,
+			  (unsigned long long)bad);
+		close(fd);
+		return;
+	}
+	if ((mf = calloc(1, sizeof(*mf))) == NULL) {
+		close(fd);
+		return;
+	}
+	mf->file_id = file_id;
+	mf->fd = fd;
+	mf->size = size;
+	if (pool_add(st, mf) < 0)
+		mfile_discard(mf);
+}
+
+int dbox_store_pool_take(struct dbox_store *st, struct dbox_mfile **mf_r)
+{
+	struct dbox_mfile *mf;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	for (size_t i = 0; i < st->append_count; i++) {
+		mf = st->append[i];
+		if (!mf->busy && mf->size < st->rotate_size) {
+			mf->busy = true;
+			*mf_r = mf;
+			return 0;
+		}
+	}
+	if ((ret = mfile_create(st, st->storage_fd, st->path, &mf)) < 0)
+		return ret;
+	if ((ret = dbox_index_mfile_set(st->index, mf->file_id, mf->size)) < 0 ||
+	    (ret = pool_add(st, mf)) < 0) {
+		mfile_discard(mf);
+		return ret;
+	}
+	*mf_r = mf;
+	return 0;
+}
+
+void dbox_store_mfile_release(struct dbox_store *st, struct dbox_mfile *mf)
+{
+	dbox_store_assert_locked(st);
+	assert(mf->busy);
+	mf->busy = false;
+	if (mf->size < st->rotate_size)
+		return;
+	/* Full: it leaves the pool (it is sealed). */
+	for (size_t i = 0; i < st->append_count; i++) {
+		if (st->append[i] == mf) {
+			st->append[i] = st->append[--st->append_count];
+			break;
+		}
+	}
+	mfile_discard(mf);
+}
+
+int dbox_store_mfile_acquire(struct dbox_store *st, struct dbox_mfile **mf_r)
+{
+	int ret = dbox_store_pool_take(st, mf_r);
+
+	/* Purge copies: recovery cuts them if the switch never happens. */
+	if (ret == 0 && (ret = dbox_store_note_inflight(st, *mf_r)) < 0) {
+		dbox_store_mfile_release(st, *mf_r);
+		*mf_r = NULL;
+	}
+	return ret;
+}
+
+int dbox_store_mfile_seal(struct dbox_store *st, uint32_t file_id)
+{
+	dbox_store_assert_locked(st);
+	for (size_t i = 0; i < st->append_count; i++) {
+		struct dbox_mfile *mf = st->append[i];
+
+		if (mf->file_id != file_id)
+			continue;
+		if (mf->busy)
+			return -EBUSY;
+		st->append[i] = st->append[--st->append_count];
+		mfile_discard(mf);
+		return 0;
+	}
+	return 0;
+}
+
+int dbox_store_alt_create(struct dbox_store *st, struct dbox_mfile **mf_r)
+{
+	struct dbox_mfile *mf;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if (st->alt_fd < 0) {
+		dbox_error("%s: no alternate storage to move messages to (%s)",
+			   st->path, st->alt_path == NULL ? "no ALT path set" :
+			   strerror(st->alt_err));
+		return -ENOENT;
+	}
+	if ((ret = mfile_create(st, st->alt_fd, st->alt_path, &mf)) < 0)
+		return ret;
+	if ((ret = dbox_index_mfile_add_alt(st->index, mf->file_id,
+					    mf->size)) < 0) {
+		mfile_discard(mf);
+		return ret;
+	}
+	*mf_r = mf;
+	return 0;
+}
+
+uint32_t dbox_store_file_id_take(struct dbox_store *st)
+{
+	dbox_store_assert_locked(st);
+	return st->next_file_id++;
+}

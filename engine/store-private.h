@@ -1,0 +1,32 @@
+#ifndef DBOXFS_STORE_PRIVATE_H
+#define DBOXFS_STORE_PRIVATE_H
+
+/*
+ * store-private: what the files of the store engine share (store.c,
+ * store-pool.c, store-recover.c, store-read.c, save.c).  Not for fs/ or
+ * tools/: they use store.h.
+ */
+
+#include "engine/store.h"
+
+/* store-recover.c: crash recovery at open (store.h, dbox_store_open):
+   the tails of the m.N files past their committed ends, the index's own
+   recovery (WRITING rows, unlinked inodes), files/, and the m.N files the
+   index does not know.  *writing_r gets the number of unfinished
+   deliveries dropped.  Needs st->lock.  Returns 0 or a negative errno. */
+int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r);
+
+/* store-pool.c: put m.<file_id>, the last m.N the index knows, back into
+   the append pool when it is below the rotate size and its bytes end at
+   its committed end (walk: and its records are whole).  Best effort: it
+   stays out otherwise.  Needs st->lock. */
+void dbox_store_pool_adopt(struct dbox_store *st, uint32_t file_id, bool walk);
+
+/* store-pool.c: an m.N of the append pool with room, or a new one
+   (entered in the index, inside the caller's transaction), now owned
+   (busy) by the caller; not marked in flight.  Given back by
+   dbox_store_mfile_release.  Needs st->lock.  Returns 0 and *mf_r, or a
+   negative errno. */
+int dbox_store_pool_take(struct dbox_store *st, struct dbox_mfile **mf_r);
+
+#endif

@@ -1,0 +1,411 @@
+/*
+ * store-recover.c: crash recovery when a store is opened (store.h,
+ * dbox_store_open), and the index meta keys it reads: inflight.m.N (the
+ * record a writer had in flight), kept.m.N (whole records recovery kept
+ * past a committed end) and purged.m.N (a file a purge forgot).
+ *
+ * Nothing a client was told is stored is ever cut: the record in flight
+ * is cut as its delivery is dropped; whole records the index does not
+ * know are kept (an index older than storage/); any other byte cut is
+ * copied to lost+found/ first.
+ */
+#include "engine/store-layout.h"
+#include "engine/store-private.h"
+
+#include "index/index-rebuild.h"
+#include "storage/dbox-scan.h"
+#include "storage/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32])
+{
+	snprintf(inflight, 32, "inflight.m.%u", file_id);
+	snprintf(kept, 32, "kept.m.%u", file_id);
+}
+
+/* Copy bytes [from, end) of storage/name (open as fd; ALT/storage/name
+   when alt) to STORE/lost+found/name-<from> before recovery cuts them.  Returns 0 or
+   a negative errno (logged): then nothing is cut. */
+static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
+			  bool alt, uint64_t from, uint64_t end)
+{
+	char copy[48], buf[65536];
+	int dir, out, ret = 0;
+
+	if (mkdirat(st->dir_fd, DBOX_STORE_LOST_FOUND, 0700) < 0 &&
+	    errno != EEXIST)
+		ret = -errno;
+	dir = ret < 0 ? -1 : openat(st->dir_fd, DBOX_STORE_LOST_FOUND,
+				    O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+				    O_CLOEXEC);
+	snprintf(copy, sizeof(copy), "%s-%llu", name, (unsigned long long)from);
+	out = dir < 0 ? -1 : openat(dir, copy, O_WRONLY | O_CREAT | O_TRUNC |
+				    O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (out < 0 && ret == 0)
+		ret = -errno;
+	for (uint64_t off = from; ret == 0 && off < end; ) {
+		size_t want = end - off < sizeof(buf) ? end - off : sizeof(buf);
+		ssize_t n = pread(fd, buf, want, (off_t)off);
+
+		if (n <= 0 || write(out, buf, (size_t)n) != n)
+			ret = n < 0 ? -errno : -EIO;
+		off += n > 0 ? (uint64_t)n : 0;
+	}
+	if (ret == 0 && fsync(out) < 0)
+		ret = -errno;
+	if (out >= 0)
+		close(out);
+	if (dir >= 0)
+		close(dir);
+	if (ret < 0)
+		dbox_error("%s/%s/%s: cannot keep the bytes recovery would cut "
+			   "(%s); storage/%s is left as it is", st->path,
+			   DBOX_STORE_LOST_FOUND, copy, strerror(-ret), name);
+	else
+		dbox_info("%s/storage/%s: the %llu bytes cut after %llu are kept "
+			  "in %s/%s/%s until 'dboxadm check' finds the store "
+			  "clean", dbox_store_dir_name(st, alt), name, (unsigned long long)(end - from),
+			  (unsigned long long)from, st->path, DBOX_STORE_LOST_FOUND,
+			  copy);
+	return ret;
+}
+
+/* Recovery of one m.N past its committed end `size`, before the index's
+   own recovery drops the WRITING rows.  The record a save or purge had in
+   flight starts where its m.N ended when it took the file: a delivery's
+   WRITING row says where, as inflight.m.N does for a copy-on-write copy
+   or a purge's copies (committed before their first byte is written).
+   That record and what follows nobody was told is stored, and is cut.
+   Whole records before it are no unfinished write but messages an older
+   index does not know (a restored backup, a lost WAL): they are never
+   cut; kept.m.N remembers them, the file takes no new records, and
+   'dboxadm rebuild' brings them back into their folders.  Other bytes (a
+   torn record) are cut after a copy is kept in lost+found/. */
+static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
+{
+	struct dbox_store *st = ctx;
+	char name[16], inflight_key[32], kept_key[32];
+	int64_t inflight = -1, kept = 0;
+	uint64_t start, keep_end, writing;
+	struct stat stbuf;
+	long whole = 0;
+	bool alt;
+	int fd, dir;
+
+	dbox_file_name(name, file_id);
+	dir = dbox_store_mfile_dir(st, file_id, &alt);
+	if (dir < 0)
+		return 0; /* logged: ALT is missing */
+	fd = openat(dir, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		dbox_error("%s/storage/%s: %s; its messages will fail with EIO "
+			   "(run 'dboxadm check')", dbox_store_dir_name(st, alt),
+			   name, strerror(errno));
+		return 0;
+	}
+	if (fstat(fd, &stbuf) < 0 || (uint64_t)stbuf.st_size <= size) {
+		close(fd);
+		return 0;
+	}
+	dbox_store_tail_keys(file_id, inflight_key, kept_key);
+	if (dbox_index_meta_get(st->index, inflight_key, &inflight) < 0 ||
+	    (uint64_t)inflight < size)
+		inflight = -1;
+	/* A delivery in flight: its WRITING row says where it starts. */
+	if (dbox_index_writing_offset(st->index, file_id, size, &writing) == 1 &&
+	    (inflight < 0 || writing < (uint64_t)inflight))
+		inflight = (int64_t)writing;
+	if (dbox_index_meta_get(st->index, kept_key, &kept) < 0 ||
+	    (uint64_t)kept < size)
+		kept = (int64_t)size;
+	start = (uint64_t)kept;
+	keep_end = start;
+	if (inflight < 0 || (uint64_t)inflight > start) {
+		whole = dbox_file_tail_records(fd, file_id, start, inflight < 0 ?
+					       UINT64_MAX : (uint64_t)inflight,
+					       &keep_end, NULL, NULL);
+		if (whole < 0)
+			whole = 0;
+	}
+	if (whole > 0) {
+		dbox_info("%s/storage/%s: %ld whole records after the committed "
+			  "end %llu that the index does not know (is the index "
+			  "older than storage/?) are kept; 'dboxadm check' "
+			  "names them and 'dboxadm rebuild' brings them back",
+			  dbox_store_dir_name(st, alt), name, whole,
+			  (unsigned long long)size);
+		if (dbox_index_set_meta(st->index, kept_key,
+					(int64_t)keep_end) < 0) {
+			close(fd);
+			return 0; /* nothing cut */
+		}
+		st->kept_records += (unsigned long)whole;
+	}
+	if ((uint64_t)stbuf.st_size > keep_end) {
+		/* The record in flight is dropped as its delivery is; other
+		   bytes only after a copy: also more than one whole record
+		   from the in-flight mark on (purge copies; or a mark an older
+		   copy of the index kept while later saves went on). */
+		uint64_t end;
+		bool only_inflight = inflight >= 0 &&
+			(uint64_t)inflight == keep_end &&
+			dbox_file_tail_records(fd, file_id, keep_end, UINT64_MAX,
+					       &end, NULL, NULL) < 2;
+
+		if (!only_inflight &&
+		    save_cut_bytes(st, fd, name, alt, keep_end, stbuf.st_size) < 0) {
+			close(fd);
+			return 0;
+		}
+		dbox_info("%s/storage/%s: cutting %llu bytes of unfinished "
+			  "writes after %llu", dbox_store_dir_name(st, alt), name,
+			  (unsigned long long)(stbuf.st_size - keep_end),
+			  (unsigned long long)keep_end);
+		if (ftruncate(fd, keep_end) < 0)
+			dbox_error("%s/storage/%s: ftruncate: %s",
+				   dbox_store_dir_name(st, alt), name, strerror(errno));
+	}
+	close(fd);
+	return 0;
+}
+
+int dbox_store_purged_key(struct dbox_index *index, uint32_t file_id, bool set)
+{
+	char key[32];
+	int64_t v;
+
+	snprintf(key, sizeof(key), "purged.m.%u", file_id);
+	if (set)
+		return dbox_index_set_meta(index, key, 1);
+	return dbox_index_meta_get(index, key, &v) == 0 && v == 1;
+}
+
+int dbox_store_unknown_records(struct dbox_store *st, int fd, uint32_t file_id)
+{
+	size_t header_len;
+	uint64_t end;
+	struct stat sb;
+
+	dbox_store_assert_locked(st);
+	if (dbox_store_purged_key(st->index, file_id, false) == 1 ||
+	    (fstat(fd, &sb) == 0 && sb.st_size == 0))
+		return 0;
+	if (dbox_file_read_header(fd, &header_len) < 0)
+		return 1;
+	return dbox_file_tail_records(fd, file_id, header_len, UINT64_MAX, &end,
+				      NULL, NULL) != 0;
+}
+
+/* Recovery of the m.N files the index does not know.  Their creation
+   was in a transaction that never committed - a save commits the file
+   before writing to it, so such a file holds no whole record -, or this
+   index purged them (purged.m.N: a crash between the switch and the
+   unlink left copies), or they come from a later life of the store than
+   this index (a restored backup, a lost WAL).  Whole records are kept in
+   the last case (check reports them, rebuild brings them back); other
+   bytes are cut to the header line, after a copy when they follow kept
+   records.  They keep their number, which is never reused. */
+static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
+{
+	int dir_fd = alt ? st->alt_fd : st->storage_fd;
+	const char *root = dbox_store_dir_name(st, alt);
+	DIR *dir = dir_fd >= 0 ? fdopendir(dup(dir_fd)) : NULL;
+	struct dirent *d;
+
+	if (dir == NULL)
+		return;
+	rewinddir(dir); /* the dup shares storage_fd's offset */
+	while ((d = readdir(dir)) != NULL) {
+		struct stat stbuf;
+		size_t header_len;
+		uint64_t size;
+		uint32_t id;
+		int fd;
+
+		if (!dbox_mfile_parse_name(d->d_name, &id) ||
+		    dbox_index_mfile_get(st->index, id, &size) != -ENOENT)
+			continue;
+		fd = openat(dir_fd, d->d_name, O_RDWR | O_NOFOLLOW |
+			    O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &stbuf) == 0 &&
+		    dbox_file_read_header(fd, &header_len) == 0 &&
+		    (uint64_t)stbuf.st_size > header_len) {
+			/* Whole records: messages of an index newer than this
+			   one (a save commits its file first, so a file whose
+			   creation never committed holds none). */
+			uint64_t keep_end;
+			long whole = dbox_file_tail_records(fd, id, header_len,
+							    UINT64_MAX, &keep_end,
+							    NULL, NULL);
+
+			/* A file this index purged (a crash between the
+			   switch and the unlink) holds copies: garbage.  Any
+			   other may hold the only copy of a message the index
+			   lost (purge copies of an index older than storage/
+			   carry GUIDs the index has, at locations that are
+			   gone), so its whole records are kept. */
+			if (dbox_store_purged_key(st->index, id, false) == 1)
+				whole = 0;
+			if (whole > 0) {
+				dbox_info("%s/storage/%s: unknown to the index; its "
+					  "%ld whole records are kept ('dboxadm "
+					  "rebuild' brings them back)", root,
+					  d->d_name, whole);
+				st->kept_records += (unsigned long)whole;
+			} else {
+				keep_end = header_len;
+			}
+			if ((uint64_t)stbuf.st_size > keep_end &&
+			    (keep_end == header_len ||
+			     save_cut_bytes(st, fd, d->d_name, alt, keep_end,
+					    stbuf.st_size) == 0)) {
+				dbox_info("%s/storage/%s: unknown to the index; "
+					  "cutting %llu bytes of uncommitted "
+					  "writes", root, d->d_name,
+					  (unsigned long long)
+					  (stbuf.st_size - keep_end));
+				if (ftruncate(fd, keep_end) < 0)
+					dbox_error("%s/storage/%s: ftruncate: %s",
+						   root, d->d_name,
+						   strerror(errno));
+			}
+		}
+		close(fd);
+	}
+	closedir(dir);
+}
+
+/* Recovery of files/: a backing file of an inode that is no plain file
+   any more was turned into a message (its unlink cut by the crash) and
+   goes.  One that belongs to no inode was created by a transaction that
+   never committed (the create of a plain file cut by a crash: always
+   empty, as the client only writes after the create returned; or an
+   import batch).  SQLite hands its number out
+   again, and the next create of a plain file would find the name taken.
+   An empty one is removed; one with bytes is kept for 'dboxadm check' and
+   'rebuild' (lost+found/), and its number is never handed out. */
+static int recover_files(struct dbox_store *st)
+{
+	DIR *dir = fdopendir(dup(st->files_fd));
+	struct dirent *d;
+	int ret = 0;
+
+	if (dir == NULL)
+		return 0;
+	rewinddir(dir); /* the dup shares files_fd's offset */
+	while ((d = readdir(dir)) != NULL && ret == 0) {
+		unsigned long long ino;
+		struct dbox_attr attr;
+		struct stat stbuf;
+		char *end;
+
+		errno = 0;
+		ino = strtoull(d->d_name, &end, 10);
+		if (*end != '\0' || errno != 0 || d->d_name[0] < '1' ||
+		    d->d_name[0] > '9' ||
+		    fstatat(st->files_fd, d->d_name, &stbuf, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		ret = dbox_index_getattr(st->index, ino, &attr);
+		if (ret == 0 && attr.kind != DBOX_KIND_FILE) {
+			/* A plain file renamed to a message name became a
+			   message (its bytes are in an m.N now); the crash
+			   came before its backing file was removed. */
+			dbox_info("%s/files/%s: left over from a plain file "
+				  "turned into a message; removed", st->path,
+				  d->d_name);
+			unlinkat(st->files_fd, d->d_name, 0);
+		}
+		if (ret != -ENOENT) {
+			ret = ret == 0 ? 0 : ret;
+			continue;
+		}
+		ret = 0;
+		if (S_ISREG(stbuf.st_mode) && stbuf.st_size == 0) {
+			dbox_info("%s/files/%s: empty and of no plain file (a "
+				  "create cut by a crash); removed", st->path,
+				  d->d_name);
+			unlinkat(st->files_fd, d->d_name, 0);
+			continue;
+		}
+		dbox_warning("%s/files/%s: belongs to no plain file; kept "
+			     "('dboxadm rebuild' puts it in lost+found/)",
+			     st->path, d->d_name);
+		if ((ret = dbox_index_begin(st->index)) == 0) {
+			ret = dbox_index_reserve_ino(st->index, ino);
+			if (ret == 0)
+				ret = dbox_index_commit(st->index, true);
+			else
+				dbox_index_rollback(st->index);
+		}
+	}
+	closedir(dir);
+	return ret;
+}
+
+int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r)
+{
+	unsigned int writing, orphans;
+	uint64_t *files;
+	size_t nfiles;
+	char name[32];
+	int ret;
+
+	dbox_store_assert_locked(st);
+
+	/* Tails first: they need the WRITING rows recovery drops. */
+	if ((ret = dbox_index_mfile_list(st->index, recover_mfile, st)) < 0)
+		return ret;
+	ret = dbox_index_recover(st->index, &writing, &orphans, &files, &nfiles);
+	if (ret < 0)
+		return ret;
+	for (size_t i = 0; i < nfiles; i++) {
+		snprintf(name, sizeof(name), "%llu", (unsigned long long)files[i]);
+		unlinkat(st->files_fd, name, 0);
+	}
+	free(files);
+	*writing_r = writing;
+	if (writing > 0 || orphans > 0)
+		dbox_info("%s: recovery: dropped %u unfinished deliveries and "
+			  "%u unlinked files", st->path, writing, orphans);
+	if ((ret = recover_files(st)) < 0)
+		return ret;
+	recover_unknown_mfiles(st, false);
+	recover_unknown_mfiles(st, true);
+	if (st->kept_records > 0)
+		dbox_warning("%s: recovery: %lu whole records in storage/ are "
+			     "unknown to the index and were kept, not cut; run "
+			     "'dboxadm rebuild %s' (unmounted) to bring them "
+			     "back into their folders", st->path,
+			     st->kept_records, st->path);
+	return 0;
+}
+
+int dbox_store_note_inflight(struct dbox_store *st, const struct dbox_mfile *mf)
+{
+	char inflight_key[32], kept_key[32];
+
+	dbox_store_assert_locked(st);
+	dbox_store_tail_keys(mf->file_id, inflight_key, kept_key);
+	return dbox_index_set_meta(st->index, inflight_key, (int64_t)mf->size);
+}
+
+void dbox_store_clear_inflight(struct dbox_store *st, uint32_t file_id)
+{
+	char inflight_key[32], kept_key[32];
+	int64_t v;
+
+	dbox_store_assert_locked(st);
+	dbox_store_tail_keys(file_id, inflight_key, kept_key);
+	if (dbox_index_meta_get(st->index, inflight_key, &v) == 0 && v != -1)
+		(void)dbox_index_set_meta(st->index, inflight_key, -1);
+}

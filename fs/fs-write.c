@@ -1,0 +1,475 @@
+/*
+ * fs-write.c: writing a message: write, truncate, flush (close), release
+ * and fsync, and a plain file turned into a message at its last close.
+ *
+ * A message is written straight into an m.N record owned by its inode's
+ * save (inode->save, shared by every handle open for writing).  The record
+ * is finished - metadata written, index row COMMITTED - at flush (close)
+ * and fsync.  A finished record is never written again: a write,
+ * truncate or O_TRUNC open of a committed message - also one whose save
+ * finished a moment ago at an fsync or a close - starts a new save with a
+ * copy of its bytes (copy-on-write).  The index keeps naming the old
+ * record until the copy is finished, so a crash in between leaves the
+ * version the last close or fsync acknowledged; the old record becomes
+ * garbage for purge then.
+ */
+#include "engine/maildir.h"
+#include "fs-file.h"
+#include "fs-purge.h"
+
+#include "storage/dbox-read.h"
+#include "index/reserve.h"
+#include "index/wal-sync.h"
+#include "storage/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Start writing ino's message: a new save (inode->save), holding a copy
+   of the first copy_bytes bytes of the committed message.  The index
+   keeps the committed record until the save's first finish: a crash
+   before leaves the message as it was (recovery cuts the unfinished
+   copy), instead of dropping it with all its names.  The copy's m.N row
+   and its in-flight mark (inflight.m.N) are committed before its first
+   byte; the copy itself runs without the lock, the inode busy meanwhile
+   (inode->save is NULL until it is done): called and returns with the
+   lock held, the inode idle. */
+static int start_write(struct fs *fs, struct fs_inode *inode,
+		       uint64_t copy_bytes)
+{
+	struct dbox_store *st = fs->st;
+	struct dbox_reader *reader = NULL;
+	struct dbox_save *save = NULL;
+	struct dbox_msgloc loc;
+	struct dbox_attr attr;
+	uint64_t parent, off = 0;
+	char *mailbox = NULL;
+	char buf[65536];
+	int ret;
+
+	if ((ret = dbox_index_getattr(st->index, inode->ino, &attr)) < 0 ||
+	    (ret = dbox_index_msg_get(st->index, inode->ino, &loc)) < 0)
+		return ret;
+	if (dbox_index_parent(st->index, inode->ino, &parent) < 0 ||
+	    maildir_mailbox_name(st->index, parent, &mailbox) < 0)
+		mailbox = NULL;
+	if (copy_bytes > attr.size)
+		copy_bytes = attr.size;
+	if (copy_bytes > 0 &&
+	    (ret = dbox_store_open_reader(st, &loc, attr.size, &reader)) < 0)
+		goto out;
+	/* No WRITING row: until the copy is finished the index keeps the
+	   old record.  The copy's in-flight mark goes in with its m.N row:
+	   recovery must know the copy for an unfinished write (and cut it),
+	   not take it for a lost message. */
+	if ((ret = dbox_save_begin_copy(st, inode->ino,
+					mailbox != NULL ? mailbox : "INBOX",
+					&save)) < 0)
+		goto out;
+	if (copy_bytes > 0) {
+		fs_busy_begin(fs, inode);
+		while (off < copy_bytes) {
+			size_t want = copy_bytes - off < sizeof(buf) ?
+				copy_bytes - off : sizeof(buf);
+			ssize_t n = dbox_reader_pread(reader, buf, want, off);
+
+			if (n <= 0) {
+				ret = n < 0 ? dbox_corrupt_as_eio((int)n) : -EIO;
+				break;
+			}
+			if ((ret = dbox_save_write(save, buf, n, off)) < 0)
+				break;
+			off += n;
+		}
+		fs_busy_end(fs, inode);
+	}
+	if (ret == 0) {
+		inode->save = save;
+		save = NULL;
+		__atomic_add_fetch(&inode->gen, 1, __ATOMIC_RELEASE);
+		fs_purge_note(fs, loc.file_id); /* the old record is garbage */
+	}
+out:
+	dbox_save_free(&save);
+	dbox_reader_free(&reader);
+	free(mailbox);
+	return ret;
+}
+
+/* Let go of inode's save; an fsync still using it (between its steps,
+   outside the lock: a reference of its own) frees it when done.  Needs
+   the lock. */
+static void save_drop(struct fs_inode *inode)
+{
+	dbox_save_free(&inode->save);
+}
+
+/* Make inode->save a save that may be written.  None, or one whose
+   record is finished (committed at a close or fsync: a version a client
+   was told is stored), gives way to a new save holding a copy of the
+   first copy_bytes bytes of the committed message: the finished record
+   stays what the index names until the copy is finished in its turn.
+   Needs the lock and the inode idle; the copy runs unlocked with the
+   inode busy (start_write), and it is idle again on return. */
+int fs_message_writable(struct fs *fs, struct fs_inode *inode,
+			    uint64_t copy_bytes)
+{
+	if (inode->save != NULL && !dbox_save_finished(inode->save))
+		return 0;
+	save_drop(inode);
+	return start_write(fs, inode, copy_bytes);
+}
+
+/* Finish the message being written: record on disk, index COMMITTED with
+   its size.  sync: data and index on disk before returning.  Opens and
+   commits its own transaction.  The record is sealed without the lock
+   (the inode busy meanwhile): called and returns with the lock held, the
+   inode idle (fs_inode_wait_idle). */
+static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
+{
+	struct dbox_index *index = fs->st->index;
+	struct dbox_attr attr;
+	struct dbox_msgloc loc;
+	int ret;
+
+	if (dbox_save_finished(inode->save) && !sync)
+		return 0;
+	/* A copy's in-flight mark is durable before its bytes are (at
+	   once when an fsync synced it already). */
+	if (sync && dbox_save_inflight_seq(inode->save) != 0 &&
+	    (ret = dbox_index_sync_upto(index,
+			dbox_save_inflight_seq(inode->save))) < 0)
+		return ret;
+	if (!dbox_save_sealed(inode->save)) {
+		/* The heavy part (V read back, compression), unlocked. */
+		struct dbox_save *save = inode->save;
+		time_t received;
+
+		if ((ret = dbox_index_getattr(index, inode->ino, &attr)) < 0)
+			return ret;
+		/* R as the finish below would write it (h4's dbox time of
+		   the last write, not yet stored); the finish keeps it. */
+		received = dbox_time_sec(fs_message_mtime(fs, &attr));
+		fs_busy_begin(fs, inode);
+		ret = dbox_save_seal(save, received);
+		fs_busy_end(fs, inode);
+		if (ret < 0)
+			return ret;
+	}
+	if ((ret = dbox_index_begin(index)) < 0)
+		return ret;
+	ret = dbox_index_getattr(index, inode->ino, &attr);
+	if (ret == 0)
+		ret = dbox_save_finish(inode->save,
+				       dbox_time_sec(fs_message_mtime(fs, &attr)),
+				       sync, &loc);
+	if (ret == 0 && (attr.size != dbox_save_size(inode->save) ||
+			 inode->written)) {
+		attr.size = dbox_save_size(inode->save);
+		if (inode->written)
+			attr.mtime_ns = attr.ctime_ns = inode->wtime;
+		ret = dbox_index_setattr(index, &attr);
+	}
+	ret = fs_tx_end(fs, ret, sync);
+	if (ret == 0)
+		inode->written = false;
+	return ret;
+}
+
+/* A client wrote to (or truncated) message inode: its mtime and ctime
+   are now, as on ext4; stored when the record is finished. */
+void fs_message_written(struct fs_inode *inode)
+{
+	inode->wtime = dbox_now_ns();
+	inode->written = true;
+}
+
+void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+	      off_t off, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_from_req(req);
+	struct fs_handle *h = fs_handle_of(fi);
+	struct fs_inode *inode = h->inode;
+	ssize_t ret;
+
+	if (h->kind == DBOX_KIND_FILE) {
+		/* Plain files are data too: the index reserve is not theirs. */
+		ret = dbox_index_reserve_check(fs->st->index);
+		if (ret == 0 && (ret = pwrite(h->fd, buf, size, off)) < 0)
+			ret = -errno;
+	} else if (!h->writer) {
+		ret = -EBADF;
+	} else {
+		fs_lock(fs);
+		fs_inode_wait_idle(fs, inode->ino);
+		/* The first write to a committed message, or the first after
+		   a flush or fsync committed it: a new copy (made unlocked,
+		   the inode busy). */
+		ret = fs_message_writable(fs, inode, UINT64_MAX);
+		if (ret == 0) {
+			/* The bytes go in without the lock: a write may
+			   also turn a compressed body plain (all of it). */
+			struct dbox_save *save = inode->save;
+
+			fs_busy_begin(fs, inode);
+			ret = dbox_save_write(save, buf, size, off);
+			fs_busy_end(fs, inode);
+		}
+		if (ret >= 0)
+			fs_message_written(inode);
+		fs_unlock(fs);
+	}
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_write(req, size);
+}
+
+void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_from_req(req);
+	struct fs_handle *h = fs_handle_of(fi);
+	int ret = 0;
+
+	if (h->writer) {
+		/* close(): the message is complete as it stands; errors
+		   (ENOSPC) reach the client here, not at release. */
+		fs_lock(fs);
+		fs_inode_wait_idle(fs, ino);
+		if (h->inode->save != NULL)
+			ret = message_finish(fs, h->inode, false);
+		fs_unlock(fs);
+	}
+	fuse_reply_err(req, -ret);
+}
+
+/* Is ino a plain file with one name, a message name: parent gets its
+   directory.  Needs the lock. */
+static bool file_wants_message(struct fs *fs, uint64_t ino, uint64_t *parent_r)
+{
+	struct dbox_index *index = fs->st->index;
+	struct dbox_attr attr;
+	char *name = NULL;
+	bool ret;
+
+	if (dbox_index_getattr(index, ino, &attr) < 0 ||
+	    attr.kind != DBOX_KIND_FILE || attr.nlink != 1 ||
+	    dbox_index_entry_of(index, ino, parent_r, &name) < 0)
+		return false;
+	ret = fs_is_message_name(fs, *parent_r, name);
+	free(name);
+	return ret;
+}
+
+/* A plain file renamed to a message name while open (rename converts only
+   closed files) becomes a message at its last close, as rename would have
+   made it.  Its bytes are copied without the lock (fs_file_copy_out);
+   called and returns with the lock held.  Returns true when it did: the
+   caller then removes the backing file, after unlocking (freeing a big
+   file's blocks takes a while). */
+static bool file_closed(struct fs *fs, uint64_t ino)
+{
+	struct dbox_index *index = fs->st->index;
+	struct dbox_save *copied = NULL;
+	uint64_t parent, parent_now;
+	char file[24];
+	int ret;
+
+	if (!file_wants_message(fs, ino, &parent))
+		return false;
+	ret = fs_file_copy_out(fs, ino, parent, &copied);
+	/* Renamed or linked while it was copied (the lock was free): no
+	   message any more, or one of another folder (its B metadata
+	   differs: copied again, under the lock, in this rare case). */
+	if (ret == 0 && !file_wants_message(fs, ino, &parent_now))
+		ret = -EAGAIN;
+	if (ret == 0 && parent_now != parent)
+		dbox_save_free(&copied);
+	if (ret == 0 && (ret = dbox_index_begin(index)) == 0)
+		ret = fs_tx_end(fs, fs_file_to_message(fs, ino, parent_now,
+						      copied), false);
+	dbox_save_free(&copied);
+	fs_file_name(file, ino);
+	if (ret < 0 && ret != -EAGAIN)
+		dbox_error("%s/files/%s: not turned into a message: %s",
+			   fs->st->path, file, strerror(-ret));
+	return ret == 0;
+}
+
+void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_from_req(req);
+	struct fs_handle *h = fs_handle_of(fi);
+	struct fs_inode *inode = h->inode;
+	bool converted = false;
+
+	fs_lock(fs);
+	fs_inode_wait_idle(fs, ino);
+	if (h->kind == DBOX_KIND_FILE && inode->nopen == 1)
+		converted = file_closed(fs, ino);
+	if (h->writer && --inode->nwriters == 0 && inode->save != NULL) {
+		bool discard = inode->unlinked && inode->nopen == 1 &&
+			inode->nlookup == 0;
+
+		/* An unlinked message nobody can see any more is dropped
+		   unfinished, giving its bytes back; others are finished. */
+		if (!discard && message_finish(fs, inode, false) < 0)
+			dbox_error("%s: message inode %llu could not be "
+				   "finished at close", fs->st->path,
+				   (unsigned long long)ino);
+		save_drop(inode);
+	}
+	fs_handle_free(h);
+	fs_inode_unref(fs, ino, 0, true);
+	fs_unlock(fs);
+	if (converted) {
+		char file[24];
+
+		fs_file_name(file, ino);
+		unlinkat(fs->st->files_fd, file, 0);
+	}
+	fuse_reply_err(req, 0);
+}
+
+/* fsync of a message.  Its m.N bytes are fdatasync()ed and its index
+   row committed and synced before the reply, in that order (a durable
+   index row never points at bytes that are not), but without holding the
+   store lock across either sync: the record is sealed under the lock, its
+   bytes synced outside it, the row committed under it, and the WAL synced
+   by group commit with every other fsync in flight (wal-sync.h).  Only a
+   writer's handle keeps the save alive outside the lock; other cases, and
+   a write that lands between the steps, sync under the lock. */
+static int message_fsync(struct fs *fs, struct fs_handle *h)
+{
+	struct dbox_index *index = fs->st->index;
+	struct fs_inode *inode = h->inode;
+	struct dbox_save *save;
+	struct dbox_attr attr;
+	uint64_t seq, seals, inflight_seq;
+	bool resealed;
+	int fd, ret;
+
+	fs_lock(fs);
+	fs_inode_wait_idle(fs, inode->ino);
+	save = inode->save;
+	if (save == NULL) {
+		/* Committed earlier without sync: its record and the index. */
+		struct dbox_msgloc loc;
+
+		ret = dbox_index_msg_get(index, inode->ino, &loc);
+		fd = ret < 0 ? ret : dbox_store_read_fd(fs->st, loc.file_id);
+		/* The cached descriptor is the store's only under the lock. */
+		if (fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+			fd = -errno;
+		seq = dbox_index_commit_seq(index);
+		fs_unlock(fs);
+		if (fd < 0)
+			return fd;
+		ret = fdatasync(fd) < 0 ? -errno : 0;
+		close(fd);
+		return ret < 0 ? ret : dbox_index_sync_upto(index, seq);
+	}
+	if (!h->writer) {
+		ret = message_finish(fs, inode, true);
+		fs_unlock(fs);
+		return ret;
+	}
+	ret = dbox_index_getattr(index, inode->ino, &attr);
+	if (ret == 0 && !dbox_save_sealed(save)) {
+		/* R as message_finish writes it (the time of a write not
+		   stored yet), taken under the lock. */
+		time_t received = dbox_time_sec(fs_message_mtime(fs, &attr));
+
+		fs_busy_begin(fs, inode);
+		ret = dbox_save_seal(save, received);
+		fs_busy_end(fs, inode);
+	}
+	seals = dbox_save_seals(save);
+	if (ret < 0) {
+		fs_unlock(fs);
+		return ret;
+	}
+	/* A flush may finish the save meanwhile and a write replace it by
+	   a new copy (message_writable): it stays ours until we let go. */
+	dbox_save_ref(save);
+	inflight_seq = dbox_save_inflight_seq(save);
+	fs_unlock(fs);
+	/* A copy: its in-flight mark durable before its bytes, so that
+	   recovery after a power loss cuts a copy whose commit did not
+	   reach the disk instead of keeping it as a message (group commit;
+	   at once when synced already). */
+	if (inflight_seq != 0)
+		ret = dbox_index_sync_upto(index, inflight_seq);
+	if (ret == 0)
+		ret = dbox_save_sync(save);
+	fs_lock(fs);
+	/* Before anything else on the inode: a write may be copying into a
+	   new save, or writing this one, unlocked.  The save stays ours
+	   (our reference) across the wait. */
+	fs_inode_wait_idle(fs, inode->ino);
+	resealed = !dbox_save_sealed(save) || dbox_save_seals(save) != seals;
+	if (inode->save != save) {
+		/* Finished by a flush, then replaced by a copy: its record is
+		   committed (and copied), and holds every byte written before
+		   this fsync; resealed since, it needs another sync. */
+		if (ret == 0 && dbox_save_seals(save) != seals)
+			ret = dbox_save_sync(save);
+		dbox_save_free(&save);
+	} else {
+		dbox_save_free(&save); /* the inode holds it still */
+		/* Written to (and maybe finished by a flush) since the seal:
+		   those bytes are not synced yet. */
+		if (ret == 0)
+			ret = message_finish(fs, inode, resealed);
+	}
+	seq = dbox_index_commit_seq(index);
+	fs_unlock(fs);
+	return ret < 0 ? ret : dbox_index_sync_upto(index, seq);
+}
+
+void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+	      struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_from_req(req);
+	struct fs_handle *h = fs_handle_of(fi);
+	int ret = 0;
+
+	if (h->kind == DBOX_KIND_FILE) {
+		if ((datasync ? fdatasync(h->fd) : fsync(h->fd)) < 0)
+			ret = -errno;
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	ret = message_fsync(fs, h);
+	fuse_reply_err(req, -ret);
+}
+
+/* Truncate a message to size bytes. */
+int fs_message_truncate(struct fs *fs, struct fs_inode *inode,
+			    uint64_t size)
+{
+	int ret;
+
+	/* Committed (no save, or one finished at a close or fsync): the
+	   truncate goes to a new copy, like any write. */
+	ret = fs_message_writable(fs, inode, size);
+	if (ret == 0) {
+		struct dbox_save *save = inode->save;
+
+		/* Unlocked: a compressed body is turned plain first. */
+		fs_busy_begin(fs, inode);
+		ret = dbox_save_truncate(save, size);
+		fs_busy_end(fs, inode);
+	}
+	/* Without an open writer the truncate is complete now; with one,
+	   at its next close or fsync. */
+	if (ret == 0 && inode->nwriters == 0)
+		ret = message_finish(fs, inode, false);
+	if (inode->nwriters == 0)
+		save_drop(inode);
+	return ret;
+}
+
