@@ -93,22 +93,26 @@ static void json_files(const struct dbox_stats *s)
 
 static void print_json(const struct dbox_stats *s, bool files)
 {
+	const struct { const char *key; uint64_t value; } counts[] = {
+		{ "mfiles", s->mfiles }, { "mfile_bytes", s->mfile_bytes },
+		{ "mfile_disk_usage", s->disk_bytes },
+		{ "alt_mfiles", s->alt_mfiles },
+		{ "alt_mfile_bytes", s->alt_bytes },
+		{ "messages", s->ix.messages },
+		{ "message_names", s->ix.message_names },
+		{ "live_bytes", s->ix.live_record_bytes },
+		{ "dead_bytes", s->dead_bytes },
+		{ "pending_bytes", s->pending_bytes },
+		{ "header_bytes", s->header_bytes },
+		{ "messages_writing", s->ix.writing },
+		{ "messages_unlinked_open", s->ix.unlinked },
+		{ "plaintext_bytes", s->ix.plain_bytes },
+		{ "stored_body_bytes", s->ix.body_bytes },
+	};
+
 	printf("{\n");
-	jnum("mfiles", (long long)s->mfiles);
-	jnum("mfile_bytes", (long long)s->mfile_bytes);
-	jnum("mfile_disk_usage", (long long)s->disk_bytes);
-	jnum("alt_mfiles", (long long)s->alt_mfiles);
-	jnum("alt_mfile_bytes", (long long)s->alt_bytes);
-	jnum("messages", (long long)s->ix.messages);
-	jnum("message_names", (long long)s->ix.message_names);
-	jnum("live_bytes", (long long)s->ix.live_record_bytes);
-	jnum("dead_bytes", (long long)s->dead_bytes);
-	jnum("pending_bytes", (long long)s->pending_bytes);
-	jnum("header_bytes", (long long)s->header_bytes);
-	jnum("messages_writing", (long long)s->ix.writing);
-	jnum("messages_unlinked_open", (long long)s->ix.unlinked);
-	jnum("plaintext_bytes", (long long)s->ix.plain_bytes);
-	jnum("stored_body_bytes", (long long)s->ix.body_bytes);
+	for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+		jnum(counts[i].key, (long long)counts[i].value);
 	printf("  \"compression_ratio\": %.4f,\n", ratio(s));
 	jnum("plain_files", (long long)s->ix.files);
 	jnum("directories", (long long)s->ix.dirs);
