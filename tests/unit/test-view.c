@@ -2,12 +2,12 @@
  * test-view.c: unit tests, with cmocka, of what dboxadm's reading verbs
  * use on a store opened without the lock: the view (engine/view.h), the
  * m.N files as a reader sees them (engine/mfile-read.h), the export walk
- * (engine/export.h) and the stats (engine/stats.h).
+ * (engine/export.h).
  *
- * Each test builds a real store in its own mkdtemp() directory with the
- * store engine (messages gz-compressed, so every read decompresses),
- * closes it, and reads it back through a view; the directory is removed
- * in teardown.
+ * Each test builds a real store (test-common.h's tree: messages
+ * gz-compressed, so every read decompresses) in its own mkdtemp()
+ * directory, and reads it back through a view; the directory is removed
+ * in teardown.  engine/stats.h is tested in test-stats.c.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,8 +17,6 @@
 
 #include "engine/export.h"
 #include "engine/mfile-read.h"
-#include "engine/stats.h"
-#include "engine/store.h"
 #include "engine/view.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
@@ -34,214 +32,34 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* --- helpers ---------------------------------------------------------- */
-
-#define NMSG 3
-
-struct fix {
-	char dir[64];
-	char store[128];
-	char alt[128];
-	struct dbox_store *st;
-	struct dbox_view *view;
-	uint64_t cur, sub, deep;       /* directory inodes */
-	uint64_t msg_ino[NMSG], file_ino, link_ino, writing_ino;
-	struct dbox_msgloc loc[NMSG];
-	char *body[NMSG];
-	size_t len[NMSG];
-};
-
-static const char plain_bytes[] = "plain file bytes\n";
-static const char link_target[] = "../elsewhere";
-
-static int fix_setup(void **state)
-{
-	struct fix *f = calloc(1, sizeof(*f));
-
-	assert_non_null(f);
-	tmpdir_make(f->dir, sizeof(f->dir), "test-view");
-	snprintf(f->store, sizeof(f->store), "%s/store", f->dir);
-	snprintf(f->alt, sizeof(f->alt), "%s/alt", f->dir);
-	errors_reset();
-	*state = f;
-	return 0;
-}
-
-static int fix_teardown(void **state)
-{
-	struct fix *f = *state;
-
-	dbox_view_close(&f->view);
-	dbox_store_close(&f->st);
-	for (int i = 0; i < NMSG; i++)
-		free(f->body[i]);
-	rm_rf(f->dir);
-	free(f);
-	return 0;
-}
-
-static uint64_t create(struct fix *f, uint64_t parent, const char *name,
-		       enum dbox_kind kind, uint32_t mode)
-{
-	struct dbox_attr attr;
-
-	assert_int_equal(dbox_index_create(f->st->index, parent, name,
-					   strlen(name), kind, mode, getuid(),
-					   getgid(), dbox_now_ns(), &attr), 0);
-	return attr.ino;
-}
-
-/* Message i, of len bytes, saved and committed as parent/name. */
-static void save_msg(struct fix *f, int i, uint64_t parent, const char *name,
-		     size_t len)
-{
-	struct dbox_save *save = NULL;
-	struct dbox_attr attr;
-	uint64_t rng = 0x5eed0000 + (uint64_t)i;
-	static const char *const words[] = { "alpha", "beta", "gamma" };
-
-	f->body[i] = mail_text(&rng, len, "Subject: view test", words, 3);
-	f->len[i] = len;
-	pthread_mutex_lock(&f->st->lock);
-	assert_int_equal(dbox_index_begin(f->st->index), 0);
-	f->msg_ino[i] = create(f, parent, name, DBOX_KIND_MESSAGE,
-			       S_IFREG | 0640);
-	assert_int_equal(dbox_save_begin(f->st, f->msg_ino[i], "INBOX",
-					 &save), 0);
-	assert_int_equal(dbox_save_write(save, f->body[i], len, 0), 0);
-	assert_int_equal(dbox_save_finish(save, 1700000000, false,
-					  &f->loc[i]), 0);
-	assert_int_equal(dbox_index_getattr(f->st->index, f->msg_ino[i],
-					    &attr), 0);
-	attr.size = len;
-	assert_int_equal(dbox_index_setattr(f->st->index, &attr), 0);
-	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
-	dbox_save_free(&save);
-	pthread_mutex_unlock(&f->st->lock);
-}
-
-/* A message left WRITING: its save began and was committed, never
-   finished. */
-static void save_unfinished(struct fix *f, uint64_t parent, const char *name)
-{
-	struct dbox_save *save = NULL;
-
-	pthread_mutex_lock(&f->st->lock);
-	assert_int_equal(dbox_index_begin(f->st->index), 0);
-	f->writing_ino = create(f, parent, name, DBOX_KIND_MESSAGE,
-				S_IFREG | 0600);
-	assert_int_equal(dbox_save_begin(f->st, f->writing_ino, "INBOX",
-					 &save), 0);
-	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
-	dbox_save_free(&save);
-	pthread_mutex_unlock(&f->st->lock);
-}
-
-/* The tree every test reads:
-     cur/ m0 m1 (m1 also as cur/m1-link) new/ (m2, unfinished "w")
-     notes (plain file)  ln -> ../elsewhere  sub/deep/ (empty) */
-static void build_store(struct fix *f, bool with_alt)
-{
-	struct dbox_store_settings set = {
-		.create = true,
-		.compress = { .method = DBOX_COMPRESSION_GZ },
-		.alt_path = with_alt ? f->alt : NULL,
-	};
-	struct dbox_attr attr;
-	uint64_t newdir;
-	char name[24];
-	int fd;
-
-	if (with_alt)
-		assert_int_equal(mkdir(f->alt, 0700), 0);
-	assert_int_equal(dbox_store_open(f->store, &set, &f->st), 0);
-	assert_int_equal(dbox_index_begin(f->st->index), 0);
-	f->cur = create(f, DBOX_ROOT_INO, "cur", DBOX_KIND_DIR, S_IFDIR | 0700);
-	newdir = create(f, DBOX_ROOT_INO, "new", DBOX_KIND_DIR, S_IFDIR | 0750);
-	f->sub = create(f, DBOX_ROOT_INO, "sub", DBOX_KIND_DIR, S_IFDIR | 0755);
-	f->deep = create(f, f->sub, "deep", DBOX_KIND_DIR, S_IFDIR | 0700);
-	f->file_ino = create(f, DBOX_ROOT_INO, "notes", DBOX_KIND_FILE,
-			     S_IFREG | 0644);
-	f->link_ino = create(f, DBOX_ROOT_INO, "ln", DBOX_KIND_SYMLINK,
-			     S_IFLNK | 0777);
-	assert_int_equal(dbox_index_symlink_set(f->st->index, f->link_ino,
-						link_target,
-						strlen(link_target)), 0);
-	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
-	snprintf(name, sizeof(name), "%llu", (unsigned long long)f->file_ino);
-	fd = openat(f->st->files_fd, name, O_WRONLY | O_CREAT | O_EXCL, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, plain_bytes, strlen(plain_bytes)),
-			 (ssize_t)strlen(plain_bytes));
-	close(fd);
-
-	save_msg(f, 0, f->cur, "m0", 5000);
-	save_msg(f, 1, f->cur, "m1", 70000);
-	save_msg(f, 2, newdir, "m2", 100);
-	assert_int_equal(dbox_index_begin(f->st->index), 0);
-	assert_int_equal(dbox_index_link(f->st->index, f->msg_ino[1], f->cur,
-					 "m1-link", 7, dbox_now_ns(), &attr), 0);
-	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
-	save_unfinished(f, newdir, "w");
-	dbox_store_close(&f->st);
-}
-
-static char *store_path(const struct fix *f, const char *rel)
-{
-	char *path;
-
-	assert_true(asprintf(&path, "%s/%s", f->store, rel) > 0);
-	return path;
-}
-
-static void open_view(struct fix *f)
-{
-	assert_int_equal(dbox_view_open(f->store, &f->view), 0);
-	assert_non_null(f->view);
-}
-
-/* Replace STORE/storage/m.1 by a symbolic link to a copy of it. */
-static void symlink_m1(struct fix *f)
-{
-	char *m1 = store_path(f, "storage/m.1");
-	char copy[160], cmd[400];
-
-	snprintf(copy, sizeof(copy), "%s/m.1-copy", f->dir);
-	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", m1, copy);
-	assert_int_equal(system(cmd), 0);
-	assert_int_equal(unlink(m1), 0);
-	assert_int_equal(symlink(copy, m1), 0);
-	free(m1);
-}
-
 /* --- the view ---------------------------------------------------------- */
 
 static void test_view_open(void **state)
 {
-	struct fix *f = *state;
+	struct tree_fix *f = *state;
 	struct dbox_view *view = NULL;
 	char *path;
 	int fd;
 
-	build_store(f, false);
-	open_view(f);
+	tree_build(f, false);
+	tree_open_view(f);
 	assert_true(f->view->storage_fd >= 0);
 	assert_int_equal(f->view->storage_err, 0);
 	assert_int_equal(f->view->alt_fd, -1);
 	assert_null(f->view->alt_path);
 
 	/* A directory without index.sqlite is no store. */
-	path = store_path(f, "sub-not-a-store");
+	path = tree_path(f, "sub-not-a-store");
 	assert_int_equal(mkdir(path, 0700), 0);
 	assert_int_equal(dbox_view_open(path, &view), -ENOMEDIUM);
 	assert_null(view);
 	free(path);
 	/* A file is no directory; a missing path is missing. */
-	path = store_path(f, "index.sqlite");
+	path = tree_path(f, "index.sqlite");
 	assert_int_equal(dbox_view_open(path, &view), -ENOTDIR);
 	assert_null(view);
 	free(path);
-	path = store_path(f, "nothing-here");
+	path = tree_path(f, "nothing-here");
 	assert_int_equal(dbox_view_open(path, &view), -ENOENT);
 	free(path);
 
@@ -296,15 +114,15 @@ static const struct seen_mfile *find_mfile(const struct mfile_list *l,
 
 static void test_mfile_walk(void **state)
 {
-	struct fix *f = *state;
+	struct tree_fix *f = *state;
 	struct mfile_list l = { .n = 0 };
 	const struct seen_mfile *s;
-	char *path = store_path(f, "storage/m.1");
+	char *path = tree_path(f, "storage/m.1");
 	struct stat sb;
 	uint64_t size;
 	int fd, afd, sfd;
 
-	build_store(f, true);
+	tree_build(f, true);
 	assert_int_equal(stat(path, &sb), 0);
 	free(path);
 	/* ALT holds m.7; beside it names that are no m.N, and a link. */
@@ -325,7 +143,7 @@ static void test_mfile_walk(void **state)
 	close(fd);
 	close(afd);
 
-	open_view(f);
+	tree_open_view(f);
 	assert_true(f->view->alt_fd >= 0);
 	assert_int_equal(dbox_view_mfile_walk(f->view, list_cb, &l), 0);
 	assert_int_equal(l.n, 3);
@@ -357,7 +175,7 @@ struct visit {
 };
 
 struct walk_log {
-	struct fix *f;
+	struct tree_fix *f;
 	struct dbox_export *ex;
 	struct visit v[32];
 	size_t n;
@@ -429,7 +247,7 @@ static char *read_item(struct walk_log *w, struct dbox_export_item *item,
 static int on_entry(void *ctx, struct dbox_export_item *item)
 {
 	struct walk_log *w = ctx;
-	struct fix *f = w->f;
+	struct tree_fix *f = w->f;
 	size_t len;
 	char *bytes;
 
@@ -444,9 +262,9 @@ static int on_entry(void *ctx, struct dbox_export_item *item)
 			return 0;
 		}
 		assert_false(item->unfinished);
-		for (i = 0; i < NMSG && f->msg_ino[i] != item->attr.ino; i++)
+		for (i = 0; i < TREE_NMSG && f->msg_ino[i] != item->attr.ino; i++)
 			;
-		assert_true(i < NMSG);
+		assert_true(i < TREE_NMSG);
 		assert_int_equal(item->attr.size, f->len[i]);
 		assert_int_equal(item->attr.mode, S_IFREG | 0640);
 		assert_int_equal(item->attr.nlink, i == 1 ? 2 : 1);
@@ -463,15 +281,15 @@ static int on_entry(void *ctx, struct dbox_export_item *item)
 		assert_int_equal(stat(backing, &sb), 0);
 		free(backing);
 		bytes = read_item(w, item, &len);
-		assert_int_equal(len, strlen(plain_bytes));
-		assert_memory_equal(bytes, plain_bytes, len);
+		assert_int_equal(len, strlen(tree_plain_bytes));
+		assert_memory_equal(bytes, tree_plain_bytes, len);
 		free(bytes);
 		/* The copy gets the backing file's times. */
 		assert_int_equal(item->mtime.tv_sec, sb.st_mtim.tv_sec);
 		assert_int_equal(item->mtime.tv_nsec, sb.st_mtim.tv_nsec);
 	} else {
 		assert_int_equal(item->attr.kind, DBOX_KIND_SYMLINK);
-		assert_string_equal(item->target, link_target);
+		assert_string_equal(item->target, tree_link_target);
 		assert_int_equal(dbox_export_item_open(w->ex, item), -EINVAL);
 	}
 	return 0;
@@ -509,7 +327,7 @@ static const struct visit *visit_of(const struct walk_log *w, const char *path,
 	return found;
 }
 
-static void walk(struct fix *f, struct walk_log *w)
+static void walk(struct tree_fix *f, struct walk_log *w)
 {
 	struct dbox_export_item root;
 
@@ -531,13 +349,13 @@ static void test_export_walk(void **state)
 		"cur", "cur/m0", "cur/m1", "cur/m1-link", "new", "new/m2",
 		"new/w", "sub", "sub/deep", "notes", "ln",
 	};
-	struct fix *f = *state;
+	struct tree_fix *f = *state;
 	struct walk_log w = { .n = 0 };
 	const struct visit *v, *cur, *sub;
 	size_t at_begin = 0, at_end = 0, at = 0;
 
-	build_store(f, false);
-	open_view(f);
+	tree_build(f, false);
+	tree_open_view(f);
 	walk(f, &w);
 	/* Every name once; directories twice (begin, end); nothing else. */
 	assert_int_equal(w.n, 11 + 4);
@@ -591,16 +409,16 @@ static int read_m1_cb(void *ctx, struct dbox_export_item *item)
 
 static void test_symlinked_mfile_refused(void **state)
 {
-	struct fix *f = *state;
+	struct tree_fix *f = *state;
 	struct dbox_export_ops ops = log_ops;
 	struct dbox_export_item root;
 	struct walk_log w = { .n = 0 };
 	struct dbox_mfile_ref ref;
 	struct dbox_fd_cache cache;
 
-	build_store(f, false);
-	symlink_m1(f);
-	open_view(f);
+	tree_build(f, false);
+	tree_symlink_m1(f);
+	tree_open_view(f);
 	assert_int_equal(dbox_view_mfile_open(f->view, "m.1"), -ELOOP);
 	dbox_fd_cache_init(&cache, 0);
 	assert_int_equal(dbox_view_mfile_fd(f->view, &cache, 1), -ELOOP);
@@ -625,7 +443,7 @@ static void test_symlinked_mfile_refused(void **state)
 
 static void test_mfile_open_and_record(void **state)
 {
-	struct fix *f = *state;
+	struct tree_fix *f = *state;
 	struct dbox_mfile_ref ref;
 	struct dbox_reader *reader = NULL;
 	uint64_t committed, plain_size = 0;
@@ -641,8 +459,8 @@ static void test_mfile_open_and_record(void **state)
 	assert_false(dbox_mfile_arg_id("-1", &id));
 	assert_false(dbox_mfile_arg_id("5x", &id));
 
-	build_store(f, false);
-	open_view(f);
+	tree_build(f, false);
+	tree_open_view(f);
 	assert_int_equal(dbox_index_mfile_get(f->view->index, 1, &committed), 0);
 	dbox_view_close(&f->view);
 
@@ -675,7 +493,7 @@ static void test_mfile_open_and_record(void **state)
 	close(ref.fd);
 
 	/* By path: the committed end only when it is the store's m.N. */
-	path = store_path(f, "storage/m.1");
+	path = tree_path(f, "storage/m.1");
 	assert_int_equal(dbox_mfile_open_path(f->store, path, 1, &ref), 0);
 	assert_int_equal(ref.committed_end, committed);
 	close(ref.fd);
@@ -687,7 +505,7 @@ static void test_mfile_open_and_record(void **state)
 			 -EINVAL);
 	assert_int_equal(dbox_mfile_open_id(f->store, 2, &ref), -ENOENT);
 	/* A Dovecot mdbox root has no index: the file opens, end unknown. */
-	path = store_path(f, "index.sqlite");
+	path = tree_path(f, "index.sqlite");
 	assert_int_equal(unlink(path), 0);
 	free(path);
 	assert_int_equal(dbox_mfile_open_id(f->store, 1, &ref), 0);
@@ -695,82 +513,7 @@ static void test_mfile_open_and_record(void **state)
 	close(ref.fd);
 }
 
-/* --- stats ------------------------------------------------------------- */
-
-static void test_stats(void **state)
-{
-	struct fix *f = *state;
-	struct dbox_stats st;
-	uint64_t live = 0, committed;
-	char *path;
-	struct stat sb;
-	int fd;
-
-	build_store(f, false);
-	open_view(f);
-	assert_int_equal(dbox_stats_get(f->view, true, &st), 0);
-	for (int i = 0; i < NMSG; i++)
-		live += f->loc[i].record_size;
-	assert_int_equal(st.ix.messages, 3);
-	assert_int_equal(st.ix.message_names, 4);
-	assert_int_equal(st.ix.writing, 1);
-	assert_int_equal(st.ix.live_record_bytes, live);
-	assert_int_equal(st.ix.files, 1);
-	assert_int_equal(st.mfiles, 1);
-	assert_int_equal(st.alt_mfiles, 0);
-	path = store_path(f, "storage/m.1");
-	assert_int_equal(stat(path, &sb), 0);
-	assert_int_equal(st.mfile_bytes, (uint64_t)sb.st_size);
-	assert_int_equal(st.dead_bytes, 0);
-	assert_int_equal(st.pending_bytes, 0);
-	assert_int_equal(st.nfolders, 1);
-	assert_string_equal(st.folders[0].name, "INBOX");
-	assert_string_equal(st.folders[0].display, "INBOX");
-	assert_int_equal(st.folders[0].count, 4);
-	assert_int_equal(st.nfiles, 1);
-	assert_int_equal(st.files[0].file_id, 1);
-	assert_true(st.files[0].in_index);
-	assert_int_equal(st.files[0].usage.live_bytes, live);
-	assert_int_equal(dbox_stats_mfile_dead(&st.files[0]), 0);
-	assert_int_equal(st.purge_runs, 0);
-	assert_true(st.purge_moved_known);
-	dbox_stats_free(&st);
-
-	/* Bytes past the committed end are pending, not dead; an m.N the
-	   index does not know is dead all but its header. */
-	assert_int_equal(dbox_index_mfile_get(f->view->index, 1, &committed), 0);
-	fd = open(path, O_WRONLY | O_APPEND);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, "partial", 7), 7);
-	close(fd);
-	free(path);
-	fd = dbox_file_create(f->view->storage_fd, 5, &committed);
-	assert_true(fd >= 0);
-	assert_int_equal(pwrite(fd, "garbage", 7, (off_t)committed), 7);
-	close(fd);
-	assert_int_equal(dbox_stats_get(f->view, true, &st), 0);
-	assert_int_equal(st.mfiles, 2);
-	assert_int_equal(st.pending_bytes, 7);
-	assert_int_equal(st.dead_bytes, 7);
-	assert_int_equal(st.nfiles, 2);
-	assert_int_equal(st.files[1].file_id, 5);
-	assert_false(st.files[1].in_index);
-	assert_int_equal(dbox_stats_mfile_dead(&st.files[1]), 7);
-	dbox_stats_free(&st);
-
-	/* storage/ that is no directory: the error comes back. */
-	dbox_view_close(&f->view);
-	path = store_path(f, "storage");
-	rm_rf(path);
-	close(open(path, O_CREAT | O_WRONLY, 0600));
-	free(path);
-	open_view(f);
-	assert_int_equal(f->view->storage_err, -ENOTDIR);
-	assert_int_equal(dbox_stats_get(f->view, false, &st), -ENOTDIR);
-	dbox_stats_free(&st);
-}
-
-#define T(f) cmocka_unit_test_setup_teardown(f, fix_setup, fix_teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, tree_setup, tree_teardown)
 
 int main(void)
 {
@@ -780,7 +523,6 @@ int main(void)
 		T(test_export_walk),
 		T(test_symlinked_mfile_refused),
 		T(test_mfile_open_and_record),
-		T(test_stats),
 	};
 
 	dbox_log_set_sink(capture_sink);
