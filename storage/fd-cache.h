@@ -3,10 +3,10 @@
 
 /*
  * fd-cache: a bounded cache of read-only descriptors of storage/m.N
- * files, shared by the mount (engine/store.c) and dboxadm export.  A store
- * may hold thousands of m.N; one descriptor each would run the process out
- * of descriptors (EMFILE), so at most `max` stay open and the least
- * recently used one is closed to make room.
+ * files, shared by the mount (engine/store.c) and dboxadm export
+ * (engine/export.c).  A store may hold thousands of m.N; one descriptor
+ * each would run the process out of descriptors (EMFILE), so at most
+ * `max` stay open and the least recently used one is closed to make room.
  *
  * A descriptor returned by dbox_fd_cache_get stays the cache's and valid
  * only until the next call on the cache: whoever needs it longer (a

@@ -8,7 +8,10 @@
  * include <cmocka.h> (and what it needs) before this header.
  */
 
+#include "index/index.h"
 #include "storage/log.h"
+
+#include <stdbool.h>
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -60,5 +63,53 @@ void rm_rf(const char *path);
    process read or wrote through system calls so far; 0 when the line is
    missing. */
 uint64_t proc_self_io(const char *field);
+
+/* --- a small real store ------------------------------------------------ */
+
+/* A store built with the store engine (engine/store.h) in a mkdtemp()
+   directory, for the tests of what reads stores (engine/view.h and its
+   users).  tree_build makes, messages gz-compressed:
+     cur/ m0 m1 (m1 also as cur/m1-link)   new/ m2, and "w" still WRITING
+     notes (plain file, tree_plain_bytes)  ln -> tree_link_target
+     sub/deep/ (empty)
+   and closes the store again (f->st is NULL after it). */
+#define TREE_NMSG 3
+
+struct dbox_store;
+struct dbox_view;
+
+struct tree_fix {
+	char dir[64];
+	char store[128];
+	char alt[128];
+	struct dbox_store *st;
+	struct dbox_view *view;
+	uint64_t cur, sub, deep;       /* directory inodes */
+	uint64_t msg_ino[TREE_NMSG], file_ino, link_ino, writing_ino;
+	struct dbox_msgloc loc[TREE_NMSG];
+	char *body[TREE_NMSG];
+	size_t len[TREE_NMSG];
+};
+
+extern const char tree_plain_bytes[];
+extern const char tree_link_target[];
+
+/* cmocka setup and teardown: a fresh struct tree_fix in *state (paths
+   set, nothing built), and everything closed and removed. */
+int tree_setup(void **state);
+int tree_teardown(void **state);
+
+/* Build the tree at f->store; with_alt: with the alternate storage f->alt
+   (created) recorded in the index. */
+void tree_build(struct tree_fix *f, bool with_alt);
+
+/* "STORE/rel", malloc()ed (the caller frees). */
+char *tree_path(const struct tree_fix *f, const char *rel);
+
+/* dbox_view_open of the store into f->view (closed by teardown). */
+void tree_open_view(struct tree_fix *f);
+
+/* Replace STORE/storage/m.1 by a symbolic link to a copy of it. */
+void tree_symlink_m1(struct tree_fix *f);
 
 #endif

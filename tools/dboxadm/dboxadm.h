@@ -58,6 +58,18 @@ int adm_usage_error(const struct adm_verb *verb, const char *fmt, ...)
 int adm_parse_args(const struct adm_verb *verb, int argc, char **argv,
 		   const char *const *flags, bool **flag_r, int *npos_r);
 
+/* The start of a verb on STORE (argv[0]): its options parsed as
+   adm_parse_args does, exactly npos positional arguments (else the usage
+   error "VERB: need <need>"), then adm_store_enter(argv[0]).  Returns
+   ADM_EXIT_OK, or the exit code after reporting. */
+int adm_verb_begin(const struct adm_verb *verb, int argc, char **argv,
+		   const char *const *flags, bool **flag_r, int npos,
+		   const char *need);
+
+/* Write all len bytes of buf to fd (retrying short writes and EINTR).
+   Returns 0 or a negative errno. */
+int adm_write_full(int fd, const void *buf, size_t len);
+
 /* A path being built while walking a tree, for messages and links. */
 struct adm_path {
 	char *buf;        /* NUL-terminated */

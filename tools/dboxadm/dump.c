@@ -14,19 +14,16 @@
  * corrupt record ends the listing with an error naming its offset
  * (exit 1).
  */
+#include "engine/mfile-read.h"
 #include "engine/store-layout.h"
 #include "dboxadm.h"
 
-#include "index/index-stats.h"
-#include "index/index.h"
 #include "storage/dbox-file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -82,135 +79,101 @@ static int record_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	return d->end >= d->committed_end ? 1 : 0;
 }
 
-/* "m.N" or "N" names STORE/storage/m.N; anything else is a path. */
-static bool parse_file_arg(const char *arg, uint32_t *id_r)
+/* Open the file arg names: "m.N" or "N" of STORE (storage/, else the
+   alternate storage), anything else a path.  Sets *path_r (malloc()ed,
+   for messages: STORE/storage/m.N for an m.N) and *file_id_r (0 when the
+   path is not named m.N).  Returns 0 or a negative errno. */
+static int open_arg(const char *store, const char *arg,
+		    struct dbox_mfile_ref *ref, char **path_r,
+		    uint32_t *file_id_r)
 {
-	const char *p = strncmp(arg, "m.", 2) == 0 ? arg + 2 : arg;
-	unsigned long id;
-	char *end;
-
-	if (*p < '0' || *p > '9')
-		return false;
-	errno = 0;
-	id = strtoul(p, &end, 10);
-	if (*end != '\0' || errno != 0 || id > UINT32_MAX)
-		return false;
-	*id_r = (uint32_t)id;
-	return true;
-}
-
-/* The committed end of m.<id> of store, when the file at fd is that m.N
-   and the index knows it; UINT64_MAX otherwise. */
-static uint64_t committed_end(const char *store, uint32_t id, int fd)
-{
-	struct dbox_index *index;
-	struct stat a, b;
-	char *path;
-	uint64_t end = UINT64_MAX, size;
-	bool same;
-
-	if (asprintf(&path, "%s/" DBOX_STORE_STORAGE "/m.%u", store, id) < 0)
-		return end;
-	same = stat(path, &a) == 0 && fstat(fd, &b) == 0 &&
-		a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-	free(path);
-	if (!same || asprintf(&path, "%s/" DBOX_STORE_INDEX, store) < 0)
-		return end;
-	if (dbox_index_open(path, false, &index) == 0) {
-		if (dbox_index_reader_setup(index) == 0 &&
-		    dbox_index_mfile_get(index, id, &size) == 0)
-			end = size;
-		dbox_index_close(&index);
-	}
-	free(path);
-	return end;
-}
-
-static int dump_main(int argc, char **argv)
-{
-	struct dump d = { .committed_end = UINT64_MAX };
-	const char *base;
-	char *path = NULL;
-	size_t header_len;
-	uint64_t bad = 0;
-	struct stat sb;
+	const char *base = strrchr(arg, '/');
 	uint32_t id = 0;
-	int npos, fd, ret;
 
-	if ((ret = adm_parse_args(&adm_verb_dump, argc, argv, NULL, NULL,
-				  &npos)) != 0)
-		return ret;
-	if (npos != 2)
-		return adm_usage_error(&adm_verb_dump, "dump: need STORE and m.N");
-	if ((ret = adm_store_enter(argv[0])) != 0)
-		return ret;
-	if (strchr(argv[1], '/') == NULL && parse_file_arg(argv[1], &id)) {
-		if (asprintf(&path, "%s/" DBOX_STORE_STORAGE "/m.%u", argv[0], id) < 0)
-			path = NULL;
-	} else {
-		path = strdup(argv[1]);
-		base = strrchr(argv[1], '/');
-		base = base != NULL ? base + 1 : argv[1];
-		if (strncmp(base, "m.", 2) != 0 || !parse_file_arg(base, &id))
-			id = 0;
+	if (base == NULL && dbox_mfile_arg_id(arg, &id)) {
+		*file_id_r = id;
+		if (asprintf(path_r, "%s/" DBOX_STORE_STORAGE "/m.%u",
+			     store, id) < 0) {
+			*path_r = NULL;
+			return -ENOMEM;
+		}
+		return dbox_mfile_open_id(store, id, ref);
 	}
-	if (path == NULL) {
-		adm_error("out of memory");
-		return ADM_EXIT_FAILED;
-	}
-	if (strchr(argv[1], '/') == NULL) {
-		char name[16];
+	base = base != NULL ? base + 1 : arg;
+	if (strncmp(base, "m.", 2) != 0 || !dbox_mfile_arg_id(base, &id))
+		id = 0;
+	*file_id_r = id;
+	if ((*path_r = strdup(arg)) == NULL)
+		return -ENOMEM;
+	return dbox_mfile_open_path(store, arg, id, ref);
+}
 
-		snprintf(name, sizeof(name), "m.%u", id);
-		fd = adm_open_mfile(argv[0], name);
-		if (fd < 0)
-			errno = -fd;
-	} else {
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-	}
-	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-		adm_error("%s: %s", path, fd < 0 ? strerror(errno) :
-			  "not a regular file");
-		if (fd >= 0)
-			close(fd);
-		free(path);
-		return ADM_EXIT_USAGE;
-	}
-	if ((ret = dbox_file_read_header(fd, &header_len)) < 0) {
-		adm_error("%s: offset 0: %s", path, ret == -EIO ?
-			  "not a dbox v2 file (bad header line)" : strerror(-ret));
-		close(fd);
-		free(path);
-		return ADM_EXIT_FAILED;
-	}
-	if (id != 0)
-		d.committed_end = committed_end(argv[0], id, fd);
+/* List the records up to the committed end; report what stopped it.
+   Returns ADM_EXIT_OK or ADM_EXIT_FAILED (a corrupt record). */
+static int dump_records(const char *path, uint32_t id,
+			const struct dbox_mfile_ref *ref, size_t header_len)
+{
+	struct dump d = { .committed_end = ref->committed_end };
+	uint64_t bad = 0;
+	int ret;
 
 	printf("offset\tbody_size\tguid\treceived\tfolder\tplain_size\n");
 	if (d.committed_end <= header_len)
 		ret = 1; /* no committed record yet */
 	else
-		ret = dbox_file_walk(fd, id, record_cb, &d, &bad);
+		ret = dbox_file_walk(ref->fd, id, record_cb, &d, &bad);
 	fflush(stdout);
 	if (ret < 0) {
 		adm_error("%s: offset %llu: %s; %llu records listed before it",
 			  path, (unsigned long long)bad,
 			  ret == -EIO ? "corrupt record" : strerror(-ret),
 			  (unsigned long long)d.records);
-	} else if (ret > 0 && (uint64_t)sb.st_size > d.committed_end) {
+	} else if (ret > 0 && ref->size > d.committed_end) {
 		adm_warning("%s: %llu bytes after the committed end %llu not "
 			    "listed (a message being written, or left by a "
 			    "crash)", path,
-			    (unsigned long long)(sb.st_size - d.committed_end),
+			    (unsigned long long)(ref->size - d.committed_end),
 			    (unsigned long long)d.committed_end);
 	}
-	close(fd);
+	return ret < 0 ? ADM_EXIT_FAILED : ADM_EXIT_OK;
+}
+
+static int dump_main(int argc, char **argv)
+{
+	struct dbox_mfile_ref ref = { .fd = -1 };
+	char *path = NULL;
+	size_t header_len;
+	uint32_t id = 0;
+	int ret;
+
+	if ((ret = adm_verb_begin(&adm_verb_dump, argc, argv, NULL, NULL, 2,
+				  "STORE and m.N")) != 0)
+		return ret;
+	ret = open_arg(argv[0], argv[1], &ref, &path, &id);
+	if (path == NULL) {
+		adm_error("out of memory");
+		return ADM_EXIT_FAILED;
+	}
+	if (ret < 0) {
+		adm_error("%s: %s", path, ret == -EINVAL ?
+			  "not a regular file" : strerror(-ret));
+		free(path);
+		return ADM_EXIT_USAGE;
+	}
+	if ((ret = dbox_file_read_header(ref.fd, &header_len)) < 0) {
+		adm_error("%s: offset 0: %s", path, ret == -EIO ?
+			  "not a dbox v2 file (bad header line)" : strerror(-ret));
+		ret = ADM_EXIT_FAILED;
+	} else {
+		ret = dump_records(path, id, &ref, header_len);
+	}
+	close(ref.fd);
 	free(path);
-	if (ferror(stdout)) {
+	if (ret == ADM_EXIT_OK && ferror(stdout)) {
 		adm_error("writing the output: %s", strerror(errno));
 		return ADM_EXIT_FAILED;
 	}
-	return ret < 0 ? ADM_EXIT_FAILED : ADM_EXIT_OK;
+	return ret;
 }
 
 const struct adm_verb adm_verb_dump = {

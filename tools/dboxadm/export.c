@@ -10,24 +10,19 @@
  * (--same-owner), and only by root on a store of root's (adm_store_enter
  * has made anyone else the store's owner by then).
  *
- * Works on a mounted store: it takes no lock, reads the index inside one
- * read snapshot (index-stats.h) and reads committed m.N records, which
- * never change.  Messages still being written are skipped with a warning.
+ * Works on a mounted store: it takes no lock; the engine's walk
+ * (engine/export.h) reads the index inside one read snapshot and
+ * committed m.N records, which never change.  Messages still being
+ * written are skipped with a warning.  This file writes the output tree.
  *
  * A message whose bytes cannot be read (EIO: corrupt or missing m.N) is
  * reported, its partial output removed, and the export goes on (exit 1).
  */
+#include "engine/export.h"
 #include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "engine/inomap.h"
 #include "progress.h"
-
-#include "index/index-stats.h"
-#include "index/index.h"
-#include "storage/dbox-file.h"
-#include "storage/dbox-read.h"
-#include "storage/fd-cache.h"
-#include "storage/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -40,43 +35,27 @@
 #include <unistd.h>
 
 #define COPY_SIZE (1024 * 1024)
-/* Directory entries read from the index at a time. */
-#define PAGE_SIZE_ENTRIES 512
 
 struct export {
-	struct dbox_index *index;
+	struct dbox_export *walk;
 	const char *store;
-	int storage_fd, files_fd;  /* STORE/storage, STORE/files, or -1 */
-	int alt_fd;                /* ALT/storage (alternate storage), or -1 */
-	struct dbox_fd_cache mfds; /* m.N O_RDONLY, bounded (fd-cache.h) */
 	struct inomap links;       /* (0, index ino) -> exported path */
 	struct progress progress;
 	struct adm_path path;      /* output path of the current item */
+	size_t root_len;           /* of DIR in path */
 	bool keep_owner;           /* --same-owner: owners from the index */
 	char *buf;                 /* COPY_SIZE bytes */
 	unsigned long messages, files, dirs, linked, failed, unfinished;
 	bool fatal;                /* index failure: stop */
 };
 
-struct page_entry {
-	char *name;
-	struct dbox_attr attr;
-};
-
-struct page {
-	struct page_entry ents[PAGE_SIZE_ENTRIES];
-	size_t n;
-	uint64_t last_cookie;
-	bool nomem;
-};
-
-/* A dbox time (index.h) as a struct timespec. */
-static struct timespec ns_ts(int64_t t)
+/* The output path of rel (names below DIR), in ex->path. */
+static const char *at(struct export *ex, const char *rel)
 {
-	int64_t sec, nsec;
-
-	dbox_time_split(t, &sec, &nsec);
-	return (struct timespec){ .tv_sec = sec, .tv_nsec = nsec };
+	adm_path_pop(&ex->path, ex->root_len);
+	if (*rel != '\0')
+		adm_path_push(&ex->path, rel);
+	return ex->path.buf;
 }
 
 static void item_failed(struct export *ex, const char *what, int err)
@@ -88,71 +67,37 @@ static void item_failed(struct export *ex, const char *what, int err)
 	ex->failed++;
 }
 
-static void index_failed(struct export *ex, const char *what, int err)
+static void on_index_failed(void *ctx, const char *path, const char *what,
+			    int err)
 {
+	struct export *ex = ctx;
+
 	if (!ex->fatal)
 		adm_error("%s: %s: index error (%s); stopping the export",
-			  ex->path.buf, what, strerror(err));
+			  at(ex, path), what, strerror(-err));
 	ex->fatal = true;
-}
-
-/* The read descriptor of m.<file_id>, from the bounded cache (valid
-   until the next call).  -errno on failure (logged by the caller). */
-static int mfile_fd(struct export *ex, uint32_t file_id)
-{
-	uint64_t size;
-	bool alt;
-
-	if (dbox_index_mfile_where(ex->index, file_id, &size, &alt) < 0)
-		alt = false;
-	return dbox_fd_cache_get(&ex->mfds, alt ? ex->alt_fd : ex->storage_fd,
-				 file_id);
-}
-
-static int write_full(int fd, const char *buf, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, buf, len);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		buf += n;
-		len -= (size_t)n;
-	}
-	return 0;
 }
 
 /* Permission bits export gives: the index's without set-user-ID and
    set-group-ID (sticky and rwx kept). */
 #define EXPORT_MODE_MASK 01777
 
-/* The stored (user.*) extended attributes of attr's inode onto fd.  One
-   the output filesystem refuses (EOPNOTSUPP, ENOSPC) is a warning: the
-   file is exported without it.  Returns 0 or an index error. */
-static int set_xattrs(struct export *ex, int fd, const struct dbox_attr *attr)
+struct xattr_out {
+	struct export *ex;
+	int fd;
+};
+
+/* One stored (user.*) extended attribute onto the output file.  One the
+   output filesystem refuses (EOPNOTSUPP, ENOSPC) is a warning: the file
+   is exported without it. */
+static int xattr_cb(void *ctx, const char *name, const void *value, size_t len)
 {
-	char *names = NULL;
-	size_t len = 0;
-	int ret;
+	struct xattr_out *o = ctx;
 
-	if ((ret = dbox_index_xattr_list(ex->index, attr->ino, &names, &len)) < 0)
-		return ret;
-	for (char *n = names; ret == 0 && n < names + len; n += strlen(n) + 1) {
-		void *value = NULL;
-		size_t vlen;
-
-		ret = dbox_index_xattr_get(ex->index, attr->ino, n, &value, &vlen);
-		if (ret == 0 && fsetxattr(fd, n, value != NULL ? value : "",
-					  vlen, 0) < 0)
-			adm_warning("%s: extended attribute %s not kept: %s",
-				    ex->path.buf, n, strerror(errno));
-		free(value);
-	}
-	free(names);
-	return ret;
+	if (fsetxattr(o->fd, name, value, len, 0) < 0)
+		adm_warning("%s: extended attribute %s not kept: %s",
+			    o->ex->path.buf, name, strerror(errno));
+	return 0;
 }
 
 /* Owner, mode, extended attributes and times of a finished output file
@@ -161,11 +106,12 @@ static int set_xattrs(struct export *ex, int fd, const struct dbox_attr *attr)
 static int set_attrs(struct export *ex, int fd, const struct dbox_attr *attr,
 		     const struct timespec times[2])
 {
+	struct xattr_out o = { .ex = ex, .fd = fd };
 	int ret;
 
 	if (ex->keep_owner && fchown(fd, attr->uid, attr->gid) < 0)
 		return -errno;
-	if ((ret = set_xattrs(ex, fd, attr)) < 0)
+	if ((ret = dbox_export_xattrs(ex->walk, attr->ino, xattr_cb, &o)) < 0)
 		return ret;
 	if (fchmod(fd, attr->mode & EXPORT_MODE_MASK) < 0 ||
 	    futimens(fd, times) < 0)
@@ -173,164 +119,81 @@ static int set_attrs(struct export *ex, int fd, const struct dbox_attr *attr,
 	return 0;
 }
 
-/* Copy the plaintext of the message to out.  Returns the byte count or a
-   negative errno (-EIO for unreadable stored bytes). */
-static int64_t copy_message(struct export *ex, const struct dbox_msgloc *loc,
-			    uint64_t size, int out)
+/* Copy the item's bytes (a message's plaintext, a plain file's) to out;
+   *total_r counts them.  Returns 0 or a negative errno. */
+static int copy_bytes(struct export *ex, struct dbox_export_item *item,
+		      int out, uint64_t *total_r)
 {
-	struct dbox_reader *reader = NULL;
-	struct dbox_metadata md = { 0 };
-	uint64_t body_size, record_size, off = 0;
 	ssize_t n;
-	int fd, ret = 0;
+	int ret;
 
-	fd = mfile_fd(ex, loc->file_id);
-	if (fd < 0) {
-		adm_error("%s/storage/m.%u: %s", ex->store, loc->file_id,
-			  strerror(-fd));
-		return -EIO;
+	while ((n = dbox_export_item_read(item, ex->buf, COPY_SIZE)) > 0) {
+		if ((ret = adm_write_full(out, ex->buf, (size_t)n)) < 0)
+			return ret;
+		*total_r += (uint64_t)n;
 	}
-	/* The whole record is checked (header, size, metadata) before any
-	   byte is trusted; the storage layer logs what is wrong. */
-	if ((ret = dbox_record_read(fd, loc->file_id, loc->offset,
-				    loc->body_size, &body_size, &md,
-				    &record_size)) < 0) {
-		dbox_metadata_clear(&md);
-		return ret == -ENOMEM ? -ENOMEM : -EIO;
-	}
-	dbox_metadata_clear(&md);
-	if ((ret = dbox_reader_open(fd, loc->offset + DBOX_MSG_HEADER_SIZE,
-				    loc->body_size, size, &reader)) < 0)
-		return ret;
-	while (off < size) {
-		n = dbox_reader_pread(reader, ex->buf, COPY_SIZE, off);
-		if (n <= 0) {
-			ret = n < 0 ? dbox_corrupt_as_eio((int)n) : -EIO;
-			break;
-		}
-		if ((ret = write_full(out, ex->buf, (size_t)n)) < 0)
-			break;
-		off += (uint64_t)n;
-	}
-	dbox_reader_free(&reader);
-	return ret < 0 ? ret : (int64_t)off;
+	return (int)n;
 }
 
-static void export_message(struct export *ex, int dirfd, const char *name,
-			   const struct dbox_attr *attr)
+/* A message or plain file: its bytes into a new file, then its owner,
+   mode, extended attributes and times.  A partial copy is removed. */
+static void export_bytes(struct export *ex, struct dbox_export_item *item)
 {
-	struct timespec times[2] = { ns_ts(attr->atime_ns), ns_ts(attr->mtime_ns) };
-	struct dbox_msgloc loc;
-	int64_t size;
+	bool message = item->attr.kind == DBOX_KIND_MESSAGE;
+	uint64_t total = 0;
 	int out, ret;
 
-	ret = dbox_index_msg_get(ex->index, attr->ino, &loc);
-	if (ret == -ENOENT || (ret == 0 && loc.state != DBOX_MSG_COMMITTED)) {
-		adm_warning("%s: still being written; skipped", ex->path.buf);
-		ex->unfinished++;
-		return;
-	}
-	if (ret < 0) {
-		index_failed(ex, "message", -ret);
-		return;
-	}
-	out = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
-		     O_CLOEXEC, 0600);
-	if (out < 0) {
-		item_failed(ex, "", errno);
-		return;
-	}
-	size = copy_message(ex, &loc, attr->size, out);
-	ret = size < 0 ? (int)size : set_attrs(ex, out, attr, times);
-	if (close(out) < 0 && ret == 0)
-		ret = -errno;
-	if (ret < 0) {
-		item_failed(ex, "", -ret);
-		unlinkat(dirfd, name, 0);
-		return;
-	}
-	ex->messages++;
-	progress_add(&ex->progress, 1, (uint64_t)size);
-}
-
-static void export_file(struct export *ex, int dirfd, const char *name,
-			const struct dbox_attr *attr)
-{
-	struct timespec times[2];
-	struct stat sb;
-	char backing[24];
-	int in = -1, out, ret = 0;
-	uint64_t total = 0;
-	ssize_t n;
-
-	snprintf(backing, sizeof(backing), "%llu", (unsigned long long)attr->ino);
-	if (ex->files_fd < 0 ||
-	    (in = openat(ex->files_fd, backing, O_RDONLY | O_NOFOLLOW |
-			 O_CLOEXEC)) < 0 ||
-	    fstat(in, &sb) < 0) {
-		ret = ex->files_fd < 0 ? ENOENT : errno;
-		adm_error("%s: %s/files/%s: %s", ex->path.buf, ex->store, backing,
-			  strerror(ret));
-		ex->failed++;
-		if (in >= 0)
-			close(in);
-		return;
-	}
-	out = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
-		     O_CLOEXEC, 0600);
-	if (out < 0) {
-		item_failed(ex, "", errno);
-		close(in);
-		return;
-	}
-	while ((n = read(in, ex->buf, COPY_SIZE)) != 0) {
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			ret = -errno;
-			break;
+	if ((ret = dbox_export_item_open(ex->walk, item)) < 0) {
+		if (message) {
+			item_failed(ex, "", -ret);
+			return;
 		}
-		if ((ret = write_full(out, ex->buf, (size_t)n)) < 0)
-			break;
-		total += (uint64_t)n;
-	}
-	times[0] = sb.st_atim;
-	times[1] = sb.st_mtim;
-	if (ret == 0)
-		ret = set_attrs(ex, out, attr, times);
-	if (close(out) < 0 && ret == 0)
-		ret = -errno;
-	close(in);
-	if (ret < 0) {
-		item_failed(ex, "", -ret);
-		unlinkat(dirfd, name, 0);
+		adm_error("%s: %s/" DBOX_STORE_FILES "/%llu: %s", ex->path.buf,
+			  ex->store, (unsigned long long)item->attr.ino,
+			  strerror(-ret));
+		ex->failed++;
 		return;
 	}
-	ex->files++;
-	progress_add(&ex->progress, 0, total);
+	out = openat(item->parent_fd, item->name, O_WRONLY | O_CREAT | O_EXCL |
+		     O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (out < 0) {
+		item_failed(ex, "", errno);
+		return;
+	}
+	ret = copy_bytes(ex, item, out, &total);
+	if (ret == 0)
+		ret = set_attrs(ex, out, &item->attr, (struct timespec[2]){
+					item->atime, item->mtime });
+	if (close(out) < 0 && ret == 0)
+		ret = -errno;
+	if (ret < 0) {
+		item_failed(ex, "", -ret);
+		unlinkat(item->parent_fd, item->name, 0);
+		return;
+	}
+	if (message)
+		ex->messages++;
+	else
+		ex->files++;
+	progress_add(&ex->progress, message ? 1 : 0, total);
 }
 
 /* A symbolic link (its target from the index, never followed) or a
    fifo, socket or device (mknod: devices need root), with its owner as
    root, mode and mtime. */
-static void export_other(struct export *ex, int dirfd, const char *name,
-			 const struct dbox_attr *attr)
+static void export_other(struct export *ex, struct dbox_export_item *item)
 {
-	struct timespec times[2] = { ns_ts(attr->atime_ns), ns_ts(attr->mtime_ns) };
-	char *target = NULL;
+	const struct dbox_attr *attr = &item->attr;
+	struct timespec times[2] = { item->atime, item->mtime };
+	int dirfd = item->parent_fd;
+	const char *name = item->name;
 	int ret;
 
-	if (attr->kind == DBOX_KIND_SYMLINK) {
-		if ((ret = dbox_index_readlink(ex->index, attr->ino, &target)) < 0) {
-			index_failed(ex, "readlink", -ret);
-			return;
-		}
-		ret = symlinkat(target, dirfd, name) < 0 ? -errno : 0;
-		free(target);
-	} else {
+	if (attr->kind == DBOX_KIND_SYMLINK)
+		ret = symlinkat(item->target, dirfd, name) < 0 ? -errno : 0;
+	else
 		ret = mknodat(dirfd, name, attr->mode & (S_IFMT | EXPORT_MODE_MASK),
 			      (dev_t)attr->rdev) < 0 ? -errno : 0;
-	}
 	if (ret < 0) {
 		item_failed(ex, "", -ret);
 		return;
@@ -346,111 +209,89 @@ static void export_other(struct export *ex, int dirfd, const char *name,
 	ex->files++;
 }
 
-static void export_dir(struct export *ex, int fd, uint64_t dir);
-
-static void export_subdir(struct export *ex, int dirfd, const char *name,
-			  const struct dbox_attr *attr)
+/* A damaged or hostile index must not make us write outside DIR: a name
+   is one path component.  Reports and returns false when it is not. */
+static bool name_ok(struct export *ex, const char *name)
 {
-	struct timespec times[2] = { ns_ts(attr->atime_ns), ns_ts(attr->mtime_ns) };
-	int fd, ret;
+	if (name[0] != '\0' && strchr(name, '/') == NULL &&
+	    strcmp(name, ".") != 0 && strcmp(name, "..") != 0)
+		return true;
+	item_failed(ex, "not a valid file name in the index; skipped", EINVAL);
+	return false;
+}
 
-	if (mkdirat(dirfd, name, 0700) < 0 ||
-	    (fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-			 O_CLOEXEC)) < 0) {
+static int on_dir_begin(void *ctx, struct dbox_export_item *item)
+{
+	struct export *ex = ctx;
+	int fd;
+
+	at(ex, item->path);
+	if (!name_ok(ex, item->name))
+		return 1;
+	if (mkdirat(item->parent_fd, item->name, 0700) < 0 ||
+	    (fd = openat(item->parent_fd, item->name, O_RDONLY | O_DIRECTORY |
+			 O_NOFOLLOW | O_CLOEXEC)) < 0) {
 		item_failed(ex, "", errno);
-		return;
+		return 1;
 	}
-	export_dir(ex, fd, attr->ino);
+	item->dir_fd = fd;
+	return 0;
+}
+
+static void on_dir_end(void *ctx, struct dbox_export_item *item)
+{
+	struct export *ex = ctx;
+	struct timespec times[2] = { item->atime, item->mtime };
+	int ret;
+
+	at(ex, item->path);
 	/* After the contents: creating them moved the mtime. */
-	if ((ret = set_attrs(ex, fd, attr, times)) < 0)
+	if ((ret = set_attrs(ex, item->dir_fd, &item->attr, times)) < 0)
 		item_failed(ex, "setting mode and times", -ret);
-	close(fd);
+	close(item->dir_fd);
 	ex->dirs++;
 }
 
-static void export_entry(struct export *ex, int dirfd, const char *name,
-			 const struct dbox_attr *attr)
+static int on_entry(void *ctx, struct dbox_export_item *item)
 {
+	struct export *ex = ctx;
+	const struct dbox_attr *attr = &item->attr;
 	struct inomap_entry *link;
 
-	/* A damaged or hostile index must not make us write outside DIR:
-	   a name is one path component. */
-	if (name[0] == '\0' || strchr(name, '/') != NULL ||
-	    strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
-		item_failed(ex, "not a valid file name in the index; skipped",
-			    EINVAL);
-		return;
-	}
-	if (attr->kind == DBOX_KIND_DIR) {
-		export_subdir(ex, dirfd, name, attr);
-		return;
-	}
+	at(ex, item->path);
+	if (!name_ok(ex, item->name))
+		return 0;
 	if (attr->nlink > 1 &&
 	    (link = inomap_get(&ex->links, 0, attr->ino)) != NULL) {
-		if (linkat(AT_FDCWD, link->path, dirfd, name, 0) < 0)
+		if (linkat(AT_FDCWD, link->path, item->parent_fd, item->name, 0) < 0)
 			item_failed(ex, "link", errno);
 		else
 			ex->linked++;
-		return;
+		return 0;
 	}
-	if (attr->kind == DBOX_KIND_MESSAGE)
-		export_message(ex, dirfd, name, attr);
-	else if (attr->kind == DBOX_KIND_SYMLINK ||
-		 attr->kind == DBOX_KIND_SPECIAL)
-		export_other(ex, dirfd, name, attr);
+	if (attr->kind == DBOX_KIND_MESSAGE && item->unfinished) {
+		adm_warning("%s: still being written; skipped", ex->path.buf);
+		ex->unfinished++;
+		return 0;
+	}
+	if (attr->kind == DBOX_KIND_SYMLINK || attr->kind == DBOX_KIND_SPECIAL)
+		export_other(ex, item);
 	else
-		export_file(ex, dirfd, name, attr);
-	if (attr->nlink > 1 && faccessat(dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
+		export_bytes(ex, item);
+	if (attr->nlink > 1 &&
+	    faccessat(item->parent_fd, item->name, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    inomap_put(&ex->links, 0, attr->ino, 0, ex->path.buf) < 0)
 		adm_warning("%s: out of memory: its other names are exported "
 			    "as copies", ex->path.buf);
+	return 0;
 }
 
-static int page_cb(void *ctx, const struct dbox_dirent *ent)
-{
-	struct page *page = ctx;
-	struct page_entry *e = &page->ents[page->n];
-
-	if ((e->name = strndup(ent->name, ent->namelen)) == NULL) {
-		page->nomem = true;
-		return -ENOMEM;
-	}
-	e->attr = ent->attr;
-	page->last_cookie = ent->cookie;
-	return ++page->n == PAGE_SIZE_ENTRIES ? 1 : 0;
-}
-
-/* Export the contents of index directory dir into output directory fd. */
-static void export_dir(struct export *ex, int fd, uint64_t dir)
-{
-	struct page *page = malloc(sizeof(*page));
-	uint64_t after = 0;
-	size_t old;
-	int ret;
-
-	if (page == NULL) {
-		index_failed(ex, "readdir", ENOMEM);
-		return;
-	}
-	do {
-		page->n = 0;
-		page->nomem = false;
-		ret = dbox_index_readdir(ex->index, dir, after, page_cb, page);
-		if (ret < 0)
-			index_failed(ex, "readdir", -ret);
-		for (size_t i = 0; i < page->n; i++) {
-			if (!ex->fatal) {
-				old = adm_path_push(&ex->path, page->ents[i].name);
-				export_entry(ex, fd, page->ents[i].name,
-					     &page->ents[i].attr);
-				adm_path_pop(&ex->path, old);
-			}
-			free(page->ents[i].name);
-		}
-		after = page->last_cookie;
-	} while (!ex->fatal && page->n == PAGE_SIZE_ENTRIES);
-	free(page);
-}
+static const struct dbox_export_ops export_ops = {
+	.dir_begin = on_dir_begin,
+	.dir_end = on_dir_end,
+	.entry = on_entry,
+	.index_failed = on_index_failed,
+};
 
 /* Is the directory at path empty?  Sets errno when it cannot be read. */
 static bool dir_is_empty(const char *path)
@@ -503,44 +344,49 @@ static int open_output(const char *dir)
 	return fd;
 }
 
-static int open_store_dir(const char *store, const char *name)
+/* Walk the store into outfd (DIR), then give DIR the root's attributes,
+   as cp -a src/. DIR/ would. */
+static void export_tree(struct export *ex, int outfd, const char *dir,
+			const struct dbox_export_item *root)
 {
-	int fd = adm_open_in_store(store, name, NULL, 0);
+	struct timespec times[2] = { root->atime, root->mtime };
+	int ret;
 
-	return fd < 0 ? -1 : fd;
+	progress_init(&ex->progress, "exported");
+	if (dbox_export_walk(ex->walk, &export_ops, ex, outfd) < 0)
+		ex->fatal = true;
+	at(ex, "");
+	if ((ret = set_attrs(ex, outfd, &root->attr, times)) < 0) {
+		adm_error("%s: setting mode and times: %s", dir, strerror(-ret));
+		ex->failed++;
+	}
+	progress_finish(&ex->progress);
 }
 
-static void export_free(struct export *ex)
+static void export_report(const struct export *ex, const char *dir)
 {
-	dbox_fd_cache_deinit(&ex->mfds);
-	if (ex->storage_fd >= 0)
-		close(ex->storage_fd);
-	if (ex->alt_fd >= 0)
-		close(ex->alt_fd);
-	if (ex->files_fd >= 0)
-		close(ex->files_fd);
-	inomap_free(&ex->links);
-	adm_path_free(&ex->path);
-	free(ex->buf);
-	dbox_index_close(&ex->index);
+	if (ex->unfinished > 0)
+		adm_warning("%lu messages still being written were not "
+			    "exported", ex->unfinished);
+	if (ex->failed > 0)
+		adm_error("%lu items failed", ex->failed);
+	if (isatty(STDERR_FILENO))
+		fprintf(stderr, "dboxadm: %lu messages, %lu plain files, %lu "
+			"directories, %lu hard links exported to %s\n",
+			ex->messages, ex->files, ex->dirs, ex->linked, dir);
 }
 
 static int export_main(int argc, char **argv)
 {
 	static const char *const flags[] = { "--same-owner", NULL };
-	struct export ex = { .storage_fd = -1, .files_fd = -1, .alt_fd = -1 };
+	struct export ex = { 0 };
 	bool same_owner = false, *flag_r[] = { &same_owner };
-	struct dbox_attr root;
-	struct timespec times[2];
-	int npos, outfd, ret;
+	struct dbox_view *view = NULL;
+	struct dbox_export_item root;
+	int outfd, ret;
 
-	if ((ret = adm_parse_args(&adm_verb_export, argc, argv, flags, flag_r,
-				  &npos)) != 0)
-		return ret;
-	if (npos != 2)
-		return adm_usage_error(&adm_verb_export,
-				       "export: need STORE and DIR");
-	if ((ret = adm_store_enter(argv[0])) != 0)
+	if ((ret = adm_verb_begin(&adm_verb_export, argc, argv, flags, flag_r,
+				  2, "STORE and DIR")) != 0)
 		return ret;
 	if (same_owner && geteuid() != 0) {
 		adm_error("%s: --same-owner needs root and a store owned by "
@@ -549,56 +395,31 @@ static int export_main(int argc, char **argv)
 		return ADM_EXIT_USAGE;
 	}
 	ex.store = argv[0];
-	if ((ret = adm_open_index(ex.store, &ex.index)) != 0)
-		return ret;
-	if (dbox_index_snapshot_begin(ex.index) < 0 ||
-	    dbox_index_getattr(ex.index, DBOX_ROOT_INO, &root) < 0) {
-		adm_error("%s: the index is unreadable", ex.store);
-		export_free(&ex);
-		return ADM_EXIT_USAGE;
-	}
-	if ((outfd = open_output(argv[1])) < 0) {
-		export_free(&ex);
-		return ADM_EXIT_USAGE;
-	}
-	ex.storage_fd = open_store_dir(ex.store, DBOX_STORE_STORAGE);
-	dbox_fd_cache_init(&ex.mfds, 0);
-	ex.alt_fd = adm_open_alt_storage(ex.store, ex.index);
-	ex.files_fd = open_store_dir(ex.store, DBOX_STORE_FILES);
 	ex.keep_owner = same_owner;
-	ex.buf = malloc(COPY_SIZE);
-	if (ex.buf == NULL || adm_path_init(&ex.path, argv[1]) < 0) {
-		adm_error("out of memory");
+	if ((ret = adm_open_view(ex.store, &view)) != 0)
+		return ret;
+	ret = ADM_EXIT_USAGE;
+	if (dbox_export_begin(view, &ex.walk, &root) < 0)
+		adm_error("%s: the index is unreadable", ex.store);
+	else if ((outfd = open_output(argv[1])) >= 0) {
+		ex.buf = malloc(COPY_SIZE);
+		if (ex.buf == NULL || adm_path_init(&ex.path, argv[1]) < 0) {
+			adm_error("out of memory");
+			ret = ADM_EXIT_FAILED;
+		} else {
+			ex.root_len = ex.path.len;
+			export_tree(&ex, outfd, argv[1], &root);
+			export_report(&ex, argv[1]);
+			ret = ex.failed > 0 || ex.fatal ? ADM_EXIT_FAILED :
+				ADM_EXIT_OK;
+		}
 		close(outfd);
-		export_free(&ex);
-		return ADM_EXIT_FAILED;
 	}
-	progress_init(&ex.progress, "exported");
-
-	export_dir(&ex, outfd, DBOX_ROOT_INO);
-
-	/* DIR becomes the root, as cp -a src/. DIR/ would make it. */
-	times[0] = ns_ts(root.atime_ns);
-	times[1] = ns_ts(root.mtime_ns);
-	if (set_attrs(&ex, outfd, &root, times) < 0) {
-		adm_error("%s: setting mode and times: %s", argv[1],
-			  strerror(errno));
-		ex.failed++;
-	}
-	close(outfd);
-	dbox_index_snapshot_end(ex.index);
-	progress_finish(&ex.progress);
-	if (ex.unfinished > 0)
-		adm_warning("%lu messages still being written were not "
-			    "exported", ex.unfinished);
-	if (ex.failed > 0)
-		adm_error("%lu items failed", ex.failed);
-	if (isatty(STDERR_FILENO))
-		fprintf(stderr, "dboxadm: %lu messages, %lu plain files, %lu "
-			"directories, %lu hard links exported to %s\n",
-			ex.messages, ex.files, ex.dirs, ex.linked, argv[1]);
-	ret = ex.failed > 0 || ex.fatal ? ADM_EXIT_FAILED : ADM_EXIT_OK;
-	export_free(&ex);
+	dbox_export_end(&ex.walk);
+	dbox_view_close(&view);
+	inomap_free(&ex.links);
+	adm_path_free(&ex.path);
+	free(ex.buf);
 	return ret;
 }
 

@@ -452,6 +452,36 @@ void *adm_grow(void *array, size_t n, size_t *size, size_t elem)
 	return dbox_grow(array, n, size, elem);
 }
 
+int adm_verb_begin(const struct adm_verb *verb, int argc, char **argv,
+		   const char *const *flags, bool **flag_r, int npos,
+		   const char *need)
+{
+	int got, ret;
+
+	if ((ret = adm_parse_args(verb, argc, argv, flags, flag_r, &got)) != 0)
+		return ret;
+	if (got != npos)
+		return adm_usage_error(verb, "%s: need %s", verb->name, need);
+	return adm_store_enter(argv[0]);
+}
+
+int adm_write_full(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 /* Log sink for storage/ and index/: the same "dboxadm: " form. */
 static void log_sink(enum dbox_log_level level, const char *fmt, va_list args)
 {
