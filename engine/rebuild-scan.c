@@ -7,7 +7,7 @@
  * Every call into storage/'s parsers (dbox-scan, dbox-read, dbox-format)
  * of a rebuild is in this file.
  */
-#include "engine/array.h"
+#include "engine/grow.h"
 #include "engine/rebuild-private.h"
 #include "engine/store-dirs.h"
 #include "engine/store-layout.h"
@@ -89,9 +89,10 @@ static int scan_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	struct rebuild *rb = ctx;
 	struct rrec *r;
 
-	if (dbox_array_room((void **)&rb->recs, rb->nrecs, &rb->recs_size,
-			    sizeof(*rb->recs)) < 0)
+	if ((r = dbox_grow(rb->recs, rb->nrecs, &rb->recs_size,
+			   sizeof(*rb->recs))) == NULL)
 		return -ENOMEM;
+	rb->recs = r;
 	r = &rb->recs[rb->nrecs];
 	*r = (struct rrec){
 		.file_id = rb->scan_id, .offset = offset,
@@ -211,13 +212,14 @@ struct mfile_list {
 static int list_cb(void *ctx, const char *name)
 {
 	struct mfile_list *l = ctx;
+	struct mfile_id *ids;
 	uint32_t id;
 
 	if (!dbox_mfile_parse_name(name, &id))
 		return 0;
-	if (dbox_array_room((void **)&l->ids, l->n, &l->size,
-			    sizeof(*l->ids)) < 0)
+	if ((ids = dbox_grow(l->ids, l->n, &l->size, sizeof(*ids))) == NULL)
 		return -ENOMEM;
+	l->ids = ids;
 	l->ids[l->n++] = (struct mfile_id){ id, l->alt };
 	return 0;
 }

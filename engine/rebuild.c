@@ -5,7 +5,7 @@
  * and rebuild-restore.c run inside one transaction of the new index,
  * which replaces index.sqlite only when complete and on disk.
  */
-#include "engine/array.h"
+#include "engine/grow.h"
 #include "engine/rebuild-private.h"
 #include "engine/store-dirs.h"
 #include "engine/store-layout.h"
@@ -32,7 +32,7 @@ struct dbox_rebuild_note *rebuild_note(struct rebuild *rb,
 				       const char *reason, const char *fmt, ...)
 {
 	struct dbox_rebuild_report *rep = rb->rep;
-	struct dbox_rebuild_note *note;
+	struct dbox_rebuild_note *notes, *note;
 	char *text;
 	va_list ap;
 	int len;
@@ -42,11 +42,12 @@ struct dbox_rebuild_note *rebuild_note(struct rebuild *rb,
 	va_end(ap);
 	if (len < 0)
 		return NULL;
-	if (dbox_array_room((void **)&rep->notes, rep->nnotes, &rb->notes_size,
-			    sizeof(*rep->notes)) < 0) {
+	if ((notes = dbox_grow(rep->notes, rep->nnotes, &rb->notes_size,
+			       sizeof(*notes))) == NULL) {
 		free(text);
 		return NULL;
 	}
+	rep->notes = notes;
 	note = &rep->notes[rep->nnotes++];
 	*note = (struct dbox_rebuild_note){ .kind = kind, .file_id = file_id,
 					    .text = text };
