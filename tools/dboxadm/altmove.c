@@ -109,6 +109,7 @@ static int altmove_offline(void *ctx)
 }
 
 struct altmove_poll {
+	const struct altmove_args *a;
 	struct dbox_view *view;
 	int64_t t0;
 	struct altmove_progress ap;
@@ -125,17 +126,19 @@ static int altmove_poll(void *ctx)
 	return ret;
 }
 
-/* Ask the mount h for the altmove a; mp->view open.  Returns the exit
+/* Ask the mount h for the altmove mp->a, through view.  Returns the exit
    code; mp->res the outcome. */
-static int altmove_ask(const struct altmove_args *a, struct altmove_poll *mp,
+static int altmove_ask(void *ctx, struct dbox_view *view,
 		       const struct dbox_holder *h)
 {
-	struct dbox_view *view = mp->view;
+	struct altmove_poll *mp = ctx;
+	const struct altmove_args *a = mp->a;
 	struct mount_wait w = { a->store, "the altmove; run it again",
 				"the altmove", a->timeout, altmove_poll, mp };
 	uint64_t folder;
 	int ret;
 
+	mp->view = view;
 	if (view->alt_path == NULL ||
 	    (a->alt != NULL && strcmp(view->alt_path, a->alt) != 0)) {
 		adm_error("%s: the mount %s; mount it with -o alt=%s", a->store,
@@ -161,29 +164,19 @@ static int altmove_ask(const struct altmove_args *a, struct altmove_poll *mp,
 static int altmove_online(void *ctx, int lock_fd)
 {
 	const struct altmove_args *a = ctx;
-	struct altmove_poll mp = { 0 };
-	struct dbox_holder h;
-	int ret;
+	struct altmove_poll mp = { .a = a };
+	pid_t pid = 0;
+	int ret = adm_mount_request(a->store, lock_fd, altmove_ask, &mp, &pid);
 
-	if (adm_prove_mount(a->store, lock_fd, &h) < 0)
-		return ADM_EXIT_USAGE;
-	if ((ret = adm_open_view(a->store, &mp.view)) != ADM_EXIT_OK) {
-		dbox_holder_release(&h);
-		return ret;
-	}
-	ret = altmove_ask(a, &mp, &h);
-	dbox_holder_release(&h);
-	dbox_view_close(&mp.view);
 	if (ret != 0)
 		return ret;
-	printf("moved by the mount (pid %d)\n", (int)h.pid);
+	printf("moved by the mount (pid %d)\n", (int)pid);
 	print_altmove(&mp.res);
-	if (mp.res.error != 0) {
-		adm_error("%s: the mount's altmove failed (%s); the mount's log "
-			  "(syslog) says why", a->store, strerror(-mp.res.error));
-		return ADM_EXIT_FAILED;
-	}
-	return ADM_EXIT_OK;
+	if (mp.res.error == 0)
+		return ADM_EXIT_OK;
+	adm_error("%s: the mount's altmove failed (%s); the mount's log "
+		  "(syslog) says why", a->store, strerror(-mp.res.error));
+	return ADM_EXIT_FAILED;
 }
 
 /* --older-than=DAYS into a->before_ns (the index's time encoding, index.h

@@ -8,6 +8,7 @@
 #include "engine/store-layout.h"
 #include "engine/store-lock.h"
 #include "engine/store.h"
+#include "engine/view.h"
 #include "dboxadm.h"
 #include "mount-ask.h"
 
@@ -26,7 +27,7 @@
 /* The mount of the store, from its lock lock_fd (held by someone else),
    proven (engine/store-holder.h) before anything is sent to it.  Returns
    0 with *h proven, or -1 after reporting why not. */
-int adm_prove_mount(const char *store, int lock_fd, struct dbox_holder *h)
+static int prove_mount(const char *store, int lock_fd, struct dbox_holder *h)
 {
 	const char *why;
 
@@ -91,6 +92,25 @@ int adm_ask_mount(const struct dbox_holder *h, int64_t t0,
 		nanosleep(&ts, NULL);
 	}
 	return 0;
+}
+
+int adm_mount_request(const char *store, int lock_fd,
+		      int (*ask)(void *ctx, struct dbox_view *view,
+				 const struct dbox_holder *h),
+		      void *ctx, pid_t *pid_r)
+{
+	struct dbox_view *view = NULL;
+	struct dbox_holder h;
+	int ret;
+
+	if (prove_mount(store, lock_fd, &h) < 0)
+		return ADM_EXIT_USAGE;
+	*pid_r = h.pid;
+	if ((ret = adm_open_view(store, &view)) == ADM_EXIT_OK)
+		ret = ask(ctx, view, &h);
+	dbox_holder_release(&h);
+	dbox_view_close(&view);
+	return ret;
 }
 
 /* STORE/lock, opened for reading relative to the store directory and

@@ -35,16 +35,23 @@ struct here_or_mount {
 	void *ctx;
 };
 
-/* The mount of store, from its lock lock_fd (held by someone else),
-   proven before anything is sent to it.  Returns 0 with *h proven
-   (dbox_holder_release it), or -1 after reporting why not. */
-int adm_prove_mount(const char *store, int lock_fd, struct dbox_holder *h);
-
 /* Signal the mount h (SIGUSR1) and wait for the request made at t0 (ns)
    to be done, as w says.  Returns 0, or ADM_EXIT_FAILED after reporting
    why not (the mount went away, the timeout passed). */
 int adm_ask_mount(const struct dbox_holder *h, int64_t t0,
 		  const struct mount_wait *w);
+
+/* Prove the mount of store from its lock lock_fd (held by someone else),
+   open a view of store (engine/view.h) and run ask(ctx, view, h), which
+   makes the request and waits (adm_ask_mount); then let go of both.
+   Returns what ask returned (an exit code) and *pid_r the mount's pid,
+   or ADM_EXIT_USAGE after reporting a mount not proven or a store that
+   does not open. */
+struct dbox_view;
+int adm_mount_request(const char *store, int lock_fd,
+		      int (*ask)(void *ctx, struct dbox_view *view,
+				 const struct dbox_holder *h),
+		      void *ctx, pid_t *pid_r);
 
 /* Held by a mount (or another dboxadm): ask it.  Free, or held by a mount
    that is closing: work here (opening the store waits for the closing

@@ -74,6 +74,7 @@ static int purge_offline(void *ctx)
 }
 
 struct purge_poll {
+	const struct purge_args *a;
 	struct dbox_view *view;
 	int64_t t0;
 	struct dbox_purge_result res;
@@ -86,28 +87,28 @@ static int purge_poll(void *ctx)
 	return dbox_purge_request_done(pp->view, pp->t0, &pp->res);
 }
 
+static int purge_ask(void *ctx, struct dbox_view *view,
+		     const struct dbox_holder *h)
+{
+	struct purge_poll *pp = ctx;
+	struct mount_wait w = { pp->a->store, "the purge", "purging",
+				pp->a->timeout, purge_poll, pp };
+
+	pp->view = view;
+	pp->t0 = dbox_now_ns();
+	return adm_ask_mount(h, pp->t0, &w);
+}
+
 static int purge_online(void *ctx, int lock_fd)
 {
 	const struct purge_args *a = ctx;
-	struct dbox_holder h;
-	struct purge_poll pp = { 0 };
-	struct mount_wait w = { a->store, "the purge", "purging", a->timeout,
-				purge_poll, &pp };
-	int ret;
+	struct purge_poll pp = { .a = a };
+	pid_t pid = 0;
+	int ret = adm_mount_request(a->store, lock_fd, purge_ask, &pp, &pid);
 
-	if (adm_prove_mount(a->store, lock_fd, &h) < 0)
-		return ADM_EXIT_USAGE;
-	if ((ret = adm_open_view(a->store, &pp.view)) != ADM_EXIT_OK) {
-		dbox_holder_release(&h);
-		return ret;
-	}
-	pp.t0 = dbox_now_ns();
-	ret = adm_ask_mount(&h, pp.t0, &w);
-	dbox_holder_release(&h);
-	dbox_view_close(&pp.view);
 	if (ret != 0)
 		return ret;
-	printf("purged by the mount (pid %d)\n", (int)h.pid);
+	printf("purged by the mount (pid %d)\n", (int)pid);
 	print_result(&pp.res);
 	if (pp.res.error != 0) {
 		adm_error("%s: the mount's purge failed (%s): %llu files could "
