@@ -14,6 +14,7 @@
  *    and refuses to forget a file that still has rows;
  *  - the old m.N is unlinked only after the switch is durable.
  */
+#include "engine/store-layout.h"
 #include "engine/purge-private.h"
 
 #include "index/index-purge.h"
@@ -115,7 +116,7 @@ static void dests_release(struct purge *p, bool keep)
 
 		if (!keep && d->mf->size != d->start_size) {
 			if (ftruncate(d->mf->fd, d->start_size) < 0) {
-				dbox_error("%s/storage/m.%u: cutting purge copies "
+				dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: cutting purge copies "
 					   "at %llu: %s (recovery cuts them at "
 					   "the next open)",
 					   dbox_store_dir_name(p->st, p->to_alt),
@@ -184,7 +185,7 @@ static int copy_records(struct purge *p, uint32_t file_id, int fd,
 				       &body_size, &md, &record_size);
 		dbox_metadata_clear(&md);
 		if (ret < 0 || record_size != r->record_size) {
-			dbox_error("%s/storage/m.%u offset %llu: record %s; "
+			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u offset %llu: record %s; "
 				   "the file is not purged", p->st->path,
 				   file_id, (unsigned long long)r->offset,
 				   ret < 0 ? "unreadable" :
@@ -199,7 +200,7 @@ static int copy_records(struct purge *p, uint32_t file_id, int fd,
 		ret = copy_range(p, fd, r->offset, d->mf->fd, d->mf->size,
 				 record_size);
 		if (ret < 0) {
-			dbox_error("%s/storage/m.%u -> m.%u: copying the record "
+			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u -> m.%u: copying the record "
 				   "at %llu: %s", p->st->path, file_id,
 				   d->mf->file_id, (unsigned long long)r->offset,
 				   strerror(-ret));
@@ -217,7 +218,7 @@ static int copy_records(struct purge *p, uint32_t file_id, int fd,
 		if (fdatasync(p->dests[i].mf->fd) < 0) {
 			int ret = -errno;
 
-			dbox_error("%s/storage/m.%u: fdatasync: %s", p->st->path,
+			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: fdatasync: %s", p->st->path,
 				   p->dests[i].mf->file_id, strerror(errno));
 			return ret;
 		}
@@ -258,7 +259,7 @@ static int switch_file(struct purge *p, uint32_t file_id,
 	if (ret == 0 && p->set->altmove) {
 		*forgot_r = left == 0 && !purge_in_pool(p->st, file_id);
 	} else if (ret == 0 && left > 0) {
-		dbox_error("%s/storage/m.%u: %llu records appeared in it during "
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: %llu records appeared in it during "
 			   "the purge; the file is kept", p->st->path, file_id,
 			   (unsigned long long)left);
 		ret = -EAGAIN;
@@ -279,7 +280,7 @@ static int switch_file(struct purge *p, uint32_t file_id,
 		return ret;
 	}
 	if (dbox_index_sync(index) < 0) {
-		dbox_error("%s/storage/m.%u: purge switched but the index is "
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: purge switched but the index is "
 			   "not on disk; the file stays until a later purge",
 			   p->st->path, file_id);
 		return 1;
@@ -304,7 +305,7 @@ static void fix_received(struct purge *p, const struct dbox_file_rec *recs,
 					     moves[i].new_offset,
 					     dbox_time_sec(moves[i].mtime_ns)) < 0 &&
 		    errno != ERANGE)
-			dbox_warning("%s/storage/m.%u offset %llu: received "
+			dbox_warning("%s/" DBOX_STORE_STORAGE "/m.%u offset %llu: received "
 				     "date not updated: %s", p->st->path,
 				     moves[i].new_file_id,
 				     (unsigned long long)moves[i].new_offset,
@@ -387,7 +388,7 @@ int purge_file(struct purge *p, uint32_t file_id)
 	   in the pool or with their rows, is not forgotten (switch_file). */
 	if (ret == 0 && (uint64_t)sb.st_size > committed &&
 	    !(p->set->altmove && pooled)) {
-		dbox_error("%s/storage/m.%u: %llu bytes past the end the index "
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: %llu bytes past the end the index "
 			   "knows; not purged (run 'dboxadm check')",
 			   dbox_store_dir_name(st, alt), file_id, (unsigned long long)
 			   ((uint64_t)sb.st_size - committed));
@@ -413,7 +414,7 @@ int purge_file(struct purge *p, uint32_t file_id)
 		   later full purge removes. */
 		if (ret == 0 && forgot && unlinkat(dir, name, 0) < 0 &&
 		    errno != ENOENT)
-			dbox_error("%s/storage/%s: unlink after purge: %s "
+			dbox_error("%s/" DBOX_STORE_STORAGE "/%s: unlink after purge: %s "
 				   "(the next full purge removes it)",
 				   dbox_store_dir_name(st, alt), name,
 				   strerror(errno));
@@ -428,7 +429,7 @@ int purge_file(struct purge *p, uint32_t file_id)
 		if (ret == 0 && forgot) {
 			p->res->files_purged++;
 			p->res->bytes_freed += (uint64_t)sb.st_size;
-			dbox_info("%s/storage/%s: %s: %zu records moved, "
+			dbox_info("%s/" DBOX_STORE_STORAGE "/%s: %s: %zu records moved, "
 				  "%llu bytes freed", dbox_store_dir_name(st, alt),
 				  name, p->set->altmove ? "moved to the "
 				  "alternate storage" : "purged", nrecs,

@@ -5,6 +5,7 @@
  * purged fewest live bytes first (purge-file.c); a full purge also
  * removes m.N files the index does not know.
  */
+#include "engine/store-layout.h"
 #include "engine/purge-private.h"
 
 #include "index/index-purge.h"
@@ -73,7 +74,7 @@ static void remove_garbage_files(struct purge *p, bool alt)
 			continue;
 		dbox_store_read_fd_forget(st, id);
 		if (unlinkat(dir_fd, de->d_name, 0) == 0) {
-			dbox_info("%s/storage/%s: not in the index; removed",
+			dbox_info("%s/" DBOX_STORE_STORAGE "/%s: not in the index; removed",
 				  dbox_store_dir_name(st, alt), de->d_name);
 			p->res->garbage_files++;
 			p->res->bytes_freed += (uint64_t)sb.st_size;
@@ -124,7 +125,7 @@ static int wanted(struct purge *p, uint32_t file_id, uint64_t *live_r)
 	if ((fd = dbox_store_read_fd(st, file_id)) < 0)
 		return fd;
 	if (dbox_file_read_header(fd, &header_len) < 0) {
-		dbox_error("%s/storage/m.%u: unreadable file header; not "
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: unreadable file header; not "
 			   "purged", st->path, file_id);
 		return -EIO;
 	}

@@ -15,6 +15,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "engine/store-layout.h"
 #include "engine/backup.h"
 #include "engine/store-lock.h"
 #include "engine/store.h"
@@ -279,7 +280,7 @@ static void test_missing_mfile_is_damage(void **state)
 	struct dbox_backup_result res;
 	char path[256];
 
-	snprintf(path, sizeof(path), "%s/storage/m.1", f->store);
+	snprintf(path, sizeof(path), "%s/" DBOX_STORE_STORAGE "/m.1", f->store);
 	assert_int_equal(unlink(path), 0);
 	assert_int_equal(backup(f, "bk", NULL, &res), 0);
 	assert_int_equal(res.source_errors, 1);
@@ -288,8 +289,8 @@ static void test_missing_mfile_is_damage(void **state)
 	assert_int_equal(f->damage[0].kind, 'm');
 	assert_int_equal(f->damage[0].id, 1);
 	assert_int_equal(res.copied, res.mfiles + res.plain_files - 1);
-	assert_false(exists(f, "bk/storage/m.1"));
-	assert_true(exists(f, "bk/storage/m.2"));
+	assert_false(exists(f, "bk/" DBOX_STORE_STORAGE "/m.1"));
+	assert_true(exists(f, "bk/" DBOX_STORE_STORAGE "/m.2"));
 }
 
 static void test_locked_destination_is_busy(void **state)

@@ -12,6 +12,8 @@
 #include <cmocka.h>
 
 #include "engine/store-holder.h"
+#include "engine/store-layout.h"
+#include "engine/store-lock.h"
 #include "test-common.h"
 
 #include <errno.h>
@@ -19,7 +21,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -36,7 +37,7 @@ static int fix_setup(void **state)
 	static struct fix f;
 
 	tmpdir_make(f.dir, sizeof(f.dir), "test-store-holder");
-	snprintf(f.lock, sizeof(f.lock), "%s/lock", f.dir);
+	snprintf(f.lock, sizeof(f.lock), "%s/" DBOX_STORE_LOCK, f.dir);
 	f.fd = open(f.lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	assert_true(f.fd >= 0);
 	*state = &f;
@@ -125,10 +126,12 @@ static void test_holder_not_dboxfs_refused(void **state)
 	if (pid == 0) {
 		/* Gone with the test, should an assertion end it first. */
 		int dies = prctl(PR_SET_PDEATHSIG, SIGKILL);
-		int fd = open(f->lock, O_RDWR);
+		int dir = open(f->dir, O_RDONLY | O_DIRECTORY);
+		bool held = false;
+		int fd = dbox_store_lock_try(dir, false, &held);
 		int fuse = open("/dev/fuse", O_RDWR);
 
-		if (dies < 0 || fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
+		if (dies < 0 || fd < 0 || !held)
 			_exit(1);
 		(void)write(ready[1], fuse >= 0 ? "f" : "x", 1);
 		pause();
