@@ -4,7 +4,9 @@
  * open (as a mount holds it) while it is backed up: the backup opens as
  * a store holding the same names with the same bytes; a second backup
  * after an expunge and a new message holds the new state, while the
- * first is unchanged; an m.N the index refers to that is missing is
+ * first is unchanged; an interrupted run is resumed keeping what it
+ * wrote; with the previous backup unchanged m.N are hard links; an m.N
+ * the index refers to that is missing is
  * reported as damage (data, not a log line) and left out; a DEST that
  * exists, and a DEST.partial another backup holds locked, are refused
  * with nothing written.
@@ -274,6 +276,49 @@ static void test_second_backup_after_changes(void **state)
 	f->nmsgs++;
 }
 
+/* A killed run's DEST.partial (here: a finished backup renamed back) is
+   taken up again: what it holds and still matches is kept, not copied;
+   the highest m.N is always copied (a mount of the backup appends
+   there). */
+static void test_interrupted_backup_resumed(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_backup_result res;
+	char from[256], to[256];
+
+	assert_int_equal(backup(f, "bk", NULL, &res), 0);
+	snprintf(from, sizeof(from), "%s/bk", f->dir);
+	snprintf(to, sizeof(to), "%s/bk.partial", f->dir);
+	assert_int_equal(rename(from, to), 0);
+	assert_int_equal(backup(f, "bk", NULL, &res), 0);
+	assert_true(res.resumed);
+	assert_int_equal(res.kept, res.mfiles - 1);
+	assert_int_equal(res.copied, 1);
+	expect_store(f, "bk");
+}
+
+/* With the previous backup, the m.N unchanged since (older than the
+   timestamp tick) are hard links into it, the highest one is copied. */
+static void test_link_dest_links_unchanged(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_backup_result res1, res2;
+	char path[256];
+	struct stat sb;
+
+	/* Past DBOX_BACKUP_LINK_AGE_NS: the m.N are old enough to link. */
+	sleep(3);
+	assert_int_equal(backup(f, "bk1", NULL, &res1), 0);
+	assert_int_equal(backup(f, "bk2", "bk1", &res2), 0);
+	assert_int_equal(res2.linked, res2.mfiles - 1);
+	assert_int_equal(res2.copied, 1);
+	snprintf(path, sizeof(path), "%s/bk2/" DBOX_STORE_STORAGE "/m.1",
+		 f->dir);
+	assert_int_equal(stat(path, &sb), 0);
+	assert_int_equal(sb.st_nlink, 2);
+	expect_store(f, "bk2");
+}
+
 static void test_missing_mfile_is_damage(void **state)
 {
 	struct fix *f = *state;
@@ -336,6 +381,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_backup_restores_names_and_bytes,
 						fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_second_backup_after_changes,
+						fix_setup, fix_teardown),
+		cmocka_unit_test_setup_teardown(test_interrupted_backup_resumed,
+						fix_setup, fix_teardown),
+		cmocka_unit_test_setup_teardown(test_link_dest_links_unchanged,
 						fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_missing_mfile_is_damage,
 						fix_setup, fix_teardown),
