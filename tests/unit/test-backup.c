@@ -6,10 +6,9 @@
  * after an expunge and a new message holds the new state, while the
  * first is unchanged; an interrupted run is resumed keeping what it
  * wrote; with the previous backup unchanged m.N are hard links; an m.N
- * the index refers to that is missing is
- * reported as damage (data, not a log line) and left out; a DEST that
- * exists, and a DEST.partial another backup holds locked, are refused
- * with nothing written.
+ * the index refers to that is missing is reported as damage (data, not a
+ * log line) and left out; a DEST that exists, and a DEST.partial another
+ * backup holds locked, are refused with nothing written.
  */
 #include <stdarg.h>
 #include <stddef.h>
