@@ -1,22 +1,14 @@
 /*
- * purge.c: copying the live records of m.N files with dead bytes to m.N
- * files of the append pool, switching the index to the copies, removing
- * the old files (see purge.h).
- *
- * Invariants:
- *  - an m.N being purged is out of the append pool (sealed) before its
- *    record list is read, so no record is added to it afterwards;
- *  - copies are written only past the end of pool files this purge owns
- *    (busy), so nobody else writes there; a purge that does not switch
- *    truncates them back, so the pool files hold only whole records;
- *  - the switch re-checks every row under st->lock (dbox_index_msg_move)
- *    and refuses to forget a file that still has rows;
- *  - the old m.N is unlinked only after the switch is durable.
+ * purge.c: which m.N a purge or altmove takes, and in what order
+ * (purge.h): the files of the index, or those asked for, each checked
+ * (dead bytes past the threshold, no save owning it) and sealed, then
+ * purged fewest live bytes first (purge-file.c); a full purge also
+ * removes m.N files the index does not know.
  */
-#include "engine/purge.h"
+#include "engine/store-layout.h"
+#include "engine/purge-private.h"
 
 #include "index/index-purge.h"
-#include "index/reserve.h"
 #include "storage/log.h"
 
 #include <dirent.h>
@@ -28,50 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Bytes copied per pread/pwrite. */
-#define COPY_SIZE (1024 * 1024)
-/* dbox offsets are 32-bit in Dovecot's map: an m.N stays below 4 GiB. */
-#define MFILE_MAX ((uint64_t)UINT32_MAX)
 
-/* A pool file taking copies, and where it ended before this file's
-   copies (to cut them off again when the switch does not happen). */
-struct dest {
-	struct dbox_mfile *mf;
-	uint64_t start_size;
-};
-
-struct purge {
-	struct dbox_store *st;
-	const struct dbox_purge_settings *set;
-	struct dbox_purge_result *res;
-	char *buf;                  /* COPY_SIZE */
-	struct dest *dests;
-	size_t ndests, dests_size;
-	/* The file being purged lives in the alternate storage, or this is an
-	   altmove: copies go to ALT m.N files of this run (alts, the last one
-	   taking more), never to the append pool. */
-	bool to_alt;
-	struct dbox_mfile **alts;
-	size_t nalts;
-};
-
-static void lock(struct purge *p)
-{
-	dbox_store_mutex_lock(p->st);
-}
-
-static void unlock(struct purge *p)
-{
-	dbox_store_mutex_unlock(p->st);
-}
-
-static bool cancelled(const struct purge *p)
-{
-	return p->set->cancel != NULL &&
-		__atomic_load_n(p->set->cancel, __ATOMIC_ACQUIRE);
-}
-
-static bool in_pool(const struct dbox_store *st, uint32_t file_id)
+bool purge_in_pool(const struct dbox_store *st, uint32_t file_id)
 {
 	for (size_t i = 0; i < st->append_count; i++)
 		if (st->append[i]->file_id == file_id)
@@ -79,417 +29,6 @@ static bool in_pool(const struct dbox_store *st, uint32_t file_id)
 	return false;
 }
 
-/* Is mf a destination of the file being purged already? */
-static bool dest_used(const struct purge *p, const struct dbox_mfile *mf)
-{
-	for (size_t i = 0; i < p->ndests; i++)
-		if (p->dests[i].mf == mf)
-			return true;
-	return false;
-}
-
-/* The pool file to copy a record of record_size bytes to: the current
-   one while it has room, else a new one from the pool (locked). */
-static int dest_for(struct purge *p, uint64_t record_size, struct dest **d_r)
-{
-	struct dest *d = p->ndests > 0 ? &p->dests[p->ndests - 1] : NULL;
-	struct dbox_mfile *mf;
-	int ret;
-
-	if (d != NULL && d->mf->size < p->st->rotate_size &&
-	    d->mf->size + record_size <= MFILE_MAX) {
-		*d_r = d;
-		return 0;
-	}
-	if (p->ndests == p->dests_size) {
-		size_t size = p->dests_size == 0 ? 4 : p->dests_size * 2;
-		struct dest *n = realloc(p->dests, size * sizeof(*n));
-
-		if (n == NULL)
-			return -ENOMEM;
-		p->dests = n;
-		p->dests_size = size;
-	}
-	lock(p);
-	if (!p->to_alt) {
-		ret = dbox_store_mfile_acquire(p->st, &mf);
-	} else if (p->nalts > 0 && !dest_used(p, p->alts[p->nalts - 1]) &&
-		   p->alts[p->nalts - 1]->size < p->st->rotate_size &&
-		   p->alts[p->nalts - 1]->size + record_size <= MFILE_MAX) {
-		/* The ALT file the previous file's copies went to. */
-		mf = p->alts[p->nalts - 1];
-		ret = 0;
-	} else {
-		struct dbox_mfile **alts = realloc(p->alts, (p->nalts + 1) *
-						   sizeof(*alts));
-
-		ret = -ENOMEM;
-		if (alts != NULL) {
-			p->alts = alts;
-			ret = dbox_store_alt_create(p->st, &mf);
-			if (ret == 0)
-				p->alts[p->nalts++] = mf;
-		}
-	}
-	/* An ALT file's copies are in flight until the switch, as pool
-	   files' are (dbox_store_mfile_acquire notes those). */
-	if (ret == 0 && p->to_alt)
-		ret = dbox_store_note_inflight(p->st, mf);
-	unlock(p);
-	if (ret < 0)
-		return ret;
-	d = &p->dests[p->ndests++];
-	d->mf = mf;
-	d->start_size = mf->size;
-	*d_r = d;
-	return 0;
-}
-
-/* Give the pool files back; keep=false first cuts off what was copied to
-   them.  Needs st->lock. */
-static void dests_release(struct purge *p, bool keep)
-{
-	for (size_t i = 0; i < p->ndests; i++) {
-		struct dest *d = &p->dests[i];
-
-		bool cut = true;
-
-		if (!keep && d->mf->size != d->start_size) {
-			if (ftruncate(d->mf->fd, d->start_size) < 0) {
-				dbox_error("%s/storage/m.%u: cutting purge copies "
-					   "at %llu: %s (recovery cuts them at "
-					   "the next open)",
-					   dbox_store_dir_name(p->st, p->to_alt),
-					   d->mf->file_id,
-					   (unsigned long long)d->start_size,
-					   strerror(errno));
-				cut = false;
-			}
-			d->mf->size = d->start_size;
-		}
-		/* Copies switched or given back: none in flight (a failed
-		   cut leaves them to recovery, which needs to know). */
-		if (!keep && cut)
-			dbox_store_clear_inflight(p->st, d->mf->file_id);
-		if (!p->to_alt) /* ALT files stay until the run ends */
-			dbox_store_mfile_release(p->st, d->mf);
-	}
-	p->ndests = 0;
-}
-
-/* Copy len bytes from in at in_off to out at out_off. */
-static int copy_range(struct purge *p, int in, uint64_t in_off, int out,
-		      uint64_t out_off, uint64_t len)
-{
-	while (len > 0) {
-		size_t want = len < COPY_SIZE ? (size_t)len : COPY_SIZE;
-		ssize_t n = pread(in, p->buf, want, (off_t)in_off), w;
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		for (ssize_t done = 0; done < n; done += w) {
-			w = pwrite(out, p->buf + done, n - done,
-				   (off_t)(out_off + done));
-			if (w < 0) {
-				if (errno != EINTR)
-					return -errno;
-				w = 0;
-			}
-		}
-		in_off += n;
-		out_off += n;
-		len -= n;
-	}
-	return 0;
-}
-
-/* Copy the records to pool files and sync them; fills moves[]. */
-static int copy_records(struct purge *p, uint32_t file_id, int fd,
-			const struct dbox_file_rec *recs, size_t nrecs,
-			struct dbox_msg_move *moves)
-{
-	for (size_t i = 0; i < nrecs; i++) {
-		const struct dbox_file_rec *r = &recs[i];
-		struct dbox_metadata md = { 0 };
-		uint64_t body_size, record_size;
-		struct dest *d;
-		int ret;
-
-		if (cancelled(p))
-			return -ECANCELED;
-		/* Copy only what reads as the record the index knows: a
-		   damaged one stays where it is, with its file. */
-		ret = dbox_record_read(fd, file_id, r->offset, r->body_size,
-				       &body_size, &md, &record_size);
-		dbox_metadata_clear(&md);
-		if (ret < 0 || record_size != r->record_size) {
-			dbox_error("%s/storage/m.%u offset %llu: record %s; "
-				   "the file is not purged", p->st->path,
-				   file_id, (unsigned long long)r->offset,
-				   ret < 0 ? "unreadable" :
-				   "size differs from the index");
-			return -EIO;
-		}
-		/* Copies wait while the index uses its reserve: files
-		   without live records (no copy) give space back first. */
-		if ((ret = dbox_index_reserve_check(p->st->index)) < 0 ||
-		    (ret = dest_for(p, record_size, &d)) < 0)
-			return ret;
-		ret = copy_range(p, fd, r->offset, d->mf->fd, d->mf->size,
-				 record_size);
-		if (ret < 0) {
-			dbox_error("%s/storage/m.%u -> m.%u: copying the record "
-				   "at %llu: %s", p->st->path, file_id,
-				   d->mf->file_id, (unsigned long long)r->offset,
-				   strerror(-ret));
-			return ret;
-		}
-		moves[i] = (struct dbox_msg_move){
-			.ino = r->ino, .old_offset = r->offset,
-			.record_size = record_size,
-			.new_file_id = d->mf->file_id,
-			.new_offset = d->mf->size, .mtime_ns = r->mtime_ns,
-		};
-		d->mf->size += record_size;
-	}
-	for (size_t i = 0; i < p->ndests; i++) {
-		if (fdatasync(p->dests[i].mf->fd) < 0) {
-			int ret = -errno;
-
-			dbox_error("%s/storage/m.%u: fdatasync: %s", p->st->path,
-				   p->dests[i].mf->file_id, strerror(errno));
-			return ret;
-		}
-	}
-	return 0;
-}
-
-/* The file descriptor a copy went to, or -ENOENT. */
-static int dest_fd(const struct purge *p, uint32_t file_id)
-{
-	for (size_t i = 0; i < p->ndests; i++)
-		if (p->dests[i].mf->file_id == file_id)
-			return p->dests[i].mf->fd;
-	return -ENOENT;
-}
-
-/* One durable transaction: rows to their copies, the pool files' new
-   committed ends, the old file forgotten.  Needs st->lock.  Returns 0
-   when committed and on disk; 1 when committed but the sync failed (the
-   copies are in use, but the old file must stay until a later sync);
-   -EAGAIN when rows are left in the old file (nothing switched), or
-   another negative errno (nothing switched).  An altmove (set->altmove)
-   moves some records only: rows left in the old file are fine, and the
-   file is forgotten only when none is left and it takes no new ones (out
-   of the append pool); *forgot_r says whether it was. */
-static int switch_file(struct purge *p, uint32_t file_id,
-		       struct dbox_msg_move *moves, size_t nmoves,
-		       bool *forgot_r)
-{
-	struct dbox_index *index = p->st->index;
-	uint64_t left;
-	int ret;
-
-	*forgot_r = false;
-	if ((ret = dbox_index_begin(index)) < 0)
-		return ret;
-	ret = dbox_index_msg_move(index, file_id, moves, nmoves, &left);
-	if (ret == 0 && p->set->altmove) {
-		*forgot_r = left == 0 && !in_pool(p->st, file_id);
-	} else if (ret == 0 && left > 0) {
-		dbox_error("%s/storage/m.%u: %llu records appeared in it during "
-			   "the purge; the file is kept", p->st->path, file_id,
-			   (unsigned long long)left);
-		ret = -EAGAIN;
-	}
-	for (size_t i = 0; ret == 0 && i < p->ndests; i++) {
-		ret = dbox_index_mfile_set(index, p->dests[i].mf->file_id,
-					   p->dests[i].mf->size);
-		dbox_store_clear_inflight(p->st, p->dests[i].mf->file_id);
-	}
-	if (ret == 0 && !p->set->altmove)
-		*forgot_r = true;
-	if (ret == 0 && *forgot_r)
-		ret = dbox_index_mfile_delete(index, file_id);
-	if (ret == 0 && *forgot_r)
-		ret = dbox_store_purged_key(index, file_id, true);
-	if (ret < 0 || (ret = dbox_index_commit(index, false)) < 0) {
-		dbox_index_rollback(index);
-		return ret;
-	}
-	if (dbox_index_sync(index) < 0) {
-		dbox_error("%s/storage/m.%u: purge switched but the index is "
-			   "not on disk; the file stays until a later purge",
-			   p->st->path, file_id);
-		return 1;
-	}
-	return 0;
-}
-
-/* After the switch: the R of a copy follows a received date set while it
-   was copied (the index has it; see dbox_store_set_received).  Needs
-   st->lock. */
-static void fix_received(struct purge *p, const struct dbox_file_rec *recs,
-			 const struct dbox_msg_move *moves, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		int fd, ret;
-
-		if (!moves[i].moved || moves[i].mtime_ns == recs[i].mtime_ns)
-			continue;
-		fd = dest_fd(p, moves[i].new_file_id);
-		if (fd >= 0 &&
-		    (ret = dbox_record_set_received(fd, moves[i].new_file_id,
-					     moves[i].new_offset,
-					     dbox_time_sec(moves[i].mtime_ns))) < 0 &&
-		    ret != -ERANGE)
-			dbox_warning("%s/storage/m.%u offset %llu: received "
-				     "date not updated: %s", p->st->path,
-				     moves[i].new_file_id,
-				     (unsigned long long)moves[i].new_offset,
-				     strerror(-ret));
-	}
-}
-
-/* The records an altmove takes from recs (committed, received before
-   set->altmove_before_ns, in set->altmove_folder when set), packed at
-   the start of recs; returns their count. */
-static size_t altmove_select(struct purge *p, struct dbox_file_rec *recs,
-			     size_t nrecs)
-{
-	size_t n = 0;
-
-	for (size_t i = 0; i < nrecs; i++) {
-		if (recs[i].state != DBOX_MSG_COMMITTED ||
-		    (p->set->altmove_before_ns != INT64_MAX &&
-		     dbox_time_cmp(recs[i].mtime_ns,
-				   p->set->altmove_before_ns) >= 0))
-			continue;
-		if (p->set->altmove_folder != 0) {
-			int in;
-
-			lock(p);
-			in = dbox_index_ino_in_folder(p->st->index, recs[i].ino,
-						      p->set->altmove_folder);
-			unlock(p);
-			if (in <= 0)
-				continue;
-		}
-		recs[n++] = recs[i];
-	}
-	return n;
-}
-
-/* Purge one sealed m.N (or, for an altmove, move its selected records to
-   the alternate storage). */
-static int purge_file(struct purge *p, uint32_t file_id)
-{
-	struct dbox_store *st = p->st;
-	struct dbox_file_rec *recs = NULL;
-	struct dbox_msg_move *moves = NULL;
-	struct stat sb;
-	uint64_t committed = 0;
-	size_t nrecs = 0;
-	char name[16];
-	bool alt = false, forgot = false, pooled;
-	int fd, dir, ret;
-
-	lock(p);
-	pooled = in_pool(st, file_id);
-	dir = dbox_store_mfile_dir(st, file_id, &alt);
-	fd = dir >= 0 ? dbox_store_read_fd(st, file_id) : -EIO;
-	if (fd >= 0)
-		fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-	if (fd < 0) {
-		unlock(p);
-		return -EIO; /* logged by dbox_store_read_fd */
-	}
-	p->to_alt = alt || p->set->altmove;
-	ret = dbox_index_file_records(st->index, file_id, &recs, &nrecs);
-	if (ret == 0)
-		ret = dbox_index_mfile_get(st->index, file_id, &committed);
-	unlock(p);
-	if (ret == 0 && p->set->altmove)
-		nrecs = altmove_select(p, recs, nrecs);
-	if (ret == 0 && p->set->altmove && nrecs == 0) {
-		close(fd);
-		free(recs);
-		return 0;
-	}
-	if (ret == 0 && fstat(fd, &sb) < 0)
-		ret = -errno;
-	/* Bytes past the committed end are records the index does not know
-	   (an index older than storage/, or a crash recovery has not seen
-	   yet), not expunged ones: the file is not removed.  An altmove also
-	   takes from files of the append pool, where such bytes are saves in
-	   flight: it copies the committed records only, and the file, still
-	   in the pool or with their rows, is not forgotten (switch_file). */
-	if (ret == 0 && (uint64_t)sb.st_size > committed &&
-	    !(p->set->altmove && pooled)) {
-		dbox_error("%s/storage/m.%u: %llu bytes past the end the index "
-			   "knows; not purged (run 'dboxadm check')",
-			   dbox_store_dir_name(st, alt), file_id, (unsigned long long)
-			   ((uint64_t)sb.st_size - committed));
-		ret = -EIO;
-	}
-	if (ret == 0 && nrecs > 0 &&
-	    (moves = calloc(nrecs, sizeof(*moves))) == NULL)
-		ret = -ENOMEM;
-	if (ret == 0)
-		ret = copy_records(p, file_id, fd, recs, nrecs, moves);
-	if (ret == 0 && p->set->after_copy != NULL)
-		p->set->after_copy(p->set->hook_ctx, file_id);
-
-	lock(p);
-	if (ret == 0)
-		ret = switch_file(p, file_id, moves, nrecs, &forgot);
-	if (ret >= 0) {
-		fix_received(p, recs, moves, nrecs);
-		dbox_file_name(name, file_id);
-		if (forgot)
-			dbox_store_read_fd_forget(st, file_id);
-		/* Not durable (1): the old file stays, as garbage that a
-		   later full purge removes. */
-		if (ret == 0 && forgot && unlinkat(dir, name, 0) < 0 &&
-		    errno != ENOENT)
-			dbox_error("%s/storage/%s: unlink after purge: %s "
-				   "(the next full purge removes it)",
-				   dbox_store_dir_name(st, alt), name,
-				   strerror(errno));
-		for (size_t i = 0; i < nrecs; i++) {
-			if (moves[i].moved) {
-				p->res->records_moved++;
-				p->res->bytes_moved += moves[i].record_size;
-			} else {
-				p->res->records_dropped++;
-			}
-		}
-		if (ret == 0 && forgot) {
-			p->res->files_purged++;
-			p->res->bytes_freed += (uint64_t)sb.st_size;
-			dbox_info("%s/storage/%s: %s: %zu records moved, "
-				  "%llu bytes freed", dbox_store_dir_name(st, alt),
-				  name, p->set->altmove ? "moved to the "
-				  "alternate storage" : "purged", nrecs,
-				  (unsigned long long)sb.st_size);
-		} else if (ret == 0 && p->set->altmove) {
-			p->res->files_partial++;
-		}
-		dests_release(p, true);
-		ret = ret == 1 ? -EIO : 0;
-	} else {
-		dests_release(p, false);
-	}
-	unlock(p);
-	if (ret == 0 && p->set->progress != NULL)
-		p->set->progress(p->set->hook_ctx, p->res);
-	close(fd);
-	free(recs);
-	free(moves);
-	return ret;
-}
 
 /* Does storage/name hold a whole record of a message the index does not
    have?  Such records are messages of an index newer than this one
@@ -528,14 +67,14 @@ static void remove_garbage_files(struct purge *p, bool alt)
 
 		if (!dbox_mfile_parse_name(de->d_name, &id) ||
 		    dbox_index_mfile_get(st->index, id, &size) != -ENOENT ||
-		    in_pool(st, id) ||
+		    purge_in_pool(st, id) ||
 		    dbox_index_file_has_records(st->index, id) != 0 ||
 		    fstatat(dir_fd, de->d_name, &sb, 0) < 0 ||
 		    holds_records(st, dir_fd, de->d_name, id))
 			continue;
 		dbox_store_read_fd_forget(st, id);
 		if (unlinkat(dir_fd, de->d_name, 0) == 0) {
-			dbox_info("%s/storage/%s: not in the index; removed",
+			dbox_info("%s/" DBOX_STORE_STORAGE "/%s: not in the index; removed",
 				  dbox_store_dir_name(st, alt), de->d_name);
 			p->res->garbage_files++;
 			p->res->bytes_freed += (uint64_t)sb.st_size;
@@ -581,12 +120,12 @@ static int wanted(struct purge *p, uint32_t file_id, uint64_t *live_r)
 		return ret == -ENOENT ? 0 : ret;
 	if (u.writing > 0)
 		return -EBUSY;
-	if (p->set->sealed_only && in_pool(st, file_id))
+	if (p->set->sealed_only && purge_in_pool(st, file_id))
 		return 0;
 	if ((fd = dbox_store_read_fd(st, file_id)) < 0)
 		return fd;
 	if (dbox_file_read_header(fd, &header_len) < 0) {
-		dbox_error("%s/storage/m.%u: unreadable file header; not "
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: unreadable file header; not "
 			   "purged", st->path, file_id);
 		return -EIO;
 	}
@@ -626,7 +165,7 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 	res_r->start_ns = dbox_now_ns();
 	if ((p.buf = malloc(COPY_SIZE)) == NULL)
 		return res_r->error = -ENOMEM;
-	lock(&p);
+	purge_lock(&p);
 	if (set->only == NULL) {
 		ret = dbox_index_mfile_list(st->index, collect_cb, &c);
 		if (!set->altmove) {
@@ -637,7 +176,7 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 		for (size_t i = 0; i < set->only_count && ret == 0; i++)
 			ret = collect_cb(&c, set->only[i], 0);
 	}
-	unlock(&p);
+	purge_unlock(&p);
 	/* Seal every file to purge before copying anything, so no copy goes
 	   to a file that is purged later in this run.  The lock is taken per
 	   file: the mount keeps serving between them. */
@@ -647,13 +186,13 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 		uint64_t live = 0;
 		bool alt = false;
 
-		lock(&p);
+		purge_lock(&p);
 		if (set->altmove) {
 			/* Not sealed: its committed records are copied, the
 			   rows switched; the file goes only when empty. */
 			r = dbox_store_mfile_dir(st, c.ids[i], &alt) >= 0 &&
 				!alt ? 1 : 0;
-			unlock(&p);
+			purge_unlock(&p);
 			if (r == 1)
 				todo[n++] = (struct candidate){ c.ids[i], 0 };
 			continue;
@@ -661,7 +200,7 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 		r = wanted(&p, c.ids[i], &live);
 		if (r == 1)
 			r = dbox_store_mfile_seal(st, c.ids[i]) < 0 ? -EBUSY : 1;
-		unlock(&p);
+		purge_unlock(&p);
 		if (r == 0)
 			continue;
 		if (r == -EBUSY)
@@ -729,141 +268,5 @@ int dbox_altmove(struct dbox_store *st, const struct dbox_purge_settings *set,
 		if (ret == 0 || ret == -EIO)
 			(void)dbox_purge_record(st, purge_r, false);
 	}
-	return ret;
-}
-
-int dbox_altmove_progress(struct dbox_store *st, int64_t request_ns,
-			  const struct dbox_purge_result *res)
-{
-	struct dbox_index *index = st->index;
-	int ret;
-
-	dbox_store_mutex_lock(st);
-	if ((ret = dbox_index_begin(index)) == 0) {
-		if ((ret = dbox_index_meta_set(index,
-					       DBOX_META_ALTMOVE_PROGRESS_RECORDS,
-					       (int64_t)res->records_moved)) == 0 &&
-		    (ret = dbox_index_meta_set(index,
-					       DBOX_META_ALTMOVE_PROGRESS_BYTES,
-					       (int64_t)res->bytes_moved)) == 0 &&
-		    (ret = dbox_index_meta_set(index,
-					       DBOX_META_ALTMOVE_PROGRESS_REQUEST,
-					       request_ns)) == 0)
-			ret = dbox_index_commit(index, false);
-		else
-			dbox_index_rollback(index);
-	}
-	dbox_store_mutex_unlock(st);
-	return ret;
-}
-
-int dbox_altmove_record(struct dbox_store *st, int64_t request_ns,
-			const struct dbox_purge_result *res)
-{
-	const struct { const char *key; int64_t value; } kv[] = {
-		{ DBOX_META_ALTMOVE_ERROR, res->error },
-		{ DBOX_META_ALTMOVE_RECORDS, (int64_t)res->records_moved },
-		{ DBOX_META_ALTMOVE_BYTES, (int64_t)res->bytes_moved },
-		{ DBOX_META_ALTMOVE_FILES, (int64_t)res->files_purged },
-		{ DBOX_META_ALTMOVE_DONE, request_ns },
-	};
-	struct dbox_index *index = st->index;
-	int ret;
-
-	dbox_store_mutex_lock(st);
-	if ((ret = dbox_index_begin(index)) == 0) {
-		for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && ret == 0; i++)
-			ret = dbox_index_meta_set(index, kv[i].key, kv[i].value);
-		if (ret == 0)
-			ret = dbox_index_commit(index, true);
-		else
-			dbox_index_rollback(index);
-	}
-	dbox_store_mutex_unlock(st);
-	return ret;
-}
-
-static int meta_add(struct dbox_index *index, const char *key, int64_t add)
-{
-	int64_t value = 0;
-	int ret = dbox_index_meta_get(index, key, &value);
-
-	if (ret < 0 && ret != -ENOENT)
-		return ret;
-	return dbox_index_meta_set(index, key, value + add);
-}
-
-/* The outcome of a requested run, for `dboxadm purge` waiting on a
-   mount; the start last, though the transaction makes the order moot. */
-static int record_request(struct dbox_index *index,
-			  const struct dbox_purge_result *res)
-{
-	const struct { const char *key; int64_t value; } kv[] = {
-		{ DBOX_META_PURGE_REQUEST_ERROR, res->error },
-		{ DBOX_META_PURGE_REQUEST_FREED, (int64_t)res->bytes_freed },
-		{ DBOX_META_PURGE_REQUEST_MOVED, (int64_t)res->bytes_moved },
-		{ DBOX_META_PURGE_REQUEST_FILES,
-		  (int64_t)(res->files_purged + res->garbage_files) },
-		{ DBOX_META_PURGE_REQUEST_RECORDS, (int64_t)res->records_moved },
-		{ DBOX_META_PURGE_REQUEST_FAILED, (int64_t)res->files_failed },
-		{ DBOX_META_PURGE_REQUEST_BUSY, (int64_t)res->files_busy },
-		{ DBOX_META_PURGE_REQUEST_START, res->start_ns },
-	};
-	int ret = 0;
-
-	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && ret == 0; i++)
-		ret = dbox_index_meta_set(index, kv[i].key, kv[i].value);
-	return ret;
-}
-
-/* The moved totals, kept only when they cover every run: started by the
-   first run, or by one finding them there already (an index purged by an
-   older dboxfs has runs without them and so never gets them). */
-static int record_moved(struct dbox_index *index,
-			const struct dbox_purge_result *res)
-{
-	int64_t runs = 0, moved;
-	int ret = dbox_index_meta_get(index, DBOX_META_PURGE_MOVED, &moved);
-
-	if (ret == -ENOENT) {
-		ret = dbox_index_meta_get(index, DBOX_META_PURGE_RUNS, &runs);
-		if (ret < 0 && ret != -ENOENT)
-			return ret;
-		if (runs > 0)
-			return 0;
-	} else if (ret < 0) {
-		return ret;
-	}
-	if ((ret = meta_add(index, DBOX_META_PURGE_MOVED,
-			    (int64_t)res->bytes_moved)) < 0)
-		return ret;
-	return meta_add(index, DBOX_META_PURGE_RECORDS,
-			(int64_t)res->records_moved);
-}
-
-int dbox_purge_record(struct dbox_store *st,
-		      const struct dbox_purge_result *res, bool requested)
-{
-	struct dbox_index *index = st->index;
-	int ret;
-
-	dbox_store_mutex_lock(st);
-	if ((ret = dbox_index_begin(index)) == 0) {
-		if ((ret = record_moved(index, res)) == 0 &&
-		    (ret = meta_add(index, DBOX_META_PURGE_RUNS, 1)) == 0 &&
-		    (ret = meta_add(index, DBOX_META_PURGE_FREED,
-				    (int64_t)res->bytes_freed)) == 0 &&
-		    (ret = meta_add(index, DBOX_META_PURGE_FILES,
-				    (int64_t)(res->files_purged +
-					      res->garbage_files))) == 0 &&
-		    (ret = dbox_index_meta_set(index, DBOX_META_PURGE_END,
-					       res->end_ns)) == 0 && requested)
-			ret = record_request(index, res);
-		if (ret == 0)
-			ret = dbox_index_commit(index, true);
-		else
-			dbox_index_rollback(index);
-	}
-	dbox_store_mutex_unlock(st);
 	return ret;
 }

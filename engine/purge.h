@@ -184,4 +184,42 @@ int dbox_altmove_record(struct dbox_store *st, int64_t request_ns,
 int dbox_purge_record(struct dbox_store *st,
 		      const struct dbox_purge_result *res, bool requested);
 
+/*
+ * The other side: `dboxadm purge` and `dboxadm altmove` asking a mount
+ * (the request goes into the index, then the mount is signalled:
+ * store-holder.h) and reading the outcome, through a view (view.h) that
+ * reads in snapshots without the store lock (engine/purge-meta.c).
+ */
+struct dbox_view;
+
+/* Has the mount recorded a requested purge that started at since_ns (ns,
+   dbox_now_ns) or later?  Read in one snapshot.  Returns 1 with *res_r
+   its outcome (error, bytes freed and moved, files removed, records
+   moved, files failed and busy), 0 when not yet (*res_r zeroed), or
+   -EIO. */
+int dbox_purge_request_done(struct dbox_view *view, int64_t since_ns,
+			    struct dbox_purge_result *res_r);
+
+/* Ask for an altmove of the records received before before_ns (the
+   index's time encoding; INT64_MAX: any age) in folder (an ino from
+   dbox_altmove_folder, 0: every folder): the DBOX_META_ALTMOVE_ keys
+   written in one durable transaction, the request time last.  *request_ns_r
+   is the request time (ns), set in any case.  Returns 0 or -EIO. */
+int dbox_altmove_request(struct dbox_view *view, int64_t before_ns,
+			 uint64_t folder, int64_t *request_ns_r);
+
+/* The state of the altmove requested at request_ns, in one snapshot.
+   Returns 1 when done, *res_r its outcome (error, records and bytes
+   moved, files removed); 0 while it runs, *res_r the progress the mount
+   recorded (records and bytes moved; 0 before the first); or -EIO. */
+int dbox_altmove_request_poll(struct dbox_view *view, int64_t request_ns,
+			      struct dbox_purge_result *res_r);
+
+/* The directory ino of folder, a path as on the mount ("INBOX" or "" the
+   root, ".Sent" a Maildir++ folder, "a/b" a nested one), looked up in
+   index (a view's or an open store's).  Returns 0 and *ino_r, or -ENOENT
+   when there is no such directory. */
+int dbox_altmove_folder(struct dbox_index *index, const char *folder,
+			uint64_t *ino_r);
+
 #endif

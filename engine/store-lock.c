@@ -159,7 +159,9 @@ int dbox_store_lock_try(int dir_fd, bool shared, bool *held_r)
 	int fd, ret;
 
 	*held_r = false;
-	fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO planted as the lock must not hang the open. */
+	fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+		    O_NOCTTY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
@@ -180,6 +182,13 @@ int dbox_store_lock_try(int dir_fd, bool shared, bool *held_r)
 void dbox_store_lock_release(int lock_fd)
 {
 	(void)flock(lock_fd, LOCK_UN);
+}
+
+int dbox_dir_lock_try(int dir_fd)
+{
+	if (flock(dir_fd, LOCK_EX | LOCK_NB) == 0)
+		return 0;
+	return errno == EWOULDBLOCK ? -EBUSY : -errno;
 }
 
 /* Is the lock of fd held shared by another process? */

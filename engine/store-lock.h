@@ -57,6 +57,13 @@ int dbox_store_lock_try(int dir_fd, bool shared, bool *held_r);
    keeping the descriptor open. */
 void dbox_store_lock_release(int lock_fd);
 
+/* Take an exclusive lock of the open directory dir_fd once, without
+   waiting: one writer at a time into a directory that is no store (a
+   backup's DEST.partial).  The lock lasts until every descriptor of that
+   open is closed.  Returns 0, -EBUSY when another open of it holds the
+   lock, or another negative errno. */
+int dbox_dir_lock_try(int dir_fd);
+
 /* Write "closing\n" into the lock file lock_fd (held by this process).
    Returns 0 or -errno. */
 int dbox_store_lock_set_closing(int lock_fd);

@@ -1,0 +1,476 @@
+/*
+ * backup.c: a consistent copy of a store (backup.h): DEST.partial made
+ * (or an interrupted run's reused), the snapshot taken
+ * (backup-snapshot.c), every file of it backed up (backup-copy.c), the
+ * copy's index recovered and DEST put in place.
+ */
+#include "engine/backup-private.h"
+#include "engine/store-layout.h"
+#include "engine/store-lock.h"
+
+#include "index/index-stats.h"
+#include "storage/dbox-file.h"
+#include "storage/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PARTIAL_INDEX DBOX_STORE_INDEX ".partial"
+
+int bk_reserve(void **v, size_t *size, size_t n, size_t elem)
+{
+	size_t want = *size == 0 ? 64 : *size * 2;
+	void *grown;
+
+	if (n < *size)
+		return 0;
+	if ((grown = reallocarray(*v, want, elem)) == NULL)
+		return -ENOMEM;
+	*v = grown;
+	*size = want;
+	return 0;
+}
+
+int64_t bk_ts_ns(const struct timespec *ts)
+{
+	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+void bk_hook(struct bk *b, const char *point)
+{
+	if (b->set->hook != NULL)
+		b->set->hook(b->set->ctx, point);
+}
+
+void bk_file_name(char *buf, size_t size, char kind, uint64_t id)
+{
+	if (kind == 'm')
+		dbox_file_name(buf, (uint32_t)id);
+	else
+		snprintf(buf, size, "%" PRIu64, id);
+}
+
+void bk_damage(struct bk *b, int what, char kind, uint64_t id,
+	       uint64_t have, uint64_t want)
+{
+	struct dbox_backup_damage d = {
+		.what = what, .kind = kind, .id = id, .have = have,
+		.want = want,
+	};
+
+	if (what != DBOX_BACKUP_CHANGED)
+		b->res->source_errors++;
+	if (b->set->damage != NULL)
+		b->set->damage(b->set->ctx, &d);
+}
+
+/* --- the sides ---------------------------------------------------------- */
+
+static void side_close(struct bk_side *s)
+{
+	int *fds[] = { &s->storage, &s->files, &s->alt, &s->dir };
+
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++) {
+		if (*fds[i] >= 0)
+			close(*fds[i]);
+		*fds[i] = -1;
+	}
+}
+
+/* Open sub of the directory dir_fd (no symlink), into *fd_r; missing_ok:
+   a missing one is -1 and no error.  Returns 0 or a negative errno
+   (logged, naming path/sub). */
+static int sub_open(int dir_fd, const char *path, const char *sub,
+		    bool missing_ok, int *fd_r)
+{
+	*fd_r = openat(dir_fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+		       O_CLOEXEC);
+	if (*fd_r >= 0 || (missing_ok && errno == ENOENT))
+		return 0;
+	dbox_error("%s/%s: %s", path, sub, strerror(errno));
+	return -errno;
+}
+
+/* The source: the view's storage/ and alternate storage, and files/ (a
+   missing one is an empty one). */
+static int src_open(struct bk *b)
+{
+	struct dbox_view *v = b->view;
+	int ret;
+
+	struct stat st;
+
+	b->src.storage = v->storage_fd;
+	b->src.alt = v->alt_fd;
+	ret = dbox_store_open_in(b->store, ".", DBOX_STORE_INDEX, O_RDONLY |
+				 O_NONBLOCK | O_NOCTTY);
+	if (ret >= 0 && (fstat(ret, &st) < 0 || !S_ISREG(st.st_mode))) {
+		close(ret);
+		ret = -EINVAL;
+	}
+	if (ret < 0) {
+		dbox_error("%s: not a dbox store (no %s, or not a regular "
+			   "file)", b->store, DBOX_STORE_INDEX);
+		return -ENOMEDIUM;
+	}
+	close(ret);
+	if (v->storage_fd < 0) {
+		dbox_error("%s/%s: %s", b->store, DBOX_STORE_STORAGE,
+			   strerror(-v->storage_err));
+		return v->storage_err < 0 ? v->storage_err : -ENOTDIR;
+	}
+	ret = dbox_store_open_in(b->store, DBOX_STORE_FILES, NULL, 0);
+	if (ret < 0 && ret != -ENOENT) {
+		dbox_error("%s/%s: %s", b->store, DBOX_STORE_FILES,
+			   strerror(-ret));
+		return ret;
+	}
+	b->src.files = ret >= 0 ? ret : -1;
+	return 0;
+}
+
+/* PREV, a finished backup, and its manifest. */
+static int prev_open(struct bk *b, const char *prev)
+{
+	int ret;
+
+	if ((b->prevs.dir = open(prev, O_RDONLY | O_DIRECTORY |
+				 O_CLOEXEC)) < 0) {
+		ret = -errno;
+		dbox_error("%s: %s", prev, strerror(errno));
+		return ret;
+	}
+	if ((ret = sub_open(b->prevs.dir, prev, DBOX_STORE_STORAGE, false,
+			    &b->prevs.storage)) < 0 ||
+	    (ret = sub_open(b->prevs.dir, prev, DBOX_STORE_FILES, true,
+			    &b->prevs.files)) < 0)
+		return ret;
+	if (bk_manifest_read(b->prevs.dir, &b->prevm) < 0 ||
+	    faccessat(b->prevs.dir, DBOX_BACKUP_MANIFEST, F_OK,
+		      AT_SYMLINK_NOFOLLOW) < 0) {
+		dbox_error("%s: not a finished dboxadm backup (no %s)", prev,
+			   DBOX_BACKUP_MANIFEST);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* --- DEST.partial -------------------------------------------------------- */
+
+/* Log errno on path (DEST or DEST.partial), with the settings' hint when
+   it was denied.  Returns -errno. */
+static int dest_error(const struct bk *b, const char *path, const char *what)
+{
+	int err = errno;
+	const char *hint = b->set->denied_hint;
+
+	if (hint != NULL && (err == EACCES || err == EPERM))
+		dbox_error("%s: %s%s %s", path, what, strerror(err), hint);
+	else
+		dbox_error("%s: %s%s", path, what, strerror(err));
+	return -err;
+}
+
+/* Is the directory dir_fd empty? */
+static bool dir_empty(int dir_fd)
+{
+	DIR *d = fdopendir(dup(dir_fd));
+	struct dirent *de;
+	bool empty = true;
+
+	while (d != NULL && (de = readdir(d)) != NULL)
+		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+			empty = false;
+	if (d != NULL)
+		closedir(d);
+	return empty;
+}
+
+/* An existing DEST.partial must be one of ours: an interrupted run's
+   (its manifest read into b->old), or empty. */
+static int partial_check(struct bk *b)
+{
+	int ret = bk_manifest_read(b->part.dir, &b->old);
+
+	if (ret < 0) {
+		dbox_error("%s: exists and is no interrupted dboxadm backup (%s); "
+			   "remove it or choose another DEST", b->partial,
+			   ret == -EINVAL ? "bad " DBOX_BACKUP_MANIFEST :
+			   strerror(-ret));
+		return -ENOTEMPTY;
+	}
+	if (faccessat(b->part.dir, DBOX_BACKUP_MANIFEST, F_OK,
+		      AT_SYMLINK_NOFOLLOW) < 0) {
+		if (!dir_empty(b->part.dir)) {
+			dbox_error("%s: exists and is no interrupted dboxadm "
+				   "backup; remove it or choose another DEST",
+				   b->partial);
+			return -ENOTEMPTY;
+		}
+	} else if (b->old.n > 0) {
+		b->res->resumed = true;
+		dbox_warning("%s: resuming an interrupted backup", b->partial);
+	}
+	return 0;
+}
+
+/* Create (or, from an interrupted run, reuse) DEST.partial, locked for
+   this run, with its manifest, storage/ and files/.  Returns 0 or a
+   negative errno (logged; res->refused unless it failed writing). */
+static int partial_open(struct bk *b)
+{
+	struct stat st;
+	int ret;
+
+	b->res->refused = true;
+	if (lstat(b->dest, &st) == 0) {
+		dbox_error("%s: exists; a backup goes to a new directory", b->dest);
+		return -EEXIST;
+	}
+	if (errno != ENOENT)
+		return dest_error(b, b->dest, "");
+	if (mkdir(b->partial, 0700) < 0 && errno != EEXIST)
+		return dest_error(b, b->partial, "cannot create: ");
+	b->part.dir = open(b->partial, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			   O_CLOEXEC);
+	if (b->part.dir < 0) {
+		ret = -errno;
+		dbox_error("%s: %s", b->partial, strerror(errno));
+		return ret;
+	}
+	/* One backup at a time into it (held until the end). */
+	if ((ret = dbox_dir_lock_try(b->part.dir)) < 0) {
+		dbox_error("%s: %s", b->partial, ret == -EBUSY ?
+			   "another dboxadm backup is writing it" :
+			   strerror(-ret));
+		return ret;
+	}
+	if ((ret = partial_check(b)) < 0)
+		return ret;
+	/* From now on DEST.partial is recognisably ours, whenever this
+	   run is killed. */
+	b->res->refused = false;
+	if ((ret = bk_manifest_create(b)) < 0)
+		return ret;
+	b->res->refused = true;
+	for (int i = 0; i < 2; i++) {
+		const char *sub = i == 0 ? DBOX_STORE_STORAGE : DBOX_STORE_FILES;
+
+		if (mkdirat(b->part.dir, sub, 0700) < 0 && errno != EEXIST) {
+			ret = -errno;
+			dbox_error("%s/%s: %s", b->partial, sub, strerror(errno));
+			return ret;
+		}
+		if ((ret = sub_open(b->part.dir, b->partial, sub, false,
+				    i == 0 ? &b->part.storage :
+				    &b->part.files)) < 0)
+			return ret;
+	}
+	b->res->refused = false;
+	return 0;
+}
+
+/* --- finishing ------------------------------------------------------------ */
+
+/* Crash recovery on the copied index (dbox_index_recover), as the first
+   mount of the backup would run it. */
+static int recover_copy(struct bk *b)
+{
+	struct dbox_index *index = NULL;
+	unsigned int writing = 0, orphans = 0;
+	uint64_t *files = NULL;
+	size_t nfiles = 0;
+	char *path;
+	int ret;
+
+	if (asprintf(&path, "%s/" DBOX_STORE_INDEX, b->partial) < 0)
+		return -ENOMEM;
+	ret = dbox_index_open(path, false, &index);
+	free(path);
+	if (ret == 0)
+		ret = dbox_index_backup_detach(index);
+	if (ret == 0)
+		ret = dbox_index_recover(index, &writing, &orphans, &files,
+					 &nfiles);
+	for (size_t i = 0; ret == 0 && i < nfiles; i++) {
+		char name[32];
+
+		bk_file_name(name, sizeof(name), 'f', files[i]);
+		unlinkat(b->part.files, name, 0);
+	}
+	free(files);
+	dbox_index_close(&index); /* checkpoints: one file, no -wal */
+	return ret;
+}
+
+static int fsync_dir(int fd)
+{
+	return fd >= 0 && fsync(fd) < 0 ? -errno : 0;
+}
+
+/* Sync the directory that holds path. */
+static int fsync_parent(const char *path)
+{
+	char *parent = strdup(path), *slash;
+	int ret = 0, pfd;
+
+	if (parent == NULL)
+		return -ENOMEM;
+	slash = strrchr(parent, '/');
+	if (slash == parent)
+		slash[1] = '\0';
+	else if (slash != NULL)
+		*slash = '\0';
+	pfd = open(slash != NULL ? parent : ".", O_RDONLY | O_DIRECTORY |
+		   O_CLOEXEC);
+	free(parent);
+	if (pfd >= 0) {
+		ret = fsync_dir(pfd);
+		close(pfd);
+	}
+	return ret;
+}
+
+/* Put DEST in place: index renamed and recovered, directories synced,
+   DEST.partial renamed to DEST. */
+static int finish(struct bk *b)
+{
+	static const char *const side_files[] = {
+		DBOX_STORE_INDEX "-wal", DBOX_STORE_INDEX "-shm",
+		DBOX_STORE_INDEX "-journal",
+	};
+	int ret;
+
+	if (fflush(b->manifest) != 0 || fsync(fileno(b->manifest)) < 0)
+		return -errno;
+	/* A WAL or journal left by a run killed in recover_copy() belongs
+	   to the old copy; SQLite would apply it to the new one. */
+	for (size_t i = 0; i < sizeof(side_files) / sizeof(side_files[0]); i++)
+		if (unlinkat(b->part.dir, side_files[i], 0) < 0 &&
+		    errno != ENOENT)
+			return -errno;
+	if (renameat(b->part.dir, PARTIAL_INDEX, b->part.dir,
+		     DBOX_STORE_INDEX) < 0)
+		return -errno;
+	if ((ret = recover_copy(b)) < 0)
+		return ret;
+	if ((ret = fsync_dir(b->part.storage)) < 0 ||
+	    (ret = fsync_dir(b->part.files)) < 0 ||
+	    (ret = fsync_dir(b->part.dir)) < 0)
+		return ret;
+	/* Never onto something that appeared meanwhile (rename() would
+	   replace an empty directory). */
+	if (renameat2(AT_FDCWD, b->partial, AT_FDCWD, b->dest,
+		      RENAME_NOREPLACE) < 0)
+		return -errno;
+	return fsync_parent(b->dest);
+}
+
+/* --- the run -------------------------------------------------------------- */
+
+/* Let this process open every file of a large store at once. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+/* Every file of the snapshot into DEST.partial, then DEST in place. */
+static int copy_all(struct bk *b, const struct dbox_index_snapshot *snap)
+{
+	for (size_t i = 0; i < snap->nmfiles + snap->nfiles && b->failed == 0;
+	     i++) {
+		char kind = i < snap->nmfiles ? 'm' : 'f';
+		uint64_t id = kind == 'm' ? snap->mfiles[i].file_id :
+			snap->files[i - snap->nmfiles];
+
+		if (bk_src_find(kind == 'm' ? &b->msrc : &b->fsrc, id) == NULL)
+			bk_damage(b, DBOX_BACKUP_MISSING, kind, id, 0, 0);
+		else
+			bk_backup_file(b, kind, id, kind == 'm' ?
+				       snap->mfiles[i].size : 0);
+	}
+	if (b->failed == 0)
+		b->failed = finish(b);
+	if (b->failed != 0)
+		dbox_error("%s: backup not finished (%s); %s is incomplete, "
+			   "run the same command again to complete it",
+			   b->dest, strerror(-b->failed), b->partial);
+	return b->failed;
+}
+
+static int run(struct bk *b, const char *prev)
+{
+	struct dbox_index_snapshot snap = { 0 };
+	struct timespec now;
+	int ret;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	b->start_ns = bk_ts_ns(&now);
+	raise_nofile();
+	b->res->refused = true;
+	if ((ret = src_open(b)) < 0 ||
+	    (prev != NULL && (ret = prev_open(b, prev)) < 0) ||
+	    (ret = partial_open(b)) < 0)
+		return ret;
+	if ((b->buf = malloc(BK_BUF_SIZE)) == NULL)
+		return -ENOMEM;
+	if ((ret = bk_take_snapshot(b, &snap)) < 0)
+		return ret;
+	b->last_mfile = snap.nmfiles > 0 ?
+		snap.mfiles[snap.nmfiles - 1].file_id : 0;
+	b->res->messages = snap.messages;
+	b->res->mfiles = snap.nmfiles;
+	b->res->plain_files = snap.nfiles;
+	bk_hook(b, "snapshot");
+	ret = copy_all(b, &snap);
+	dbox_index_snapshot_free(&snap);
+	return ret;
+}
+
+int dbox_backup(struct dbox_view *src, const struct dbox_backup_settings *set,
+		struct dbox_backup_result *res_r)
+{
+	struct bk b = {
+		.set = set, .res = res_r, .view = src, .store = src->path,
+		.src = { -1, -1, -1, -1 }, .part = { -1, -1, -1, -1 },
+		.prevs = { -1, -1, -1, -1 },
+	};
+	size_t len = strlen(set->dest);
+	int ret;
+
+	memset(res_r, 0, sizeof(*res_r));
+	while (len > 1 && set->dest[len - 1] == '/')
+		len--;
+	if ((b.dest = strndup(set->dest, len)) == NULL ||
+	    asprintf(&b.partial, "%s.partial", b.dest) < 0) {
+		free(b.dest);
+		return -ENOMEM;
+	}
+	ret = run(&b, set->prev);
+	if (b.manifest != NULL)
+		fclose(b.manifest);
+	bk_src_free(&b.msrc);
+	bk_src_free(&b.fsrc);
+	free(b.old.v);
+	free(b.prevm.v);
+	b.src.storage = b.src.alt = -1;   /* the view's */
+	side_close(&b.src);
+	side_close(&b.part);
+	side_close(&b.prevs);
+	free(b.buf);
+	free(b.partial);
+	free(b.dest);
+	return ret;
+}
