@@ -78,7 +78,7 @@ static void save_msg(struct dbox_store *st, uint64_t dir, const struct msg *m)
 	struct dbox_attr attr;
 	struct dbox_msgloc loc;
 
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	assert_int_equal(dbox_index_begin(st->index), 0);
 	assert_int_equal(dbox_index_create(st->index, dir, m->name,
 					   strlen(m->name), DBOX_KIND_MESSAGE,
@@ -91,7 +91,7 @@ static void save_msg(struct dbox_store *st, uint64_t dir, const struct msg *m)
 	assert_int_equal(dbox_index_setattr(st->index, &attr), 0);
 	assert_int_equal(dbox_index_commit(st->index, false), 0);
 	dbox_save_free(&save);
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 }
 
 static void add_msg(struct fix *f, unsigned int seed)
@@ -243,14 +243,14 @@ static void expunge(struct fix *f, struct msg *m)
 	uint64_t ino;
 	uint32_t nlink;
 
-	pthread_mutex_lock(&st->lock);
+	dbox_store_mutex_lock(st);
 	assert_int_equal(dbox_index_begin(st->index), 0);
 	assert_int_equal(dbox_index_remove(st->index, f->cur, m->name,
 					   strlen(m->name), false,
 					   dbox_now_ns(), &ino, &nlink), 0);
 	assert_int_equal(dbox_index_delete_inode(st->index, ino), 0);
 	assert_int_equal(dbox_index_commit(st->index, false), 0);
-	pthread_mutex_unlock(&st->lock);
+	dbox_store_mutex_unlock(st);
 	m->expunged = true;
 }
 

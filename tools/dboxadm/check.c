@@ -13,6 +13,7 @@
 #include "progress.h"
 
 #include "engine/check.h"
+#include "engine/grow.h"
 #include "engine/store-layout.h"
 #include "storage/log.h"
 
@@ -37,7 +38,7 @@ static void strs_add(struct strs *s, const char *text)
 {
 	char *copy = strdup(text);
 	char **v = copy == NULL ? NULL :
-		adm_grow(s->v, s->n, &s->size, sizeof(*v));
+		dbox_grow(s->v, s->n, &s->size, sizeof(*v));
 
 	if (v == NULL) {
 		free(copy);

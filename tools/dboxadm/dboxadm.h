@@ -91,11 +91,6 @@ void adm_path_pop(struct adm_path *path, size_t len);
 /* Free the buffer. */
 void adm_path_free(struct adm_path *path);
 
-/* Room for element n of array (*size elements of elem bytes allocated):
-   the array, grown (doubled, 64 at first) when full, with *size updated;
-   or NULL when out of memory (the old array is then still valid). */
-void *adm_grow(void *array, size_t n, size_t *size, size_t elem);
-
 /* Every verb calls this with its STORE before it opens anything in it.
    Run by root on a store owned by another uid (for a store not made yet:
    its parent directory's owner), dboxadm becomes that user for good, as
@@ -117,42 +112,11 @@ int adm_store_enter(const char *store);
    bytes), else "".  Returns buf. */
 const char *adm_denied_why(int err, char *buf, size_t size);
 
-/* Open STORE/sub (a directory), or STORE/sub/name with flags (O_CLOEXEC
-   and O_NOFOLLOW added) when name is not NULL: each step relative to the
-   one before and never through a symbolic link (-ELOOP), so a link
-   planted in the store is not followed.  Returns the fd or -errno. */
-int adm_open_in_store(const char *store, const char *sub, const char *name,
-		      int flags);
-
-/* Open STORE/index.sqlite for reading without the store lock (works while
-   the store is mounted).  Returns ADM_EXIT_OK and *index_r, or
-   ADM_EXIT_USAGE after reporting why (no store there, corrupt, newer
-   format). */
-struct dbox_index;
-int adm_open_index(const char *store, struct dbox_index **index_r);
-
 /* Open STORE for reading (engine/view.h, dbox_view_open), reporting why
    not; an alternate storage that cannot be opened is reported too (its
    messages are unreadable) but is no failure.  Returns ADM_EXIT_OK and
    *view_r, or ADM_EXIT_USAGE. */
 struct dbox_view;
 int adm_open_view(const char *store, struct dbox_view **view_r);
-
-/* ALT/storage/ of the alternate storage the index records (ALT as given,
-   storage/ in it never through a symbolic link), for reading.  Returns
-   its fd, or -1: none recorded, or one that cannot be opened (reported
-   on stderr naming the path: the messages in it are unreadable). */
-int adm_open_alt_storage(const char *store, struct dbox_index *index);
-
-/* ALT/storage/ of the alternate storage alt of store: alt must be a
-   directory owned by the owner of store, storage/ in it is never
-   followed through a symbolic link.  Returns the fd, or -errno (-EPERM:
-   another owner's). */
-int adm_open_alt_dir(const char *store, const char *alt);
-
-/* Open STORE/storage/name for reading (as adm_open_in_store), or, when it
-   is not there, name in the alternate storage the index records.
-   Returns the fd or -errno. */
-int adm_open_mfile(const char *store, const char *name);
 
 #endif

@@ -7,14 +7,11 @@
  *   dboxadm [--help | --version]
  *   dboxadm VERB [--help] ARGS...
  */
-#include "engine/store-layout.h"
 #include "dboxadm.h"
-#include "engine/view.h"
-#include "engine/grow.h"
+#include "engine/store-layout.h"
 #include "progress.h"
 
-#include "index/index-stats.h"
-#include "index/index.h"
+#include "engine/view.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -134,41 +131,12 @@ int adm_parse_args(const struct adm_verb *verb, int argc, char **argv,
 	return ADM_EXIT_OK;
 }
 
-int adm_open_index(const char *store, struct dbox_index **index_r)
-{
-	struct stat sb;
-	char *path;
-	int ret;
-
-	if (stat(store, &sb) < 0) {
-		adm_error("%s: %s", store, strerror(errno));
-		return ADM_EXIT_USAGE;
-	}
-	if (!S_ISDIR(sb.st_mode)) {
-		adm_error("%s: not a directory", store);
-		return ADM_EXIT_USAGE;
-	}
-	if (asprintf(&path, "%s/" DBOX_STORE_INDEX, store) < 0) {
-		adm_error("out of memory");
-		return ADM_EXIT_USAGE;
-	}
-	ret = dbox_index_open(path, false, index_r);
-	free(path);
-	if (ret == 0 && (ret = dbox_index_reader_setup(*index_r)) < 0)
-		dbox_index_close(index_r);
-	if (ret == -ENOENT)
-		adm_error("%s: not a dbox store (no index.sqlite)", store);
-	else if (ret < 0)
-		adm_error("%s: cannot open the index: %s", store, strerror(-ret));
-	return ret < 0 ? ADM_EXIT_USAGE : ADM_EXIT_OK;
-}
-
 int adm_open_view(const char *store, struct dbox_view **view_r)
 {
 	int ret = dbox_view_open(store, view_r);
 
 	if (ret == -ENOMEDIUM)
-		adm_error("%s: not a dbox store (no index.sqlite)", store);
+		adm_error("%s: not a dbox store (no " DBOX_STORE_INDEX ")", store);
 	else if (ret == -ENOTDIR)
 		adm_error("%s: not a directory", store);
 	else if (ret == -ENOENT || ret == -EACCES || ret == -ENOMEM)
@@ -182,41 +150,6 @@ int adm_open_view(const char *store, struct dbox_view **view_r)
 			  "not owned by the store's owner (refused)" :
 			  strerror(-(*view_r)->alt_err));
 	return ret < 0 ? ADM_EXIT_USAGE : ADM_EXIT_OK;
-}
-
-int adm_open_alt_dir(const char *store, const char *alt)
-{
-	return dbox_store_open_alt_dir(store, alt);
-}
-
-int adm_open_alt_storage(const char *store, struct dbox_index *index)
-{
-	char *alt = NULL;
-	int sfd;
-
-	if (dbox_index_setting_get(index, DBOX_SETTING_ALT_PATH, &alt) < 0)
-		return -1;
-	if ((sfd = adm_open_alt_dir(store, alt)) < 0) {
-		adm_error("%s: alternate storage %s/storage: %s; the messages "
-			  "in it are unreadable", store, alt, sfd == -EPERM ?
-			  "not owned by the store's owner (refused)" :
-			  strerror(-sfd));
-		sfd = -1;
-	}
-	free(alt);
-	return sfd;
-}
-
-int adm_open_mfile(const char *store, const char *name)
-{
-	struct dbox_view *view;
-	int fd = dbox_store_open_in(store, DBOX_STORE_STORAGE, name, O_RDONLY);
-
-	if (fd != -ENOENT || dbox_view_open(store, &view) < 0)
-		return fd;
-	fd = dbox_view_mfile_open(view, name);
-	dbox_view_close(&view);
-	return fd;
 }
 
 /* The parent directory of path ("." for a bare name), malloc()ed. */
@@ -399,12 +332,6 @@ int adm_store_enter(const char *store)
 	return ADM_EXIT_OK;
 }
 
-int adm_open_in_store(const char *store, const char *sub, const char *name,
-		      int flags)
-{
-	return dbox_store_open_in(store, sub, name, flags);
-}
-
 int adm_path_init(struct adm_path *path, const char *root)
 {
 	path->len = strlen(root);
@@ -445,11 +372,6 @@ void adm_path_free(struct adm_path *path)
 {
 	free(path->buf);
 	path->buf = NULL;
-}
-
-void *adm_grow(void *array, size_t n, size_t *size, size_t elem)
-{
-	return dbox_grow(array, n, size, elem);
 }
 
 int adm_verb_begin(const struct adm_verb *verb, int argc, char **argv,
