@@ -6,6 +6,7 @@
  * damaged.
  */
 #include "engine/rebuild-private.h"
+#include "engine/store-layout.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -146,7 +147,7 @@ static void match_damaged_guid(struct rebuild *rb, size_t i)
 	escape_bytes(shown, sizeof(shown), rb->recs[r].guid);
 	escape_bytes(had, sizeof(had), m->guid);
 	rebuild_note(rb, DBOX_REBUILD_NOTE_DAMAGED_FIELD, m->file_id, m->offset,
-		     "damaged GUID field", "storage/m.%u offset %llu: damaged "
+		     "damaged GUID field", DBOX_STORE_STORAGE "/m.%u offset %llu: damaged "
 		     "GUID field (the index had '%s', the record says '%s'); "
 		     "the message keeps its names", m->file_id,
 		     (unsigned long long)m->offset, had, shown);
@@ -228,7 +229,7 @@ bool rebuild_damaged_in_place(struct rebuild *rb,
 		"message header";
 	rebuild_note(rb, DBOX_REBUILD_NOTE_DAMAGED_FIELD, m->file_id, m->offset,
 		     header_ok ? "damaged metadata block" :
-		     "damaged message header", "storage/m.%u offset %llu: "
+		     "damaged message header", DBOX_STORE_STORAGE "/m.%u offset %llu: "
 		     "damaged %s (size and location as the index had them); "
 		     "the message keeps its names and reads fail with EIO "
 		     "until it is repaired", m->file_id,

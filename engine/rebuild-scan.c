@@ -48,7 +48,7 @@ static void body_vsize(struct rebuild *rb, struct rrec *r)
 		r->vsize = vsize;
 	else
 		rebuild_note(rb, DBOX_REBUILD_NOTE_SIZE, r->file_id, r->offset,
-			     "unreadable body", "storage/m.%u offset %llu: "
+			     "unreadable body", DBOX_STORE_STORAGE "/m.%u offset %llu: "
 			     "unreadable body: V taken as stored size",
 			     r->file_id, (unsigned long long)r->offset);
 out:
@@ -71,7 +71,7 @@ static void body_sizes(struct rebuild *rb, struct rrec *r, bool need_plain,
 	if (n > 0 && need_plain &&
 	    dbox_detect_compression(head, (size_t)n) != DBOX_COMPRESSION_NONE) {
 		rebuild_note(rb, DBOX_REBUILD_NOTE_SIZE, r->file_id, r->offset,
-			     "compressed body without Z", "storage/m.%u offset "
+			     "compressed body without Z", DBOX_STORE_STORAGE "/m.%u offset "
 			     "%llu: compressed body without Z: size taken as "
 			     "stored", r->file_id,
 			     (unsigned long long)r->offset);
@@ -167,7 +167,7 @@ static int scan_bad_cb(void *ctx, uint64_t start, uint64_t end,
 	ret = keep_bad_bytes(rb, start, end, copy);
 	if (ret < 0) {
 		rebuild_note(rb, DBOX_REBUILD_NOTE_BAD_BYTES, rb->scan_id,
-			     fault->offset, fault->reason, "storage/m.%u: "
+			     fault->offset, fault->reason, DBOX_STORE_STORAGE "/m.%u: "
 			     "bytes [%llu, %llu) are no whole record (%s), and "
 			     "no copy could be kept in %s/ (%s)", rb->scan_id,
 			     (unsigned long long)start, (unsigned long long)end,
@@ -177,7 +177,7 @@ static int scan_bad_cb(void *ctx, uint64_t start, uint64_t end,
 	}
 	rb->rep->lost_found_copies++;
 	note = rebuild_note(rb, DBOX_REBUILD_NOTE_BAD_BYTES, rb->scan_id,
-			    fault->offset, fault->reason, "storage/m.%u: bytes "
+			    fault->offset, fault->reason, DBOX_STORE_STORAGE "/m.%u: bytes "
 			    "[%llu, %llu) are no whole record (%s); a copy is "
 			    "kept in %s/%s until 'dboxadm check' finds the "
 			    "store clean", rb->scan_id,
@@ -313,11 +313,11 @@ int rebuild_scan_storage(struct rebuild *rb)
 	for (size_t i = 0; i < nids && ret == 0; i++) {
 		if (i > 0 && ids[i].id == ids[i - 1].id) {
 			rebuild_note(rb, DBOX_REBUILD_NOTE_MFILE, ids[i].id, 0,
-				     "in storage/ and ALT", "m.%u is both in "
-				     "storage/ and in the alternate storage; "
+				     "in " DBOX_STORE_STORAGE "/ and ALT", "m.%u is both in "
+				     DBOX_STORE_STORAGE "/ and in the alternate storage; "
 				     "the one in %s is ignored", ids[i].id,
 				     ids[i].alt ? "the alternate storage" :
-				     "storage/");
+				     DBOX_STORE_STORAGE "/");
 			continue;
 		}
 		ret = scan_mfile(rb, &ids[i]);

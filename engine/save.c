@@ -14,6 +14,7 @@
  *  - the save owns its m.N (busy) from begin to its last free.
  */
 #include "engine/store-private.h"
+#include "engine/store-layout.h"
 
 #include "index/reserve.h"
 #include "index/wal-sync.h"
@@ -165,7 +166,7 @@ static int save_write_record(struct dbox_save *save, time_t received_sec)
 		md.mailbox = NULL;
 		if (ret < 0) {
 			dbox_metadata_clear(&md);
-			dbox_error("%s/storage/m.%u: finishing message at %llu: %s",
+			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: finishing message at %llu: %s",
 				   st->path, save->mf->file_id,
 				   (unsigned long long)save->ap.offset,
 				   strerror(-ret));
@@ -331,7 +332,7 @@ int dbox_save_sync(struct dbox_save *save)
 	if (fdatasync(mf->fd) < 0) {
 		int ret = -errno;
 
-		dbox_error("%s/storage/m.%u: fdatasync: %s", save->st->path,
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: fdatasync: %s", save->st->path,
 			   mf->file_id, strerror(-ret));
 		return ret;
 	}

@@ -13,6 +13,7 @@
  *  - a full m.N (past the rotate size) leaves the pool when given back.
  */
 #include "engine/store-private.h"
+#include "engine/store-layout.h"
 
 #include "storage/dbox-scan.h"
 #include "storage/log.h"
@@ -56,7 +57,7 @@ static int mfile_create(struct dbox_store *st, int dir_fd, const char *root,
 	int fd = dbox_file_create(dir_fd, st->next_file_id, &size);
 
 	if (fd < 0) {
-		dbox_error("%s/storage/m.%u: create: %s", root,
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: create: %s", root,
 			   st->next_file_id, strerror(-fd));
 		return fd;
 	}
@@ -110,7 +111,7 @@ void dbox_store_pool_adopt(struct dbox_store *st, uint32_t file_id, bool walk)
 	   damaged; new records after it would be out of reach of any walk
 	   of the file (dump, rebuild, Dovecot). */
 	if (walk && dbox_file_walk(fd, file_id, adopt_walk_cb, NULL, &bad) != 0) {
-		dbox_info("%s/storage/%s: record at %llu unreadable; new "
+		dbox_info("%s/" DBOX_STORE_STORAGE "/%s: record at %llu unreadable; new "
 			  "messages go to a new file", st->path, name,
 			  (unsigned long long)bad);
 		close(fd);

@@ -6,6 +6,7 @@
  * Everything here needs st->lock.
  */
 #include "engine/store-private.h"
+#include "engine/store-layout.h"
 
 #include "storage/dbox-read.h"
 #include "storage/log.h"
@@ -40,7 +41,7 @@ int dbox_store_mfile_dir(struct dbox_store *st, uint32_t file_id, bool *alt_r)
 			   "has no ALT path (dboxfs -o alt=PATH); its messages "
 			   "fail with EIO", st->path, file_id);
 	else
-		dbox_error("%s/storage/m.%u: the alternate storage %s/storage "
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: the alternate storage %s/storage "
 			   "is not available (%s); its messages fail with EIO",
 			   st->alt_path, file_id, st->alt_path,
 			   strerror(st->alt_err));
@@ -62,7 +63,7 @@ int dbox_store_mfile_open(struct dbox_store *st, uint32_t file_id, int flags)
 	dbox_file_name(name, file_id);
 	fd = openat(dir, name, flags | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
-		dbox_error("%s/storage/%s: %s", dbox_store_dir_name(st, alt),
+		dbox_error("%s/" DBOX_STORE_STORAGE "/%s: %s", dbox_store_dir_name(st, alt),
 			   name, strerror(errno));
 		return -EIO;
 	}
@@ -87,7 +88,7 @@ int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)
 	if (fd >= 0)
 		return fd;
 	dbox_file_name(name, file_id);
-	dbox_error("%s/storage/%s: %s", dbox_store_dir_name(st, alt), name,
+	dbox_error("%s/" DBOX_STORE_STORAGE "/%s: %s", dbox_store_dir_name(st, alt), name,
 		   strerror(-fd));
 	return fd == -EMFILE || fd == -ENFILE ? fd : -EIO;
 }
@@ -113,7 +114,7 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 	if ((fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
 		int err = errno;
 
-		dbox_error("%s/storage/m.%u: dup: %s", st->path, loc->file_id,
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: dup: %s", st->path, loc->file_id,
 			   strerror(err));
 		return err == EMFILE || err == ENFILE ? -err : -EIO;
 	}
@@ -127,14 +128,14 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 				    &record_size)) < 0) {
 		/* Corruption was logged, naming file and offset. */
 		if (ret != -EIO)
-			dbox_error("%s/storage/m.%u offset %llu: %s", st->path,
+			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u offset %llu: %s", st->path,
 				   loc->file_id, (unsigned long long)loc->offset,
 				   strerror(-ret));
 		close(fd);
 		return -EIO;
 	}
 	if (strncmp(md.guid, loc->guid, sizeof(loc->guid) - 1) != 0) {
-		dbox_error("%s/storage/m.%u offset %llu: record has GUID '%s', "
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u offset %llu: record has GUID '%s', "
 			   "the index says '%s'; run 'dboxadm check'", st->path,
 			   loc->file_id, (unsigned long long)loc->offset,
 			   md.guid, loc->guid);
@@ -151,7 +152,7 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 	dbox_reader_own_fd(*reader_r);
 	/* Log lines name the record as the other read errors do (a name
 	   that cannot be allocated leaves the body offset). */
-	(void)dbox_reader_set_name(*reader_r, "%s/storage/m.%u offset %llu",
+	(void)dbox_reader_set_name(*reader_r, "%s/" DBOX_STORE_STORAGE "/m.%u offset %llu",
 				   st->path, loc->file_id,
 				   (unsigned long long)loc->offset);
 	return 0;
@@ -172,7 +173,7 @@ int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc
 	if ((ret = dbox_record_set_received(fd, loc->file_id, loc->offset,
 					    received)) < 0) {
 		if (ret != -ERANGE)
-			dbox_warning("%s/storage/%s offset %llu: received date "
+			dbox_warning("%s/" DBOX_STORE_STORAGE "/%s offset %llu: received date "
 				     "not updated: %s", st->path, name,
 				     (unsigned long long)loc->offset,
 				     strerror(-ret));

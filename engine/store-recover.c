@@ -67,10 +67,10 @@ static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
 		close(dir);
 	if (ret < 0)
 		dbox_error("%s/%s/%s: cannot keep the bytes recovery would cut "
-			   "(%s); storage/%s is left as it is", st->path,
+			   "(%s); " DBOX_STORE_STORAGE "/%s is left as it is", st->path,
 			   DBOX_STORE_LOST_FOUND, copy, strerror(-ret), name);
 	else
-		dbox_info("%s/storage/%s: the %llu bytes cut after %llu are kept "
+		dbox_info("%s/" DBOX_STORE_STORAGE "/%s: the %llu bytes cut after %llu are kept "
 			  "in %s/%s/%s until 'dboxadm check' finds the store "
 			  "clean", dbox_store_dir_name(st, alt), name, (unsigned long long)(end - from),
 			  (unsigned long long)from, st->path, DBOX_STORE_LOST_FOUND,
@@ -106,7 +106,7 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 		return 0; /* logged: ALT is missing */
 	fd = openat(dir, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
-		dbox_error("%s/storage/%s: %s; its messages will fail with EIO "
+		dbox_error("%s/" DBOX_STORE_STORAGE "/%s: %s; its messages will fail with EIO "
 			   "(run 'dboxadm check')", dbox_store_dir_name(st, alt),
 			   name, strerror(errno));
 		return 0;
@@ -136,9 +136,9 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 			whole = 0;
 	}
 	if (whole > 0) {
-		dbox_info("%s/storage/%s: %ld whole records after the committed "
+		dbox_info("%s/" DBOX_STORE_STORAGE "/%s: %ld whole records after the committed "
 			  "end %llu that the index does not know (is the index "
-			  "older than storage/?) are kept; 'dboxadm check' "
+			  "older than " DBOX_STORE_STORAGE "/?) are kept; 'dboxadm check' "
 			  "names them and 'dboxadm rebuild' brings them back",
 			  dbox_store_dir_name(st, alt), name, whole,
 			  (unsigned long long)size);
@@ -165,12 +165,12 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 			close(fd);
 			return 0;
 		}
-		dbox_info("%s/storage/%s: cutting %llu bytes of unfinished "
+		dbox_info("%s/" DBOX_STORE_STORAGE "/%s: cutting %llu bytes of unfinished "
 			  "writes after %llu", dbox_store_dir_name(st, alt), name,
 			  (unsigned long long)(stbuf.st_size - keep_end),
 			  (unsigned long long)keep_end);
 		if (ftruncate(fd, keep_end) < 0)
-			dbox_error("%s/storage/%s: ftruncate: %s",
+			dbox_error("%s/" DBOX_STORE_STORAGE "/%s: ftruncate: %s",
 				   dbox_store_dir_name(st, alt), name, strerror(errno));
 	}
 	close(fd);
@@ -257,7 +257,7 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 			if (dbox_store_purged_key(st->index, id, false) == 1)
 				whole = 0;
 			if (whole > 0) {
-				dbox_info("%s/storage/%s: unknown to the index; its "
+				dbox_info("%s/" DBOX_STORE_STORAGE "/%s: unknown to the index; its "
 					  "%ld whole records are kept ('dboxadm "
 					  "rebuild' brings them back)", root,
 					  d->d_name, whole);
@@ -269,13 +269,13 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 			    (keep_end == header_len ||
 			     save_cut_bytes(st, fd, d->d_name, alt, keep_end,
 					    stbuf.st_size) == 0)) {
-				dbox_info("%s/storage/%s: unknown to the index; "
+				dbox_info("%s/" DBOX_STORE_STORAGE "/%s: unknown to the index; "
 					  "cutting %llu bytes of uncommitted "
 					  "writes", root, d->d_name,
 					  (unsigned long long)
 					  (stbuf.st_size - keep_end));
 				if (ftruncate(fd, keep_end) < 0)
-					dbox_error("%s/storage/%s: ftruncate: %s",
+					dbox_error("%s/" DBOX_STORE_STORAGE "/%s: ftruncate: %s",
 						   root, d->d_name,
 						   strerror(errno));
 			}
@@ -320,7 +320,7 @@ static int recover_files(struct dbox_store *st)
 			/* A plain file renamed to a message name became a
 			   message (its bytes are in an m.N now); the crash
 			   came before its backing file was removed. */
-			dbox_info("%s/files/%s: left over from a plain file "
+			dbox_info("%s/" DBOX_STORE_FILES "/%s: left over from a plain file "
 				  "turned into a message; removed", st->path,
 				  d->d_name);
 			unlinkat(st->files_fd, d->d_name, 0);
@@ -331,14 +331,14 @@ static int recover_files(struct dbox_store *st)
 		}
 		ret = 0;
 		if (S_ISREG(stbuf.st_mode) && stbuf.st_size == 0) {
-			dbox_info("%s/files/%s: empty and of no plain file (a "
+			dbox_info("%s/" DBOX_STORE_FILES "/%s: empty and of no plain file (a "
 				  "create cut by a crash); removed", st->path,
 				  d->d_name);
 			unlinkat(st->files_fd, d->d_name, 0);
 			continue;
 		}
-		dbox_warning("%s/files/%s: belongs to no plain file; kept "
-			     "('dboxadm rebuild' puts it in lost+found/)",
+		dbox_warning("%s/" DBOX_STORE_FILES "/%s: belongs to no plain file; kept "
+			     "('dboxadm rebuild' puts it in " DBOX_STORE_LOST_FOUND "/)",
 			     st->path, d->d_name);
 		if ((ret = dbox_index_begin(st->index)) == 0) {
 			ret = dbox_index_reserve_ino(st->index, ino);
@@ -382,7 +382,7 @@ int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r)
 	recover_unknown_mfiles(st, false);
 	recover_unknown_mfiles(st, true);
 	if (st->kept_records > 0)
-		dbox_warning("%s: recovery: %lu whole records in storage/ are "
+		dbox_warning("%s: recovery: %lu whole records in " DBOX_STORE_STORAGE "/ are "
 			     "unknown to the index and were kept, not cut; run "
 			     "'dboxadm rebuild %s' (unmounted) to bring them "
 			     "back into their folders", st->path,

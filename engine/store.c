@@ -179,7 +179,7 @@ static int open_layout(struct dbox_store *st, const char *path, bool create)
 		return -ENOTEMPTY;
 	}
 	if (!is_store && !dir_is_empty(st->dir_fd)) {
-		dbox_error("%s: not a dbox store (no index.sqlite) and not empty; "
+		dbox_error("%s: not a dbox store (no " DBOX_STORE_INDEX ") and not empty; "
 			   "refusing to use it (if it was a store, run "
 			   "'dboxadm rebuild %s')", path, path);
 		return -ENOTEMPTY;
@@ -203,7 +203,7 @@ static int open_layout(struct dbox_store *st, const char *path, bool create)
 					!st->readonly)) < 0) {
 		int ret = st->storage_fd < 0 ? st->storage_fd : st->files_fd;
 
-		dbox_error("%s: cannot open storage/ or files/: %s", path,
+		dbox_error("%s: cannot open " DBOX_STORE_STORAGE "/ or " DBOX_STORE_FILES "/: %s", path,
 			   strerror(-ret));
 		return ret;
 	}
@@ -396,7 +396,7 @@ static int open_index(struct dbox_store *st, const char *path)
 			   path);
 	else if (ret == -EIO)
 		dbox_error("%s: the index is unreadable; 'dboxadm rebuild %s' "
-			   "recreates it from storage/", path, path);
+			   "recreates it from " DBOX_STORE_STORAGE "/", path, path);
 	return ret;
 }
 

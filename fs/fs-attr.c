@@ -4,6 +4,7 @@
  * directory and file operations.
  */
 #include "engine/maildir.h"
+#include "engine/store-layout.h"
 #include "engine/save-fd.h"
 #include "fs.h"
 #include "fs-purge.h"
@@ -155,7 +156,7 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 		/* Never through a symlink planted in files/. */
 		if (fstatat(fs->st->files_fd, name, &backing,
 			    AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(backing.st_mode)) {
-			dbox_error("%s/files/%s: %s", fs->st->path, name,
+			dbox_error("%s/" DBOX_STORE_FILES "/%s: %s", fs->st->path, name,
 				   S_ISLNK(backing.st_mode) ?
 				   "a symbolic link (not followed)" :
 				   strerror(errno));
@@ -234,7 +235,7 @@ static int delete_inode(struct fs *fs, uint64_t ino)
 	if (attr.kind == DBOX_KIND_FILE) {
 		fs_file_name(name, ino);
 		if (unlinkat(fs->st->files_fd, name, 0) < 0 && errno != ENOENT)
-			dbox_warning("%s/files/%s: unlink: %s", fs->st->path,
+			dbox_warning("%s/" DBOX_STORE_FILES "/%s: unlink: %s", fs->st->path,
 				     name, strerror(errno));
 	}
 	return 0;

@@ -9,6 +9,7 @@
  * being written.
  */
 #include "engine/maildir.h"
+#include "engine/store-layout.h"
 #include "fs-file.h"
 
 #include "storage/dbox-read.h"
@@ -63,7 +64,7 @@ int fs_open_backing(struct fs *fs, uint64_t ino, int flags)
 	if (fd < 0) {
 		int err = errno;
 
-		dbox_error("%s/files/%s: %s", fs->st->path, name, strerror(err));
+		dbox_error("%s/" DBOX_STORE_FILES "/%s: %s", fs->st->path, name, strerror(err));
 		return err == ENOSPC || err == EDQUOT || err == EMFILE ||
 			err == ENFILE ? -err : -EIO;
 	}

@@ -14,6 +14,7 @@
  * garbage for purge then.
  */
 #include "engine/maildir.h"
+#include "engine/store-layout.h"
 #include "fs-file.h"
 #include "fs-purge.h"
 
@@ -294,7 +295,7 @@ static bool file_closed(struct fs *fs, uint64_t ino)
 	dbox_save_free(&copied);
 	fs_file_name(file, ino);
 	if (ret < 0 && ret != -EAGAIN)
-		dbox_error("%s/files/%s: not turned into a message: %s",
+		dbox_error("%s/" DBOX_STORE_FILES "/%s: not turned into a message: %s",
 			   fs->st->path, file, strerror(-ret));
 	return ret == 0;
 }

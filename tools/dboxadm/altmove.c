@@ -6,6 +6,7 @@
  * for purge: mount-ask.h).
  */
 #include "engine/purge.h"
+#include "engine/store-layout.h"
 #include "engine/store.h"
 #include "engine/view.h"
 #include "dboxadm.h"
@@ -271,7 +272,7 @@ const struct adm_verb adm_verb_altmove = {
 	"\n"
 	"Move messages received more than DAYS days ago (and/or those with a name\n"
 	"in folder DIR: \"INBOX\", \".Sent\", a nested \"a/b\") to new m.N files in\n"
-	"the alternate storage ALT/storage/, as Dovecot's 'doveadm altmove' does\n"
+	"the alternate storage ALT/" DBOX_STORE_STORAGE "/, as Dovecot's 'doveadm altmove' does\n"
 	"for mdbox ALT=.  Each m.N's moved records are copied and synced, then\n"
 	"its index rows switched in one transaction; a file left empty is\n"
 	"removed, one left partly dead is purged afterwards.  Killed at any\n"

@@ -140,7 +140,7 @@ const struct adm_verb adm_verb_cat = {
 	.usage =
 	"usage: dboxadm cat STORE m.N OFFSET\n"
 	"\n"
-	"Write the message at byte OFFSET of STORE/storage/m.N (given as m.N, N,\n"
+	"Write the message at byte OFFSET of STORE/" DBOX_STORE_STORAGE "/m.N (given as m.N, N,\n"
 	"or a path to any dbox file, e.g. one Dovecot wrote) to stdout as\n"
 	"plaintext: compressed bodies (gz, bz2, xz, zstd, Dovecot's lz4) are\n"
 	"decompressed.  OFFSET is a record start, as 'dboxadm dump' lists them.\n"

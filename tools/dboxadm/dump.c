@@ -178,11 +178,11 @@ static int dump_main(int argc, char **argv)
 
 const struct adm_verb adm_verb_dump = {
 	.name = "dump",
-	.summary = "list the records of one storage/m.N file",
+	.summary = "list the records of one " DBOX_STORE_STORAGE "/m.N file",
 	.usage =
 	"usage: dboxadm dump STORE m.N\n"
 	"\n"
-	"List every record of STORE/storage/m.N (given as m.N, N, or a path to\n"
+	"List every record of STORE/" DBOX_STORE_STORAGE "/m.N (given as m.N, N, or a path to\n"
 	"any dbox file), expunged ones included, as tab-separated lines after a\n"
 	"header line:\n"
 	"\n"

@@ -488,7 +488,7 @@ const struct adm_verb adm_verb_import_dovecot = {
 	"\n"
 	"Adopt the Dovecot mdbox store at DOVECOT_MDBOX_ROOT (what Dovecot's\n"
 	"mail_location = mdbox:DOVECOT_MDBOX_ROOT points at) into STORE, created\n"
-	"when missing, without copying message bytes: its storage/m.N files are\n"
+	"when missing, without copying message bytes: its " DBOX_STORE_STORAGE "/m.N files are\n"
 	"hard-linked into STORE/storage (same filesystem needed), and Dovecot's\n"
 	"mailboxes, UIDs, flags, keywords and received dates - as `doveadm`\n"
 	"reports them - become the Maildir++ tree of the mount.  Messages\n"
@@ -501,7 +501,7 @@ const struct adm_verb adm_verb_import_dovecot = {
 	"  --mail-location=LOC      Dovecot's mail_location, when it has more than\n"
 	"                           the root (e.g. mdbox:/r:INDEX=/i)\n"
 	"  --dovecot-alt=PATH       Dovecot's alternate storage (mail_location's\n"
-	"                           ALT=PATH): its storage/m.N are adopted too,\n"
+	"                           ALT=PATH): its " DBOX_STORE_STORAGE "/m.N are adopted too,\n"
 	"                           hard-linked into the store's alternate storage\n"
 	"  --alt=PATH               the store's alternate storage (recorded in the\n"
 	"                           store; on the filesystem of --dovecot-alt)\n",

@@ -21,6 +21,7 @@
  * went away, or did not finish in time), 2 usage error or store refused.
  */
 #include "engine/purge.h"
+#include "engine/store-layout.h"
 #include "engine/store.h"
 #include "engine/view.h"
 #include "dboxadm.h"
@@ -157,7 +158,7 @@ const struct adm_verb adm_verb_purge = {
 	.usage =
 	"usage: dboxadm purge STORE [--timeout=SECONDS]\n"
 	"\n"
-	"Copy the live messages of every storage/m.N that holds expunged or\n"
+	"Copy the live messages of every " DBOX_STORE_STORAGE "/m.N that holds expunged or\n"
 	"overwritten ones to new m.N files, switch the index to the copies in\n"
 	"one transaction per file, and delete the old file.  Names, inode\n"
 	"numbers, sizes and dates of messages do not change; files open on the\n"

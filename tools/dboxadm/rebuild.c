@@ -73,13 +73,13 @@ static void report_done(const char *store,
 	printf("%s: rebuilt from %lu m.N files: %lu messages kept with "
 	       "their names (%lu names), %lu restored with new names, "
 	       "%lu duplicate records, %lu expunged records left for "
-	       "purge; %lu plain files put in lost+found/\n", store,
+	       "purge; %lu plain files put in " DBOX_STORE_LOST_FOUND "/\n", store,
 	       rep->mfiles, rep->kept, rep->names, rep->restored,
 	       rep->duplicates, rep->expunged, rep->orphans);
 	if (rep->unknown_restored > 0)
 		printf("%s: recovered %lu messages the old index did "
 		       "not know (past its end of their m.N: an index "
-		       "older than storage/)\n", store, rep->unknown_restored);
+		       "older than " DBOX_STORE_STORAGE "/)\n", store, rep->unknown_restored);
 	if (rep->damaged_kept > 0)
 		printf("%s: %lu messages kept under their names with a "
 		       "damaged record field (see the warnings; "
@@ -90,8 +90,8 @@ static void report_done(const char *store,
 		       "messages it no longer had are new\n", store);
 	if (rep->lost_msgs > 0 || rep->lost_files > 0)
 		printf("%s: lost: %lu messages of the old index have no "
-		       "whole record in storage/, %lu plain files no "
-		       "files/<ino>\n", store, rep->lost_msgs,
+		       "whole record in " DBOX_STORE_STORAGE "/, %lu plain files no "
+		       DBOX_STORE_FILES "/<ino>\n", store, rep->lost_msgs,
 		       rep->lost_files);
 }
 
@@ -168,14 +168,14 @@ static int rebuild_main(int argc, char **argv)
 
 const struct adm_verb adm_verb_rebuild = {
 	.name = "rebuild",
-	.summary = "recreate the index from storage/m.N (not mounted)",
+	.summary = "recreate the index from " DBOX_STORE_STORAGE "/m.N (not mounted)",
 	.usage =
 	"usage: dboxadm rebuild STORE [--restore-all] [--alt=PATH]\n"
 	"\n"
-	"Make a new " DBOX_STORE_INDEX " from the storage/m.N files alone, as Dovecot's\n"
+	"Make a new " DBOX_STORE_INDEX " from the " DBOX_STORE_STORAGE "/m.N files alone, as Dovecot's\n"
 	"force-resync does, keeping whatever the old index still knows.  The old\n"
 	"index is moved aside as " DBOX_STORE_INDEX ".broken-<UTC time> and never\n"
-	"deleted; nothing in storage/ is changed.\n"
+	"deleted; nothing in " DBOX_STORE_STORAGE "/ is changed.\n"
 	"\n"
 	"Messages the old index can still name keep their names (and so their\n"
 	"flags), folders, hard links, modes, mtimes and inode numbers; so do\n"
@@ -185,14 +185,14 @@ const struct adm_verb adm_verb_rebuild = {
 	"received date as mtime - unless the old index was read whole and the\n"
 	"record lies within the end it knew for its m.N, which means it was\n"
 	"expunged and waits for purge (a record past that end is restored: the\n"
-	"index was older than storage/).  A message whose record has a damaged\n"
+	"index was older than " DBOX_STORE_STORAGE "/).  A message whose record has a damaged\n"
 	"field where the old index had it keeps its names (reported).  Plain\n"
-	"files in files/ that no plain file of the index owns are put in\n"
-	"lost+found/.\n"
+	"files in " DBOX_STORE_FILES "/ that no plain file of the index owns are put in\n"
+	DBOX_STORE_LOST_FOUND "/.\n"
 	"\n"
 	"  --restore-all   restore unknown messages even when the old index is\n"
 	"                  whole (brings back expunged mail not yet purged)\n"
-	"  --alt=PATH      the alternate storage: its storage/m.N are scanned\n"
+	"  --alt=PATH      the alternate storage: its " DBOX_STORE_STORAGE "/m.N are scanned\n"
 	"                  too (default: the one the old index recorded)\n"
 	"\n"
 	"The store must not be mounted.  Progress is shown when stderr is a\n"

@@ -24,6 +24,7 @@
  * prints them.
  */
 #include "engine/stats.h"
+#include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "json.h"
 
@@ -288,7 +289,7 @@ const struct adm_verb adm_verb_stats = {
 	.usage =
 	"usage: dboxadm stats STORE [--json] [--files]\n"
 	"\n"
-	"Print the storage/m.N files and their bytes on disk, the messages, live\n"
+	"Print the " DBOX_STORE_STORAGE "/m.N files and their bytes on disk, the messages, live\n"
 	"bytes (records of messages that have a name), dead bytes (m.N bytes no\n"
 	"live record uses: expunged or overwritten messages, reclaimable by\n"
 	"purge), plaintext vs stored body bytes (compression ratio), and the\n"
