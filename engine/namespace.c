@@ -8,6 +8,7 @@
 #include "engine/namespace.h"
 
 #include "engine/maildir.h"
+#include "index/wal-sync.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -167,6 +168,16 @@ bool dbox_ns_is_message_name(struct dbox_store *st, uint64_t parent,
 	ret = maildir_is_subdir(dir, strlen(dir));
 	free(dir);
 	return ret;
+}
+
+uint64_t dbox_ns_sync_point(struct dbox_store *st)
+{
+	return dbox_index_commit_seq(st->index);
+}
+
+int dbox_ns_sync_upto(struct dbox_store *st, uint64_t point)
+{
+	return dbox_index_sync_upto(st->index, point);
 }
 
 int dbox_ns_new_owner(struct dbox_store *st, uint64_t parent,

@@ -10,7 +10,8 @@
  * composing index calls; so may any other writer of a store.
  *
  * Locking: every function here needs st->lock held by the caller (it
- * serialises the index; engine/store.h), except dbox_ns_file_unlink.
+ * serialises the index; engine/store.h), except dbox_ns_file_unlink and
+ * dbox_ns_sync_upto, which must be called without it.
  * None of them takes or drops it.  The hooks below are called with it
  * held and must not take it.
  *
@@ -43,9 +44,9 @@ typedef bool dbox_ns_held_cb_t(void *ctx, uint64_t ino);
 typedef int dbox_ns_moved_cb_t(void *ctx, const struct dbox_attr *moved,
 			       uint64_t newparent, const char *newname);
 
-/* What the caller tells the namespace about the inodes it holds.  A NULL
-   hooks pointer (or NULL members) means: nothing is held, no moved
-   callback. */
+/* What the caller tells the namespace about the inodes it holds; ctx is
+   passed to both callbacks.  A NULL hooks pointer (or NULL members)
+   means: nothing is held, no moved callback. */
 struct dbox_ns_hooks {
 	dbox_ns_held_cb_t *held;
 	dbox_ns_moved_cb_t *moved;
@@ -109,6 +110,17 @@ bool dbox_ns_is_message_name(struct dbox_store *st, uint64_t parent,
    type bits.  Returns 0, -ENOENT, -ENOTDIR (parent), -EIO. */
 int dbox_ns_new_owner(struct dbox_store *st, uint64_t parent,
 		      uint32_t *mode, uint32_t *gid);
+
+/* --- durability (fsyncdir) ------------------------------------------- */
+
+/* The point an fsyncdir waits for: the number of index commits made so
+   far (every namespace change before it).  Needs st->lock. */
+uint64_t dbox_ns_sync_point(struct dbox_store *st);
+
+/* Return once every commit up to point is on disk, by one fdatasync of
+   the WAL shared with concurrent callers (group commit).  Call WITHOUT
+   st->lock, or the grouping cannot work.  Returns 0 or -EIO (logged). */
+int dbox_ns_sync_upto(struct dbox_store *st, uint64_t point);
 
 /* --- changing -------------------------------------------------------- */
 

@@ -1,12 +1,12 @@
 /*
  * fs-dir.c: FUSE operations on names and directories: lookup, forget,
- * getattr, mkdir, rmdir, unlink, rename, link, readdir(plus), fsyncdir,
- * statfs.  Each client-visible change is one index transaction.
+ * getattr, mkdir, rmdir, unlink, rename, link, symlink, readlink,
+ * readdir(plus), fsyncdir, statfs.  Each client-visible change is one
+ * engine call (engine/namespace.h), one index transaction.
  */
 #include "fs.h"
 
 #include "engine/namespace.h"
-#include "index/wal-sync.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -282,121 +282,6 @@ static void fs_readlink(fuse_req_t req, fuse_ino_t ino)
 	free(target);
 }
 
-/* Extended attributes: the user.* namespace is stored in the index, as
-   ext4 stores it; others are not (trusted.*, security.*: set gives
-   EOPNOTSUPP, get ENODATA).  The kernel asks for security.capability at
-   every write(2) to see whether it must drop capabilities: that answer
-   (ENODATA) is given at once, without the store lock or an index query.
-   ACLs (system.posix_acl_*) the kernel answers itself (EOPNOTSUPP): the
-   mount does not ask for FUSE_POSIX_ACL.
-
-   That query is a round trip per write(2) (about a third more time per
-   4 KiB write to a plain file), so the attributes are stored only with
-   -o user_xattr.  Without it every xattr request is answered ENOSYS,
-   which the kernel remembers for the mount: it answers EOPNOTSUPP itself
-   from then on and asks nothing at writes. */
-#define USER_XATTR_PREFIX "user."
-
-/* Without -o user_xattr: ENOSYS (see above); returns true when it
-   replied. */
-static bool xattr_off(fuse_req_t req)
-{
-	if (req_fs(req)->opts.user_xattr)
-		return false;
-	fuse_reply_err(req, ENOSYS);
-	return true;
-}
-
-static bool is_user_xattr(const char *name)
-{
-	return strncmp(name, USER_XATTR_PREFIX, sizeof(USER_XATTR_PREFIX) - 1) == 0;
-}
-
-/* Reply to getxattr/listxattr with len bytes of buf (ret: the lookup's
-   outcome): its size for a size probe (size 0), ERANGE when the caller's
-   buffer is too small, as the kernel's own handlers do. */
-static void reply_sized(fuse_req_t req, int ret, const void *buf,
-			size_t len, size_t size)
-{
-	if (ret < 0)
-		fuse_reply_err(req, -ret);
-	else if (size == 0)
-		fuse_reply_xattr(req, len);
-	else if (len > size)
-		fuse_reply_err(req, ERANGE);
-	else
-		fuse_reply_buf(req, buf, len);
-}
-
-/* setxattr (value != NULL or size > 0) and removexattr (remove). */
-static void xattr_write(fuse_req_t req, fuse_ino_t ino, const char *name,
-			const char *value, size_t size, int flags, bool remove)
-{
-	struct fs *fs = req_fs(req);
-	int ret;
-
-	if (xattr_off(req))
-		return;
-	if (!is_user_xattr(name)) {
-		/* Not stored: set says so, remove finds nothing. */
-		fuse_reply_err(req, remove ? ENODATA : EOPNOTSUPP);
-		return;
-	}
-	fs_lock(fs);
-	ret = remove ? dbox_ns_xattr_remove(fs->st, ino, name) :
-		dbox_ns_xattr_set(fs->st, ino, name, value, size, flags);
-	fs_unlock(fs);
-	fuse_reply_err(req, -ret);
-}
-
-static void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			const char *value, size_t size, int flags)
-{
-	xattr_write(req, ino, name, value, size, flags, false);
-}
-
-static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			size_t size)
-{
-	struct fs *fs = req_fs(req);
-	void *value = NULL;
-	size_t len = 0;
-	int ret;
-
-	if (xattr_off(req))
-		return;
-	if (!is_user_xattr(name)) {
-		fuse_reply_err(req, ENODATA);
-		return;
-	}
-	fs_lock(fs);
-	ret = dbox_ns_xattr_get(fs->st, ino, name, &value, &len);
-	fs_unlock(fs);
-	reply_sized(req, ret, value, len, size);
-	free(value);
-}
-
-static void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
-{
-	struct fs *fs = req_fs(req);
-	char *list = NULL;
-	size_t len = 0;
-	int ret;
-
-	if (xattr_off(req))
-		return;
-	fs_lock(fs);
-	ret = dbox_ns_xattr_list(fs->st, ino, &list, &len);
-	fs_unlock(fs);
-	reply_sized(req, ret, list, len, size);
-	free(list);
-}
-
-static void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
-{
-	xattr_write(req, ino, name, NULL, 0, 0, true);
-}
-
 /* An open directory: the reply buffer of its listing, kept between
    READDIR requests.  The kernel asks for up to 128 KiB or more at a
    time; a fresh malloc() of that much per request is an mmap() and
@@ -602,9 +487,9 @@ static void fs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 
 	/* Every index change made so far, synced by group commit. */
 	fs_lock(fs);
-	seq = dbox_index_commit_seq(fs->st->index);
+	seq = dbox_ns_sync_point(fs->st);
 	fs_unlock(fs);
-	ret = dbox_index_sync_upto(fs->st->index, seq);
+	ret = dbox_ns_sync_upto(fs->st, seq);
 	fuse_reply_err(req, -ret);
 }
 
@@ -618,6 +503,14 @@ static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 	else
 		fuse_reply_statfs(req, &sv);
 }
+
+/* fs-xattr.c */
+void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		 const char *value, size_t size, int flags);
+void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		 size_t size);
+void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
 
 /* fs-file.c */
 void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,

@@ -59,9 +59,13 @@ static int entry_get(struct dbox_index *index, uint64_t parent,
 	return index_done(stmt, ret);
 }
 
-/* New mtime and ctime of a directory whose entries changed; its new
-   attributes go to the attribute cache. */
-static int touch_dir(struct dbox_index *index, uint64_t dir, int64_t now_ns)
+/* New mtime and ctime of a directory whose entries changed, and in the
+   same statement the new ctime of inode `moved` (0: none) that a rename
+   moved into or inside it, whose attributes after go to *moved_r.  Every
+   row's new attributes go to the attribute cache. */
+static int touch_dir_and(struct dbox_index *index, uint64_t dir,
+			 uint64_t moved, int64_t now_ns,
+			 struct dbox_attr *moved_r)
 {
 	sqlite3_stmt *stmt = index_stmt(index, ST_TOUCH_DIR);
 	struct dbox_attr attr;
@@ -69,12 +73,20 @@ static int touch_dir(struct dbox_index *index, uint64_t dir, int64_t now_ns)
 
 	sqlite3_bind_int64(stmt, 1, dir);
 	sqlite3_bind_int64(stmt, 2, now_ns);
+	sqlite3_bind_int64(stmt, 3, moved);
 	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
 		index_row_attr(stmt, 0, &attr);
 		index_attr_cache_put(index, &attr);
+		if (moved != 0 && attr.ino == moved && moved_r != NULL)
+			*moved_r = attr;
 	}
 	sqlite3_reset(stmt);
 	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "touch dir");
+}
+
+static int touch_dir(struct dbox_index *index, uint64_t dir, int64_t now_ns)
+{
+	return touch_dir_and(index, dir, 0, now_ns, NULL);
 }
 
 static int nlink_add(struct dbox_index *index, uint64_t ino, int delta,
@@ -185,7 +197,12 @@ int dbox_index_link(struct dbox_index *index, uint64_t ino,
 	    (ret = nlink_add(index, ino, 1, now_ns)) < 0 ||
 	    (ret = touch_dir(index, newparent, now_ns)) < 0)
 		return ret;
-	return dbox_index_getattr(index, ino, attr_r);
+	/* What nlink_add changed, without reading it back. */
+	attr.nlink++;
+	attr.ctime_ns = now_ns;
+	index_attr_cache_put(index, &attr);
+	*attr_r = attr;
+	return 0;
 }
 
 static int dir_is_empty(struct dbox_index *index, uint64_t dir)
@@ -206,7 +223,7 @@ int dbox_index_remove(struct dbox_index *index, uint64_t parent,
 		      int64_t now_ns, uint64_t *ino_r, uint32_t *nlink_r)
 {
 	struct dbox_attr attr;
-	uint64_t id;
+	uint64_t id = 0;
 	int ret;
 
 	if ((ret = entry_get(index, parent, name, namelen, &id, &attr)) < 0)
@@ -317,14 +334,55 @@ static int rename_exchange(struct dbox_index *index, uint64_t parent,
 	return parent == newparent ? 0 : touch_dir(index, newparent, now_ns);
 }
 
+/* Both ends of a rename in one statement: the entry parent/name (its id
+   and attributes into *id_r and *src_r) and newparent/newname (*new_id_r,
+   *dst_r).  Returns 1 when the target exists, 0 when it does not,
+   -ENOENT when the source does not, or -EIO. */
+static int rename_ends(struct dbox_index *index, uint64_t parent,
+		       const char *name, size_t namelen, uint64_t newparent,
+		       const char *newname, size_t newnamelen, uint64_t *id_r,
+		       struct dbox_attr *src_r, uint64_t *new_id_r,
+		       struct dbox_attr *dst_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_RENAME_ENDS);
+	bool have_src = false, have_dst = false;
+	struct dbox_attr attr;
+	int rc;
+
+	sqlite3_bind_int64(stmt, 1, parent);
+	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 3, newparent);
+	sqlite3_bind_blob(stmt, 4, newname, newnamelen, SQLITE_STATIC);
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+		index_row_attr(stmt, 3, &attr);
+		/* One row may be both ends (a rename onto itself). */
+		if (sqlite3_column_int(stmt, 1)) {
+			*id_r = sqlite3_column_int64(stmt, 0);
+			*src_r = attr;
+			have_src = true;
+		}
+		if (sqlite3_column_int(stmt, 2)) {
+			*new_id_r = sqlite3_column_int64(stmt, 0);
+			*dst_r = attr;
+			have_dst = true;
+		}
+	}
+	sqlite3_reset(stmt);
+	if (rc != SQLITE_DONE)
+		return index_sql_error(index, "rename ends");
+	if (!have_src)
+		return -ENOENT;
+	return have_dst ? 1 : 0;
+}
+
 int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 		      const char *name, size_t namelen, uint64_t newparent,
 		      const char *newname, size_t newnamelen,
 		      unsigned int flags, int64_t now_ns, struct dbox_attr *moved_r,
 		      uint64_t *replaced_ino_r, uint32_t *replaced_nlink_r)
 {
-	struct dbox_attr src, dst;
-	uint64_t id, new_id = 0;
+	struct dbox_attr src, dst = { 0 };
+	uint64_t id = 0, new_id = 0;
 	bool src_dir, replacing;
 	int ret;
 
@@ -335,17 +393,16 @@ int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 		return -EINVAL;
 	if (newnamelen > DBOX_NAME_MAX)
 		return -ENAMETOOLONG;
-	if ((ret = entry_get(index, parent, name, namelen, &id, &src)) < 0)
+	if ((ret = rename_ends(index, parent, name, namelen, newparent,
+			       newname, newnamelen, &id, &src, &new_id,
+			       &dst)) < 0)
 		return ret;
+	replacing = ret == 1;
 	if (moved_r != NULL)
 		*moved_r = src;
 	if ((ret = check_dir(index, newparent)) < 0)
 		return ret;
 	src_dir = src.kind == DBOX_KIND_DIR;
-	ret = entry_get(index, newparent, newname, newnamelen, &new_id, &dst);
-	if (ret < 0 && ret != -ENOENT)
-		return ret;
-	replacing = ret == 0;
 	if (replacing) {
 		if (flags & RENAME_NOREPLACE)
 			return -EEXIST;
@@ -382,12 +439,11 @@ int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 			*replaced_nlink_r = dst.nlink - 1;
 		}
 	}
+	/* The moved inode's ctime with its old directory's times: its
+	   attributes come back from that UPDATE. */
 	if ((ret = entry_move(index, id, newparent, newname, newnamelen)) < 0 ||
-	    (ret = nlink_add(index, src.ino, 0, now_ns)) < 0 ||
-	    (ret = touch_dir(index, parent, now_ns)) < 0)
+	    (ret = touch_dir_and(index, parent, src.ino, now_ns, moved_r)) < 0)
 		return ret;
-	if (moved_r != NULL)
-		moved_r->ctime_ns = now_ns;
 	if (parent != newparent) {
 		if ((ret = touch_dir(index, newparent, now_ns)) < 0)
 			return ret;

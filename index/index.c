@@ -75,6 +75,13 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_ENTRY_INSERT] = "INSERT INTO entry (parent, name, ino) VALUES (?1, ?2, ?3)",
 	[ST_ENTRY_GET] = "SELECT e.id, " INDEX_ATTR_COLS " FROM entry e JOIN inode i ON i.ino = e.ino"
 			 " WHERE e.parent = ?1 AND e.name = ?2",
+	/* Both ends of a rename: which end a row is, then as ST_ENTRY_GET
+	   (each term uses the entry_name index: MULTI-INDEX OR). */
+	[ST_RENAME_ENDS] = "SELECT e.id, e.parent = ?1 AND e.name = ?2,"
+			   " e.parent = ?3 AND e.name = ?4, " INDEX_ATTR_COLS
+			   " FROM entry e JOIN inode i ON i.ino = e.ino"
+			   " WHERE (e.parent = ?1 AND e.name = ?2)"
+			   " OR (e.parent = ?3 AND e.name = ?4)",
 	[ST_ENTRY_DELETE] = "DELETE FROM entry WHERE id = ?1",
 	[ST_ENTRY_MOVE] = "UPDATE entry SET parent = ?2, name = ?3 WHERE id = ?1",
 	[ST_ENTRY_SET_INO] = "UPDATE entry SET ino = ?2 WHERE id = ?1",
@@ -84,7 +91,9 @@ static const char *const stmt_sql[ST_COUNT] = {
 	/* RETURNING: the directory's new attributes for the attribute
 	   cache (the kernel asks for them right after the change); the
 	   columns of INDEX_ATTR_COLS. */
-	[ST_TOUCH_DIR] = "UPDATE inode SET mtime = ?2, ctime = ?2 WHERE ino = ?1"
+	/* ... and the ctime of ?3 (a renamed inode; 0: none) with it. */
+	[ST_TOUCH_DIR] = "UPDATE inode SET mtime = CASE WHEN ino = ?1 THEN ?2 ELSE mtime END,"
+			 " ctime = ?2 WHERE ino IN (?1, ?3)"
 			 " RETURNING ino, kind, mode, uid, gid, nlink, size, mtime, ctime,"
 			 " coalesce(atime, mtime), rdev,"
 			 " coalesce((SELECT m.record_size FROM message m"
