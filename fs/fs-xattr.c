@@ -81,46 +81,49 @@ static void xattr_write(fuse_req_t req, fuse_ino_t ino, const char *name,
 }
 
 void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			const char *value, size_t size, int flags)
+		 const char *value, size_t size, int flags)
 {
 	xattr_write(req, ino, name, value, size, flags, false);
 }
 
-void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			size_t size)
+/* getxattr of name, or listxattr when name is NULL. */
+static void xattr_read(fuse_req_t req, fuse_ino_t ino, const char *name,
+		       size_t size)
 {
 	struct fs *fs = req_fs(req);
-	void *value = NULL;
+	void *buf = NULL;
 	size_t len = 0;
 	int ret;
 
 	if (xattr_off(req))
 		return;
-	if (!is_user_xattr(name)) {
+	if (name != NULL && !is_user_xattr(name)) {
 		fuse_reply_err(req, ENODATA);
 		return;
 	}
 	fs_lock(fs);
-	ret = dbox_ns_xattr_get(fs->st, ino, name, &value, &len);
+	if (name != NULL) {
+		ret = dbox_ns_xattr_get(fs->st, ino, name, &buf, &len);
+	} else {
+		char *list = NULL;
+
+		ret = dbox_ns_xattr_list(fs->st, ino, &list, &len);
+		buf = list;
+	}
 	fs_unlock(fs);
-	reply_sized(req, ret, value, len, size);
-	free(value);
+	reply_sized(req, ret, buf, len, size);
+	free(buf);
+}
+
+void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		 size_t size)
+{
+	xattr_read(req, ino, name, size);
 }
 
 void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	struct fs *fs = req_fs(req);
-	char *list = NULL;
-	size_t len = 0;
-	int ret;
-
-	if (xattr_off(req))
-		return;
-	fs_lock(fs);
-	ret = dbox_ns_xattr_list(fs->st, ino, &list, &len);
-	fs_unlock(fs);
-	reply_sized(req, ret, list, len, size);
-	free(list);
+	xattr_read(req, ino, NULL, size);
 }
 
 void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
