@@ -5,6 +5,7 @@
  * STORE/lost+found/.
  */
 #include "engine/check-private.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 
 #include "index/index-check.h"
@@ -49,7 +50,7 @@ static int file_ino_cb(void *ctx, uint64_t ino)
 		c->file_inos_size = size;
 	}
 	c->file_inos[c->nfile_inos++] = ino;
-	snprintf(name, sizeof(name), "%llu", (unsigned long long)ino);
+	dbox_files_name(name, ino);
 	if (c->files_fd < 0 || (what = plain_file_fault(c->files_fd,
 							name)) == NULL)
 		return 0;

@@ -4,6 +4,7 @@
  * STORE/files/<ino>, never through a symbolic link.
  */
 #include "engine/export.h"
+#include "engine/store-dirs.h"
 #include "engine/mfile-read.h"
 #include "engine/store-layout.h"
 
@@ -267,8 +268,7 @@ static int open_file(struct dbox_export *ex, struct dbox_export_item *item)
 
 	if (ex->files_fd < 0)
 		return -ENOENT;
-	snprintf(backing, sizeof(backing), "%llu",
-		 (unsigned long long)item->attr.ino);
+	dbox_files_name(backing, item->attr.ino);
 	fd = openat(ex->files_fd, backing, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &sb) < 0) {
 		int err = -errno;

@@ -4,6 +4,7 @@
  * present - and the batches they are committed in.
  */
 #include "engine/import-private.h"
+#include "engine/store-dirs.h"
 #include "engine/grow.h"
 #include "engine/save-fd.h"
 #include "storage/dbox-read.h"
@@ -397,8 +398,7 @@ static int open_stored(struct dbox_import *imp, const struct dbox_attr *attr,
 		return dbox_store_open_reader(imp->st, &loc, attr->size,
 					      reader_r);
 	}
-	snprintf(backing, sizeof(backing), "%llu",
-		 (unsigned long long)attr->ino);
+	dbox_files_name(backing, attr->ino);
 	fd = openat(imp->st->files_fd, backing,
 		    O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	return fd < 0 ? -errno : fd;

@@ -51,7 +51,7 @@ static int make_plain_file(struct rebuild *rb, uint64_t parent,
 				     DBOX_KIND_FILE, S_IFREG | 0600, rb->uid,
 				     rb->gid, dbox_now_ns(), &attr)) < 0)
 		return ret;
-	snprintf(backing, sizeof(backing), "%llu", (unsigned long long)attr.ino);
+	dbox_files_name(backing, attr.ino);
 	fd = openat(rb->files_fd, backing, O_WRONLY | O_CREAT | O_TRUNC |
 		    O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
@@ -348,8 +348,7 @@ static int adopt_orphan(struct rebuild *rb, const char *name, uint64_t ino,
 					strlen(name), DBOX_KIND_FILE,
 					S_IFREG | 0600, sb->st_uid, sb->st_gid,
 					dbox_now_ns(), &attr);
-		snprintf(renamed, sizeof(renamed), "%llu",
-			 (unsigned long long)attr.ino);
+		dbox_files_name(renamed, attr.ino);
 		if (ret == 0 && renameat(rb->files_fd, name, rb->files_fd,
 					 renamed) < 0)
 			ret = -errno;

@@ -8,6 +8,7 @@
  * from the root.
  */
 #include "engine/rebuild-private.h"
+#include "engine/store-dirs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,7 +61,7 @@ static bool backing_file_ok(const struct rebuild *rb, uint64_t ino)
 	char name[24];
 	struct stat sb;
 
-	snprintf(name, sizeof(name), "%llu", (unsigned long long)ino);
+	dbox_files_name(name, ino);
 	return rb->files_fd >= 0 &&
 		fstatat(rb->files_fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
 		S_ISREG(sb.st_mode);

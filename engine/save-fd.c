@@ -4,6 +4,7 @@
  * dboxadm import use.
  */
 #include "engine/save-fd.h"
+#include "engine/store-dirs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -74,18 +75,12 @@ int64_t dbox_save_from_fd(struct dbox_store *st, uint64_t ino,
 	return size;
 }
 
-/* "<ino>", the name of a plain file's backing file in files/. */
-static void backing_name(char buf[24], uint64_t ino)
-{
-	snprintf(buf, 24, "%llu", (unsigned long long)ino);
-}
-
 int dbox_store_file_create(struct dbox_store *st, uint64_t ino, bool append)
 {
 	char name[24];
 	int fd;
 
-	backing_name(name, ino);
+	dbox_files_name(name, ino);
 	fd = openat(st->files_fd, name, O_WRONLY | O_CREAT | O_TRUNC |
 		    O_NOFOLLOW | O_CLOEXEC | (append ? O_APPEND : 0), 0600);
 	if (fd < 0)
@@ -138,7 +133,7 @@ int dbox_store_file_remove(struct dbox_store *st, uint64_t ino)
 {
 	char name[24];
 
-	backing_name(name, ino);
+	dbox_files_name(name, ino);
 	if (unlinkat(st->files_fd, name, 0) < 0 && errno != ENOENT)
 		return -errno;
 	return 0;

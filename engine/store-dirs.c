@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -51,4 +52,9 @@ bool dbox_files_name_ino(const char *name, uint64_t *ino_r)
 		return false;
 	*ino_r = ino;
 	return true;
+}
+
+void dbox_files_name(char buf[DBOX_FILES_NAME_SIZE], uint64_t ino)
+{
+	snprintf(buf, DBOX_FILES_NAME_SIZE, "%llu", (unsigned long long)ino);
 }

@@ -21,6 +21,13 @@ typedef int dbox_dir_walk_cb_t(void *ctx, const char *name);
    -ENOMEM, -EBADF) when the directory cannot be read. */
 int dbox_dir_walk(int dir_fd, dbox_dir_walk_cb_t *cb, void *ctx);
 
+/* Bytes of a name in STORE/files/ with its NUL: 20 digits at most. */
+#define DBOX_FILES_NAME_SIZE 24
+
+/* The name of plain file ino's backing file in STORE/files/: its inode
+   number in decimal, into buf. */
+void dbox_files_name(char buf[DBOX_FILES_NAME_SIZE], uint64_t ino);
+
 /* Is name a plain file's name in STORE/files/: its inode number in
    decimal, no leading zero, no sign?  Then true and *ino_r (not 0). */
 bool dbox_files_name_ino(const char *name, uint64_t *ino_r);

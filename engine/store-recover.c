@@ -10,6 +10,7 @@
  * copied to lost+found/ first.
  */
 #include "engine/store-layout.h"
+#include "engine/store-dirs.h"
 #include "engine/store-private.h"
 
 #include "index/index-rebuild.h"
@@ -369,7 +370,7 @@ int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r)
 	if (ret < 0)
 		return ret;
 	for (size_t i = 0; i < nfiles; i++) {
-		snprintf(name, sizeof(name), "%llu", (unsigned long long)files[i]);
+		dbox_files_name(name, files[i]);
 		unlinkat(st->files_fd, name, 0);
 	}
 	free(files);

@@ -4,6 +4,7 @@
  * directory and file operations.
  */
 #include "engine/maildir.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "engine/save-fd.h"
 #include "fs.h"
@@ -15,16 +16,10 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-void fs_file_name(char buf[24], uint64_t ino)
-{
-	snprintf(buf, 24, "%llu", (unsigned long long)ino);
-}
 
 struct timespec fs_time_ts(int64_t t)
 {
@@ -77,19 +72,18 @@ bool fs_backing_atime_due(struct fs *fs, int fd)
 
 int fs_atime_touch(struct fs *fs, uint64_t ino)
 {
-	struct dbox_index *index = fs->st->index;
+	struct dbox_ns_set set = {
+		.what = DBOX_NS_SET_ATIME, .atime_ns = dbox_now_ns(),
+	};
 	struct dbox_attr attr;
-	int64_t now = dbox_now_ns();
 	int ret;
 
-	if ((ret = dbox_index_begin(index)) < 0)
+	/* The lock is held from the look to the change: nothing else
+	   writes the index meanwhile. */
+	if ((ret = dbox_ns_getattr(fs->st, ino, &attr)) < 0 ||
+	    !fs_atime_due(fs, &attr, set.atime_ns))
 		return ret;
-	ret = dbox_index_getattr(index, ino, &attr);
-	if (ret == 0 && fs_atime_due(fs, &attr, now)) {
-		attr.atime_ns = now;
-		ret = dbox_index_setattr(index, &attr);
-	}
-	return fs_tx_end(fs, ret, false);
+	return dbox_ns_setattr(fs->st, ino, &set, NULL);
 }
 
 int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
@@ -152,7 +146,7 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 	case DBOX_KIND_FILE: {
 		struct stat backing;
 
-		fs_file_name(name, attr->ino);
+		dbox_files_name(name, attr->ino);
 		/* Never through a symlink planted in files/. */
 		if (fstatat(fs->st->files_fd, name, &backing,
 			    AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(backing.st_mode)) {
@@ -177,24 +171,22 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 	return 0;
 }
 
+void fs_reply_attr_unlock(fuse_req_t req, struct fs *fs, int ret,
+			  const struct dbox_attr *attr)
+{
+	struct stat stbuf;
+
+	if (ret == 0)
+		ret = fs_stat(fs, attr, &stbuf);
+	fs_unlock(fs);
+	fs_reply_attr(req, fs, ret, &stbuf);
+}
+
 int fs_new_owner(struct fs *fs, const struct fuse_ctx *ctx, uint64_t parent,
 		 uint32_t *mode, uint32_t *gid_r)
 {
-	struct dbox_attr dir;
-	int ret;
-
-	if ((ret = dbox_index_getattr(fs->st->index, parent, &dir)) < 0)
-		return ret;
-	if (dir.kind != DBOX_KIND_DIR)
-		return -ENOTDIR;
-	if (dir.mode & S_ISGID) {
-		*gid_r = dir.gid;
-		if (S_ISDIR(*mode))
-			*mode |= S_ISGID;
-	} else {
-		*gid_r = ctx->gid;
-	}
-	return 0;
+	*gid_r = ctx->gid;
+	return dbox_ns_new_owner(fs->st, parent, mode, gid_r);
 }
 
 int fs_entry(struct fs *fs, const struct dbox_attr *attr,
@@ -216,42 +208,26 @@ int fs_entry(struct fs *fs, const struct dbox_attr *attr,
 	return 0;
 }
 
-/* Delete an inode with no names: its index rows and its backing file.
-   Inside the caller's transaction. */
-static int delete_inode(struct fs *fs, uint64_t ino)
+bool fs_inode_held(void *ctx, uint64_t ino)
 {
-	struct dbox_msgloc loc;
-	struct dbox_attr attr;
-	char name[24];
-	int ret;
+	struct fs *fs = ctx;
+	struct fs_inode *inode = fs_inode_get(&fs->inodes, ino);
 
-	if ((ret = dbox_index_getattr(fs->st->index, ino, &attr)) < 0)
-		return ret == -ENOENT ? 0 : ret;
-	if (attr.kind == DBOX_KIND_MESSAGE &&
-	    dbox_index_msg_get(fs->st->index, ino, &loc) == 0)
-		fs_purge_note(fs, loc.file_id); /* its record is garbage */
-	if ((ret = dbox_index_delete_inode(fs->st->index, ino)) < 0)
-		return ret;
-	if (attr.kind == DBOX_KIND_FILE) {
-		fs_file_name(name, ino);
-		if (unlinkat(fs->st->files_fd, name, 0) < 0 && errno != ENOENT)
-			dbox_warning("%s/" DBOX_STORE_FILES "/%s: unlink: %s", fs->st->path,
-				     name, strerror(errno));
-	}
-	return 0;
+	if (inode == NULL || fs_inode_unused(inode))
+		return false;
+	inode->unlinked = true;
+	return true;
 }
 
-void fs_inode_unlinked(struct fs *fs, uint64_t ino, uint32_t nlink)
+struct dbox_ns_hooks fs_ns_hooks(struct fs *fs)
 {
-	struct fs_inode *inode;
+	return (struct dbox_ns_hooks){ .held = fs_inode_held, .ctx = fs };
+}
 
-	if (ino == 0 || nlink > 0)
-		return;
-	inode = fs_inode_get(&fs->inodes, ino);
-	if (inode != NULL && !fs_inode_unused(inode))
-		inode->unlinked = true;
-	else
-		delete_inode(fs, ino);
+void fs_inode_gone(struct fs *fs, const struct dbox_ns_gone *gone)
+{
+	if (gone->garbage_file_id != 0)
+		fs_purge_note(fs, gone->garbage_file_id); /* its record */
 }
 
 void fs_inode_unref(struct fs *fs, uint64_t ino, uint64_t nlookup,
@@ -268,27 +244,17 @@ void fs_inode_unref(struct fs *fs, uint64_t ino, uint64_t nlookup,
 		return;
 	if (inode->unlinked) {
 		/* The last holder of an unlinked inode went away. */
-		if (dbox_index_begin(fs->st->index) == 0) {
-			if (delete_inode(fs, ino) == 0)
-				dbox_index_commit(fs->st->index, false);
-			else
-				dbox_index_rollback(fs->st->index);
-		}
+		struct dbox_ns_gone gone;
+
+		if (dbox_ns_delete_orphan(fs->st, ino, &gone) == 0)
+			fs_inode_gone(fs, &gone);
 	}
 	fs_inode_remove(&fs->inodes, ino);
 }
 
 bool fs_is_message_name(struct fs *fs, uint64_t parent, const char *name)
 {
-	char *dir;
-	bool ret;
-
-	if (name[0] == '.' ||
-	    dbox_index_name_of(fs->st->index, parent, &dir) < 0)
-		return false;
-	ret = maildir_is_subdir(dir, strlen(dir));
-	free(dir);
-	return ret;
+	return dbox_ns_is_message_name(fs->st, parent, name);
 }
 
 struct fs_inode *fs_inode_wait_idle(struct fs *fs, uint64_t ino)
@@ -333,7 +299,7 @@ static int open_file_ro(struct fs *fs, uint64_t ino, struct stat *st_r)
 	char name[24];
 	int fd, ret;
 
-	fs_file_name(name, ino);
+	dbox_files_name(name, ino);
 	if ((fd = openat(fs->st->files_fd, name, O_RDONLY | O_NOFOLLOW |
 			 O_CLOEXEC)) < 0)
 		return -errno;

@@ -1,11 +1,12 @@
 /*
  * fs-dir.c: FUSE operations on names and directories: lookup, forget,
- * getattr, mkdir, rmdir, unlink, rename, link, readdir(plus), fsyncdir,
- * statfs.  Each client-visible change is one index transaction.
+ * getattr, mkdir, rmdir, unlink, rename, link, symlink, readlink,
+ * readdir(plus), fsyncdir, statfs.  Each client-visible change is one
+ * engine call (engine/namespace.h), one index transaction.
  */
 #include "fs.h"
 
-#include "index/wal-sync.h"
+#include "engine/namespace.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -32,11 +33,7 @@ void fs_unlock(struct fs *fs)
 
 int fs_tx_end(struct fs *fs, int ret, bool durable)
 {
-	if (ret < 0) {
-		dbox_index_rollback(fs->st->index);
-		return ret;
-	}
-	return dbox_index_commit(fs->st->index, durable);
+	return dbox_ns_tx_end(fs->st, ret, durable);
 }
 
 static void reply_entry_or_err(fuse_req_t req, int ret,
@@ -56,7 +53,7 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int ret;
 
 	fs_lock(fs);
-	ret = dbox_index_lookup(fs->st->index, parent, name, strlen(name), &attr);
+	ret = dbox_ns_lookup(fs->st, parent, name, &attr);
 	if (ret == 0)
 		ret = fs_entry(fs, &attr, &e);
 	fs_unlock(fs);
@@ -89,44 +86,41 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct fs *fs = req_fs(req);
 	struct dbox_attr attr;
-	struct stat stbuf;
-	int ret;
 
 	fs_lock(fs);
-	ret = dbox_index_getattr(fs->st->index, ino, &attr);
-	if (ret == 0)
-		ret = fs_stat(fs, &attr, &stbuf);
-	fs_unlock(fs);
-	if (ret < 0)
-		fuse_reply_err(req, -ret);
-	else
-		fuse_reply_attr(req, &stbuf, fs->opts.attr_timeout);
+	fs_reply_attr_unlock(req, fs, dbox_ns_getattr(fs->st, ino, &attr), &attr);
 }
 
-static void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
-		     mode_t mode)
+/* mkdir, symlink and mknod of a special file: create what nw says (its
+   gid and mode by the setgid rule) and reply with its entry. */
+void fs_create_node(fuse_req_t req, fuse_ino_t parent, const char *name,
+		    struct dbox_ns_new *nw)
 {
 	struct fs *fs = req_fs(req);
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct fuse_entry_param e;
 	struct dbox_attr attr;
-	uint32_t imode = S_IFDIR | (mode & ~ctx->umask & 07777), gid;
 	int ret;
 
+	nw->uid = ctx->uid;
+	nw->gid = ctx->gid;
 	fs_lock(fs);
-	ret = dbox_index_begin(fs->st->index);
-	if (ret == 0) {
-		ret = fs_new_owner(fs, ctx, parent, &imode, &gid);
-		if (ret == 0)
-			ret = dbox_index_create(fs->st->index, parent, name,
-						strlen(name), DBOX_KIND_DIR, imode,
-						ctx->uid, gid, dbox_now_ns(), &attr);
-		ret = fs_tx_end(fs, ret, false);
-	}
+	ret = dbox_ns_create(fs->st, parent, name, nw, &attr);
 	if (ret == 0)
 		ret = fs_entry(fs, &attr, &e);
 	fs_unlock(fs);
 	reply_entry_or_err(req, ret, &e);
+}
+
+static void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode)
+{
+	struct dbox_ns_new nw = {
+		.kind = DBOX_KIND_DIR,
+		.mode = S_IFDIR | (mode & ~fuse_req_ctx(req)->umask & 07777),
+	};
+
+	fs_create_node(req, parent, name, &nw);
 }
 
 /* unlink and rmdir. */
@@ -134,20 +128,13 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 			bool dir)
 {
 	struct fs *fs = req_fs(req);
-	uint64_t ino = 0;
-	uint32_t nlink = 1;
+	struct dbox_ns_hooks hooks = fs_ns_hooks(fs);
+	struct dbox_ns_gone gone;
 	int ret;
 
 	fs_lock(fs);
-	ret = dbox_index_begin(fs->st->index);
-	if (ret == 0) {
-		ret = dbox_index_remove(fs->st->index, parent, name,
-					strlen(name), dir, dbox_now_ns(),
-					&ino, &nlink);
-		if (ret == 0 && !dir)
-			fs_inode_unlinked(fs, ino, nlink);
-		ret = fs_tx_end(fs, ret, false);
-	}
+	ret = dbox_ns_remove(fs->st, parent, name, dir, &hooks, &gone);
+	fs_inode_gone(fs, &gone);
 	fs_unlock(fs);
 	fuse_reply_err(req, -ret);
 }
@@ -171,65 +158,80 @@ static bool convertible(struct fs *fs, uint64_t ino)
 	return inode == NULL || (inode->nopen == 0 && !inode->busy);
 }
 
+/* What fs_rename's moved callback knows: a plain file (rsync's
+   .name.XXXXXX) renamed to a message name in cur/new/tmp becomes a
+   message; its bytes are copied into a record first, without the lock
+   (fs_file_copy_out), and the rename takes the copy if it still renames
+   that file. */
+struct rename_ctx {
+	struct fs *fs;
+	struct dbox_save *copied;   /* the copy, of copied_ino */
+	uint64_t copied_ino;
+	uint64_t want_copy;         /* the moved callback asked for a copy
+				       of this inode first */
+	uint64_t converted;         /* turned into a message */
+	bool tried;                 /* one copy asked for already */
+};
+
+static int rename_moved(void *vctx, const struct dbox_attr *moved,
+			uint64_t newparent, const char *newname)
+{
+	struct rename_ctx *rc = vctx;
+	struct fs *fs = rc->fs;
+	int ret;
+
+	if (moved->kind != DBOX_KIND_FILE || moved->nlink != 1 ||
+	    !convertible(fs, moved->ino) ||
+	    !fs_is_message_name(fs, newparent, newname))
+		return 0;
+	if (moved->ino != rc->copied_ino && !rc->tried) {
+		rc->want_copy = moved->ino;
+		return 1; /* copy unlocked first, then again */
+	}
+	ret = fs_file_to_message(fs, moved->ino, newparent,
+				 moved->ino == rc->copied_ino ? rc->copied : NULL);
+	if (ret == 0)
+		rc->converted = moved->ino;
+	return ret;
+}
+
+/* The held hook of a rename, whose ctx is the rename's. */
+static bool rename_held(void *vctx, uint64_t ino)
+{
+	return fs_inode_held(((struct rename_ctx *)vctx)->fs, ino);
+}
+
 static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      fuse_ino_t newparent, const char *newname,
 		      unsigned int flags)
 {
 	struct fs *fs = req_fs(req);
-	struct dbox_index *index = fs->st->index;
-	struct dbox_save *copied = NULL;
+	struct rename_ctx rc = { .fs = fs };
+	struct dbox_ns_hooks hooks = {
+		.held = rename_held, .moved = rename_moved, .ctx = &rc,
+	};
+	struct dbox_ns_gone gone;
 	struct dbox_attr moved;
-	uint64_t replaced = 0, converted = 0, copied_ino = 0;
-	uint32_t nlink = 1;
-	int ret = 0;
+	int ret;
 
 	fs_lock(fs);
-	/* A plain file (rsync's .name.XXXXXX) renamed to a message name in
-	   cur/new/tmp becomes a message: its bytes are copied into a record
-	   first, without the lock (fs_file_copy_out), and the rename below
-	   takes the copy if it still renames that file. */
-	if (dbox_index_lookup(index, parent, name, strlen(name), &moved) == 0 &&
-	    moved.kind == DBOX_KIND_FILE && moved.nlink == 1 &&
-	    fs_is_message_name(fs, newparent, newname) &&
-	    convertible(fs, moved.ino)) {
-		ret = fs_file_copy_out(fs, moved.ino, newparent, &copied);
-		copied_ino = moved.ino;
+	while ((ret = dbox_ns_rename(fs->st, parent, name, newparent, newname,
+				     flags, &hooks, &moved, &gone)) == 1) {
+		rc.tried = true;
+		dbox_save_free(&rc.copied);
+		rc.copied_ino = rc.want_copy;
+		ret = fs_file_copy_out(fs, rc.want_copy, newparent, &rc.copied);
+		if (ret < 0)
+			break;
 	}
-	if (ret == 0)
-		ret = dbox_index_begin(index);
-	if (ret == 0) {
-		ret = dbox_index_rename(index, parent, name, strlen(name),
-					newparent, newname, strlen(newname),
-					flags, dbox_now_ns(), &replaced, &nlink);
-		if (ret == 0)
-			fs_inode_unlinked(fs, replaced, nlink);
-		/* A plain file (rsync's .name.XXXXXX) renamed to a message
-		   name in cur/new/tmp becomes a message. */
-		if (ret == 0 &&
-		    dbox_index_lookup(index, newparent, newname,
-				      strlen(newname), &moved) == 0 &&
-		    moved.kind == DBOX_KIND_FILE &&
-		    fs_is_message_name(fs, newparent, newname)) {
-			if (convertible(fs, moved.ino) && moved.nlink == 1) {
-				ret = fs_file_to_message(fs, moved.ino, newparent,
-							 moved.ino == copied_ino ?
-							 copied : NULL);
-				converted = moved.ino;
-			}
-		}
-		ret = fs_tx_end(fs, ret, false);
-	}
-	dbox_save_free(&copied);
+	fs_inode_gone(fs, &gone);
+	dbox_save_free(&rc.copied);
 	fs_unlock(fs);
-	if (ret == 0 && converted != 0) {
-		/* Unlocked: freeing a big file's blocks takes a while.  The
-		   inode is a message now and its number is never reused;
-		   recovery removes the file if this never happens. */
-		char file[24];
-
-		fs_file_name(file, converted);
-		unlinkat(fs->st->files_fd, file, 0);
-	}
+	/* Unlocked: freeing a big file's blocks takes a while.  The inode
+	   is a message now and its number is never reused; recovery removes
+	   the file if this never happens. */
+	if (ret == 0 && rc.converted != 0)
+		dbox_ns_file_unlink(fs->st, rc.converted);
 	fuse_reply_err(req, -ret);
 }
 
@@ -242,12 +244,7 @@ static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	int ret;
 
 	fs_lock(fs);
-	ret = dbox_index_begin(fs->st->index);
-	if (ret == 0) {
-		ret = dbox_index_link(fs->st->index, ino, newparent, newname,
-				      strlen(newname), dbox_now_ns(), &attr);
-		ret = fs_tx_end(fs, ret, false);
-	}
+	ret = dbox_ns_link(fs->st, ino, newparent, newname, &attr);
 	if (ret == 0)
 		ret = fs_entry(fs, &attr, &e);
 	fs_unlock(fs);
@@ -262,33 +259,11 @@ static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 static void fs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 		       const char *name)
 {
-	struct fs *fs = req_fs(req);
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	struct fuse_entry_param e;
-	struct dbox_attr attr;
-	uint32_t mode = S_IFLNK | 0777, gid;
-	int ret;
+	struct dbox_ns_new nw = {
+		.kind = DBOX_KIND_SYMLINK, .mode = S_IFLNK | 0777, .target = link,
+	};
 
-	fs_lock(fs);
-	ret = dbox_index_begin(fs->st->index);
-	if (ret == 0) {
-		ret = fs_new_owner(fs, ctx, parent, &mode, &gid);
-		if (ret == 0)
-			ret = dbox_index_create(fs->st->index, parent, name,
-						strlen(name), DBOX_KIND_SYMLINK,
-						mode, ctx->uid, gid,
-						dbox_now_ns(), &attr);
-		if (ret == 0)
-			ret = dbox_index_symlink_set(fs->st->index, attr.ino,
-						     link, strlen(link));
-		if (ret == 0)
-			ret = dbox_index_getattr(fs->st->index, attr.ino, &attr);
-		ret = fs_tx_end(fs, ret, false);
-	}
-	if (ret == 0)
-		ret = fs_entry(fs, &attr, &e);
-	fs_unlock(fs);
-	reply_entry_or_err(req, ret, &e);
+	fs_create_node(req, parent, name, &nw);
 }
 
 static void fs_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -298,160 +273,13 @@ static void fs_readlink(fuse_req_t req, fuse_ino_t ino)
 	int ret;
 
 	fs_lock(fs);
-	ret = dbox_index_readlink(fs->st->index, ino, &target);
+	ret = dbox_ns_readlink(fs->st, ino, &target);
 	fs_unlock(fs);
 	if (ret < 0)
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_readlink(req, target);
 	free(target);
-}
-
-/* Extended attributes: the user.* namespace is stored in the index, as
-   ext4 stores it; others are not (trusted.*, security.*: set gives
-   EOPNOTSUPP, get ENODATA).  The kernel asks for security.capability at
-   every write(2) to see whether it must drop capabilities: that answer
-   (ENODATA) is given at once, without the store lock or an index query.
-   ACLs (system.posix_acl_*) the kernel answers itself (EOPNOTSUPP): the
-   mount does not ask for FUSE_POSIX_ACL.
-
-   That query is a round trip per write(2) (about a third more time per
-   4 KiB write to a plain file), so the attributes are stored only with
-   -o user_xattr.  Without it every xattr request is answered ENOSYS,
-   which the kernel remembers for the mount: it answers EOPNOTSUPP itself
-   from then on and asks nothing at writes. */
-#define USER_XATTR_PREFIX "user."
-
-/* Without -o user_xattr: ENOSYS (see above); returns true when it
-   replied. */
-static bool xattr_off(fuse_req_t req)
-{
-	if (req_fs(req)->opts.user_xattr)
-		return false;
-	fuse_reply_err(req, ENOSYS);
-	return true;
-}
-
-static bool is_user_xattr(const char *name)
-{
-	return strncmp(name, USER_XATTR_PREFIX, sizeof(USER_XATTR_PREFIX) - 1) == 0;
-}
-
-/* ctime = now after an attribute change, as ext4 (in the caller's
-   transaction). */
-static int xattr_touch(struct fs *fs, uint64_t ino)
-{
-	struct dbox_attr attr;
-	int ret = dbox_index_getattr(fs->st->index, ino, &attr);
-
-	if (ret == 0) {
-		attr.ctime_ns = dbox_now_ns();
-		ret = dbox_index_setattr(fs->st->index, &attr);
-	}
-	return ret;
-}
-
-/* End the transaction of an attribute change whose outcome is ret: ctime
-   moves when it was made. */
-static int xattr_changed(struct fs *fs, uint64_t ino, int ret)
-{
-	if (ret == 0)
-		ret = xattr_touch(fs, ino);
-	return fs_tx_end(fs, ret, false);
-}
-
-/* Reply to getxattr/listxattr with len bytes of buf (ret: the lookup's
-   outcome): its size for a size probe (size 0), ERANGE when the caller's
-   buffer is too small, as the kernel's own handlers do. */
-static void reply_sized(fuse_req_t req, int ret, const void *buf,
-			size_t len, size_t size)
-{
-	if (ret < 0)
-		fuse_reply_err(req, -ret);
-	else if (size == 0)
-		fuse_reply_xattr(req, len);
-	else if (len > size)
-		fuse_reply_err(req, ERANGE);
-	else
-		fuse_reply_buf(req, buf, len);
-}
-
-static void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			const char *value, size_t size, int flags)
-{
-	struct fs *fs = req_fs(req);
-	int ret;
-
-	if (xattr_off(req))
-		return;
-	if (!is_user_xattr(name)) {
-		fuse_reply_err(req, EOPNOTSUPP);
-		return;
-	}
-	fs_lock(fs);
-	ret = dbox_index_begin(fs->st->index);
-	if (ret == 0)
-		ret = xattr_changed(fs, ino, dbox_index_xattr_set(
-				fs->st->index, ino, name, value, size, flags));
-	fs_unlock(fs);
-	fuse_reply_err(req, -ret);
-}
-
-static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			size_t size)
-{
-	struct fs *fs = req_fs(req);
-	void *value = NULL;
-	size_t len = 0;
-	int ret;
-
-	if (xattr_off(req))
-		return;
-	if (!is_user_xattr(name)) {
-		fuse_reply_err(req, ENODATA);
-		return;
-	}
-	fs_lock(fs);
-	ret = dbox_index_xattr_get(fs->st->index, ino, name, &value, &len);
-	fs_unlock(fs);
-	reply_sized(req, ret, value, len, size);
-	free(value);
-}
-
-static void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
-{
-	struct fs *fs = req_fs(req);
-	char *list = NULL;
-	size_t len = 0;
-	int ret;
-
-	if (xattr_off(req))
-		return;
-	fs_lock(fs);
-	ret = dbox_index_xattr_list(fs->st->index, ino, &list, &len);
-	fs_unlock(fs);
-	reply_sized(req, ret, list, len, size);
-	free(list);
-}
-
-static void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
-{
-	struct fs *fs = req_fs(req);
-	int ret;
-
-	if (xattr_off(req))
-		return;
-	if (!is_user_xattr(name)) {
-		fuse_reply_err(req, ENODATA);
-		return;
-	}
-	fs_lock(fs);
-	ret = dbox_index_begin(fs->st->index);
-	if (ret == 0)
-		ret = xattr_changed(fs, ino, dbox_index_xattr_remove(
-				fs->st->index, ino, name));
-	fs_unlock(fs);
-	fuse_reply_err(req, -ret);
 }
 
 /* An open directory: the reply buffer of its listing, kept between
@@ -478,7 +306,7 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int ret;
 
 	fs_lock(fs);
-	ret = dbox_index_getattr(fs->st->index, ino, &attr);
+	ret = dbox_ns_getattr(fs->st, ino, &attr);
 	/* Listing a directory reads it: its atime moves by relatime (at
 	   the open, as the listing itself may come from the kernel's
 	   cache). */
@@ -587,7 +415,6 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		.req = req, .fs = fs, .plus = plus, .size = size,
 	};
 	struct dbox_attr self, parent;
-	uint64_t parent_ino;
 	int ret = 0;
 
 	pthread_mutex_lock(&dh->lock);
@@ -605,18 +432,14 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	ctx.buf = dh->buf;
 	fs_lock(fs);
 	if (off < 2) {
-		ret = dbox_index_getattr(fs->st->index, ino, &self);
-		if (ret == 0)
-			ret = dbox_index_parent(fs->st->index, ino, &parent_ino);
-		if (ret == 0)
-			ret = dbox_index_getattr(fs->st->index, parent_ino, &parent);
+		ret = dbox_ns_dir_self(fs->st, ino, &self, &parent);
 		if (ret == 0 && off < 1)
 			ret = add_entry(&ctx, ".", &self, 1, false);
 		if (ret == 0)
 			ret = add_entry(&ctx, "..", &parent, 2, false);
 	}
 	if (ret == 0)
-		ret = dbox_index_readdir(fs->st->index, ino,
+		ret = dbox_ns_readdir(fs->st, ino,
 					 off < 2 ? 0 : (uint64_t)off - 2,
 					 readdir_cb, &ctx);
 	fs_unlock(fs);
@@ -664,9 +487,9 @@ static void fs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 
 	/* Every index change made so far, synced by group commit. */
 	fs_lock(fs);
-	seq = dbox_index_commit_seq(fs->st->index);
+	seq = dbox_ns_sync_point(fs->st);
 	fs_unlock(fs);
-	ret = dbox_index_sync_upto(fs->st->index, seq);
+	ret = dbox_ns_sync_upto(fs->st, seq);
 	fuse_reply_err(req, -ret);
 }
 
@@ -680,6 +503,14 @@ static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 	else
 		fuse_reply_statfs(req, &sv);
 }
+
+/* fs-xattr.c */
+void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		 const char *value, size_t size, int flags);
+void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		 size_t size);
+void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
 
 /* fs-file.c */
 void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,

@@ -9,6 +9,7 @@
  * being written.
  */
 #include "engine/maildir.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "fs-file.h"
 
@@ -50,7 +51,7 @@ int fs_open_backing(struct fs *fs, uint64_t ino, int flags)
 	char name[24];
 	int fd;
 
-	fs_file_name(name, ino);
+	dbox_files_name(name, ino);
 	/* O_NOFOLLOW: files/ holds files by inode number, never a symlink
 	   out of the store (ELOOP -> EIO). */
 	fd = openat(fs->st->files_fd, name, flags | O_NOFOLLOW | O_CLOEXEC |

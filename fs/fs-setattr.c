@@ -5,6 +5,7 @@
  * (dbox R) follows its mtime.
  */
 #include "fs-file.h"
+#include "engine/store-dirs.h"
 
 #include "storage/log.h"
 
@@ -113,7 +114,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	if (ret < 0)
 		goto out;
 	old_mtime = attr.mtime_ns;
-	fs_file_name(name, ino);
+	dbox_files_name(name, ino);
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		if ((ret = set_size(fs, &attr, in->st_size, fi)) < 0)
 			goto out;

@@ -14,6 +14,7 @@
  * garbage for purge then.
  */
 #include "engine/maildir.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "fs-file.h"
 #include "fs-purge.h"
@@ -293,7 +294,7 @@ static bool file_closed(struct fs *fs, uint64_t ino)
 		ret = fs_tx_end(fs, fs_file_to_message(fs, ino, parent_now,
 						      copied), false);
 	dbox_save_free(&copied);
-	fs_file_name(file, ino);
+	dbox_files_name(file, ino);
 	if (ret < 0 && ret != -EAGAIN)
 		dbox_error("%s/" DBOX_STORE_FILES "/%s: not turned into a message: %s",
 			   fs->st->path, file, strerror(-ret));
@@ -329,7 +330,7 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (converted) {
 		char file[24];
 
-		fs_file_name(file, ino);
+		dbox_files_name(file, ino);
 		unlinkat(fs->st->files_fd, file, 0);
 	}
 	fuse_reply_err(req, 0);

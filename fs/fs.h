@@ -32,6 +32,7 @@
 #include <fuse_lowlevel.h>
 
 #include "fs/inode-table.h"
+#include "engine/namespace.h"
 #include "engine/store.h"
 
 #include <stdbool.h>
@@ -97,6 +98,28 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf);
 void fs_reply_attr(fuse_req_t req, struct fs *fs, int ret,
 		   const struct stat *stbuf);
 
+/* fs-attr.c: reply to a GETATTR/SETATTR whose outcome is ret with the
+   struct stat of attr (fs_stat), dropping the store lock (held on entry)
+   before the reply. */
+void fs_reply_attr_unlock(fuse_req_t req, struct fs *fs, int ret,
+			  const struct dbox_attr *attr);
+
+/* fs-dir.c: create what nw says (a directory, symlink or special file;
+   uid and gid are filled from the request) in parent and reply with its
+   entry.  Takes the lock. */
+void fs_create_node(fuse_req_t req, fuse_ino_t parent, const char *name,
+		    struct dbox_ns_new *nw);
+
+/* The namespace hooks of this mount (engine/namespace.h): an inode the
+   kernel or a handle still holds is kept when its last name goes. */
+struct dbox_ns_hooks fs_ns_hooks(struct fs *fs);
+
+/* dbox_ns_held_cb_t of the mount (ctx: the struct fs): true, and the
+   inode marked unlinked, when the kernel or a handle still holds ino; it
+   is deleted when the last holder goes (fs_inode_unref).  Needs the
+   lock. */
+bool fs_inode_held(void *ctx, uint64_t ino);
+
 /* fs-attr.c: a dbox time (index.h) as a struct timespec, and back
    (clamped to ext4's range as ext4 clamps). */
 struct timespec fs_time_ts(int64_t t);
@@ -144,9 +167,9 @@ int fs_new_owner(struct fs *fs, const struct fuse_ctx *ctx, uint64_t parent,
 void fs_inode_unref(struct fs *fs, uint64_t ino, uint64_t nlookup,
 		    bool close);
 
-/* After a name of ino went away leaving nlink: delete the inode now when
-   nothing holds it, else when the last holder goes. Needs the lock. */
-void fs_inode_unlinked(struct fs *fs, uint64_t ino, uint32_t nlink);
+/* After a namespace operation: tell background purge about the garbage
+   a deleted message left (gone may be all zero).  Needs the lock. */
+void fs_inode_gone(struct fs *fs, const struct dbox_ns_gone *gone);
 
 /* The table entry of ino once it is not busy, waiting for that (the lock
    is released meanwhile, so anything may have changed), or NULL when ino
@@ -160,9 +183,6 @@ struct fs_inode *fs_inode_wait_idle(struct fs *fs, uint64_t ino);
    busy thread must hold the inode itself (a handle, or fs_inode_add). */
 void fs_busy_begin(struct fs *fs, struct fs_inode *inode);
 void fs_busy_end(struct fs *fs, struct fs_inode *inode);
-
-/* Name of the backing file of plain-file inode ino in STORE/files/. */
-void fs_file_name(char buf[24], uint64_t ino);
 
 /* True when a regular file named name created in directory parent is a
    message: parent is a cur/, new/ or tmp/ and name does not start with

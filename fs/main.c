@@ -4,7 +4,6 @@
  *
  *   dboxfs STORE MOUNTPOINT [-f] [-d] [-s] [-o opt,...]
  */
-#include "engine/maildir.h"
 #include "engine/store-layout.h"
 #include "fs.h"
 #include "fs-purge.h"
@@ -190,21 +189,7 @@ static void raise_nofile(void)
    the root gets cur/ new/ tmp/, so maildir clients find a mailbox. */
 static int create_inbox(struct dbox_store *st)
 {
-	struct dbox_attr attr;
-	int ret;
-
-	if ((ret = dbox_index_begin(st->index)) < 0)
-		return ret;
-	for (size_t i = 0; i < 3 && ret == 0; i++)
-		ret = dbox_index_create(st->index, DBOX_ROOT_INO, maildir_subdirs[i],
-					strlen(maildir_subdirs[i]), DBOX_KIND_DIR,
-					S_IFDIR | 0700, getuid(), getgid(),
-					dbox_now_ns(), &attr);
-	if (ret < 0) {
-		dbox_index_rollback(st->index);
-		return ret;
-	}
-	return dbox_index_commit(st->index, true);
+	return dbox_ns_make_inbox(st, getuid(), getgid());
 }
 
 /* Refuse mount points that cannot work: a dead mount still there (its

@@ -30,26 +30,6 @@
 #define RENAME_EXCHANGE (1 << 1)
 #endif
 
-static int step_attr(struct dbox_index *index, sqlite3_stmt *stmt,
-		     int col, struct dbox_attr *attr_r, const char *what)
-{
-	int rc = sqlite3_step(stmt);
-
-	if (rc == SQLITE_ROW) {
-		index_row_attr(stmt, col, attr_r);
-		return 0; /* the caller resets: it may read more columns */
-	}
-	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, what);
-}
-
-/* Keep attr in the attribute cache (when it is on). */
-static void attr_cache_put(struct dbox_index *index,
-			   const struct dbox_attr *attr)
-{
-	if (index->attrs.enabled && attr->ino != 0)
-		index->attrs.attr[attr->ino % INDEX_ATTR_CACHE] = *attr;
-}
-
 int dbox_index_lookup(struct dbox_index *index, uint64_t parent,
 		      const char *name, size_t namelen,
 		      struct dbox_attr *attr_r)
@@ -60,65 +40,7 @@ int dbox_index_lookup(struct dbox_index *index, uint64_t parent,
 		return -ENAMETOOLONG;
 	sqlite3_bind_int64(stmt, 1, parent);
 	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
-	return index_done(stmt, step_attr(index, stmt, 0, attr_r, "lookup"));
-}
-
-/* A change of row ino of inode, or of message (its record size is the
-   attributes' stored bytes), by this connection (sqlite3_update_hook;
-   both tables are keyed by ino). */
-static void attr_cache_changed(void *arg, int op, const char *db,
-			       const char *table, sqlite3_int64 rowid)
-{
-	struct dbox_index *index = arg;
-	struct dbox_attr *c;
-
-	(void)op;
-	(void)db;
-	if (strcmp(table, "inode") != 0 && strcmp(table, "message") != 0)
-		return;
-	c = &index->attrs.attr[(uint64_t)rowid % INDEX_ATTR_CACHE];
-	if (c->ino == (uint64_t)rowid)
-		c->ino = 0;
-}
-
-/* A rollback (explicit or automatic): values read inside the transaction
-   may be gone. */
-static void attr_cache_rollback(void *arg)
-{
-	struct dbox_index *index = arg;
-
-	for (size_t i = 0; i < INDEX_ATTR_CACHE; i++)
-		index->attrs.attr[i].ino = 0;
-}
-
-void dbox_index_cache_attrs(struct dbox_index *index)
-{
-	attr_cache_rollback(index);
-	sqlite3_update_hook(index->db, attr_cache_changed, index);
-	sqlite3_rollback_hook(index->db, attr_cache_rollback, index);
-	index->attrs.enabled = true;
-}
-
-/* From the cache when there: a GETATTR of a directory the kernel asks
-   for again after each change in it (default_permissions) costs no
-   SQLite read transaction (two fcntl() locks of the WAL-index each). */
-int dbox_index_getattr(struct dbox_index *index, uint64_t ino,
-		       struct dbox_attr *attr_r)
-{
-	struct dbox_attr *c = &index->attrs.attr[ino % INDEX_ATTR_CACHE];
-	sqlite3_stmt *stmt;
-	int ret;
-
-	if (ino != 0 && c->ino == ino && index->attrs.enabled) {
-		*attr_r = *c;
-		return 0;
-	}
-	stmt = index_stmt(index, ST_GETATTR);
-	sqlite3_bind_int64(stmt, 1, ino);
-	ret = index_done(stmt, step_attr(index, stmt, 0, attr_r, "getattr"));
-	if (ret == 0 && attr_r->ino == ino)
-		attr_cache_put(index, attr_r);
-	return ret;
+	return index_done(stmt, index_step_attr(index, stmt, 0, attr_r, "lookup"));
 }
 
 /* The entry parent/name: its id and the attributes of what it names. */
@@ -131,15 +53,19 @@ static int entry_get(struct dbox_index *index, uint64_t parent,
 
 	sqlite3_bind_int64(stmt, 1, parent);
 	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
-	ret = step_attr(index, stmt, 1, attr_r, "entry");
+	ret = index_step_attr(index, stmt, 1, attr_r, "entry");
 	if (ret == 0)
 		*id_r = sqlite3_column_int64(stmt, 0);
 	return index_done(stmt, ret);
 }
 
-/* New mtime and ctime of a directory whose entries changed; its new
-   attributes go to the attribute cache. */
-static int touch_dir(struct dbox_index *index, uint64_t dir, int64_t now_ns)
+/* New mtime and ctime of a directory whose entries changed, and in the
+   same statement the new ctime of inode `moved` (0: none) that a rename
+   moved into or inside it, whose attributes after go to *moved_r.  Every
+   row's new attributes go to the attribute cache. */
+static int touch_dir_and(struct dbox_index *index, uint64_t dir,
+			 uint64_t moved, int64_t now_ns,
+			 struct dbox_attr *moved_r)
 {
 	sqlite3_stmt *stmt = index_stmt(index, ST_TOUCH_DIR);
 	struct dbox_attr attr;
@@ -147,12 +73,20 @@ static int touch_dir(struct dbox_index *index, uint64_t dir, int64_t now_ns)
 
 	sqlite3_bind_int64(stmt, 1, dir);
 	sqlite3_bind_int64(stmt, 2, now_ns);
+	sqlite3_bind_int64(stmt, 3, moved);
 	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
 		index_row_attr(stmt, 0, &attr);
-		attr_cache_put(index, &attr);
+		index_attr_cache_put(index, &attr);
+		if (moved != 0 && attr.ino == moved && moved_r != NULL)
+			*moved_r = attr;
 	}
 	sqlite3_reset(stmt);
 	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "touch dir");
+}
+
+static int touch_dir(struct dbox_index *index, uint64_t dir, int64_t now_ns)
+{
+	return touch_dir_and(index, dir, 0, now_ns, NULL);
 }
 
 static int nlink_add(struct dbox_index *index, uint64_t ino, int delta,
@@ -203,6 +137,11 @@ static int check_dir(struct dbox_index *index, uint64_t dir)
 	return attr.kind == DBOX_KIND_DIR ? 0 : -ENOTDIR;
 }
 
+/* The statements a create runs: the parent's kind (from the attribute
+   cache, mostly), the inode row, its entry (whose UNIQUE key says
+   whether the name exists), the parent's times (and nlink for a
+   directory).  The new inode's attributes are known without reading
+   them back. */
 int dbox_index_create(struct dbox_index *index, uint64_t parent,
 		      const char *name, size_t namelen, enum dbox_kind kind,
 		      uint32_t mode, uint32_t uid, uint32_t gid, int64_t now_ns,
@@ -210,30 +149,34 @@ int dbox_index_create(struct dbox_index *index, uint64_t parent,
 {
 	sqlite3_stmt *stmt;
 	bool is_dir = kind == DBOX_KIND_DIR;
-	uint64_t ino;
+	struct dbox_attr attr = {
+		.kind = kind, .mode = mode, .uid = uid, .gid = gid,
+		.nlink = is_dir ? 2 : 1,
+		.mtime_ns = now_ns, .ctime_ns = now_ns, .atime_ns = now_ns,
+	};
 	int ret;
 
+	if (namelen > DBOX_NAME_MAX)
+		return -ENAMETOOLONG;
 	if ((ret = check_dir(index, parent)) < 0)
 		return ret;
-	/* Check the name first, so a failure leaves nothing behind. */
-	ret = dbox_index_lookup(index, parent, name, namelen, attr_r);
-	if (ret != -ENOENT)
-		return ret == 0 ? -EEXIST : ret;
 	stmt = index_stmt(index, ST_INODE_INSERT);
-	sqlite3_bind_int(stmt, 1, kind);
-	sqlite3_bind_int64(stmt, 2, mode);
-	sqlite3_bind_int64(stmt, 3, uid);
-	sqlite3_bind_int64(stmt, 4, gid);
-	sqlite3_bind_int(stmt, 5, is_dir ? 2 : 1);
-	sqlite3_bind_int64(stmt, 6, now_ns);
+	index_bind_attr(stmt, &attr);
 	if ((ret = index_exec_stmt(index, stmt, "inode insert")) < 0)
 		return ret;
-	ino = sqlite3_last_insert_rowid(index->db);
-	if ((ret = entry_insert(index, parent, name, namelen, ino)) < 0 ||
-	    (ret = touch_dir(index, parent, now_ns)) < 0 ||
+	attr.ino = sqlite3_last_insert_rowid(index->db);
+	if ((ret = entry_insert(index, parent, name, namelen, attr.ino)) < 0) {
+		/* The name exists: a failure leaves nothing behind, also in
+		   a transaction the caller goes on with. */
+		(void)dbox_index_delete_inode(index, attr.ino);
+		return ret;
+	}
+	if ((ret = touch_dir(index, parent, now_ns)) < 0 ||
 	    (is_dir && (ret = nlink_add(index, parent, 1, now_ns)) < 0))
 		return ret;
-	return dbox_index_getattr(index, ino, attr_r);
+	index_attr_cache_put(index, &attr);
+	*attr_r = attr;
+	return 0;
 }
 
 int dbox_index_link(struct dbox_index *index, uint64_t ino,
@@ -254,7 +197,12 @@ int dbox_index_link(struct dbox_index *index, uint64_t ino,
 	    (ret = nlink_add(index, ino, 1, now_ns)) < 0 ||
 	    (ret = touch_dir(index, newparent, now_ns)) < 0)
 		return ret;
-	return dbox_index_getattr(index, ino, attr_r);
+	/* What nlink_add changed, without reading it back. */
+	attr.nlink++;
+	attr.ctime_ns = now_ns;
+	index_attr_cache_put(index, &attr);
+	*attr_r = attr;
+	return 0;
 }
 
 static int dir_is_empty(struct dbox_index *index, uint64_t dir)
@@ -270,25 +218,12 @@ static int dir_is_empty(struct dbox_index *index, uint64_t dir)
 	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "dir empty");
 }
 
-int dbox_index_delete_inode(struct dbox_index *index, uint64_t ino)
-{
-	sqlite3_stmt *stmt = index_stmt(index, ST_MSG_DELETE);
-	int ret;
-
-	sqlite3_bind_int64(stmt, 1, ino);
-	if ((ret = index_exec_stmt(index, stmt, "message delete")) < 0)
-		return ret;
-	stmt = index_stmt(index, ST_INODE_DELETE);
-	sqlite3_bind_int64(stmt, 1, ino);
-	return index_exec_stmt(index, stmt, "inode delete");
-}
-
 int dbox_index_remove(struct dbox_index *index, uint64_t parent,
 		      const char *name, size_t namelen, bool dir,
 		      int64_t now_ns, uint64_t *ino_r, uint32_t *nlink_r)
 {
 	struct dbox_attr attr;
-	uint64_t id;
+	uint64_t id = 0;
 	int ret;
 
 	if ((ret = entry_get(index, parent, name, namelen, &id, &attr)) < 0)
@@ -399,14 +334,55 @@ static int rename_exchange(struct dbox_index *index, uint64_t parent,
 	return parent == newparent ? 0 : touch_dir(index, newparent, now_ns);
 }
 
+/* Both ends of a rename in one statement: the entry parent/name (its id
+   and attributes into *id_r and *src_r) and newparent/newname (*new_id_r,
+   *dst_r).  Returns 1 when the target exists, 0 when it does not,
+   -ENOENT when the source does not, or -EIO. */
+static int rename_ends(struct dbox_index *index, uint64_t parent,
+		       const char *name, size_t namelen, uint64_t newparent,
+		       const char *newname, size_t newnamelen, uint64_t *id_r,
+		       struct dbox_attr *src_r, uint64_t *new_id_r,
+		       struct dbox_attr *dst_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_RENAME_ENDS);
+	bool have_src = false, have_dst = false;
+	struct dbox_attr attr;
+	int rc;
+
+	sqlite3_bind_int64(stmt, 1, parent);
+	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 3, newparent);
+	sqlite3_bind_blob(stmt, 4, newname, newnamelen, SQLITE_STATIC);
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+		index_row_attr(stmt, 3, &attr);
+		/* One row may be both ends (a rename onto itself). */
+		if (sqlite3_column_int(stmt, 1)) {
+			*id_r = sqlite3_column_int64(stmt, 0);
+			*src_r = attr;
+			have_src = true;
+		}
+		if (sqlite3_column_int(stmt, 2)) {
+			*new_id_r = sqlite3_column_int64(stmt, 0);
+			*dst_r = attr;
+			have_dst = true;
+		}
+	}
+	sqlite3_reset(stmt);
+	if (rc != SQLITE_DONE)
+		return index_sql_error(index, "rename ends");
+	if (!have_src)
+		return -ENOENT;
+	return have_dst ? 1 : 0;
+}
+
 int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 		      const char *name, size_t namelen, uint64_t newparent,
 		      const char *newname, size_t newnamelen,
-		      unsigned int flags, int64_t now_ns,
+		      unsigned int flags, int64_t now_ns, struct dbox_attr *moved_r,
 		      uint64_t *replaced_ino_r, uint32_t *replaced_nlink_r)
 {
-	struct dbox_attr src, dst;
-	uint64_t id, new_id = 0;
+	struct dbox_attr src, dst = { 0 };
+	uint64_t id = 0, new_id = 0;
 	bool src_dir, replacing;
 	int ret;
 
@@ -417,15 +393,16 @@ int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 		return -EINVAL;
 	if (newnamelen > DBOX_NAME_MAX)
 		return -ENAMETOOLONG;
-	if ((ret = entry_get(index, parent, name, namelen, &id, &src)) < 0)
+	if ((ret = rename_ends(index, parent, name, namelen, newparent,
+			       newname, newnamelen, &id, &src, &new_id,
+			       &dst)) < 0)
 		return ret;
+	replacing = ret == 1;
+	if (moved_r != NULL)
+		*moved_r = src;
 	if ((ret = check_dir(index, newparent)) < 0)
 		return ret;
 	src_dir = src.kind == DBOX_KIND_DIR;
-	ret = entry_get(index, newparent, newname, newnamelen, &new_id, &dst);
-	if (ret < 0 && ret != -ENOENT)
-		return ret;
-	replacing = ret == 0;
 	if (replacing) {
 		if (flags & RENAME_NOREPLACE)
 			return -EEXIST;
@@ -462,9 +439,10 @@ int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 			*replaced_nlink_r = dst.nlink - 1;
 		}
 	}
+	/* The moved inode's ctime with its old directory's times: its
+	   attributes come back from that UPDATE. */
 	if ((ret = entry_move(index, id, newparent, newname, newnamelen)) < 0 ||
-	    (ret = nlink_add(index, src.ino, 0, now_ns)) < 0 ||
-	    (ret = touch_dir(index, parent, now_ns)) < 0)
+	    (ret = touch_dir_and(index, parent, src.ino, now_ns, moved_r)) < 0)
 		return ret;
 	if (parent != newparent) {
 		if ((ret = touch_dir(index, newparent, now_ns)) < 0)
@@ -475,26 +453,6 @@ int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 			return ret;
 	}
 	return 0;
-}
-
-int dbox_index_setattr(struct dbox_index *index, const struct dbox_attr *attr)
-{
-	sqlite3_stmt *stmt = index_stmt(index, ST_SETATTR);
-	int ret;
-
-	sqlite3_bind_int64(stmt, 1, attr->ino);
-	sqlite3_bind_int64(stmt, 2, attr->mode);
-	sqlite3_bind_int64(stmt, 3, attr->uid);
-	sqlite3_bind_int64(stmt, 4, attr->gid);
-	sqlite3_bind_int64(stmt, 5, attr->size);
-	sqlite3_bind_int64(stmt, 6, attr->mtime_ns);
-	sqlite3_bind_int64(stmt, 7, attr->ctime_ns);
-	sqlite3_bind_int(stmt, 8, attr->kind);
-	sqlite3_bind_int64(stmt, 9, attr->atime_ns);
-	sqlite3_bind_int64(stmt, 10, (int64_t)attr->rdev);
-	if ((ret = index_exec_stmt(index, stmt, "setattr")) < 0)
-		return ret;
-	return sqlite3_changes(index->db) == 1 ? 0 : -ENOENT;
 }
 
 int dbox_index_readdir(struct dbox_index *index, uint64_t dir, uint64_t after,
@@ -554,162 +512,4 @@ int dbox_index_entry_of(struct dbox_index *index, uint64_t ino,
 int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r)
 {
 	return dbox_index_entry_of(index, dir, NULL, name_r);
-}
-
-int dbox_index_symlink_set(struct dbox_index *index, uint64_t ino,
-			   const char *target, size_t len)
-{
-	sqlite3_stmt *stmt;
-	struct dbox_attr attr;
-	int ret;
-
-	if (len == 0 || len >= 4096)
-		return len == 0 ? -ENOENT : -ENAMETOOLONG;
-	if ((ret = dbox_index_getattr(index, ino, &attr)) < 0)
-		return ret;
-	stmt = index_stmt(index, ST_SYMLINK_SET);
-	sqlite3_bind_int64(stmt, 1, ino);
-	sqlite3_bind_blob(stmt, 2, target, len, SQLITE_STATIC);
-	if ((ret = index_exec_stmt(index, stmt, "symlink set")) < 0)
-		return ret;
-	attr.size = len;
-	return dbox_index_setattr(index, &attr);
-}
-
-int dbox_index_readlink(struct dbox_index *index, uint64_t ino,
-			char **target_r)
-{
-	sqlite3_stmt *stmt = index_stmt(index, ST_SYMLINK_GET);
-	int rc;
-
-	sqlite3_bind_int64(stmt, 1, ino);
-	rc = sqlite3_step(stmt);
-	if (rc == SQLITE_ROW) {
-		*target_r = strndup(sqlite3_column_blob(stmt, 0),
-				    sqlite3_column_bytes(stmt, 0));
-		return index_done(stmt, *target_r == NULL ? -ENOMEM : 0);
-	}
-	return rc == SQLITE_DONE ? -EINVAL : index_sql_error(index, "readlink");
-}
-
-int dbox_index_xattr_get(struct dbox_index *index, uint64_t ino,
-			 const char *name, void **value_r, size_t *len_r)
-{
-	sqlite3_stmt *stmt = index_stmt(index, ST_XATTR_GET);
-	size_t len;
-	int rc;
-
-	*value_r = NULL;
-	*len_r = 0;
-	sqlite3_bind_int64(stmt, 1, ino);
-	sqlite3_bind_blob(stmt, 2, name, strlen(name), SQLITE_STATIC);
-	rc = sqlite3_step(stmt);
-	if (rc == SQLITE_DONE)
-		return index_done(stmt, -ENODATA);
-	if (rc != SQLITE_ROW)
-		return index_done(stmt, index_sql_error(index, "xattr get"));
-	len = (size_t)sqlite3_column_bytes(stmt, 0);
-	if (len > 0) {
-		if ((*value_r = malloc(len)) == NULL)
-			return index_done(stmt, -ENOMEM);
-		memcpy(*value_r, sqlite3_column_blob(stmt, 0), len);
-	}
-	*len_r = len;
-	return index_done(stmt, 0);
-}
-
-int dbox_index_xattr_set(struct dbox_index *index, uint64_t ino,
-			 const char *name, const void *value, size_t len,
-			 int flags)
-{
-	size_t namelen = strlen(name);
-	sqlite3_stmt *stmt;
-	int64_t names, total;
-	int rc;
-
-	if (namelen == 0 || namelen > DBOX_XATTR_NAME_MAX ||
-	    len > DBOX_XATTR_SIZE_MAX)
-		return -ERANGE;
-	/* What the inode holds besides this name, checked against the
-	   limits before anything is written. */
-	stmt = index_stmt(index, ST_XATTR_USAGE);
-	sqlite3_bind_int64(stmt, 1, ino);
-	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
-	if ((rc = sqlite3_step(stmt)) != SQLITE_ROW)
-		return index_done(stmt, index_sql_error(index, "xattr usage"));
-	names = sqlite3_column_int64(stmt, 0);
-	total = sqlite3_column_int64(stmt, 1);
-	index_done(stmt, 0);
-	if (names + (int64_t)namelen + 1 > DBOX_XATTR_SIZE_MAX ||
-	    total + (int64_t)namelen + (int64_t)len > DBOX_XATTR_TOTAL_MAX)
-		return -ENOSPC;
-	/* An empty value is a zero-length blob, never NULL (NOT NULL). */
-	if (value == NULL)
-		value = "";
-	stmt = index_stmt(index, flags & XATTR_REPLACE ?
-			  ST_XATTR_UPDATE : ST_XATTR_INSERT);
-	sqlite3_bind_int64(stmt, 1, ino);
-	sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
-	sqlite3_bind_blob(stmt, 3, value, len, SQLITE_STATIC);
-	rc = sqlite3_step(stmt);
-	sqlite3_reset(stmt);
-	if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT) {
-		if (flags & XATTR_CREATE)
-			return -EEXIST;
-		stmt = index_stmt(index, ST_XATTR_UPDATE);
-		sqlite3_bind_int64(stmt, 1, ino);
-		sqlite3_bind_blob(stmt, 2, name, namelen, SQLITE_STATIC);
-		sqlite3_bind_blob(stmt, 3, value, len, SQLITE_STATIC);
-		rc = sqlite3_step(stmt);
-		sqlite3_reset(stmt);
-	}
-	if (rc != SQLITE_DONE)
-		return index_sql_error(index, "xattr set");
-	if ((flags & XATTR_REPLACE) && sqlite3_changes(index->db) == 0)
-		return -ENODATA;
-	return 0;
-}
-
-int dbox_index_xattr_remove(struct dbox_index *index, uint64_t ino,
-			    const char *name)
-{
-	sqlite3_stmt *stmt = index_stmt(index, ST_XATTR_DELETE);
-	int ret;
-
-	sqlite3_bind_int64(stmt, 1, ino);
-	sqlite3_bind_blob(stmt, 2, name, strlen(name), SQLITE_STATIC);
-	if ((ret = index_exec_stmt(index, stmt, "xattr remove")) < 0)
-		return ret;
-	return sqlite3_changes(index->db) == 1 ? 0 : -ENODATA;
-}
-
-int dbox_index_xattr_list(struct dbox_index *index, uint64_t ino,
-			  char **list_r, size_t *len_r)
-{
-	sqlite3_stmt *stmt = index_stmt(index, ST_XATTR_LIST);
-	char *list = NULL, *grown;
-	size_t len = 0;
-	int rc;
-
-	sqlite3_bind_int64(stmt, 1, ino);
-	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-		size_t n = (size_t)sqlite3_column_bytes(stmt, 0);
-
-		if ((grown = realloc(list, len + n + 1)) == NULL) {
-			free(list);
-			return index_done(stmt, -ENOMEM);
-		}
-		list = grown;
-		memcpy(list + len, sqlite3_column_blob(stmt, 0), n);
-		list[len + n] = '\0';
-		len += n + 1;
-	}
-	sqlite3_reset(stmt);
-	if (rc != SQLITE_DONE) {
-		free(list);
-		return index_sql_error(index, "xattr list");
-	}
-	*list_r = list;
-	*len_r = len;
-	return 0;
 }

@@ -4,6 +4,7 @@
 /* Shared by the files of index/ only: the connection and its statements. */
 
 #include "index.h"
+#include "storage/log.h"
 
 #include <pthread.h>
 #include <sqlite3.h>
@@ -13,7 +14,7 @@
 enum index_stmt {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_SYNC_FULL, ST_SYNC_NORMAL,
 	ST_LOOKUP, ST_GETATTR, ST_INODE_INSERT, ST_ENTRY_INSERT,
-	ST_ENTRY_GET, ST_ENTRY_DELETE, ST_ENTRY_MOVE, ST_ENTRY_SET_INO,
+	ST_ENTRY_GET, ST_RENAME_ENDS, ST_ENTRY_DELETE, ST_ENTRY_MOVE, ST_ENTRY_SET_INO,
 	ST_DIR_HAS_ENTRIES, ST_PARENT_OF, ST_NAME_OF, ST_TOUCH_DIR, ST_NLINK_ADD,
 	ST_SETATTR, ST_INODE_DELETE, ST_MSG_DELETE, ST_READDIR,
 	ST_MSG_GET, ST_MSG_SET, ST_MSG_SET_STATE,
@@ -80,6 +81,12 @@ int index_sql_error(struct dbox_index *index, const char *what);
    as soon as its last row is read. */
 int index_done(sqlite3_stmt *stmt, int ret);
 
+/* Run sql (one or more statements, no rows wanted) with sqlite3_exec.
+   A failure is logged at level as "index PATH: WHAT: message" (what may
+   be NULL) and returns -EIO. */
+int index_exec_sql(struct dbox_index *index, enum dbox_log_level level,
+		   const char *what, const char *sql);
+
 /* Step a statement that returns no row; 0 or -EIO. */
 int index_exec_stmt(struct dbox_index *index, sqlite3_stmt *stmt,
 		    const char *what);
@@ -88,6 +95,21 @@ int index_exec_stmt(struct dbox_index *index, sqlite3_stmt *stmt,
    ino, kind, mode, uid, gid, nlink, size, mtime, ctime, atime, rdev and
    the record size of a committed message (0 else). */
 void index_row_attr(sqlite3_stmt *stmt, int col, struct dbox_attr *attr_r);
+
+/* Step stmt to its first row and fill *attr_r from its columns starting
+   at col (the caller resets stmt: it may read more columns).  Returns 0,
+   -ENOENT when there is no row, or index_sql_error(what). */
+int index_step_attr(struct dbox_index *index, sqlite3_stmt *stmt, int col,
+		    struct dbox_attr *attr_r, const char *what);
+
+/* Bind attr to parameters ?1..?10 of stmt: ino, kind, mode, uid, gid,
+   nlink, size, mtime, ctime, atime (times in dbox time).  A statement
+   need not use every one of them. */
+void index_bind_attr(sqlite3_stmt *stmt, const struct dbox_attr *attr);
+
+/* Keep attr in the attribute cache, when it is on (index-inode.c). */
+void index_attr_cache_put(struct dbox_index *index,
+			  const struct dbox_attr *attr);
 
 /* The column list index_row_attr() reads, for building statements. */
 #define INDEX_ATTR_COLS "i.ino, i.kind, i.mode, i.uid, i.gid, i.nlink, i.size, i.mtime, i.ctime," \

@@ -534,16 +534,7 @@ int dbox_index_rebuild_inode(struct dbox_index *index,
 		     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
 		     &stmt) != SQLITE_OK)
 		return index_sql_error(index, "rebuild inode");
-	sqlite3_bind_int64(stmt, 1, (int64_t)attr->ino);
-	sqlite3_bind_int(stmt, 2, attr->kind);
-	sqlite3_bind_int64(stmt, 3, attr->mode);
-	sqlite3_bind_int64(stmt, 4, attr->uid);
-	sqlite3_bind_int64(stmt, 5, attr->gid);
-	sqlite3_bind_int64(stmt, 6, attr->nlink);
-	sqlite3_bind_int64(stmt, 7, (int64_t)attr->size);
-	sqlite3_bind_int64(stmt, 8, attr->mtime_ns);
-	sqlite3_bind_int64(stmt, 9, attr->ctime_ns);
-	sqlite3_bind_int64(stmt, 10, attr->atime_ns);
+	index_bind_attr(stmt, attr);
 	rc = sqlite3_step(stmt);
 	sqlite3_finalize(stmt);
 	if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT)
@@ -615,7 +606,6 @@ int dbox_index_reserve_ino(struct dbox_index *index, uint64_t ino)
 int dbox_index_rebuild_nlinks(struct dbox_index *index)
 {
 	char sql[512];
-	char *err = NULL;
 
 	snprintf(sql, sizeof(sql),
 		 "UPDATE inode SET nlink = (SELECT count(*) FROM entry e"
@@ -624,10 +614,5 @@ int dbox_index_rebuild_nlinks(struct dbox_index *index)
 		 " JOIN inode c ON c.ino = e.ino WHERE e.parent = inode.ino"
 		 " AND c.kind = %d) WHERE kind = %d;",
 		 DBOX_KIND_DIR, DBOX_KIND_DIR, DBOX_KIND_DIR);
-	if (sqlite3_exec(index->db, sql, NULL, NULL, &err) != SQLITE_OK) {
-		dbox_error("index %s: link counts: %s", index->path, err);
-		sqlite3_free(err);
-		return -EIO;
-	}
-	return 0;
+	return index_exec_sql(index, DBOX_LOG_ERROR, "link counts", sql);
 }

@@ -123,43 +123,39 @@ int dbox_index_stats_get(struct dbox_index *index,
 	return 0;
 }
 
-int dbox_index_stats_per_dir(struct dbox_index *index,
-			     dbox_dir_count_cb_t *cb, void *ctx)
+/* Run sql, whose rows are (dir) or (dir, count), and call cb per row with
+   count 0 when there is none.  Every row is read first: the callback may
+   run other statements. */
+static int dir_counts(struct dbox_index *index, const char *sql,
+		      const char *what, dbox_dir_count_cb_t *cb, void *ctx)
 {
 	struct dir_count {
 		uint64_t dir, count;
 	} *rows = NULL;
 	size_t nrows = 0, size = 0;
 	sqlite3_stmt *stmt;
-	char sql[256];
 	int rc, ret = 0;
 
-	snprintf(sql, sizeof(sql),
-		 "SELECT e.parent, count(*) FROM entry e"
-		 " JOIN message m ON m.ino = e.ino"
-		 " WHERE m.state = %d GROUP BY e.parent ORDER BY e.parent",
-		 DBOX_MSG_COMMITTED);
 	if (sqlite3_prepare_v2(index->db, sql, -1, &stmt, NULL) != SQLITE_OK)
-		return index_sql_error(index, "stats per dir");
-	/* Read every row first: the callback may run other statements. */
+		return index_sql_error(index, what);
 	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
 		if (nrows == size) {
 			struct dir_count *n;
 
 			size = size == 0 ? 64 : size * 2;
-			n = realloc(rows, size * sizeof(*rows));
-			if (n == NULL) {
+			if ((n = realloc(rows, size * sizeof(*rows))) == NULL) {
 				ret = -ENOMEM;
 				break;
 			}
 			rows = n;
 		}
 		rows[nrows].dir = sqlite3_column_int64(stmt, 0);
-		rows[nrows].count = sqlite3_column_int64(stmt, 1);
+		rows[nrows].count = sqlite3_column_count(stmt) > 1 ?
+			(uint64_t)sqlite3_column_int64(stmt, 1) : 0;
 		nrows++;
 	}
 	if (ret == 0 && rc != SQLITE_DONE)
-		ret = index_sql_error(index, "stats per dir");
+		ret = index_sql_error(index, what);
 	sqlite3_finalize(stmt);
 	for (size_t i = 0; ret == 0 && i < nrows; i++)
 		ret = cb(ctx, rows[i].dir, rows[i].count);
@@ -167,40 +163,28 @@ int dbox_index_stats_per_dir(struct dbox_index *index,
 	return ret;
 }
 
+int dbox_index_stats_per_dir(struct dbox_index *index,
+			     dbox_dir_count_cb_t *cb, void *ctx)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT e.parent, count(*) FROM entry e"
+		 " JOIN message m ON m.ino = e.ino"
+		 " WHERE m.state = %d GROUP BY e.parent ORDER BY e.parent",
+		 DBOX_MSG_COMMITTED);
+	return dir_counts(index, sql, "stats per dir", cb, ctx);
+}
+
 int dbox_index_stats_maildirs(struct dbox_index *index,
 			      dbox_dir_count_cb_t *cb, void *ctx)
 {
-	uint64_t *dirs = NULL;
-	size_t ndirs = 0, size = 0;
-	sqlite3_stmt *stmt;
 	char sql[256];
-	int rc, ret = 0;
 
 	/* entry.name is a BLOB: compared with the bytes of "cur". */
 	snprintf(sql, sizeof(sql),
 		 "SELECT e.ino FROM entry e JOIN inode i ON i.ino = e.ino"
 		 " WHERE e.name = x'637572' AND i.kind = %d ORDER BY e.ino",
 		 DBOX_KIND_DIR);
-	if (sqlite3_prepare_v2(index->db, sql, -1, &stmt, NULL) != SQLITE_OK)
-		return index_sql_error(index, "stats maildirs");
-	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-		if (ndirs == size) {
-			uint64_t *n;
-
-			size = size == 0 ? 64 : size * 2;
-			if ((n = realloc(dirs, size * sizeof(*dirs))) == NULL) {
-				ret = -ENOMEM;
-				break;
-			}
-			dirs = n;
-		}
-		dirs[ndirs++] = (uint64_t)sqlite3_column_int64(stmt, 0);
-	}
-	if (ret == 0 && rc != SQLITE_DONE)
-		ret = index_sql_error(index, "stats maildirs");
-	sqlite3_finalize(stmt);
-	for (size_t i = 0; ret == 0 && i < ndirs; i++)
-		ret = cb(ctx, dirs[i], 0);
-	free(dirs);
-	return ret;
+	return dir_counts(index, sql, "stats maildirs", cb, ctx);
 }

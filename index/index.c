@@ -68,11 +68,20 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_LOOKUP] = "SELECT " INDEX_ATTR_COLS " FROM entry e JOIN inode i ON i.ino = e.ino"
 		      " WHERE e.parent = ?1 AND e.name = ?2",
 	[ST_GETATTR] = "SELECT " INDEX_ATTR_COLS " FROM inode i WHERE i.ino = ?1",
+	/* Parameters as index_bind_attr() binds them (?1, ino, unused:
+	   the row gets a new one). */
 	[ST_INODE_INSERT] = "INSERT INTO inode (kind, mode, uid, gid, nlink, size, mtime, ctime, atime)"
-			    " VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?6, ?6)",
+			    " VALUES (?2, ?3, ?4, ?5, ?6, 0, ?8, ?9, ?10)",
 	[ST_ENTRY_INSERT] = "INSERT INTO entry (parent, name, ino) VALUES (?1, ?2, ?3)",
 	[ST_ENTRY_GET] = "SELECT e.id, " INDEX_ATTR_COLS " FROM entry e JOIN inode i ON i.ino = e.ino"
 			 " WHERE e.parent = ?1 AND e.name = ?2",
+	/* Both ends of a rename: which end a row is, then as ST_ENTRY_GET
+	   (each term uses the entry_name index: MULTI-INDEX OR). */
+	[ST_RENAME_ENDS] = "SELECT e.id, e.parent = ?1 AND e.name = ?2,"
+			   " e.parent = ?3 AND e.name = ?4, " INDEX_ATTR_COLS
+			   " FROM entry e JOIN inode i ON i.ino = e.ino"
+			   " WHERE (e.parent = ?1 AND e.name = ?2)"
+			   " OR (e.parent = ?3 AND e.name = ?4)",
 	[ST_ENTRY_DELETE] = "DELETE FROM entry WHERE id = ?1",
 	[ST_ENTRY_MOVE] = "UPDATE entry SET parent = ?2, name = ?3 WHERE id = ?1",
 	[ST_ENTRY_SET_INO] = "UPDATE entry SET ino = ?2 WHERE id = ?1",
@@ -82,14 +91,18 @@ static const char *const stmt_sql[ST_COUNT] = {
 	/* RETURNING: the directory's new attributes for the attribute
 	   cache (the kernel asks for them right after the change); the
 	   columns of INDEX_ATTR_COLS. */
-	[ST_TOUCH_DIR] = "UPDATE inode SET mtime = ?2, ctime = ?2 WHERE ino = ?1"
+	/* ... and the ctime of ?3 (a renamed inode; 0: none) with it. */
+	[ST_TOUCH_DIR] = "UPDATE inode SET mtime = CASE WHEN ino = ?1 THEN ?2 ELSE mtime END,"
+			 " ctime = ?2 WHERE ino IN (?1, ?3)"
 			 " RETURNING ino, kind, mode, uid, gid, nlink, size, mtime, ctime,"
 			 " coalesce(atime, mtime), rdev,"
 			 " coalesce((SELECT m.record_size FROM message m"
 			 " WHERE m.ino = inode.ino AND m.state = 0), 0)",
 	[ST_NLINK_ADD] = "UPDATE inode SET nlink = nlink + ?2, ctime = ?3 WHERE ino = ?1",
-	[ST_SETATTR] = "UPDATE inode SET mode = ?2, uid = ?3, gid = ?4, size = ?5, mtime = ?6,"
-		       " ctime = ?7, kind = ?8, atime = ?9, rdev = ?10 WHERE ino = ?1",
+	/* Parameters as index_bind_attr() binds them (?6, nlink, unused),
+	   and ?11 rdev. */
+	[ST_SETATTR] = "UPDATE inode SET kind = ?2, mode = ?3, uid = ?4, gid = ?5, size = ?7,"
+		       " mtime = ?8, ctime = ?9, atime = ?10, rdev = ?11 WHERE ino = ?1",
 	[ST_INODE_DELETE] = "DELETE FROM inode WHERE ino = ?1",
 	[ST_MSG_DELETE] = "DELETE FROM message WHERE ino = ?1",
 	[ST_READDIR] = "SELECT e.id, e.name, " INDEX_ATTR_COLS " FROM entry e"
@@ -182,6 +195,32 @@ void index_row_attr(sqlite3_stmt *stmt, int col, struct dbox_attr *attr_r)
 	attr_r->stored = sqlite3_column_int64(stmt, col + 11);
 }
 
+int index_step_attr(struct dbox_index *index, sqlite3_stmt *stmt, int col,
+		    struct dbox_attr *attr_r, const char *what)
+{
+	int rc = sqlite3_step(stmt);
+
+	if (rc == SQLITE_ROW) {
+		index_row_attr(stmt, col, attr_r);
+		return 0; /* the caller resets: it may read more columns */
+	}
+	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, what);
+}
+
+void index_bind_attr(sqlite3_stmt *stmt, const struct dbox_attr *attr)
+{
+	sqlite3_bind_int64(stmt, 1, (int64_t)attr->ino);
+	sqlite3_bind_int(stmt, 2, attr->kind);
+	sqlite3_bind_int64(stmt, 3, attr->mode);
+	sqlite3_bind_int64(stmt, 4, attr->uid);
+	sqlite3_bind_int64(stmt, 5, attr->gid);
+	sqlite3_bind_int64(stmt, 6, attr->nlink);
+	sqlite3_bind_int64(stmt, 7, (int64_t)attr->size);
+	sqlite3_bind_int64(stmt, 8, attr->mtime_ns);
+	sqlite3_bind_int64(stmt, 9, attr->ctime_ns);
+	sqlite3_bind_int64(stmt, 10, attr->atime_ns);
+}
+
 int64_t dbox_now_ns(void)
 {
 	struct timespec ts;
@@ -190,16 +229,24 @@ int64_t dbox_now_ns(void)
 	return dbox_time_make(ts.tv_sec, ts.tv_nsec);
 }
 
-static int exec_sql(struct dbox_index *index, const char *sql)
+int index_exec_sql(struct dbox_index *index, enum dbox_log_level level,
+		   const char *what, const char *sql)
 {
 	char *err = NULL;
 
 	if (sqlite3_exec(index->db, sql, NULL, NULL, &err) != SQLITE_OK) {
-		dbox_error("index %s: %s", index->path, err);
+		dbox_log(level, "index %s: %s%s%s", index->path,
+			 what != NULL ? what : "", what != NULL ? ": " : "",
+			 err != NULL ? err : "?");
 		sqlite3_free(err);
 		return -EIO;
 	}
 	return 0;
+}
+
+static int exec_sql(struct dbox_index *index, const char *sql)
+{
+	return index_exec_sql(index, DBOX_LOG_ERROR, NULL, sql);
 }
 
 /* A new index: schema, format, uidvalidity and the root directory. */
@@ -314,18 +361,14 @@ static int upgrade_format(struct dbox_index *index, int64_t format)
 static void add_recovery_indexes(struct dbox_index *index)
 {
 	char sql[256];
-	char *err = NULL;
 
 	snprintf(sql, sizeof(sql),
 		 "CREATE INDEX IF NOT EXISTS message_writing ON message (ino)"
 		 " WHERE state = %d;"
 		 "CREATE INDEX IF NOT EXISTS inode_orphan ON inode (ino)"
 		 " WHERE nlink = 0;", DBOX_MSG_WRITING);
-	if (sqlite3_exec(index->db, sql, NULL, NULL, &err) != SQLITE_OK) {
-		dbox_debug("index %s: recovery indexes not added: %s",
-			   index->path, err);
-		sqlite3_free(err);
-	}
+	(void)index_exec_sql(index, DBOX_LOG_DEBUG,
+			     "recovery indexes not added", sql);
 }
 
 /* May this process create files in the directory of path (the -shm and

@@ -177,8 +177,9 @@ int dbox_index_getattr(struct dbox_index *index, uint64_t ino,
    mtime = ctime = atime = now_ns, nlink 1 (2 for a directory), named name
    in parent.  Sets parent's mtime and ctime to now_ns (and adds to its
    nlink for a directory).  Returns 0 and
-   fills *attr_r; -EEXIST when the name exists, -ENOENT/-ENOTDIR when parent
-   is not a directory. */
+   fills *attr_r (without reading it back); -EEXIST when the name exists,
+   -ENAMETOOLONG, -ENOENT/-ENOTDIR when parent is not a directory.  A
+   failure leaves nothing behind in the caller's transaction. */
 int dbox_index_create(struct dbox_index *index, uint64_t parent,
 		      const char *name, size_t namelen, enum dbox_kind kind,
 		      uint32_t mode, uint32_t uid, uint32_t gid, int64_t now_ns,
@@ -205,11 +206,15 @@ int dbox_index_remove(struct dbox_index *index, uint64_t parent,
    atomically (its nlink drops; *replaced_ino_r / *replaced_nlink_r tell
    which inode lost a name, 0 if none).  Moving a directory below itself is
    -EINVAL.  Both directories' mtime and ctime and the moved inode's ctime
-   become now_ns.  The moved inode keeps its number, size and mtime. */
+   become now_ns.  The moved inode keeps its number, size and mtime; its
+   attributes after the rename go to *moved_r (NULL: not wanted), from the
+   lookup the rename makes anyway (no second read).  Errors: -ENOENT,
+   -EEXIST (NOREPLACE), -ENOTDIR, -EISDIR, -ENOTEMPTY, -EINVAL,
+   -ENAMETOOLONG, -EIO. */
 int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 		      const char *name, size_t namelen, uint64_t newparent,
 		      const char *newname, size_t newnamelen,
-		      unsigned int flags, int64_t now_ns,
+		      unsigned int flags, int64_t now_ns, struct dbox_attr *moved_r,
 		      uint64_t *replaced_ino_r, uint32_t *replaced_nlink_r);
 
 /* Store the attributes kind, mode, uid, gid, size, mtime_ns, ctime_ns,

@@ -200,8 +200,10 @@ static void expect_store(struct fix *f, const char *name)
 		assert_int_equal(ret, 0);
 		assert_int_equal(attr.size, m->len);
 		assert_int_equal(dbox_index_msg_get(st->index, attr.ino, &loc), 0);
+		dbox_store_mutex_lock(st);
 		assert_int_equal(dbox_store_open_reader(st, &loc, m->len,
 							&reader), 0);
+		dbox_store_mutex_unlock(st);
 		assert_non_null(buf = malloc(m->len + 16));
 		assert_int_equal(dbox_reader_pread(reader, buf, m->len + 16, 0),
 				 (ssize_t)m->len);

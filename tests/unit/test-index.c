@@ -205,7 +205,7 @@ static int tx_rename_at(struct fix *f, uint64_t parent, const char *name,
 	tx_begin(f);
 	ret = dbox_index_rename(f->index, parent, name, strlen(name),
 				newparent, newname, strlen(newname), flags,
-				now, &rino, &rnlink);
+				now, NULL, &rino, &rnlink);
 	if (rino_r != NULL)
 		*rino_r = rino;
 	if (rnlink_r != NULL)
@@ -790,7 +790,7 @@ static void test_names_arbitrary_bytes(void **state)
 	uint64_t rino;
 	uint32_t rnlink;
 	assert_int_equal(dbox_index_rename(f->index, d, bin, sizeof(bin), d,
-					   "a:b,c", 5, 0, dbox_now_ns(),
+					   "a:b,c", 5, 0, dbox_now_ns(), NULL,
 					   &rino, &rnlink), 0);
 	assert_int_equal(dbox_index_commit(f->index, false), 0);
 	assert_int_equal(ino_at(f, d, "a:b,c"), a1.ino);
@@ -816,7 +816,7 @@ static void test_names_arbitrary_bytes(void **state)
 					 &attr), -ENAMETOOLONG);
 	assert_int_equal(dbox_index_rename(f->index, d, "a:b,c", 5, d,
 					   longname, DBOX_NAME_MAX + 1, 0,
-					   dbox_now_ns(), &rino, &rnlink),
+					   dbox_now_ns(), NULL, &rino, &rnlink),
 			 -ENAMETOOLONG);
 	dbox_index_rollback(f->index);
 	assert_int_equal(ino_at(f, d, "a:b,c"), a1.ino);
@@ -2136,7 +2136,7 @@ static void test_attr_cache_follows_changes(void **state)
 		case 1:
 			dbox_index_rename(f->index, dir, name, strlen(name), dir2,
 					  name2, strlen(name2), 0, dbox_now_ns(),
-					  &ino, &nlink);
+					  NULL, &ino, &nlink);
 			break;
 		case 2:
 			dbox_index_remove(f->index, dir, name, strlen(name), false,

@@ -1,0 +1,417 @@
+/*
+ * namespace.c: whole namespace operations on a store (see namespace.h):
+ * each change is one index transaction that begins and ends here, and the
+ * attributes the caller replies with come back from it.
+ *
+ * Never includes FUSE headers; never takes st->lock (the caller holds it).
+ */
+#include "engine/namespace.h"
+#include "engine/store-dirs.h"
+
+#include "engine/maildir.h"
+#include "index/wal-sync.h"
+#include "storage/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void dbox_ns_file_unlink(struct dbox_store *st, uint64_t ino)
+{
+	char name[24];
+
+	dbox_files_name(name, ino);
+	if (unlinkat(st->files_fd, name, 0) < 0 && errno != ENOENT)
+		dbox_warning("%s/" DBOX_STORE_FILES "/%s: unlink: %s", st->path,
+			     name, strerror(errno));
+}
+
+int dbox_ns_tx_end(struct dbox_store *st, int ret, bool durable)
+{
+	dbox_store_assert_locked(st);
+	if (ret < 0) {
+		dbox_index_rollback(st->index);
+		return ret;
+	}
+	return dbox_index_commit(st->index, durable);
+}
+
+/* Begin the transaction of a namespace change; gone (may be NULL) starts
+   empty. */
+static int ns_begin(struct dbox_store *st, struct dbox_ns_gone *gone)
+{
+	if (gone != NULL)
+		memset(gone, 0, sizeof(*gone));
+	return dbox_index_begin(st->index);
+}
+
+/* End the transaction of an operation whose outcome is ret (0: commit,
+   else roll back); a plain file deleted in it loses its backing file
+   once the commit went through.  Returns ret or the commit's error. */
+static int ns_end(struct dbox_store *st, int ret, struct dbox_ns_gone *gone,
+		  uint64_t file_ino)
+{
+	if (ret != 0) {
+		dbox_index_rollback(st->index);
+		if (gone != NULL)
+			memset(gone, 0, sizeof(*gone));
+		return ret;
+	}
+	ret = dbox_index_commit(st->index, false);
+	if (ret == 0 && file_ino != 0)
+		dbox_ns_file_unlink(st, file_ino);
+	return ret;
+}
+
+/* Delete ino (no names left) inside the transaction: its rows; a message's
+   record becomes garbage (gone->garbage_file_id), a plain file's backing
+   file is for the caller to remove after the commit (*file_ino_r). */
+static int drop_inode(struct dbox_store *st, uint64_t ino,
+		      struct dbox_ns_gone *gone, uint64_t *file_ino_r)
+{
+	struct dbox_msgloc loc;
+	struct dbox_attr attr;
+	int ret;
+
+	if ((ret = dbox_index_getattr(st->index, ino, &attr)) < 0)
+		return ret == -ENOENT ? 0 : ret;
+	if (attr.nlink > 0)
+		return 0; /* linked again meanwhile */
+	if (attr.kind == DBOX_KIND_MESSAGE &&
+	    dbox_index_msg_get(st->index, ino, &loc) == 0)
+		gone->garbage_file_id = loc.file_id;
+	if ((ret = dbox_index_delete_inode(st->index, ino)) < 0)
+		return ret;
+	gone->deleted = true;
+	if (attr.kind == DBOX_KIND_FILE)
+		*file_ino_r = ino;
+	return 0;
+}
+
+/* A name of ino went away leaving nlink: delete ino now unless it still
+   has names or the caller holds it. */
+static int name_gone(struct dbox_store *st, uint64_t ino, uint32_t nlink,
+		     const struct dbox_ns_hooks *hooks,
+		     struct dbox_ns_gone *gone, uint64_t *file_ino_r)
+{
+	gone->ino = ino;
+	gone->nlink = nlink;
+	if (ino == 0 || nlink > 0)
+		return 0;
+	if (hooks != NULL && hooks->held != NULL && hooks->held(hooks->ctx, ino))
+		return 0;
+	return drop_inode(st, ino, gone, file_ino_r);
+}
+
+int dbox_ns_lookup(struct dbox_store *st, uint64_t parent, const char *name,
+		   struct dbox_attr *attr_r)
+{
+	dbox_store_assert_locked(st);
+	return dbox_index_lookup(st->index, parent, name, strlen(name), attr_r);
+}
+
+int dbox_ns_getattr(struct dbox_store *st, uint64_t ino,
+		    struct dbox_attr *attr_r)
+{
+	dbox_store_assert_locked(st);
+	return dbox_index_getattr(st->index, ino, attr_r);
+}
+
+int dbox_ns_dir_self(struct dbox_store *st, uint64_t dir,
+		     struct dbox_attr *self_r, struct dbox_attr *parent_r)
+{
+	uint64_t parent;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = dbox_index_getattr(st->index, dir, self_r)) < 0 ||
+	    (ret = dbox_index_parent(st->index, dir, &parent)) < 0)
+		return ret;
+	return dbox_index_getattr(st->index, parent, parent_r);
+}
+
+int dbox_ns_readdir(struct dbox_store *st, uint64_t dir, uint64_t after,
+		    dbox_readdir_cb_t *cb, void *ctx)
+{
+	dbox_store_assert_locked(st);
+	return dbox_index_readdir(st->index, dir, after, cb, ctx);
+}
+
+int dbox_ns_readlink(struct dbox_store *st, uint64_t ino, char **target_r)
+{
+	dbox_store_assert_locked(st);
+	return dbox_index_readlink(st->index, ino, target_r);
+}
+
+int dbox_ns_xattr_get(struct dbox_store *st, uint64_t ino, const char *name,
+		      void **value_r, size_t *len_r)
+{
+	dbox_store_assert_locked(st);
+	return dbox_index_xattr_get(st->index, ino, name, value_r, len_r);
+}
+
+int dbox_ns_xattr_list(struct dbox_store *st, uint64_t ino, char **list_r,
+		       size_t *len_r)
+{
+	dbox_store_assert_locked(st);
+	return dbox_index_xattr_list(st->index, ino, list_r, len_r);
+}
+
+bool dbox_ns_is_message_name(struct dbox_store *st, uint64_t parent,
+			     const char *name)
+{
+	char *dir;
+	bool ret;
+
+	dbox_store_assert_locked(st);
+	if (name[0] == '.' ||
+	    dbox_index_name_of(st->index, parent, &dir) < 0)
+		return false;
+	ret = maildir_is_subdir(dir, strlen(dir));
+	free(dir);
+	return ret;
+}
+
+uint64_t dbox_ns_sync_point(struct dbox_store *st)
+{
+	dbox_store_assert_locked(st);
+	return dbox_index_commit_seq(st->index);
+}
+
+int dbox_ns_sync_upto(struct dbox_store *st, uint64_t point)
+{
+	return dbox_index_sync_upto(st->index, point);
+}
+
+int dbox_ns_new_owner(struct dbox_store *st, uint64_t parent,
+		      uint32_t *mode, uint32_t *gid)
+{
+	struct dbox_attr dir;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = dbox_index_getattr(st->index, parent, &dir)) < 0)
+		return ret;
+	if (dir.kind != DBOX_KIND_DIR)
+		return -ENOTDIR;
+	if (dir.mode & S_ISGID) {
+		*gid = dir.gid;
+		if (S_ISDIR(*mode))
+			*mode |= S_ISGID;
+	}
+	return 0;
+}
+
+/* dbox_ns_create inside the caller's transaction. */
+static int create_in_tx(struct dbox_store *st, uint64_t parent,
+			const char *name, const struct dbox_ns_new *nw,
+			struct dbox_attr *attr_r)
+{
+	uint32_t mode = nw->mode, gid = nw->gid;
+	int ret;
+
+	if ((ret = dbox_ns_new_owner(st, parent, &mode, &gid)) < 0 ||
+	    (ret = dbox_index_create(st->index, parent, name, strlen(name),
+				     nw->kind, mode, nw->uid, gid,
+				     dbox_now_ns(), attr_r)) < 0)
+		return ret;
+	if (nw->kind == DBOX_KIND_SYMLINK) {
+		size_t len = strlen(nw->target);
+
+		if ((ret = dbox_index_symlink_set(st->index, attr_r->ino,
+						  nw->target, len)) < 0)
+			return ret;
+		attr_r->size = len;
+	} else if (nw->kind == DBOX_KIND_SPECIAL && nw->rdev != 0) {
+		attr_r->rdev = nw->rdev;
+		return dbox_index_setattr(st->index, attr_r);
+	}
+	return 0;
+}
+
+int dbox_ns_create(struct dbox_store *st, uint64_t parent, const char *name,
+		   const struct dbox_ns_new *nw, struct dbox_attr *attr_r)
+{
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if (nw->kind != DBOX_KIND_DIR && nw->kind != DBOX_KIND_SYMLINK &&
+	    nw->kind != DBOX_KIND_SPECIAL)
+		return -EINVAL;
+	if (nw->kind == DBOX_KIND_SYMLINK && nw->target == NULL)
+		return -EINVAL;
+	if ((ret = ns_begin(st, NULL)) < 0)
+		return ret;
+	return ns_end(st, create_in_tx(st, parent, name, nw, attr_r), NULL, 0);
+}
+
+int dbox_ns_make_inbox(struct dbox_store *st, uint32_t uid, uint32_t gid)
+{
+	struct dbox_attr attr;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = ns_begin(st, NULL)) < 0)
+		return ret;
+	for (size_t i = 0; i < 3 && ret == 0; i++)
+		ret = dbox_index_create(st->index, DBOX_ROOT_INO,
+					maildir_subdirs[i],
+					strlen(maildir_subdirs[i]),
+					DBOX_KIND_DIR, S_IFDIR | 0700, uid, gid,
+					dbox_now_ns(), &attr);
+	if (ret < 0) {
+		dbox_index_rollback(st->index);
+		return ret;
+	}
+	return dbox_index_commit(st->index, true);
+}
+
+int dbox_ns_link(struct dbox_store *st, uint64_t ino, uint64_t newparent,
+		 const char *name, struct dbox_attr *attr_r)
+{
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = ns_begin(st, NULL)) < 0)
+		return ret;
+	ret = dbox_index_link(st->index, ino, newparent, name, strlen(name),
+			      dbox_now_ns(), attr_r);
+	return ns_end(st, ret, NULL, 0);
+}
+
+int dbox_ns_remove(struct dbox_store *st, uint64_t parent, const char *name,
+		   bool dir, const struct dbox_ns_hooks *hooks,
+		   struct dbox_ns_gone *gone_r)
+{
+	uint64_t ino = 0, file_ino = 0;
+	uint32_t nlink = 0;
+	int ret = ns_begin(st, gone_r);
+
+	dbox_store_assert_locked(st);
+	if (ret < 0)
+		return ret;
+	ret = dbox_index_remove(st->index, parent, name, strlen(name), dir,
+				dbox_now_ns(), &ino, &nlink);
+	/* A directory's inode went with its name (rmdir). */
+	if (ret == 0 && !dir)
+		ret = name_gone(st, ino, nlink, hooks, gone_r, &file_ino);
+	return ns_end(st, ret, gone_r, file_ino);
+}
+
+int dbox_ns_rename(struct dbox_store *st, uint64_t parent, const char *name,
+		   uint64_t newparent, const char *newname, unsigned int flags,
+		   const struct dbox_ns_hooks *hooks, struct dbox_attr *moved_r,
+		   struct dbox_ns_gone *gone_r)
+{
+	uint64_t replaced = 0, file_ino = 0;
+	uint32_t nlink = 0;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = ns_begin(st, gone_r)) == 0)
+		ret = dbox_index_rename(st->index, parent, name, strlen(name),
+					newparent, newname, strlen(newname),
+					flags, dbox_now_ns(), moved_r, &replaced,
+					&nlink);
+	else
+		return ret;
+	/* The callback first: a retry it asks for must find nothing
+	   marked held-and-unlinked by the caller. */
+	if (ret == 0 && hooks != NULL && hooks->moved != NULL)
+		ret = hooks->moved(hooks->ctx, moved_r, newparent, newname);
+	if (ret == 0)
+		ret = name_gone(st, replaced, nlink, hooks, gone_r, &file_ino);
+	return ns_end(st, ret, gone_r, file_ino);
+}
+
+int dbox_ns_delete_orphan(struct dbox_store *st, uint64_t ino,
+			  struct dbox_ns_gone *gone_r)
+{
+	uint64_t file_ino = 0;
+	int ret = ns_begin(st, gone_r);
+
+	dbox_store_assert_locked(st);
+	gone_r->ino = ino;
+	if (ret < 0)
+		return ret;
+	ret = drop_inode(st, ino, gone_r, &file_ino);
+	return ns_end(st, ret, gone_r, file_ino);
+}
+
+/* The attributes set->what names, applied to *attr. */
+static void apply_set(struct dbox_attr *attr, const struct dbox_ns_set *set)
+{
+	if (set->what & DBOX_NS_SET_MODE)
+		attr->mode = (attr->mode & S_IFMT) | (set->mode & 07777);
+	if (set->what & DBOX_NS_SET_UID)
+		attr->uid = set->uid;
+	if (set->what & DBOX_NS_SET_GID)
+		attr->gid = set->gid;
+	if (set->what & DBOX_NS_SET_SIZE)
+		attr->size = set->size;
+	if (set->what & DBOX_NS_SET_MTIME)
+		attr->mtime_ns = set->mtime_ns;
+	if (set->what & DBOX_NS_SET_ATIME)
+		attr->atime_ns = set->atime_ns;
+	if (set->what & DBOX_NS_SET_CTIME)
+		attr->ctime_ns = set->ctime_ns;
+}
+
+int dbox_ns_setattr(struct dbox_store *st, uint64_t ino,
+		    const struct dbox_ns_set *set, struct dbox_attr *attr_r)
+{
+	struct dbox_attr attr;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = ns_begin(st, NULL)) < 0)
+		return ret;
+	ret = dbox_index_getattr(st->index, ino, &attr);
+	if (ret == 0) {
+		apply_set(&attr, set);
+		ret = dbox_index_setattr(st->index, &attr);
+	}
+	if ((ret = ns_end(st, ret, NULL, 0)) == 0 && attr_r != NULL)
+		*attr_r = attr;
+	return ret;
+}
+
+/* End an xattr change whose outcome is ret: when made, ctime = now (as
+   ext4), in the same transaction. */
+static int xattr_changed(struct dbox_store *st, uint64_t ino, int ret)
+{
+	struct dbox_attr attr;
+
+	if (ret == 0 && (ret = dbox_index_getattr(st->index, ino, &attr)) == 0) {
+		attr.ctime_ns = dbox_now_ns();
+		ret = dbox_index_setattr(st->index, &attr);
+	}
+	return ns_end(st, ret, NULL, 0);
+}
+
+int dbox_ns_xattr_set(struct dbox_store *st, uint64_t ino, const char *name,
+		      const void *value, size_t len, int flags)
+{
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = ns_begin(st, NULL)) < 0)
+		return ret;
+	return xattr_changed(st, ino, dbox_index_xattr_set(st->index, ino, name,
+							   value, len, flags));
+}
+
+int dbox_ns_xattr_remove(struct dbox_store *st, uint64_t ino,
+			 const char *name)
+{
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = ns_begin(st, NULL)) < 0)
+		return ret;
+	return xattr_changed(st, ino, dbox_index_xattr_remove(st->index, ino,
+							      name));
+}
