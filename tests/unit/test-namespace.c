@@ -18,6 +18,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "engine/store-dirs.h"
 #include "engine/namespace.h"
 #include "engine/store.h"
 #include "index/index.h"
@@ -142,7 +143,7 @@ static uint64_t add_plain(struct fix *f, uint64_t parent, const char *name)
 					   S_IFREG | 0644, getuid(), getgid(),
 					   dbox_now_ns(), &attr), 0);
 	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
-	dbox_ns_file_name(file, attr.ino);
+	dbox_files_name(file, attr.ino);
 	fd = openat(f->st->files_fd, file, O_CREAT | O_EXCL | O_WRONLY, 0600);
 	assert_true(fd >= 0);
 	close(fd);
@@ -154,7 +155,7 @@ static bool backing_exists(struct fix *f, uint64_t ino)
 	struct stat sb;
 	char file[24];
 
-	dbox_ns_file_name(file, ino);
+	dbox_files_name(file, ino);
 	return fstatat(f->st->files_fd, file, &sb, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
