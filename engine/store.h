@@ -6,12 +6,7 @@
  * index, the m.N files being appended to, and read descriptors.  This is
  * the one context fs/ and tools/ pass around; there is no global state.
  *
- *   STORE/storage/m.N   dbox v2 files (storage/dbox-file.h)
- *   STORE/index.sqlite  the index (index.h)
- *   STORE/files/<ino>   bytes of plain (non-message) files
- *   STORE/lock          flock()ed exclusively while the store is open
- *   ALT/storage/m.N     m.N files moved to the alternate storage (Dovecot's
- *                       mdbox ALT=; index mfile.alt says which are there)
+ * The files of a store are named in engine/store-layout.h.
  *
  * Locking: st->lock (the store lock; dbox_store_mutex_lock) serialises
  * the index and the append pool.  Callers take it around every index call

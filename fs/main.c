@@ -189,7 +189,12 @@ static void raise_nofile(void)
    the root gets cur/ new/ tmp/, so maildir clients find a mailbox. */
 static int create_inbox(struct dbox_store *st)
 {
-	return dbox_ns_make_inbox(st, getuid(), getgid());
+	int ret;
+
+	dbox_store_mutex_lock(st);
+	ret = dbox_ns_make_inbox(st, getuid(), getgid());
+	dbox_store_mutex_unlock(st);
+	return ret;
 }
 
 /* Refuse mount points that cannot work: a dead mount still there (its
