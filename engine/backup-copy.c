@@ -38,7 +38,9 @@ static int write_all(int out, const char *buf, size_t n, off_t off)
 	return 0;
 }
 
-/* One step of copying, by read/write: up to want bytes at *off. */
+/* One step of copying, by read/write: up to want bytes at *off.
+   Returns the bytes copied (0 at the end of in), -EINTR to try again, or
+   a negative errno. */
 static ssize_t copy_step_plain(struct bk *b, int in, int out, loff_t *off,
 			       size_t want)
 {
@@ -47,13 +49,11 @@ static ssize_t copy_step_plain(struct bk *b, int in, int out, loff_t *off,
 
 	if (want > BK_BUF_SIZE)
 		want = BK_BUF_SIZE;
-	n = pread(in, b->buf, want, *off);
-	if (n > 0 && (ret = write_all(out, b->buf, (size_t)n, *off)) < 0) {
-		errno = -ret;
-		return -1;
-	}
-	if (n > 0)
-		*off += n;
+	if ((n = pread(in, b->buf, want, *off)) < 0)
+		return -errno;
+	if (n > 0 && (ret = write_all(out, b->buf, (size_t)n, *off)) < 0)
+		return ret;
+	*off += n;
 	return n;
 }
 
@@ -76,16 +76,17 @@ static int64_t copy_bytes(struct bk *b, int in, int out, uint64_t len)
 			off_out = off_in;
 		} else {
 			n = copy_file_range(in, &off_in, out, &off_out, want, 0);
-			if (n < 0 && (errno == EXDEV || errno == EINVAL ||
-				      errno == ENOSYS || errno == EOPNOTSUPP)) {
+			n = n < 0 ? -errno : n;
+			if (n == -EXDEV || n == -EINVAL || n == -ENOSYS ||
+			    n == -EOPNOTSUPP) {
 				plain = true;
 				continue;
 			}
 		}
-		if (n < 0 && errno == EINTR)
+		if (n == -EINTR)
 			continue;
 		if (n < 0)
-			return -errno;
+			return n;
 		if (n == 0)
 			break; /* the source ended early */
 		progress(b, 0, (uint64_t)n);

@@ -3,6 +3,7 @@
  * (mfile-read.h).  Reads only; never follows a link inside the store.
  */
 #include "engine/mfile-read.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 
 #include "storage/dbox-file.h"
@@ -16,36 +17,32 @@
 #include <string.h>
 #include <unistd.h>
 
+/* dbox_mfile_walk_dir's walk: one directory entry. */
+struct mfile_walk {
+	struct dbox_mfile_ent ent;
+	dbox_mfile_walk_cb_t *cb;
+	void *ctx;
+};
+
+static int mfile_walk_cb(void *ctx, const char *name)
+{
+	struct mfile_walk *w = ctx;
+
+	if (!dbox_mfile_parse_name(name, &w->ent.file_id) ||
+	    fstatat(w->ent.dir_fd, name, &w->ent.st, AT_SYMLINK_NOFOLLOW) < 0)
+		return 0; /* not an m.N, or gone since the listing */
+	w->ent.name = name;
+	return w->cb(w->ctx, &w->ent);
+}
+
 int dbox_mfile_walk_dir(int dir_fd, bool alt, dbox_mfile_walk_cb_t *cb,
 			void *ctx)
 {
-	struct dbox_mfile_ent ent = { .dir_fd = dir_fd, .alt = alt };
-	int fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0), ret = 0;
-	struct dirent *de;
-	DIR *d;
+	struct mfile_walk w = {
+		.ent = { .dir_fd = dir_fd, .alt = alt }, .cb = cb, .ctx = ctx,
+	};
 
-	if (fd < 0)
-		return -errno;
-	if ((d = fdopendir(fd)) == NULL) {
-		ret = -errno;
-		close(fd);
-		return ret;
-	}
-	rewinddir(d); /* the dup shares dir_fd's offset */
-	while (ret == 0) {
-		errno = 0;
-		if ((de = readdir(d)) == NULL) {
-			ret = errno != 0 ? -errno : 0;
-			break;
-		}
-		if (!dbox_mfile_parse_name(de->d_name, &ent.file_id) ||
-		    fstatat(dir_fd, de->d_name, &ent.st, AT_SYMLINK_NOFOLLOW) < 0)
-			continue; /* not an m.N, or gone since the listing */
-		ent.name = de->d_name;
-		ret = cb(ctx, &ent);
-	}
-	closedir(d);
-	return ret;
+	return dbox_dir_walk(dir_fd, mfile_walk_cb, &w);
 }
 
 int dbox_view_mfile_walk(struct dbox_view *view, dbox_mfile_walk_cb_t *cb,

@@ -213,7 +213,7 @@ void dbox_store_close(struct dbox_store **st);
    process that goes on using the store.  SQLite connections, and the
    POSIX locks they hold on the WAL, must not cross fork(): a connection
    without its locks lets other readers checkpoint and delete the WAL it
-   is still writing.  Everything else (the flock()ed lock, descriptors)
+   is still writing.  Everything else (the store lock file, descriptors)
    is inherited.  resume returns 0 or a negative errno (logged). */
 void dbox_store_index_suspend(struct dbox_store *st);
 int dbox_store_index_resume(struct dbox_store *st);

@@ -358,7 +358,7 @@ int main(int argc, char *argv[])
 	}
 	/* SQLite connections must not cross fork(): fuse_daemonize() forks
 	   and the parent exits, so the connection is closed here and opened
-	   again in the child.  The store's flock() is inherited. */
+	   again in the child.  The store lock (STORE/lock) is inherited. */
 	dbox_store_index_suspend(fs.st);
 	errors_before = errors_logged;
 	if (fuse_daemonize(cmd.foreground) != 0) {

@@ -13,7 +13,7 @@
  *
  * STORE/lock is opened relative to the store directory, once, with
  * O_NOFOLLOW (dbox_store_lock_try): a lock that is a symbolic link (to
- * some daemon's flock()ed pid file, say) is refused, never followed.
+ * some daemon's locked pid file, say) is refused, never followed.
  *
  * Prints what was removed and moved on stdout, the same lines either way
  * (the mount records the outcome of a requested purge in the index).
