@@ -229,6 +229,27 @@ int dbox_altmove_request(struct dbox_view *view, int64_t before_ns,
 	return in_txn(view->index, set_kvs, KVS(kv), true);
 }
 
+int dbox_altmove_pending(struct dbox_store *st, int64_t *request_ns_r,
+			 int64_t *before_ns_r, uint64_t *folder_r)
+{
+	int64_t request = 0;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	*request_ns_r = *before_ns_r = 0;
+	*folder_r = 0;
+	ret = dbox_index_meta_get(st->index, DBOX_META_ALTMOVE_REQUEST,
+				  &request);
+	if (ret < 0)
+		return ret == -ENOENT ? 0 : ret;
+	if (request <= meta(st->index, DBOX_META_ALTMOVE_DONE))
+		return 0;
+	*request_ns_r = request;
+	*before_ns_r = meta(st->index, DBOX_META_ALTMOVE_BEFORE);
+	*folder_r = (uint64_t)meta(st->index, DBOX_META_ALTMOVE_FOLDER);
+	return 1;
+}
+
 int dbox_altmove_request_poll(struct dbox_view *view, int64_t request_ns,
 			      struct dbox_purge_result *res_r)
 {

@@ -143,6 +143,13 @@ int dbox_altmove(struct dbox_store *st, const struct dbox_purge_settings *set,
 #define DBOX_META_ALTMOVE_PROGRESS_REQUEST "altmove_progress_request_ns"
 #define DBOX_META_ALTMOVE_PROGRESS_RECORDS "altmove_progress_records"
 #define DBOX_META_ALTMOVE_PROGRESS_BYTES "altmove_progress_bytes"
+/* The altmove request the mount has not run yet, read by the mount
+   itself (its own connection; needs st->lock): pending when the request
+   time is newer than the last one done.  Returns 1 with *request_ns_r,
+   *before_ns_r and *folder_r (see dbox_altmove_request), 0 when nothing
+   is pending, or -EIO. */
+int dbox_altmove_pending(struct dbox_store *st, int64_t *request_ns_r,
+			 int64_t *before_ns_r, uint64_t *folder_r);
 /* Record the progress (res so far) of the request made at request_ns;
    takes st->lock.  Returns 0 or -EIO. */
 int dbox_altmove_progress(struct dbox_store *st, int64_t request_ns,

@@ -5,11 +5,13 @@
  */
 #include "engine/save-fd.h"
 #include "engine/store-dirs.h"
+#include "storage/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* Bytes per read(2): large enough that a message is a few calls, small
@@ -137,4 +139,47 @@ int dbox_store_file_remove(struct dbox_store *st, uint64_t ino)
 	if (unlinkat(st->files_fd, name, 0) < 0 && errno != ENOENT)
 		return -errno;
 	return 0;
+}
+
+int dbox_store_file_open(struct dbox_store *st, uint64_t ino, int flags)
+{
+	int access = st->readonly ? O_RDONLY : O_RDWR;
+	char name[24];
+	int fd, err;
+
+	dbox_files_name(name, ino);
+	/* O_NOFOLLOW: files/ holds files by inode number, never a symlink
+	   out of the store (ELOOP -> EIO). */
+	fd = openat(st->files_fd, name, flags | O_NOFOLLOW | O_CLOEXEC | access,
+		    0600);
+	if (fd < 0 && errno == EPERM && (flags & O_NOATIME)) {
+		/* O_NOATIME needs the file's owner (or CAP_FOWNER). */
+		fd = openat(st->files_fd, name, (flags & ~O_NOATIME) |
+			    O_NOFOLLOW | O_CLOEXEC | access, 0600);
+	}
+	if (fd >= 0)
+		return fd;
+	err = errno;
+	dbox_error("%s/" DBOX_STORE_FILES "/%s: %s", st->path, name,
+		   strerror(err));
+	return err == ENOSPC || err == EDQUOT || err == EMFILE ||
+		err == ENFILE ? -err : -EIO;
+}
+
+int dbox_store_file_open_ro(struct dbox_store *st, uint64_t ino,
+			    struct stat *stat_r)
+{
+	char name[24];
+	int fd, ret;
+
+	dbox_files_name(name, ino);
+	if ((fd = openat(st->files_fd, name, O_RDONLY | O_NOFOLLOW |
+			 O_CLOEXEC)) < 0)
+		return -errno;
+	if (fstat(fd, stat_r) < 0) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	return fd;
 }

@@ -61,6 +61,22 @@ int dbox_store_file_create(struct dbox_store *st, uint64_t ino, bool append);
 int64_t dbox_store_file_from_fd(struct dbox_store *st, uint64_t ino, int fd,
 				const struct timespec times[2]);
 
+/* Open the backing file STORE/files/<ino> of plain file ino with open(2)
+   flags (O_CREAT | O_EXCL for a new one, mode 0600; O_NOATIME, dropped
+   again when the caller may not use it), read-write, or read-only in a
+   store opened readonly; never through a symbolic link.  Needs no lock.
+   Returns the descriptor (the caller's to close), -ENOSPC, -EDQUOT,
+   -EMFILE, -ENFILE, or -EIO for any other failure (logged with the
+   path). */
+int dbox_store_file_open(struct dbox_store *st, uint64_t ino, int flags);
+
+/* Open the backing file of plain file ino read-only (never through a
+   symbolic link) and fstat it into *stat_r.  Needs no lock.  Returns the
+   descriptor (the caller's to close) or the negative errno of the open
+   or fstat (not logged). */
+int dbox_store_file_open_ro(struct dbox_store *st, uint64_t ino,
+			    struct stat *stat_r);
+
 /* Remove the backing file of plain file ino (a name taken back by a
    rollback).  A missing file is no error.  Returns 0 or a negative
    errno. */

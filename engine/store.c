@@ -17,6 +17,7 @@
 #include "engine/store-lock.h"
 #include "engine/store-private.h"
 
+#include "index/checkpoint.h"
 #include "index/reserve.h"
 #include "storage/log.h"
 
@@ -487,4 +488,14 @@ int dbox_store_index_resume(struct dbox_store *st)
 		dbox_index_cache_attrs(st->index); /* the store lock is ours */
 	}
 	return ret;
+}
+
+int dbox_store_checkpointer_start(struct dbox_store *st)
+{
+	return dbox_index_checkpointer_start(st->index);
+}
+
+int dbox_store_data_room(struct dbox_store *st)
+{
+	return dbox_index_reserve_check(st->index);
 }

@@ -218,6 +218,18 @@ void dbox_store_close(struct dbox_store **st);
 void dbox_store_index_suspend(struct dbox_store *st);
 int dbox_store_index_resume(struct dbox_store *st);
 
+/* Start the index's WAL checkpointer thread (index/checkpoint.h) of a
+   store opened read-write, in the process that goes on using it (not
+   before fork()).  Returns 0, or a negative errno (-EIO, logged): the
+   index then checkpoints inside its commits. */
+int dbox_store_checkpointer_start(struct dbox_store *st);
+
+/* May data (message bytes, plain files' bytes) take disk space now?  0
+   when the index reserve is whole (or refilled now); -ENOSPC while the
+   reserve is in use, so that what the index freed stays the index's
+   (index/reserve.h).  Needs no lock. */
+int dbox_store_data_room(struct dbox_store *st);
+
 /* A read-only descriptor of m.<file_id> from the store's bounded cache
    (storage/fd-cache.h): owned by the store, valid only while st->lock is
    held, so a caller that uses it after unlocking dup()s it first.

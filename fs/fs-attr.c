@@ -3,14 +3,12 @@
  * them (lookup counts, deletion of unlinked inodes), shared by the
  * directory and file operations.
  */
-#include "engine/maildir.h"
 #include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "engine/save-fd.h"
 #include "fs.h"
 #include "fs-purge.h"
 
-#include "index/wal-sync.h"
 #include "storage/log.h"
 
 #include <assert.h>
@@ -182,13 +180,6 @@ void fs_reply_attr_unlock(fuse_req_t req, struct fs *fs, int ret,
 	fs_reply_attr(req, fs, ret, &stbuf);
 }
 
-int fs_new_owner(struct fs *fs, const struct fuse_ctx *ctx, uint64_t parent,
-		 uint32_t *mode, uint32_t *gid_r)
-{
-	*gid_r = ctx->gid;
-	return dbox_ns_new_owner(fs->st, parent, mode, gid_r);
-}
-
 int fs_entry(struct fs *fs, const struct dbox_attr *attr,
 	     struct fuse_entry_param *e)
 {
@@ -283,34 +274,6 @@ void fs_busy_end(struct fs *fs, struct fs_inode *inode)
 	pthread_cond_broadcast(&fs->idle);
 }
 
-/* Copy the open plain file fd into save: plaintext from offset 0 to EOF.
-   No lock needed (the caller owns save).  Returns 0 or a negative
-   errno. */
-static int copy_into(struct dbox_save *save, int fd)
-{
-	int64_t n = dbox_save_copy_fd(save, fd);
-
-	return n < 0 ? (int)n : 0;
-}
-
-/* The backing file of plain file ino, open read-only, and its stat. */
-static int open_file_ro(struct fs *fs, uint64_t ino, struct stat *st_r)
-{
-	char name[24];
-	int fd, ret;
-
-	dbox_files_name(name, ino);
-	if ((fd = openat(fs->st->files_fd, name, O_RDONLY | O_NOFOLLOW |
-			 O_CLOEXEC)) < 0)
-		return -errno;
-	if (fstat(fd, st_r) < 0) {
-		ret = -errno;
-		close(fd);
-		return ret;
-	}
-	return fd;
-}
-
 int fs_file_copy_out(struct fs *fs, uint64_t ino, uint64_t parent,
 		     struct dbox_save **save_r)
 {
@@ -319,15 +282,16 @@ int fs_file_copy_out(struct fs *fs, uint64_t ino, uint64_t parent,
 	struct fs_inode *inode;
 	struct stat backing;
 	char *mailbox = NULL;
+	int64_t n;
 	int fd, ret;
 
 	*save_r = NULL;
-	if ((fd = open_file_ro(fs, ino, &backing)) < 0)
+	if ((fd = dbox_store_file_open_ro(st, ino, &backing)) < 0)
 		return fd;
 	/* No WRITING row names the copy: its in-flight mark is committed
 	   before its first byte, so recovery cuts it, not keeps it as a
 	   message the index lost. */
-	if ((ret = maildir_mailbox_name(st->index, parent, &mailbox)) < 0 ||
+	if ((ret = dbox_msg_dir_mailbox(st, parent, &mailbox)) < 0 ||
 	    (ret = dbox_save_begin_copy(st, ino, mailbox, &save)) < 0)
 		goto out;
 	if ((inode = fs_inode_add(&fs->inodes, ino)) == NULL) {
@@ -335,9 +299,9 @@ int fs_file_copy_out(struct fs *fs, uint64_t ino, uint64_t parent,
 		goto out;
 	}
 	fs_busy_begin(fs, inode);
-	ret = copy_into(save, fd);
-	if (ret == 0)
-		ret = dbox_save_seal(save, dbox_time_sec(fs_ts_time(&backing.st_mtim)));
+	n = dbox_save_copy_fd(save, fd);
+	ret = n < 0 ? (int)n :
+		dbox_save_seal(save, dbox_time_sec(fs_ts_time(&backing.st_mtim)));
 	fs_busy_end(fs, inode);
 	if (fs_inode_unused(inode))
 		fs_inode_remove(&fs->inodes, ino);
@@ -351,43 +315,12 @@ out:
 }
 
 int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent,
-		       struct dbox_save *copied)
+		       struct dbox_save *copied, bool own_tx)
 {
-	struct dbox_store *st = fs->st;
-	struct dbox_save *save = copied;
-	struct dbox_msgloc loc;
-	struct dbox_attr attr;
-	struct stat backing;
-	char *mailbox = NULL;
-	int fd, ret;
+	struct fs_inode *inode = fs_inode_get(&fs->inodes, ino);
 
-	if ((fd = open_file_ro(fs, ino, &backing)) < 0)
-		return fd;
-	if ((ret = dbox_index_getattr(st->index, ino, &attr)) < 0)
-		goto out;
-	if (save == NULL &&
-	    ((ret = maildir_mailbox_name(st->index, parent, &mailbox)) < 0 ||
-	     (ret = dbox_save_begin(st, ino, mailbox, &save)) < 0 ||
-	     (ret = copy_into(save, fd)) < 0))
-		goto out;
-	if ((ret = dbox_save_finish(save, dbox_time_sec(fs_ts_time(&backing.st_mtim)),
-				    false, &loc)) < 0)
-		goto out;
-	attr.kind = DBOX_KIND_MESSAGE;
-	{
-		struct fs_inode *inode = fs_inode_get(&fs->inodes, ino);
-
-		if (inode != NULL)
-			inode->kind = 0; /* known again at the next lookup */
-	}
-	attr.size = dbox_save_size(save);
-	attr.mtime_ns = fs_ts_time(&backing.st_mtim);
-	attr.atime_ns = fs_ts_time(&backing.st_atim);
-	ret = dbox_index_setattr(st->index, &attr);
-out:
-	close(fd);
-	if (save != copied)
-		dbox_save_free(&save);
-	free(mailbox);
-	return ret;
+	if (inode != NULL)
+		inode->kind = 0; /* known again at the next lookup */
+	return own_tx ? dbox_msg_from_file(fs->st, ino, parent, copied) :
+		dbox_msg_from_file_in_tx(fs->st, ino, parent, copied);
 }

@@ -189,7 +189,8 @@ static int rename_moved(void *vctx, const struct dbox_attr *moved,
 		return 1; /* copy unlocked first, then again */
 	}
 	ret = fs_file_to_message(fs, moved->ino, newparent,
-				 moved->ino == rc->copied_ino ? rc->copied : NULL);
+				 moved->ino == rc->copied_ino ? rc->copied : NULL,
+				 false);
 	if (ret == 0)
 		rc->converted = moved->ino;
 	return ret;

@@ -8,9 +8,9 @@
  * through a reader of its committed record, or from its save while it is
  * being written.
  */
-#include "engine/maildir.h"
 #include "engine/store-dirs.h"
 #include "engine/store-layout.h"
+#include "engine/save-fd.h"
 #include "fs-file.h"
 
 #include "storage/dbox-read.h"
@@ -46,117 +46,63 @@ void fs_handle_free(struct fs_handle *h)
 	free(h);
 }
 
-int fs_open_backing(struct fs *fs, uint64_t ino, int flags)
-{
-	char name[24];
-	int fd;
-
-	dbox_files_name(name, ino);
-	/* O_NOFOLLOW: files/ holds files by inode number, never a symlink
-	   out of the store (ELOOP -> EIO). */
-	fd = openat(fs->st->files_fd, name, flags | O_NOFOLLOW | O_CLOEXEC |
-		    (fs->st->readonly ? O_RDONLY : O_RDWR), 0600);
-	if (fd < 0 && errno == EPERM && (flags & O_NOATIME)) {
-		/* O_NOATIME needs the file's owner (or CAP_FOWNER). */
-		fd = openat(fs->st->files_fd, name, (flags & ~O_NOATIME) |
-			    O_NOFOLLOW | O_CLOEXEC |
-			    (fs->st->readonly ? O_RDONLY : O_RDWR), 0600);
-	}
-	if (fd < 0) {
-		int err = errno;
-
-		dbox_error("%s/" DBOX_STORE_FILES "/%s: %s", fs->st->path, name, strerror(err));
-		return err == ENOSPC || err == EDQUOT || err == EMFILE ||
-			err == ENFILE ? -err : -EIO;
-	}
-	return fd;
-}
-
-/* Begin a transaction and create name in directory parent: an inode of
-   kind with mode's type bits and its permission bits less the caller's
-   umask, owned by the caller (the group and S_ISGID by the parent's rule:
-   fs_new_owner).  On success the transaction stays open for the caller
-   to end (fs_tx_end); a failure rolls it back.  Needs the lock.  Returns
-   0 or a negative errno. */
-static int create_inode(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
-			const char *name, enum dbox_kind kind, mode_t mode,
-			struct dbox_attr *attr_r)
+/* The owner of a new inode: the caller's uid and gid (the engine
+   applies the parent's setgid rule), and mode's permission bits less
+   the caller's umask. */
+static struct dbox_ns_new new_inode(fuse_req_t req, enum dbox_kind kind,
+				    mode_t mode)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	uint32_t imode = (mode & S_IFMT) | (mode & ~ctx->umask & 07777), gid;
-	int ret = dbox_index_begin(fs->st->index);
 
-	if (ret < 0)
-		return ret;
-	ret = fs_new_owner(fs, ctx, parent, &imode, &gid);
-	if (ret == 0)
-		ret = dbox_index_create(fs->st->index, parent, name,
-					strlen(name), kind, imode, ctx->uid,
-					gid, dbox_now_ns(), attr_r);
-	return ret < 0 ? fs_tx_end(fs, ret, false) : 0;
+	return (struct dbox_ns_new){
+		.kind = kind,
+		.mode = (mode & S_IFMT) | (mode & ~ctx->umask & 07777),
+		.uid = ctx->uid, .gid = ctx->gid,
+	};
 }
 
-/* Create a regular file: a message in cur/new/tmp, else a plain file. */
+/* Create a regular file (dbox_msg_create: a message in cur/new/tmp, else
+   a plain file), with its handle *h_r when open.  Needs the lock. */
 static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 		       const char *name, mode_t mode, bool open,
 		       struct dbox_attr *attr_r, struct fs_handle **h_r)
 {
-	struct dbox_store *st = fs->st;
+	struct dbox_ns_new nw = new_inode(req, DBOX_KIND_FILE, S_IFREG | mode);
+	struct dbox_save *save;
 	struct fs_inode *inode;
-	struct dbox_msgloc loc;
-	char *mailbox = NULL;
-	enum dbox_kind kind;
-	int fd = -1, ret;
+	struct dbox_ns_gone gone;
+	int fd, ret;
 
 	*h_r = NULL;
-	kind = fs_is_message_name(fs, parent, name) ? DBOX_KIND_MESSAGE :
-		DBOX_KIND_FILE;
-	if ((ret = create_inode(fs, req, parent, name, kind, S_IFREG | mode,
-				attr_r)) < 0)
+	if ((ret = dbox_msg_create(fs->st, parent, name, &nw, open, &save,
+				   &fd, attr_r)) < 0)
 		return ret;
-	if ((inode = fs_inode_add(&fs->inodes, attr_r->ino)) == NULL) {
-		ret = -ENOMEM;
-	} else if (kind == DBOX_KIND_MESSAGE) {
-		ret = maildir_mailbox_name(st->index, parent, &mailbox);
-		if (ret == 0)
-			ret = dbox_save_begin(st, attr_r->ino, mailbox, &inode->save);
-		free(mailbox);
-		if (ret == 0 && !open) {
-			ret = dbox_save_finish(inode->save,
-					       dbox_time_sec(attr_r->mtime_ns),
-					       false, &loc);
-			dbox_save_free(&inode->save);
-		}
-	} else {
-		fd = ret = fs_open_backing(fs, attr_r->ino, O_CREAT | O_EXCL);
+	if ((inode = fs_inode_add(&fs->inodes, attr_r->ino)) != NULL) {
+		inode->save = save;
+		save = NULL;
 	}
-	if (ret >= 0 && open) {
-		*h_r = handle_new(kind, inode);
-		if (*h_r == NULL) {
-			ret = -ENOMEM;
-		} else {
-			(*h_r)->fd = fd;
-			fd = -1;
-			if (kind == DBOX_KIND_MESSAGE) {
-				(*h_r)->writer = true;
-				inode->nwriters++;
-			}
+	if (inode != NULL && open &&
+	    (*h_r = handle_new(attr_r->kind, inode)) != NULL) {
+		(*h_r)->fd = fd;
+		fd = -1;
+		if (attr_r->kind == DBOX_KIND_MESSAGE) {
+			(*h_r)->writer = true;
+			inode->nwriters++;
 		}
 	}
+	if (inode != NULL && (!open || *h_r != NULL))
+		return 0;
+	/* Out of memory: the new file goes again, as if never made. */
 	if (fd >= 0)
 		close(fd);
-	ret = fs_tx_end(fs, ret < 0 ? ret : 0, false);
-	if (ret < 0 && inode != NULL) {
-		if (*h_r != NULL) {
-			fs_handle_free(*h_r);
-			*h_r = NULL;
-			inode->nopen--;
-		}
+	dbox_save_free(&save);
+	if (inode != NULL) {
 		dbox_save_free(&inode->save);
 		if (fs_inode_unused(inode))
 			fs_inode_remove(&fs->inodes, attr_r->ino);
 	}
-	return ret;
+	(void)dbox_ns_remove(fs->st, parent, name, false, NULL, &gone);
+	return -ENOMEM;
 }
 
 /* A fifo, socket (bind() of a unix socket), character or block device:
@@ -167,16 +113,11 @@ static int create_special(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 			  const char *name, mode_t mode, dev_t rdev,
 			  struct dbox_attr *attr_r)
 {
-	int ret = create_inode(fs, req, parent, name, DBOX_KIND_SPECIAL, mode,
-			       attr_r);
+	struct dbox_ns_new nw = new_inode(req, DBOX_KIND_SPECIAL, mode);
 
-	if (ret < 0)
-		return ret;
-	if (S_ISCHR(mode) || S_ISBLK(mode)) {
-		attr_r->rdev = rdev;
-		ret = dbox_index_setattr(fs->st->index, attr_r);
-	}
-	return fs_tx_end(fs, ret, false);
+	if (S_ISCHR(mode) || S_ISBLK(mode))
+		nw.rdev = rdev;
+	return dbox_ns_create(fs->st, parent, name, &nw, attr_r);
 }
 
 /* Create name in parent under the lock: a regular file (create_file,
@@ -286,7 +227,7 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (inode != NULL && inode->kind != 0) {
 		kind = inode->kind;
 	} else {
-		ret = dbox_index_getattr(fs->st->index, ino, &attr);
+		ret = dbox_ns_getattr(fs->st, ino, &attr);
 		kind = ret == 0 ? attr.kind : DBOX_KIND_FILE;
 	}
 	if (ret == 0 && kind == DBOX_KIND_DIR)
@@ -313,14 +254,14 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			   (rare: once after each change, or a day). */
 			if (ret == 0 && (fi->flags & O_ACCMODE) != O_WRONLY &&
 			    !(fi->flags & O_NOATIME) && !fs->opts.noatime &&
-			    dbox_index_getattr(fs->st->index, ino, &attr) == 0)
+			    dbox_ns_getattr(fs->st, ino, &attr) == 0)
 				h->atime_due = fs_atime_due(fs, &attr,
 							    dbox_now_ns());
 		} else {
 			/* The backing file's atime is the file's: reads
 			   move it by the backing mount's rule, or not at
 			   all with -o noatime or O_NOATIME. */
-			h->fd = ret = fs_open_backing(fs, ino,
+			h->fd = ret = dbox_store_file_open(fs->st, ino,
 						   fs->opts.noatime ||
 						   (fi->flags & O_NOATIME) ?
 						   O_NOATIME : 0);
@@ -399,17 +340,9 @@ void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				   while being written, or the message was
 				   rewritten (copy-on-write) since: read its
 				   current record. */
-				struct dbox_msgloc loc;
-				struct dbox_attr attr;
-
 				dbox_reader_free(&h->reader);
 				h->reader_gen = h->inode->gen;
-				n = dbox_index_getattr(fs->st->index, ino, &attr);
-				if (n == 0)
-					n = dbox_index_msg_get(fs->st->index, ino, &loc);
-				if (n == 0)
-					n = dbox_store_open_reader(fs->st, &loc, attr.size,
-								   &h->reader);
+				n = dbox_msg_open_reader(fs->st, ino, &h->reader);
 				opened = n == 0; /* read below, unlocked */
 			}
 			fs_unlock(fs);

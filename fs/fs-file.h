@@ -29,12 +29,6 @@ static inline struct fs_handle *fs_handle_of(struct fuse_file_info *fi)
    inode's nopen (fs_inode_unref, or by hand). */
 void fs_handle_free(struct fs_handle *h);
 
-/* Open the backing file STORE/files/<ino> of a plain file with open(2)
-   flags (O_RDWR, or O_RDONLY on a read-only mount; O_NOATIME is dropped
-   when the file is not ours).  Returns the fd, or -ENOSPC, -EDQUOT,
-   -EMFILE, -ENFILE, else -EIO (logged). */
-int fs_open_backing(struct fs *fs, uint64_t ino, int flags);
-
 /* fs-write.c: make inode->save a save that may be written: none, or one
    whose record is finished (a version a client was told is stored),
    gives way to a new save holding a copy of the first copy_bytes bytes

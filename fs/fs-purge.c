@@ -142,25 +142,17 @@ static bool run_altmove(struct fs_purge *p)
 					   .cancel = &p->stop };
 	struct dbox_purge_result res, purged;
 	struct altmove_progress ap = { 0 };
-	int64_t request = 0, done = 0, before = 0, folder = 0;
+	int64_t request, before;
+	uint64_t folder;
 	int ret;
 
 	dbox_store_mutex_lock(st);
-	ret = dbox_index_meta_get(st->index, DBOX_META_ALTMOVE_REQUEST,
-				  &request);
-	if (ret == 0) {
-		(void)dbox_index_meta_get(st->index, DBOX_META_ALTMOVE_DONE,
-					  &done);
-		(void)dbox_index_meta_get(st->index, DBOX_META_ALTMOVE_BEFORE,
-					  &before);
-		(void)dbox_index_meta_get(st->index, DBOX_META_ALTMOVE_FOLDER,
-					  &folder);
-	}
+	ret = dbox_altmove_pending(st, &request, &before, &folder);
 	dbox_store_mutex_unlock(st);
-	if (ret < 0 || request <= done)
+	if (ret <= 0)
 		return false;
 	set.altmove_before_ns = before;
-	set.altmove_folder = (uint64_t)folder;
+	set.altmove_folder = folder;
 	ap.st = st;
 	ap.request_ns = request;
 	set.progress = altmove_progress_cb;

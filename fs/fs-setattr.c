@@ -4,6 +4,7 @@
  * mode and owner, in one index transaction; a message's received date
  * (dbox R) follows its mtime.
  */
+#include "engine/save-fd.h"
 #include "fs-file.h"
 #include "engine/store-dirs.h"
 
@@ -25,7 +26,6 @@
 static int set_received(struct fs *fs, const struct dbox_attr *attr)
 {
 	struct fs_inode *inode = fs_inode_get(&fs->inodes, attr->ino);
-	struct dbox_msgloc loc;
 	int ret;
 
 	if (inode != NULL && inode->save != NULL &&
@@ -33,10 +33,8 @@ static int set_received(struct fs *fs, const struct dbox_attr *attr)
 		dbox_save_unseal(inode->save); /* R is written at the finish */
 		return 0;
 	}
-	if (dbox_index_msg_get(fs->st->index, attr->ino, &loc) < 0)
-		return 0; /* no record (yet) */
-	ret = dbox_store_set_received(fs->st, &loc,
-				      dbox_time_sec(attr->mtime_ns));
+	ret = dbox_msg_set_received(fs->st, attr->ino,
+				    dbox_time_sec(attr->mtime_ns));
 	if (ret != -ERANGE)
 		return ret;
 	if ((inode = fs_inode_add(&fs->inodes, attr->ino)) == NULL)
@@ -51,6 +49,32 @@ static int set_received(struct fs *fs, const struct dbox_attr *attr)
 static int64_t set_time(const struct timespec *ts, bool now, int64_t now_t)
 {
 	return now ? now_t : fs_ts_time(ts);
+}
+
+/* Set mtime to t: in set, and in attr (what the checks below read). */
+static void set_mtime(struct dbox_ns_set *set, struct dbox_attr *attr,
+		      int64_t t)
+{
+	set->what |= DBOX_NS_SET_MTIME;
+	set->mtime_ns = attr->mtime_ns = t;
+}
+
+/* chmod and chown's part of a setattr. */
+static void set_owner(struct dbox_ns_set *set, const struct stat *in,
+		      int to_set)
+{
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		set->what |= DBOX_NS_SET_MODE;
+		set->mode = in->st_mode & 07777;
+	}
+	if (to_set & FUSE_SET_ATTR_UID) {
+		set->what |= DBOX_NS_SET_UID;
+		set->uid = in->st_uid;
+	}
+	if (to_set & FUSE_SET_ATTR_GID) {
+		set->what |= DBOX_NS_SET_GID;
+		set->gid = in->st_gid;
+	}
 }
 
 void fs_reply_attr(fuse_req_t req, struct fs *fs, int ret,
@@ -78,7 +102,7 @@ static int set_size(struct fs *fs, const struct dbox_attr *attr,
 	if (attr->kind == DBOX_KIND_FILE) {
 		fd = fi != NULL && fs_handle_of(fi)->fd >= 0 ?
 			dup(fs_handle_of(fi)->fd) :
-			fs_open_backing(fs, attr->ino, 0);
+			dbox_store_file_open(fs->st, attr->ino, 0);
 		if (fd < 0)
 			return fd == -1 ? -errno : fd;
 		if (ftruncate(fd, size) < 0)
@@ -99,7 +123,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 		int to_set, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_from_req(req);
-	struct dbox_index *index = fs->st->index;
+	struct dbox_ns_set set = { .what = DBOX_NS_SET_CTIME };
 	struct dbox_attr attr;
 	struct fs_inode *inode;
 	struct stat stbuf;
@@ -110,7 +134,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	fs_lock(fs);
 	fs_inode_wait_idle(fs, ino);
 	now = dbox_now_ns();
-	ret = dbox_index_getattr(index, ino, &attr);
+	ret = dbox_ns_getattr(fs->st, ino, &attr);
 	if (ret < 0)
 		goto out;
 	old_mtime = attr.mtime_ns;
@@ -121,9 +145,9 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 		/* message_finish stored the size; read it back.  A
 		   truncate changes mtime and ctime, as ext4 does even to
 		   the same size (ftruncate, O_TRUNC). */
-		if ((ret = dbox_index_getattr(index, ino, &attr)) < 0)
+		if ((ret = dbox_ns_getattr(fs->st, ino, &attr)) < 0)
 			goto out;
-		attr.mtime_ns = now;
+		set_mtime(&set, &attr, now);
 	}
 	if (attr.kind == DBOX_KIND_FILE &&
 	    (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
@@ -148,28 +172,24 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 		}
 	} else {
 		if (to_set & FUSE_SET_ATTR_MTIME)
-			attr.mtime_ns = set_time(&in->st_mtim,
-						 to_set & FUSE_SET_ATTR_MTIME_NOW, now);
-		if (to_set & FUSE_SET_ATTR_ATIME)
-			attr.atime_ns = set_time(&in->st_atim,
-						 to_set & FUSE_SET_ATTR_ATIME_NOW, now);
+			set_mtime(&set, &attr, set_time(&in->st_mtim,
+				  to_set & FUSE_SET_ATTR_MTIME_NOW, now));
+		if (to_set & FUSE_SET_ATTR_ATIME) {
+			set.what |= DBOX_NS_SET_ATIME;
+			set.atime_ns = set_time(&in->st_atim,
+						to_set & FUSE_SET_ATTR_ATIME_NOW, now);
+		}
 	}
-	if (to_set & FUSE_SET_ATTR_MODE)
-		attr.mode = (attr.mode & S_IFMT) | (in->st_mode & 07777);
-	if (to_set & FUSE_SET_ATTR_UID)
-		attr.uid = in->st_uid;
-	if (to_set & FUSE_SET_ATTR_GID)
-		attr.gid = in->st_gid;
-	attr.ctime_ns = now;
+	set_owner(&set, in, to_set);
+	set.ctime_ns = now;
 	/* A write not yet stored (chmod while a writer has it open): its
 	   time goes in with this change. */
 	inode = attr.kind == DBOX_KIND_MESSAGE ?
 		fs_inode_get(&fs->inodes, ino) : NULL;
 	if (inode != NULL && inode->written &&
 	    !(to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_SIZE)))
-		attr.mtime_ns = inode->wtime;
-	if ((ret = dbox_index_begin(index)) == 0)
-		ret = fs_tx_end(fs, dbox_index_setattr(index, &attr), false);
+		set_mtime(&set, &attr, inode->wtime);
+	ret = dbox_ns_setattr(fs->st, ino, &set, &attr);
 	if (ret == 0 && inode != NULL)
 		inode->written = false; /* stored now */
 	/* An mtime of the same second leaves R as it is: with -o

@@ -13,15 +13,12 @@
  * version the last close or fsync acknowledged; the old record becomes
  * garbage for purge then.
  */
-#include "engine/maildir.h"
 #include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "fs-file.h"
 #include "fs-purge.h"
 
 #include "storage/dbox-read.h"
-#include "index/reserve.h"
-#include "index/wal-sync.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -47,16 +44,14 @@ static int start_write(struct fs *fs, struct fs_inode *inode,
 	struct dbox_save *save = NULL;
 	struct dbox_msgloc loc;
 	struct dbox_attr attr;
-	uint64_t parent, off = 0;
+	uint64_t off = 0;
 	char *mailbox = NULL;
 	char buf[65536];
 	int ret;
 
-	if ((ret = dbox_index_getattr(st->index, inode->ino, &attr)) < 0 ||
-	    (ret = dbox_index_msg_get(st->index, inode->ino, &loc)) < 0)
+	if ((ret = dbox_msg_locate(st, inode->ino, &attr, &loc)) < 0)
 		return ret;
-	if (dbox_index_parent(st->index, inode->ino, &parent) < 0 ||
-	    maildir_mailbox_name(st->index, parent, &mailbox) < 0)
+	if (dbox_msg_mailbox(st, inode->ino, &mailbox) < 0)
 		mailbox = NULL;
 	if (copy_bytes > attr.size)
 		copy_bytes = attr.size;
@@ -132,9 +127,7 @@ int fs_message_writable(struct fs *fs, struct fs_inode *inode,
    inode idle (fs_inode_wait_idle). */
 static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 {
-	struct dbox_index *index = fs->st->index;
-	struct dbox_attr attr;
-	struct dbox_msgloc loc;
+	struct dbox_store *st = fs->st;
 	int ret;
 
 	if (dbox_save_finished(inode->save) && !sync)
@@ -142,7 +135,7 @@ static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 	/* A copy's in-flight mark is durable before its bytes are (at
 	   once when an fsync synced it already). */
 	if (sync && dbox_save_inflight_seq(inode->save) != 0 &&
-	    (ret = dbox_index_sync_upto(index,
+	    (ret = dbox_ns_sync_upto(st,
 			dbox_save_inflight_seq(inode->save))) < 0)
 		return ret;
 	if (!dbox_save_sealed(inode->save)) {
@@ -150,32 +143,20 @@ static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 		struct dbox_save *save = inode->save;
 		time_t received;
 
-		if ((ret = dbox_index_getattr(index, inode->ino, &attr)) < 0)
-			return ret;
 		/* R as the finish below would write it (h4's dbox time of
 		   the last write, not yet stored); the finish keeps it. */
-		received = dbox_time_sec(fs_message_mtime(fs, &attr));
+		if ((ret = dbox_msg_received(st, inode->ino, inode->written ?
+					     &inode->wtime : NULL,
+					     &received)) < 0)
+			return ret;
 		fs_busy_begin(fs, inode);
 		ret = dbox_save_seal(save, received);
 		fs_busy_end(fs, inode);
 		if (ret < 0)
 			return ret;
 	}
-	if ((ret = dbox_index_begin(index)) < 0)
-		return ret;
-	ret = dbox_index_getattr(index, inode->ino, &attr);
-	if (ret == 0)
-		ret = dbox_save_finish(inode->save,
-				       dbox_time_sec(fs_message_mtime(fs, &attr)),
-				       sync, &loc);
-	if (ret == 0 && (attr.size != dbox_save_size(inode->save) ||
-			 inode->written)) {
-		attr.size = dbox_save_size(inode->save);
-		if (inode->written)
-			attr.mtime_ns = attr.ctime_ns = inode->wtime;
-		ret = dbox_index_setattr(index, &attr);
-	}
-	ret = fs_tx_end(fs, ret, sync);
+	ret = dbox_msg_finish(st, inode->ino, inode->save, sync,
+			      inode->written ? &inode->wtime : NULL);
 	if (ret == 0)
 		inode->written = false;
 	return ret;
@@ -199,7 +180,7 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 
 	if (h->kind == DBOX_KIND_FILE) {
 		/* Plain files are data too: the index reserve is not theirs. */
-		ret = dbox_index_reserve_check(fs->st->index);
+		ret = dbox_store_data_room(fs->st);
 		if (ret == 0 && (ret = pwrite(h->fd, buf, size, off)) < 0)
 			ret = -errno;
 	} else if (!h->writer) {
@@ -248,24 +229,6 @@ void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, -ret);
 }
 
-/* Is ino a plain file with one name, a message name: parent gets its
-   directory.  Needs the lock. */
-static bool file_wants_message(struct fs *fs, uint64_t ino, uint64_t *parent_r)
-{
-	struct dbox_index *index = fs->st->index;
-	struct dbox_attr attr;
-	char *name = NULL;
-	bool ret;
-
-	if (dbox_index_getattr(index, ino, &attr) < 0 ||
-	    attr.kind != DBOX_KIND_FILE || attr.nlink != 1 ||
-	    dbox_index_entry_of(index, ino, parent_r, &name) < 0)
-		return false;
-	ret = fs_is_message_name(fs, *parent_r, name);
-	free(name);
-	return ret;
-}
-
 /* A plain file renamed to a message name while open (rename converts only
    closed files) becomes a message at its last close, as rename would have
    made it.  Its bytes are copied without the lock (fs_file_copy_out);
@@ -274,25 +237,23 @@ static bool file_wants_message(struct fs *fs, uint64_t ino, uint64_t *parent_r)
    file's blocks takes a while). */
 static bool file_closed(struct fs *fs, uint64_t ino)
 {
-	struct dbox_index *index = fs->st->index;
 	struct dbox_save *copied = NULL;
 	uint64_t parent, parent_now;
 	char file[24];
 	int ret;
 
-	if (!file_wants_message(fs, ino, &parent))
+	if (!dbox_msg_file_wants(fs->st, ino, &parent))
 		return false;
 	ret = fs_file_copy_out(fs, ino, parent, &copied);
 	/* Renamed or linked while it was copied (the lock was free): no
 	   message any more, or one of another folder (its B metadata
 	   differs: copied again, under the lock, in this rare case). */
-	if (ret == 0 && !file_wants_message(fs, ino, &parent_now))
+	if (ret == 0 && !dbox_msg_file_wants(fs->st, ino, &parent_now))
 		ret = -EAGAIN;
 	if (ret == 0 && parent_now != parent)
 		dbox_save_free(&copied);
-	if (ret == 0 && (ret = dbox_index_begin(index)) == 0)
-		ret = fs_tx_end(fs, fs_file_to_message(fs, ino, parent_now,
-						      copied), false);
+	if (ret == 0)
+		ret = fs_file_to_message(fs, ino, parent_now, copied, true);
 	dbox_save_free(&copied);
 	dbox_files_name(file, ino);
 	if (ret < 0 && ret != -EAGAIN)
@@ -346,10 +307,9 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
    a write that lands between the steps, sync under the lock. */
 static int message_fsync(struct fs *fs, struct fs_handle *h)
 {
-	struct dbox_index *index = fs->st->index;
+	struct dbox_store *st = fs->st;
 	struct fs_inode *inode = h->inode;
 	struct dbox_save *save;
-	struct dbox_attr attr;
 	uint64_t seq, seals, inflight_seq;
 	bool resealed;
 	int fd, ret;
@@ -359,35 +319,33 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	save = inode->save;
 	if (save == NULL) {
 		/* Committed earlier without sync: its record and the index. */
-		struct dbox_msgloc loc;
-
-		ret = dbox_index_msg_get(index, inode->ino, &loc);
-		fd = ret < 0 ? ret : dbox_store_read_fd(fs->st, loc.file_id);
-		/* The cached descriptor is the store's only under the lock. */
-		if (fd >= 0 && (fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
-			fd = -errno;
-		seq = dbox_index_commit_seq(index);
+		fd = dbox_msg_record_fd(st, inode->ino);
+		seq = dbox_ns_sync_point(st);
 		fs_unlock(fs);
 		if (fd < 0)
 			return fd;
 		ret = fdatasync(fd) < 0 ? -errno : 0;
 		close(fd);
-		return ret < 0 ? ret : dbox_index_sync_upto(index, seq);
+		return ret < 0 ? ret : dbox_ns_sync_upto(st, seq);
 	}
 	if (!h->writer) {
 		ret = message_finish(fs, inode, true);
 		fs_unlock(fs);
 		return ret;
 	}
-	ret = dbox_index_getattr(index, inode->ino, &attr);
-	if (ret == 0 && !dbox_save_sealed(save)) {
+	ret = 0;
+	if (!dbox_save_sealed(save)) {
 		/* R as message_finish writes it (the time of a write not
 		   stored yet), taken under the lock. */
-		time_t received = dbox_time_sec(fs_message_mtime(fs, &attr));
+		time_t received;
 
-		fs_busy_begin(fs, inode);
-		ret = dbox_save_seal(save, received);
-		fs_busy_end(fs, inode);
+		ret = dbox_msg_received(st, inode->ino, inode->written ?
+					&inode->wtime : NULL, &received);
+		if (ret == 0) {
+			fs_busy_begin(fs, inode);
+			ret = dbox_save_seal(save, received);
+			fs_busy_end(fs, inode);
+		}
 	}
 	seals = dbox_save_seals(save);
 	if (ret < 0) {
@@ -404,7 +362,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	   reach the disk instead of keeping it as a message (group commit;
 	   at once when synced already). */
 	if (inflight_seq != 0)
-		ret = dbox_index_sync_upto(index, inflight_seq);
+		ret = dbox_ns_sync_upto(st, inflight_seq);
 	if (ret == 0)
 		ret = dbox_save_sync(save);
 	fs_lock(fs);
@@ -427,9 +385,9 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		if (ret == 0)
 			ret = message_finish(fs, inode, resealed);
 	}
-	seq = dbox_index_commit_seq(index);
+	seq = dbox_ns_sync_point(st);
 	fs_unlock(fs);
-	return ret < 0 ? ret : dbox_index_sync_upto(index, seq);
+	return ret < 0 ? ret : dbox_ns_sync_upto(st, seq);
 }
 
 void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,

@@ -32,6 +32,7 @@
 #include <fuse_lowlevel.h>
 
 #include "fs/inode-table.h"
+#include "engine/message.h"
 #include "engine/namespace.h"
 #include "engine/store.h"
 
@@ -151,17 +152,6 @@ int fs_atime_touch(struct fs *fs, uint64_t ino);
 int fs_entry(struct fs *fs, const struct dbox_attr *attr,
 	     struct fuse_entry_param *e);
 
-/* Owner group and mode of a new inode named in directory parent, by
-   Linux's rule for a setgid directory (as ext4, fs/inode.c
-   inode_init_owner): in a directory with S_ISGID the new inode takes the
-   directory's gid and a new directory keeps S_ISGID; elsewhere the gid is
-   the caller's (ctx).  *mode (type bits included) may gain S_ISGID.
-   Stripping S_ISGID from a non-member's new file is the kernel's
-   (mode_strip_sgid, before the request).  Needs the lock.  Returns 0 or a
-   negative errno (-ENOENT, -ENOTDIR for parent). */
-int fs_new_owner(struct fs *fs, const struct fuse_ctx *ctx, uint64_t parent,
-		 uint32_t *mode, uint32_t *gid_r);
-
 /* Drop n kernel references to ino; an unlinked inode nobody holds any more
    is deleted (index row, backing file).  Needs the lock. */
 void fs_inode_unref(struct fs *fs, uint64_t ino, uint64_t nlookup,
@@ -199,10 +189,11 @@ int fs_file_copy_out(struct fs *fs, uint64_t ino, uint64_t parent,
 
 /* Turn plain file ino (closed) into a message: its bytes are saved as an
    m.N record (the one save holds, from fs_file_copy_out, or copied now
-   when save is NULL) and the index says it is a message, inside the
-   caller's transaction; the caller removes the backing file after the
-   commit and frees save.  Needs the lock. */
+   when save is NULL) and the index says it is a message
+   (dbox_msg_from_file), inside the caller's transaction or, with own_tx,
+   one of its own; the caller removes the backing file after the commit
+   and frees save.  Needs the lock. */
 int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent,
-		       struct dbox_save *save);
+		       struct dbox_save *save, bool own_tx);
 
 #endif

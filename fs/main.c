@@ -9,7 +9,6 @@
 #include "fs-purge.h"
 #include "options.h"
 
-#include "index/checkpoint.h"
 #include "engine/store-lock.h"
 #include "engine/purge.h"
 #include "storage/log.h"
@@ -381,7 +380,7 @@ int main(int argc, char *argv[])
 	/* WAL checkpoints in a thread of their own, off the request path
 	   (falls back to checkpoints inside commits when it cannot start). */
 	if (!fs.opts.readonly)
-		dbox_index_checkpointer_start(fs.st->index);
+		dbox_store_checkpointer_start(fs.st);
 
 	if (cmd.singlethread) {
 		ret = fuse_session_loop(fs.se);

@@ -1,0 +1,265 @@
+/*
+ * message.c: one message's store operations for the mount (message.h):
+ * locating and reading its record, finishing its save into the index,
+ * its received date, creating a regular file, and a plain file turned
+ * into a message.
+ */
+#include "engine/message.h"
+#include "engine/maildir.h"
+#include "engine/save-fd.h"
+#include "storage/dbox-read.h"
+#include "storage/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int dbox_msg_locate(struct dbox_store *st, uint64_t ino,
+		    struct dbox_attr *attr_r, struct dbox_msgloc *loc_r)
+{
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = dbox_index_getattr(st->index, ino, attr_r)) < 0)
+		return ret;
+	return dbox_index_msg_get(st->index, ino, loc_r);
+}
+
+int dbox_msg_open_reader(struct dbox_store *st, uint64_t ino,
+			 struct dbox_reader **reader_r)
+{
+	struct dbox_msgloc loc;
+	struct dbox_attr attr;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = dbox_msg_locate(st, ino, &attr, &loc)) < 0)
+		return ret;
+	return dbox_store_open_reader(st, &loc, attr.size, reader_r);
+}
+
+int dbox_msg_record_fd(struct dbox_store *st, uint64_t ino)
+{
+	struct dbox_msgloc loc;
+	int fd;
+
+	dbox_store_assert_locked(st);
+	if ((fd = dbox_index_msg_get(st->index, ino, &loc)) < 0 ||
+	    (fd = dbox_store_read_fd(st, loc.file_id)) < 0)
+		return fd;
+	/* The cached descriptor is the store's only under the lock. */
+	if ((fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+		return -errno;
+	return fd;
+}
+
+int dbox_msg_dir_mailbox(struct dbox_store *st, uint64_t dir,
+			 char **mailbox_r)
+{
+	dbox_store_assert_locked(st);
+	return maildir_mailbox_name(st->index, dir, mailbox_r);
+}
+
+int dbox_msg_mailbox(struct dbox_store *st, uint64_t ino, char **mailbox_r)
+{
+	uint64_t parent;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	*mailbox_r = NULL;
+	if ((ret = dbox_index_parent(st->index, ino, &parent)) < 0)
+		return ret;
+	return maildir_mailbox_name(st->index, parent, mailbox_r);
+}
+
+/* The R of a finish: see dbox_msg_received. */
+static time_t received_of(const struct dbox_attr *attr,
+			  const int64_t *written_ns)
+{
+	return dbox_time_sec(written_ns != NULL ? *written_ns : attr->mtime_ns);
+}
+
+int dbox_msg_received(struct dbox_store *st, uint64_t ino,
+		      const int64_t *written_ns, time_t *received_r)
+{
+	struct dbox_attr attr;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = dbox_index_getattr(st->index, ino, &attr)) < 0)
+		return ret;
+	*received_r = received_of(&attr, written_ns);
+	return 0;
+}
+
+int dbox_msg_finish(struct dbox_store *st, uint64_t ino,
+		    struct dbox_save *save, bool sync,
+		    const int64_t *written_ns)
+{
+	struct dbox_attr attr;
+	struct dbox_msgloc loc;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = dbox_index_begin(st->index)) < 0)
+		return ret;
+	ret = dbox_index_getattr(st->index, ino, &attr);
+	if (ret == 0)
+		ret = dbox_save_finish(save, received_of(&attr, written_ns),
+				       sync, &loc);
+	if (ret == 0 && (attr.size != dbox_save_size(save) ||
+			 written_ns != NULL)) {
+		attr.size = dbox_save_size(save);
+		if (written_ns != NULL)
+			attr.mtime_ns = attr.ctime_ns = *written_ns;
+		ret = dbox_index_setattr(st->index, &attr);
+	}
+	return dbox_ns_tx_end(st, ret, sync);
+}
+
+int dbox_msg_set_received(struct dbox_store *st, uint64_t ino,
+			  time_t received_sec)
+{
+	struct dbox_msgloc loc;
+
+	dbox_store_assert_locked(st);
+	if (dbox_index_msg_get(st->index, ino, &loc) < 0)
+		return 0; /* no record (yet) */
+	return dbox_store_set_received(st, &loc, received_sec);
+}
+
+/* The bytes of a new regular file ino (attr) in parent, inside
+   dbox_msg_create's transaction: see there. */
+static int create_bytes(struct dbox_store *st, uint64_t parent,
+			const struct dbox_attr *attr, bool keep_save,
+			struct dbox_save **save_r, int *fd_r)
+{
+	struct dbox_msgloc loc;
+	char *mailbox = NULL;
+	int ret;
+
+	if (attr->kind != DBOX_KIND_MESSAGE) {
+		*fd_r = dbox_store_file_open(st, attr->ino, O_CREAT | O_EXCL);
+		return *fd_r < 0 ? *fd_r : 0;
+	}
+	ret = maildir_mailbox_name(st->index, parent, &mailbox);
+	if (ret == 0)
+		ret = dbox_save_begin(st, attr->ino, mailbox, save_r);
+	free(mailbox);
+	if (ret == 0 && !keep_save) {
+		ret = dbox_save_finish(*save_r, dbox_time_sec(attr->mtime_ns),
+				       false, &loc);
+		dbox_save_free(save_r);
+	}
+	return ret;
+}
+
+int dbox_msg_create(struct dbox_store *st, uint64_t parent, const char *name,
+		    const struct dbox_ns_new *nw, bool keep_save,
+		    struct dbox_save **save_r, int *fd_r,
+		    struct dbox_attr *attr_r)
+{
+	enum dbox_kind kind = dbox_ns_is_message_name(st, parent, name) ?
+		DBOX_KIND_MESSAGE : DBOX_KIND_FILE;
+	uint32_t mode = nw->mode, gid = nw->gid;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	*save_r = NULL;
+	*fd_r = -1;
+	if ((ret = dbox_index_begin(st->index)) < 0)
+		return ret;
+	ret = dbox_ns_new_owner(st, parent, &mode, &gid);
+	if (ret == 0)
+		ret = dbox_index_create(st->index, parent, name, strlen(name),
+					kind, mode, nw->uid, gid,
+					dbox_now_ns(), attr_r);
+	if (ret == 0)
+		ret = create_bytes(st, parent, attr_r, keep_save, save_r, fd_r);
+	if ((ret = dbox_ns_tx_end(st, ret, false)) < 0) {
+		dbox_save_free(save_r);
+		if (*fd_r >= 0) {
+			close(*fd_r);
+			*fd_r = -1;
+			/* The name went with the rollback: so goes its file. */
+			dbox_ns_file_unlink(st, attr_r->ino);
+		}
+	}
+	return ret;
+}
+
+bool dbox_msg_file_wants(struct dbox_store *st, uint64_t ino,
+			 uint64_t *parent_r)
+{
+	struct dbox_attr attr;
+	char *name = NULL;
+	bool ret;
+
+	dbox_store_assert_locked(st);
+	if (dbox_index_getattr(st->index, ino, &attr) < 0 ||
+	    attr.kind != DBOX_KIND_FILE || attr.nlink != 1 ||
+	    dbox_index_entry_of(st->index, ino, parent_r, &name) < 0)
+		return false;
+	ret = dbox_ns_is_message_name(st, *parent_r, name);
+	free(name);
+	return ret;
+}
+
+int dbox_msg_from_file_in_tx(struct dbox_store *st, uint64_t ino,
+			     uint64_t parent, struct dbox_save *copied)
+{
+	struct dbox_save *save = copied;
+	struct dbox_msgloc loc;
+	struct dbox_attr attr;
+	struct stat backing;
+	char *mailbox = NULL;
+	int fd, ret;
+
+	dbox_store_assert_locked(st);
+	if ((fd = dbox_store_file_open_ro(st, ino, &backing)) < 0)
+		return fd;
+	if ((ret = dbox_index_getattr(st->index, ino, &attr)) < 0)
+		goto out;
+	if (save == NULL) {
+		int64_t n = 0;
+
+		if ((ret = maildir_mailbox_name(st->index, parent,
+						&mailbox)) < 0 ||
+		    (ret = dbox_save_begin(st, ino, mailbox, &save)) < 0 ||
+		    (n = dbox_save_copy_fd(save, fd)) < 0) {
+			ret = ret < 0 ? ret : (int)n;
+			goto out;
+		}
+	}
+	attr.mtime_ns = dbox_time_make(backing.st_mtim.tv_sec,
+				       backing.st_mtim.tv_nsec);
+	if ((ret = dbox_save_finish(save, dbox_time_sec(attr.mtime_ns),
+				    false, &loc)) < 0)
+		goto out;
+	attr.kind = DBOX_KIND_MESSAGE;
+	attr.size = dbox_save_size(save);
+	attr.atime_ns = dbox_time_make(backing.st_atim.tv_sec,
+				       backing.st_atim.tv_nsec);
+	ret = dbox_index_setattr(st->index, &attr);
+out:
+	close(fd);
+	if (save != copied)
+		dbox_save_free(&save);
+	free(mailbox);
+	return ret;
+}
+
+int dbox_msg_from_file(struct dbox_store *st, uint64_t ino, uint64_t parent,
+		       struct dbox_save *copied)
+{
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = dbox_index_begin(st->index)) < 0)
+		return ret;
+	return dbox_ns_tx_end(st, dbox_msg_from_file_in_tx(st, ino, parent,
+							   copied), false);
+}
