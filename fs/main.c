@@ -242,11 +242,115 @@ static int check_mountpoint(const char *prog, const char *store,
 	return ret;
 }
 
+/* The store settings from the -o options: rotate size, read-only, the
+   compression of new bodies, the alternate storage (made absolute: the
+   daemon changes directory).  Returns 0, or -1 after saying what is
+   wrong on stderr. */
+static int store_settings(const char *prog, struct fs_options *opts,
+			  struct dbox_store_settings *set)
+{
+	set->rotate_size = opts->rotate_size;
+	set->readonly = opts->readonly;
+	set->create = !opts->readonly;
+	if (opts->compress != NULL &&
+	    dbox_compress_parse(opts->compress, &set->compress) < 0) {
+		fprintf(stderr, "%s: compress=%s: want none, gz or gz:LEVEL "
+			"(1-9)\n", prog, opts->compress);
+		return -1;
+	}
+	if (opts->alt != NULL && opts->alt[0] != '/') {
+		char *abs = realpath(opts->alt, NULL);
+
+		if (abs == NULL) {
+			fprintf(stderr, "%s: alt=%s: %s\n", prog, opts->alt,
+				strerror(errno));
+			return -1;
+		}
+		free(opts->alt);
+		opts->alt = abs;
+	}
+	set->alt_path = opts->alt;
+	return 0;
+}
+
+/* Open (or create) the store into fs->st; a store this mount created
+   gets its INBOX.  Returns 0, or -1 after logging why (the store is
+   closed again). */
+static int open_store(struct fs *fs, const struct dbox_store_settings *set,
+		      unsigned long errors_before)
+{
+	char *index_path;
+	bool fresh;
+	int ret;
+
+	if (asprintf(&index_path, "%s/" DBOX_STORE_INDEX, fs->opts.store) < 0) {
+		exit_reason(errors_before, "out of memory", 0);
+		return -1;
+	}
+	fresh = access(index_path, F_OK) != 0;
+	free(index_path);
+	if ((ret = dbox_store_open(fs->opts.store, set, &fs->st)) < 0) {
+		exit_reason(errors_before, fs->opts.store, -ret);
+		return -1;
+	}
+	if (fresh && (ret = create_inbox(fs->st)) < 0) {
+		exit_reason(errors_before, "creating the INBOX of a new store",
+			    -ret);
+		dbox_store_close(&fs->st);
+		return -1;
+	}
+	return 0;
+}
+
+/* The threads beside the request loop.  Without the purge thread the
+   mount still works; only purging it on request or by itself does not.
+   WAL checkpoints run in a thread of their own, off the request path
+   (commits checkpoint themselves when it cannot start).  A read-only
+   mount does neither. */
+static void start_threads(struct fs *fs)
+{
+	if (fs->opts.readonly) {
+		signal(SIGUSR1, SIG_IGN); /* a purge request is no reason to die */
+		return;
+	}
+	fs_purge_start(fs);
+	dbox_store_checkpointer_start(fs->st);
+}
+
+/* Serve requests until unmounted or signalled.  Returns the exit status:
+   0 for an unmount, 1 otherwise (logged). */
+static int run_loop(struct fs *fs, const struct fuse_cmdline_opts *cmd)
+{
+	struct fuse_loop_config *loop;
+	int ret;
+
+	if (cmd->singlethread) {
+		ret = fuse_session_loop(fs->se);
+	} else {
+		loop = fuse_loop_cfg_create();
+		fuse_loop_cfg_set_clone_fd(loop, cmd->clone_fd);
+		fuse_loop_cfg_set_max_threads(loop, cmd->max_threads);
+		/* libfuse 3.14 leaves max_idle_threads at UINT_MAX unless -o
+		   max_idle_threads= was given, and warns about that value. */
+		if (cmd->max_idle_threads != UINT_MAX)
+			fuse_loop_cfg_set_idle_threads(loop, cmd->max_idle_threads);
+		ret = fuse_session_loop_mt(fs->se, loop);
+		fuse_loop_cfg_destroy(loop);
+	}
+	/* libfuse: a negative errno, or the number of the signal that
+	   ended the loop (SIGTERM, SIGINT, SIGHUP). */
+	if (ret < 0)
+		dbox_error("the FUSE session failed: %s; unmounting",
+			   strerror(-ret));
+	else if (ret > 0)
+		dbox_info("%s received; unmounting", strsignal(ret));
+	return ret != 0;
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts cmd;
-	struct fuse_loop_config *loop;
 	struct dbox_store_settings set = { .create = true };
 	struct fs fs = {
 		.idle = PTHREAD_COND_INITIALIZER,
@@ -257,9 +361,7 @@ int main(int argc, char *argv[])
 			.purge_threshold = DBOX_PURGE_DEFAULT_THRESHOLD,
 		},
 	};
-	char *index_path = NULL;
 	unsigned long errors_before;
-	bool fresh;
 	int ret = 1;
 
 	umask(077); /* store files 0600, directories 0700 */
@@ -286,52 +388,16 @@ int main(int argc, char *argv[])
 
 	/* Open the store before mounting, so a refusal (locked, not a
 	   store, newer format) is reported here and nothing is mounted. */
-	set.rotate_size = fs.opts.rotate_size;
-	set.readonly = fs.opts.readonly;
-	set.create = !fs.opts.readonly;
-	if (fs.opts.compress != NULL &&
-	    dbox_compress_parse(fs.opts.compress, &set.compress) < 0) {
-		fprintf(stderr, "%s: compress=%s: want none, gz or gz:LEVEL "
-			"(1-9)\n", argv[0], fs.opts.compress);
+	if (store_settings(argv[0], &fs.opts, &set) < 0)
 		goto out_args;
-	}
-	if (fs.opts.alt != NULL && fs.opts.alt[0] != '/') {
-		char *abs = realpath(fs.opts.alt, NULL);
-
-		if (abs == NULL) {
-			fprintf(stderr, "%s: alt=%s: %s\n", argv[0],
-				fs.opts.alt, strerror(errno));
-			goto out_args;
-		}
-		free(fs.opts.alt);
-		fs.opts.alt = abs;
-	}
-	set.alt_path = fs.opts.alt;
 	/* The session first: it rejects unknown -o options before the
 	   store is created or opened. */
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
 	if (fs.se == NULL)
 		goto out_args;
 	errors_before = errors_logged;
-	if (asprintf(&index_path, "%s/" DBOX_STORE_INDEX, fs.opts.store) < 0) {
-		exit_reason(errors_before, "out of memory", 0);
+	if (open_store(&fs, &set, errors_before) < 0)
 		goto out_session;
-	}
-	fresh = access(index_path, F_OK) != 0;
-	free(index_path);
-	if ((ret = dbox_store_open(fs.opts.store, &set, &fs.st)) < 0) {
-		exit_reason(errors_before, fs.opts.store, -ret);
-		ret = 1;
-		goto out_session;
-	}
-	ret = 1;
-	if (fresh && (ret = create_inbox(fs.st)) < 0) {
-		exit_reason(errors_before, "creating the INBOX of a new store",
-			    -ret);
-		ret = 1;
-		goto out_store;
-	}
-	ret = 1;
 	if (fs_inode_table_init(&fs.inodes) < 0) {
 		exit_reason(errors_before, "the inode table", ENOMEM);
 		goto out_store;
@@ -370,39 +436,8 @@ int main(int argc, char *argv[])
 		goto out_unmount;
 	}
 	log_to_stderr = cmd.foreground;
-	/* Without the purge thread the mount still works; only purging
-	   it on request or by itself does not.  A read-only mount neither
-	   purges nor checkpoints. */
-	if (!fs.opts.readonly)
-		fs_purge_start(&fs);
-	else
-		signal(SIGUSR1, SIG_IGN); /* a purge request is no reason to die */
-	/* WAL checkpoints in a thread of their own, off the request path
-	   (falls back to checkpoints inside commits when it cannot start). */
-	if (!fs.opts.readonly)
-		dbox_store_checkpointer_start(fs.st);
-
-	if (cmd.singlethread) {
-		ret = fuse_session_loop(fs.se);
-	} else {
-		loop = fuse_loop_cfg_create();
-		fuse_loop_cfg_set_clone_fd(loop, cmd.clone_fd);
-		fuse_loop_cfg_set_max_threads(loop, cmd.max_threads);
-		/* libfuse 3.14 leaves max_idle_threads at UINT_MAX unless -o
-		   max_idle_threads= was given, and warns about that value. */
-		if (cmd.max_idle_threads != UINT_MAX)
-			fuse_loop_cfg_set_idle_threads(loop, cmd.max_idle_threads);
-		ret = fuse_session_loop_mt(fs.se, loop);
-		fuse_loop_cfg_destroy(loop);
-	}
-	/* libfuse: a negative errno, or the number of the signal that
-	   ended the loop (SIGTERM, SIGINT, SIGHUP). */
-	if (ret < 0)
-		dbox_error("the FUSE session failed: %s; unmounting",
-			   strerror(-ret));
-	else if (ret > 0)
-		dbox_info("%s received; unmounting", strsignal(ret));
-	ret = ret != 0;
+	start_threads(&fs);
+	ret = run_loop(&fs, &cmd);
 out_unmount:
 	fs_purge_stop(&fs);
 	/* Unmounted: from here to exit the store is still locked while the
