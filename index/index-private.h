@@ -146,4 +146,24 @@ void index_attr_cache_put(struct dbox_index *index,
 	"CREATE TABLE setting (key TEXT PRIMARY KEY, value BLOB NOT NULL)" \
 	" WITHOUT ROWID;\n"
 
+/* index-schema.c: a new index's schema, format, uidvalidity and root
+   directory, in one transaction.  Returns 0 or a negative errno. */
+int index_create_schema(struct dbox_index *index);
+
+/* index-schema.c: the index's format into *format_r.  Returns 0, -EIO
+   (no format: not a dboxfs index) or -EPROTO (newer than this dboxfs);
+   logged. */
+int index_check_format(struct dbox_index *index, int64_t *format_r);
+
+/* index-schema.c: bring an index of an older format up to
+   DBOX_INDEX_FORMAT, one step per format, in one transaction.  Returns 0,
+   or a negative errno (-EROFS when the index cannot be written: an old
+   store on read-only media is refused, never half upgraded). */
+int index_upgrade_format(struct dbox_index *index, int64_t format);
+
+/* index-schema.c: the partial indexes crash recovery uses (WRITING
+   messages, inodes without names), added to stores made before them;
+   a failure is no error (recovery then scans). */
+void index_add_recovery_indexes(struct dbox_index *index);
+
 #endif
