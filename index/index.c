@@ -1,7 +1,8 @@
 /*
  * index.c: opening the SQLite index, prepared statements, transactions
- * and error mapping (the schema and its upgrades: index-schema.c).  The namespace operations are in
- * index-ns.c, message and m.N bookkeeping in index-msg.c.
+ * and error mapping.  The schema and its upgrades are in index-schema.c,
+ * the namespace operations in index-ns.c and index-inode.c, message and
+ * m.N bookkeeping in index-msg.c.
  *
  * Invariant: every statement is prepared here once and reused; nothing
  * else in the index prepares SQL at run time.
