@@ -122,7 +122,8 @@ static void print_text(const char *store, const char *dest, const char *prev,
 	       "linked   %" PRIu64 " files, %" PRIu64 " bytes (from %s)\n",
 	       store, dest, r->messages, r->mfiles, r->plain_files,
 	       r->copied, r->bytes_copied, r->linked, r->bytes_linked,
-	       prev != NULL ? prev : "no --link-dest");
+	       prev == NULL ? "no --link-dest" :
+	       r->prev_missing ? "none: no such backup" : prev);
 	if (r->kept > 0)
 		printf("kept     %" PRIu64 " files, %" PRIu64 " bytes (from the "
 		       "interrupted run)\n", r->kept, r->bytes_kept);
