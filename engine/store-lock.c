@@ -239,13 +239,18 @@ static int take_lock(int fd, const char *path, int how)
 {
 	int ret;
 
-	if (flock(fd, how | LOCK_NB) == 0)
-		return fd;
-	ret = -errno;
+	ret = flock(fd, how | LOCK_NB) == 0 ? 0 : -errno;
 	if (ret == -EWOULDBLOCK)
 		ret = wait_for_lock(fd, path, how);
-	if (ret == 0)
+	if (ret == 0) {
+		/* The text is only ever the current holder's: a "closing"
+		   a mount left behind would make the next process wait for
+		   this one as if it were closing. */
+		if (how == LOCK_EX && ftruncate(fd, 0) < 0)
+			dbox_warning("%s/" DBOX_STORE_LOCK ": emptying it: %s",
+				     path, strerror(errno));
 		return fd;
+	}
 	if (ret == -EWOULDBLOCK || ret == -EBUSY) {
 		char who[2200];
 
