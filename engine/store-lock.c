@@ -261,10 +261,12 @@ static int take_lock(int fd, const char *path, int how)
 								     sizeof(who)));
 		else if (dbox_store_lock_holder_text(fd, who, sizeof(who))[0])
 			dbox_error("%s: store is in use by another process "
-				   "(%s)", path, who);
+				   "(%s); unmount it or wait for it", path,
+				   who);
 		else
 			dbox_error("%s: store is in use by another process "
-				   "(mounted?)", path);
+				   "(mounted?); unmount it or wait for it",
+				   path);
 	} else
 		dbox_error("%s: cannot lock the store: %s", path, strerror(-ret));
 	close(fd);
