@@ -641,3 +641,27 @@ def test_stats_lists_empty_folders(tmp_path, make_mount):
     (m.mnt / "new" / "1.y.host").write_bytes(b"Subject: new\n\nnew\n")
     m.unmount()
     assert stats_json(store)["folders"] == {"INBOX": 1, "Empty": 0, "Lists": 0}
+
+
+def test_check_prints_utf8_names_as_they_are(tmp_path):
+    """check names a UTF-8 folder as it is (as ls and the log do); only
+    control bytes and bytes that are no UTF-8 are written as \\xNN."""
+    src = tmp_path / "Maildir"
+    for folder in (src, src / ".Café", src / ".Plain"):
+        for sub in MAILDIR_SUBS:
+            (folder / sub).mkdir(parents=True)
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    with sqlite3.connect(store / "index.sqlite") as db:
+        # Each folder's inode gone: check names the entries pointing at it.
+        for name in (".Café".encode(), b".Plain"):
+            db.execute("DELETE FROM inode WHERE ino = "
+                       "(SELECT ino FROM entry WHERE parent = 1 AND name = ?)",
+                       (name,))
+        db.execute("UPDATE entry SET name = ? WHERE parent = 1 AND name = ?",
+                   (b".Pl\x1b[2J\xffain", b".Plain"))
+    db.close()
+    r = adm("check", store, check_rc=1)
+    out = r.stdout.decode("utf-8", "strict")
+    assert "entry '.Café' in directory 1 names inode" in out, out
+    assert "entry '.Pl\\x1b[2J\\xffain' in directory 1 names inode" in out, out
