@@ -230,8 +230,9 @@ static int altmove_args(int argc, char **argv, struct altmove_args *a)
 			return adm_usage_error(verb, "altmove: unknown option "
 					       "'%s'", argv[optind - 1]);
 	}
-	if (argc - optind != 1)
-		return adm_usage_error(verb, "altmove: need STORE");
+	if (adm_check_npos(verb, argv + optind, argc - optind, 1,
+			   "STORE") != 0)
+		return ADM_EXIT_USAGE;
 	if (!have_age && a->folder == NULL)
 		return adm_usage_error(verb, "altmove: need --older-than=DAYS "
 				       "and/or --folder=DIR");

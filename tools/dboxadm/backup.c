@@ -200,9 +200,9 @@ static int backup_main(int argc, char **argv)
 					       argv[optind - 1]);
 		}
 	}
-	if (argc - optind != 2)
-		return adm_usage_error(&adm_verb_backup,
-				       "backup: need STORE and DEST");
+	if ((ret = adm_check_npos(&adm_verb_backup, argv + optind,
+				  argc - optind, 2, "STORE and DEST")) != 0)
+		return ret;
 	/* As the store's owner (root on a user's store drops to them for
 	   good): everything read is what they may read, DEST is theirs. */
 	if ((ret = adm_store_enter(argv[optind])) != ADM_EXIT_OK)

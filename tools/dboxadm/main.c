@@ -374,6 +374,17 @@ void adm_path_free(struct adm_path *path)
 	path->buf = NULL;
 }
 
+int adm_check_npos(const struct adm_verb *verb, char **args, int got,
+		   int npos, const char *need)
+{
+	if (got > npos)
+		return adm_usage_error(verb, "%s: unexpected argument '%s'",
+				       verb->name, args[npos]);
+	if (got < npos)
+		return adm_usage_error(verb, "%s: need %s", verb->name, need);
+	return ADM_EXIT_OK;
+}
+
 int adm_verb_begin(const struct adm_verb *verb, int argc, char **argv,
 		   const char *const *flags, bool **flag_r, int npos,
 		   const char *need)
@@ -382,8 +393,8 @@ int adm_verb_begin(const struct adm_verb *verb, int argc, char **argv,
 
 	if ((ret = adm_parse_args(verb, argc, argv, flags, flag_r, &got)) != 0)
 		return ret;
-	if (got != npos)
-		return adm_usage_error(verb, "%s: need %s", verb->name, need);
+	if ((ret = adm_check_npos(verb, argv, got, npos, need)) != 0)
+		return ret;
 	return adm_store_enter(argv[0]);
 }
 

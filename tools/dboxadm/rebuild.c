@@ -129,8 +129,8 @@ static int rebuild_main(int argc, char **argv)
 
 	if ((ret = take_alt(&argc, argv, &alt)) == 0 &&
 	    (ret = adm_parse_args(&adm_verb_rebuild, argc, argv, flags, flag_r,
-				  &npos)) == 0 && npos != 1)
-		ret = adm_usage_error(&adm_verb_rebuild, "rebuild: need STORE");
+				  &npos)) == 0)
+		ret = adm_check_npos(&adm_verb_rebuild, argv, npos, 1, "STORE");
 	if (ret == 0)
 		ret = adm_store_enter(argv[0]);
 	if (ret != 0) {
