@@ -688,3 +688,22 @@ def test_an_argument_too_many_is_named(tmp_path, verb, args):
     r = adm(verb, check_rc=2)
     assert f"{verb}: need STORE".encode() in r.stderr, r.stderr
     assert not store.exists()
+
+
+@pytest.mark.parametrize("verb", ["stats", "export", "backup"])
+def test_corrupt_index_points_at_rebuild(tmp_path, verb):
+    """A store whose index.sqlite is not a database: the reading verbs say
+    what to do, as check and dboxfs do."""
+    src = tmp_path / "Maildir"
+    for sub in MAILDIR_SUBS:
+        (src / sub).mkdir(parents=True)
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    for p in store.glob("index.sqlite*"):
+        p.unlink()
+    (store / "index.sqlite").write_bytes(b"not a database\n" * 512)
+    args = {"stats": [], "export": [tmp_path / "out"],
+            "backup": [tmp_path / "out"]}[verb]
+    r = adm(verb, store, *args)
+    assert r.returncode != 0, r.stdout
+    assert f"run 'dboxadm rebuild {store}'".encode() in r.stderr, r.stderr

@@ -138,7 +138,7 @@ static int cat_main(int argc, char **argv)
 
 const struct adm_verb adm_verb_cat = {
 	.name = "cat",
-	.summary = "write the plaintext of one record of an m.N to stdout",
+	.summary = "write one record of an m.N as plaintext (mounted or not)",
 	.usage =
 	"usage: dboxadm cat STORE m.N OFFSET\n"
 	"\n"

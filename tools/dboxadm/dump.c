@@ -181,7 +181,8 @@ static int dump_main(int argc, char **argv)
 
 const struct adm_verb adm_verb_dump = {
 	.name = "dump",
-	.summary = "list the records of one " DBOX_STORE_STORAGE "/m.N file",
+	.summary = "list the records of one " DBOX_STORE_STORAGE "/m.N file "
+		   "(mounted or not)",
 	.usage =
 	"usage: dboxadm dump STORE m.N\n"
 	"\n"

@@ -141,6 +141,10 @@ int adm_open_view(const char *store, struct dbox_view **view_r)
 		adm_error("%s: not a directory", store);
 	else if (ret == -ENOENT || ret == -EACCES || ret == -ENOMEM)
 		adm_error("%s: %s", store, strerror(-ret));
+	else if (ret == -EIO)
+		adm_error("%s: cannot open the index: %s; run 'dboxadm rebuild "
+			  "%s' (it recreates the index from " DBOX_STORE_STORAGE
+			  "/)", store, strerror(-ret), store);
 	else if (ret < 0)
 		adm_error("%s: cannot open the index: %s", store, strerror(-ret));
 	if (ret == 0 && (*view_r)->alt_err < 0)
