@@ -243,10 +243,13 @@ static int take_lock(int fd, const char *path, int how)
 	if (ret == -EWOULDBLOCK)
 		ret = wait_for_lock(fd, path, how);
 	if (ret == 0) {
+		struct stat sb;
+
 		/* The text is only ever the current holder's: a "closing"
 		   a mount left behind would make the next process wait for
 		   this one as if it were closing. */
-		if (how == LOCK_EX && ftruncate(fd, 0) < 0)
+		if (how == LOCK_EX && fstat(fd, &sb) == 0 && sb.st_size > 0 &&
+		    ftruncate(fd, 0) < 0)
 			dbox_warning("%s/" DBOX_STORE_LOCK ": emptying it: %s",
 				     path, strerror(errno));
 		return fd;
