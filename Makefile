@@ -59,10 +59,18 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/tests/unit/test-common.o \
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
+# The objects the unit tests link are intermediate files to make: keep them
+# (else `make unit` deletes them and the next build compiles them again).
+.SECONDARY:
+
 # --- tests -------------------------------------------------------------------
 
+# Debian packages the build needs, and what `make demo` runs (fuse3 to
+# mount, python3 for tools/gen-corpus); installed when missing (root).
+DEMO_DEBS := gcc pkg-config fuse3 libfuse3-dev libsqlite3-dev \
+             zlib1g-dev libbz2-dev liblzma-dev libzstd-dev liblz4-dev python3
 # Debian packages the tests drive; installed when missing (needs root).
-TEST_DEBS := fuse3 libfuse3-dev libsqlite3-dev zlib1g-dev uuid-dev pkg-config \
+TEST_DEBS := fuse3 libfuse3-dev libsqlite3-dev zlib1g-dev pkg-config \
              libcmocka-dev python3-pytest neomutt rsync sqlite3 \
              libbz2-dev liblzma-dev libzstd-dev liblz4-dev dovecot-core dovecot-imapd \
              mutt isync notmuch procmail maildrop strace gpg-agent maildir-utils \
@@ -174,7 +182,11 @@ bench-writes: bench-deps $(BENCH_BIN)
 
 # --- demo --------------------------------------------------------------------
 
-demo: deps all
+demo-deps:
+	@tools/install-deps $(DEMO_DEBS)
+
+demo: demo-deps
+	$(MAKE) all
 	@tools/demo $(abspath $(BUILD))
 
 # --- install -----------------------------------------------------------------
@@ -215,5 +227,5 @@ uninstall:
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
 
-.PHONY: all deps unit mounted check check-asan check-tsan fuzz demo clean \
+.PHONY: all deps demo-deps unit mounted check check-asan check-tsan fuzz demo clean \
         bench bench-deps bench-quick bench-writes

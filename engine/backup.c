@@ -136,7 +136,9 @@ static int src_open(struct bk *b)
 	return 0;
 }
 
-/* PREV, a finished backup, and its manifest. */
+/* PREV, a finished backup, and its manifest.  A PREV that does not exist
+   is warned about and left out (b->prevs.dir stays -1, the manifest
+   empty). */
 static int prev_open(struct bk *b, const char *prev)
 {
 	int ret;
@@ -144,6 +146,14 @@ static int prev_open(struct bk *b, const char *prev)
 	if ((b->prevs.dir = open(prev, O_RDONLY | O_DIRECTORY |
 				 O_CLOEXEC)) < 0) {
 		ret = -errno;
+		/* A daily job's first run, or the day after a skipped one:
+		   nothing to link from, everything is copied. */
+		if (ret == -ENOENT) {
+			dbox_warning("%s: no such backup; copying everything",
+				     prev);
+			b->res->prev_missing = true;
+			return 0;
+		}
 		dbox_error("%s: %s", prev, strerror(errno));
 		return ret;
 	}

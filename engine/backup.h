@@ -135,6 +135,8 @@ struct dbox_backup_result {
 	unsigned int snapshots;   /* snapshots taken (steps 1-3 runs) */
 	unsigned int source_errors;   /* damage counted (see above) */
 	bool resumed;             /* an interrupted run's work was found */
+	bool prev_missing;        /* set->prev does not exist (warned):
+				     nothing was linked */
 	bool refused;             /* the failure is a refusal (DEST exists,
 				     PREV or DEST.partial no backup of ours,
 				     another backup writes it...): nothing
@@ -148,7 +150,8 @@ struct dbox_backup_result {
    store has damaged files, each given to set->damage), or a negative
    errno (logged): with res_r->refused -EEXIST (DEST exists), -EBUSY
    (another backup writes DEST.partial), -ENOTEMPTY (DEST.partial is no
-   interrupted backup), -EINVAL (PREV is no finished backup), -ENOTDIR
+   interrupted backup), -EINVAL (PREV is no finished backup; a PREV
+   that does not exist is no error: see prev_missing), -ENOTDIR
    (src has no storage/), -ENOMEDIUM (its index.sqlite is no regular
    file), or what opening a directory gave; else the
    backup failed after starting (DEST.partial is left for a rerun):

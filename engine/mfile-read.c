@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -163,22 +164,45 @@ static uint64_t committed_end(const char *store, uint32_t file_id, int fd)
 }
 
 int dbox_mfile_open_id(const char *store, uint32_t file_id,
-		       struct dbox_mfile_ref *ref_r)
+		       struct dbox_mfile_ref *ref_r, char **path_r)
 {
 	struct dbox_view *view;
+	const char *dir = store;
+	char *alt = NULL, *path = NULL;
 	char name[16];
 	int fd, ret;
 
+	if (path_r != NULL)
+		*path_r = NULL;
 	dbox_file_name(name, file_id);
 	fd = dbox_store_open_in(store, DBOX_STORE_STORAGE, name, O_RDONLY);
 	if (fd == -ENOENT && dbox_view_open(store, &view) == 0) {
+		/* Not in storage/: in the alternate storage, if anywhere. */
 		fd = dbox_view_mfile_open(view, name);
+		if (fd >= 0 && view->alt_path != NULL &&
+		    (alt = strdup(view->alt_path)) == NULL) {
+			close(fd);
+			fd = -ENOMEM;
+		}
+		dir = alt;
 		dbox_view_close(&view);
 	}
+	if (fd >= 0 && path_r != NULL &&
+	    asprintf(&path, "%s/" DBOX_STORE_STORAGE "/%s",
+		     dir != NULL ? dir : store, name) < 0) {
+		close(fd);
+		fd = -ENOMEM;
+		path = NULL;
+	}
+	free(alt);
 	if (fd < 0)
 		return fd;
 	if ((ret = ref_set(fd, ref_r)) == 0)
 		ref_r->committed_end = committed_end(store, file_id, fd);
+	if (ret == 0 && path_r != NULL)
+		*path_r = path;
+	else
+		free(path);
 	return ret;
 }
 

@@ -93,11 +93,12 @@ struct dbox_mfile_ref {
    one in the alternate storage the index records; never through a
    symbolic link; committed_end from the store's index.  Works on a
    directory without an index too (a Dovecot mdbox root: committed_end
-   is then unknown).  Returns 0 and *ref_r, or
-   a negative errno: -ENOENT (neither), -ELOOP, -EINVAL (not a regular
-   file). */
+   is then unknown).  path_r (may be NULL): the path of the file opened,
+   STORE/storage/m.N or ALT/storage/m.N (malloc()ed, the caller frees;
+   NULL on failure).  Returns 0 and *ref_r, or a negative errno: -ENOENT
+   (neither), -ELOOP, -EINVAL (not a regular file), -ENOMEM. */
 int dbox_mfile_open_id(const char *store, uint32_t file_id,
-		       struct dbox_mfile_ref *ref_r);
+		       struct dbox_mfile_ref *ref_r, char **path_r);
 
 /* Open the dbox file at path (as given: whoever runs the verb named it).
    When file_id is not 0 and the file is m.<file_id> of the store at

@@ -239,13 +239,21 @@ static int take_lock(int fd, const char *path, int how)
 {
 	int ret;
 
-	if (flock(fd, how | LOCK_NB) == 0)
-		return fd;
-	ret = -errno;
+	ret = flock(fd, how | LOCK_NB) == 0 ? 0 : -errno;
 	if (ret == -EWOULDBLOCK)
 		ret = wait_for_lock(fd, path, how);
-	if (ret == 0)
+	if (ret == 0) {
+		struct stat sb;
+
+		/* The text is only ever the current holder's: a "closing"
+		   a mount left behind would make the next process wait for
+		   this one as if it were closing. */
+		if (how == LOCK_EX && fstat(fd, &sb) == 0 && sb.st_size > 0 &&
+		    ftruncate(fd, 0) < 0)
+			dbox_warning("%s/" DBOX_STORE_LOCK ": emptying it: %s",
+				     path, strerror(errno));
 		return fd;
+	}
 	if (ret == -EWOULDBLOCK || ret == -EBUSY) {
 		char who[2200];
 
@@ -256,10 +264,12 @@ static int take_lock(int fd, const char *path, int how)
 								     sizeof(who)));
 		else if (dbox_store_lock_holder_text(fd, who, sizeof(who))[0])
 			dbox_error("%s: store is in use by another process "
-				   "(%s)", path, who);
+				   "(%s); unmount it or wait for it", path,
+				   who);
 		else
 			dbox_error("%s: store is in use by another process "
-				   "(mounted?)", path);
+				   "(mounted?); unmount it or wait for it",
+				   path);
 	} else
 		dbox_error("%s: cannot lock the store: %s", path, strerror(-ret));
 	close(fd);

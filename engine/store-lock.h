@@ -29,8 +29,10 @@
    fail after half a second (time for a mount unmounted a moment ago to
    say it is closing).  The lock is opened with O_NOFOLLOW: a symbolic
    link (-ELOOP) or anything but a regular file (-EINVAL) is refused.
-   Returns the lock's descriptor (the caller closes it to let go), -EBUSY
-   when the store is in use, or -errno; every failure is logged. */
+   Once taken, the lock's text is emptied (what an earlier holder left
+   is not this holder's).  Returns the lock's descriptor (the caller
+   closes it to let go), -EBUSY when the store is in use, or -errno;
+   every failure is logged. */
 int dbox_store_lock(int dir_fd, const char *path);
 
 /* Take the lock shared, for a process that only reads the store (on

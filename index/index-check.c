@@ -16,25 +16,59 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A name (blob) as printable text: bytes outside 0x20..0x7e, and '\',
-   become \xNN.  Cut (with "...") to fit buf. */
+/* Append text to buf (o bytes used, size in all); false when it did not
+   fit whole (then cut at a character boundary, with "..."). */
+static bool append_cut(char *buf, size_t size, size_t *o, const char *text)
+{
+	size_t n = strlen(text);
+
+	if (*o + n + 4 <= size) {
+		memcpy(buf + *o, text, n + 1);
+		*o += n;
+		return true;
+	}
+	n = size - *o >= 4 ? size - *o - 4 : 0;
+	while (n > 0 && ((unsigned char)text[n] & 0xc0) == 0x80)
+		n--;
+	memcpy(buf + *o, text, n);
+	memcpy(buf + *o + n, "...", 4);
+	*o += n + 3;
+	return false;
+}
+
+/* A name (blob) as printable text, as the log writes names
+   (dbox_log_escape: UTF-8 kept, control bytes, C1 controls and
+   malformed bytes as \xNN), a NUL byte in it as \x00.  Cut (with "...")
+   to fit buf (size >= 4). */
 static const char *escape(const void *blob, size_t len, char *buf,
 			  size_t size)
 {
-	const unsigned char *p = blob;
+	const char *p = blob;
 	size_t o = 0;
 
-	for (size_t i = 0; i < len; i++) {
-		if (o + 8 >= size) {
-			memcpy(buf + o, "...", 4);
+	buf[0] = '\0';
+	while (len > 0) {
+		size_t seg = strnlen(p, len);
+		char *text = strndup(p, seg);
+		char *esc = malloc(DBOX_LOG_ESCAPED_SIZE(seg));
+		bool whole;
+
+		if (text == NULL || esc == NULL) {
+			free(text);
+			free(esc);
+			snprintf(buf, size, "(out of memory)");
 			return buf;
 		}
-		if (p[i] < 0x20 || p[i] > 0x7e || p[i] == '\\')
-			o += (size_t)snprintf(buf + o, size - o, "\\x%02x", p[i]);
-		else
-			buf[o++] = (char)p[i];
+		dbox_log_escape(esc, DBOX_LOG_ESCAPED_SIZE(seg), text);
+		whole = append_cut(buf, size, &o, esc) &&
+			(seg == len || append_cut(buf, size, &o, "\\x00"));
+		free(text);
+		free(esc);
+		if (!whole)
+			return buf;
+		p += seg < len ? seg + 1 : seg;
+		len -= seg < len ? seg + 1 : seg;
 	}
-	buf[o] = '\0';
 	return buf;
 }
 

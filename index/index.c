@@ -345,7 +345,11 @@ static int index_open(const char *path, bool create, bool readonly,
 	char limit_sql[64];
 	int ret;
 
+	/* Only a missing file is "new": any other failure (EACCES on the
+	   store directory, ELOOP...) is reported as itself. */
 	is_new = access(path, F_OK) != 0;
+	if (is_new && errno != ENOENT)
+		return -errno;
 	if (is_new && !create)
 		return -ENOENT;
 	if (is_new)

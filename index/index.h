@@ -121,6 +121,7 @@ struct dbox_index;
 /* Open (create=true: create if missing) the index at path, in WAL mode with
    synchronous=NORMAL, creating the schema and the root directory on a new
    file.  Returns 0 and sets *index_r; -ENOENT if missing and !create,
+   -EACCES (or another -errno) when the path cannot be looked up,
    -EPROTO if the format is newer than DBOX_INDEX_FORMAT, -EIO when the file
    is not a readable index (corrupt; logged).  Without create, on a store
    whose directory this process cannot write (read-only media, a

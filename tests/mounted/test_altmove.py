@@ -113,6 +113,12 @@ def test_dump_of_alt_mfile_stops_at_committed_end(tmp_path, make_mount):
     assert r.stdout == before
     assert b"104 bytes after the committed end" in r.stderr
     assert b"corrupt" not in r.stderr
+    # Messages name the file where it is, in ALT (dump and cat).
+    assert f"{mfile}: ".encode() in r.stderr, r.stderr
+    assert f"{store}/storage/m.{fid}".encode() not in r.stderr, r.stderr
+    r = adm("cat", store, f"m.{fid}", 1, check_rc=1)
+    assert f"{mfile}: offset 1: ".encode() in r.stderr, r.stderr
+    assert f"{store}/storage/m.{fid}".encode() not in r.stderr, r.stderr
     copy = tmp_path / "copy-of-mfile"
     shutil.copy(mfile, copy)
     r = adm("dump", store, copy, check_rc=1)

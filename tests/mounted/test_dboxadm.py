@@ -316,10 +316,15 @@ def test_reimport_skips_present_and_keeps_store(tmp_path, make_mount):
     (src / "dovecot-uidlist").write_bytes(b"3 V1 N4\n")
     os.link(src / "cur" / "0.x.host:2,S", src / "new" / "0.x.host")
     store = tmp_path / "store"
-    adm("import", store, src, check_rc=0)
+    r = adm("import", store, src, check_rc=0)
+    # The summary, also when not on a terminal (a cron job's mail).
+    assert r.stdout == f"{store}: 3 messages, 1 plain files, 3 directories, " \
+        "1 hard links imported\n".encode(), r.stdout
     before = stats_json(store)
     (src / "cur" / "3.x.host:2,S").write_bytes(b"Subject: new\n\nnew\n")
     r = adm("import", store, src, check_rc=0)
+    assert r.stdout == f"{store}: 1 messages, 0 plain files, 0 directories, " \
+        "0 hard links imported\n".encode(), r.stdout
     assert b"File exists" not in r.stderr
     assert r.stderr == b"dboxadm: 5 items already present in the store with the same bytes, skipped\n"
     after = stats_json(store)
@@ -641,3 +646,64 @@ def test_stats_lists_empty_folders(tmp_path, make_mount):
     (m.mnt / "new" / "1.y.host").write_bytes(b"Subject: new\n\nnew\n")
     m.unmount()
     assert stats_json(store)["folders"] == {"INBOX": 1, "Empty": 0, "Lists": 0}
+
+
+def test_check_prints_utf8_names_as_they_are(tmp_path):
+    """check names a UTF-8 folder as it is (as ls and the log do); only
+    control bytes and bytes that are no UTF-8 are written as \\xNN."""
+    src = tmp_path / "Maildir"
+    for folder in (src, src / ".Café", src / ".Plain"):
+        for sub in MAILDIR_SUBS:
+            (folder / sub).mkdir(parents=True)
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    with sqlite3.connect(store / "index.sqlite") as db:
+        # Each folder's inode gone: check names the entries pointing at it.
+        for name in (".Café".encode(), b".Plain"):
+            db.execute("DELETE FROM inode WHERE ino = "
+                       "(SELECT ino FROM entry WHERE parent = 1 AND name = ?)",
+                       (name,))
+        db.execute("UPDATE entry SET name = ? WHERE parent = 1 AND name = ?",
+                   (b".Pl\x1b[2J\xffain", b".Plain"))
+    db.close()
+    r = adm("check", store, check_rc=1)
+    out = r.stdout.decode("utf-8", "strict")
+    assert "entry '.Café' in directory 1 names inode" in out, out
+    assert "entry '.Pl\\x1b[2J\\xffain' in directory 1 names inode" in out, out
+
+
+@pytest.mark.parametrize("verb,args", [
+    ("stats", ["S"]), ("check", ["S"]), ("purge", ["S"]), ("rebuild", ["S"]),
+    ("export", ["S", "D"]), ("dump", ["S", "m.1"]), ("cat", ["S", "m.1", "0"]),
+    ("altmove", ["S", "--folder=INBOX"]), ("backup", ["S", "D"]),
+    ("import", ["S", "M"]), ("import-dovecot", ["S", "M"])])
+def test_an_argument_too_many_is_named(tmp_path, verb, args):
+    """One positional argument too many: the usage error names it (not
+    'need STORE'); one too few still says what is needed."""
+    store = tmp_path / "store"
+    args = [str(store) if a == "S" else a for a in args]
+    r = adm(verb, *args, "extra", check_rc=2)
+    assert f"{verb}: unexpected argument 'extra'".encode() in r.stderr, r.stderr
+    assert b"need" not in r.stderr, r.stderr
+    r = adm(verb, check_rc=2)
+    assert f"{verb}: need STORE".encode() in r.stderr, r.stderr
+    assert not store.exists()
+
+
+@pytest.mark.parametrize("verb", ["stats", "export", "backup"])
+def test_corrupt_index_points_at_rebuild(tmp_path, verb):
+    """A store whose index.sqlite is not a database: the reading verbs say
+    what to do, as check and dboxfs do."""
+    src = tmp_path / "Maildir"
+    for sub in MAILDIR_SUBS:
+        (src / sub).mkdir(parents=True)
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    for p in store.glob("index.sqlite*"):
+        p.unlink()
+    (store / "index.sqlite").write_bytes(b"not a database\n" * 512)
+    args = {"stats": [], "export": [tmp_path / "out"],
+            "backup": [tmp_path / "out"]}[verb]
+    r = adm(verb, store, *args)
+    assert r.returncode != 0, r.stdout
+    assert f"run 'dboxadm rebuild {store}'".encode() in r.stderr, r.stderr

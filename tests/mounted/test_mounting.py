@@ -105,11 +105,16 @@ def test_fstab_line_mount_by_mountpoint(namespace, scratch):
     store, mnt = scratch / "store", scratch / "mnt"
     mnt.mkdir()
     fstab = scratch / "fstab"
-    fstab.write_text(f"# dboxfs test\n{store}  {mnt}  fuse.dboxfs  defaults,_netdev  0 0\n")
+    # nosuid,nodev as the documented lines have them: mount.fuse3 mounts
+    # dev,suid otherwise (dboxfs run directly mounts nosuid,nodev).
+    fstab.write_text(f"# dboxfs test\n{store}  {mnt}  fuse.dboxfs  "
+                     "defaults,nosuid,nodev,_netdev  0 0\n")
 
     r = namespace.run(["mount", "--fstab", fstab, mnt])
     assert r.returncode == 0, r.stderr
-    assert mount_options(namespace.mounts_file, mnt)[0] == "fuse.dboxfs"
+    fstype, opts = mount_options(namespace.mounts_file, mnt)
+    assert fstype == "fuse.dboxfs"
+    assert {"nosuid", "nodev"} <= set(opts), opts
     # A new store is an empty INBOX; deliver to it, then read it back after
     # a second mount from the same line.
     r = namespace.run(["ls", mnt])

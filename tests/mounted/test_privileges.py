@@ -322,6 +322,26 @@ def test_root_cannot_reach_what_the_user_cannot_read(scratch, user, tmp_path,
     assert not (scratch / "out").exists()
 
 
+@pytest.mark.parametrize("verb", ["stats", "export", "backup", "check"])
+def test_a_store_another_user_may_not_enter_says_permission_denied(
+        scratch, user, verb):
+    """The test user's store, mode 0700: another user running a reading
+    verb on it is told "Permission denied", not that it is no dbox store
+    (the index's lookup failed with EACCES, not ENOENT)."""
+    from kinds_env import CAROL, team_users
+    team_users()
+    store, _ = user_store(scratch, user, messages=3)
+    store.chmod(0o700)
+    out = scratch / "out"
+    args = {"stats": [], "export": [out], "backup": [out],
+            "check": []}[verb]
+    r = adm(verb, store, *args, user=CAROL)
+    assert r.returncode != 0, r.stdout
+    assert "Permission denied" in r.stderr, r.stderr
+    assert "not a dbox store" not in r.stderr, r.stderr
+    assert not out.exists()
+
+
 def tree_state(d):
     """Bytes and mtimes of every file below d (and d itself if a file)."""
     d = Path(d)

@@ -258,3 +258,5 @@ def test_second_mount_names_the_holder(tmp_path):
         assert rc != 0, err
         assert words in err, err
         assert f"pid {pid}, a dboxfs mount on {m.mnt})" in err, err
+        if not opts:
+            assert f"{m.mnt}); unmount it or wait for it" in err, err

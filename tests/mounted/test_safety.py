@@ -73,12 +73,17 @@ def message(i, size):
 
 
 def snapshot(d):
-    """Every file and directory under d: type, mode, size, mtime, bytes."""
+    """Every file and directory under d: type, mode, size, mtime, bytes.
+    Of STORE/lock only the mode: its text is advice for the holder of the
+    moment, and whoever takes the lock empties a stale one."""
     out = {}
     for dirpath, dirnames, filenames in os.walk(d):
         for n in dirnames + filenames:
             p = os.path.join(dirpath, n)
             st = os.lstat(p)
+            if os.path.relpath(p, d) == "lock":
+                out["lock"] = (st.st_mode,)
+                continue
             data = open(p, "rb").read() if stat.S_ISREG(st.st_mode) else None
             out[os.path.relpath(p, d)] = (st.st_mode, st.st_size, st.st_mtime_ns, data)
     return out

@@ -481,7 +481,20 @@ def test_backup_offline_and_refusals(make_mount, tmp_path):
     adm("backup", tmp_path / "nostore", tmp_path / "bk9", check_rc=2)
     adm("backup", store, check_rc=2)
     adm("backup", store, tmp_path / "bk8", "--bogus", check_rc=2)
-    adm("backup", store, tmp_path / "bk7", "--link-dest", tmp_path / "nostore", check_rc=2)
+    # PREV is no backup: refused.  PREV missing (a daily job's first run,
+    # or the day after a skipped one): a warning, and everything copied.
+    r = adm("backup", store, tmp_path / "bk7", "--link-dest", store, check_rc=2)
+    assert b"not a finished dboxadm backup" in r.stderr, r.stderr
+    assert not (tmp_path / "bk7").exists()
+    r = adm("backup", store, tmp_path / "bk7", "--json", "--link-dest",
+            tmp_path / "nobackup", check_rc=0)
+    assert b"nobackup: no such backup; copying everything" in r.stderr, r.stderr
+    b7 = json.loads(r.stdout)
+    assert b7["files_linked"] == 0 and b7["files_copied"] > 0
+    check_clean(tmp_path / "bk7")
+    r = make_mount(store=tmp_path / "bk7", mnt=tmp_path / "mnt7")
+    assert tree(r.mnt) == expected
+    r.unmount()
     # A symlink planted in storage/ is not followed.
     secret = tmp_path / "secret"
     secret.write_text("root only")

@@ -179,6 +179,29 @@ static void test_proc_readers_on_self(void **state)
 	assert_true(dbox_holder_euid(-1) < 0);
 }
 
+/* A "closing" a mount left in STORE/lock after its unmount is emptied by
+   the next process that takes the lock exclusively (an offline dboxadm):
+   a third process then finds the store in use, not a mount closing. */
+static void test_lock_empties_stale_text(void **state)
+{
+	struct fix *f = *state;
+	int dir_fd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct stat sb;
+	int fd;
+
+	assert_true(dir_fd >= 0);
+	set_text(f, "closing\n");
+	assert_true(dbox_store_lock_is_closing(f->fd));
+	fd = dbox_store_lock(dir_fd, f->dir);
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(f->fd, &sb), 0);
+	assert_int_equal(sb.st_size, 0);
+	assert_false(dbox_store_lock_is_closing(f->fd));
+	assert_int_equal(dbox_store_lock(dir_fd, f->dir), -EBUSY);
+	close(fd);
+	close(dir_fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -191,6 +214,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_holder_not_dboxfs_refused,
 						fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_proc_readers_on_self,
+						fix_setup, fix_teardown),
+		cmocka_unit_test_setup_teardown(test_lock_empties_stale_text,
 						fix_setup, fix_teardown),
 	};
 

@@ -423,7 +423,7 @@ static void test_symlinked_mfile_refused(void **state)
 	dbox_fd_cache_init(&cache, 0);
 	assert_int_equal(dbox_view_mfile_fd(f->view, &cache, 1), -ELOOP);
 	dbox_fd_cache_deinit(&cache);
-	assert_int_equal(dbox_mfile_open_id(f->store, 1, &ref), -ELOOP);
+	assert_int_equal(dbox_mfile_open_id(f->store, 1, &ref, NULL), -ELOOP);
 
 	/* Export: every message of m.1 is unreadable (-EIO), and each
 	   refusal is logged naming the file. */
@@ -464,7 +464,7 @@ static void test_mfile_open_and_record(void **state)
 	assert_int_equal(dbox_index_mfile_get(f->view->index, 1, &committed), 0);
 	dbox_view_close(&f->view);
 
-	assert_int_equal(dbox_mfile_open_id(f->store, 1, &ref), 0);
+	assert_int_equal(dbox_mfile_open_id(f->store, 1, &ref, NULL), 0);
 	assert_int_equal(ref.committed_end, committed);
 	assert_true(ref.size >= committed);
 	/* The record of m0: checked whole, read as plaintext. */
@@ -503,12 +503,12 @@ static void test_mfile_open_and_record(void **state)
 	free(path);
 	assert_int_equal(dbox_mfile_open_path(f->store, f->store, 1, &ref),
 			 -EINVAL);
-	assert_int_equal(dbox_mfile_open_id(f->store, 2, &ref), -ENOENT);
+	assert_int_equal(dbox_mfile_open_id(f->store, 2, &ref, NULL), -ENOENT);
 	/* A Dovecot mdbox root has no index: the file opens, end unknown. */
 	path = tree_path(f, "index.sqlite");
 	assert_int_equal(unlink(path), 0);
 	free(path);
-	assert_int_equal(dbox_mfile_open_id(f->store, 1, &ref), 0);
+	assert_int_equal(dbox_mfile_open_id(f->store, 1, &ref, NULL), 0);
 	assert_int_equal(ref.committed_end, UINT64_MAX);
 	close(ref.fd);
 }

@@ -1,5 +1,5 @@
 /*
- * altmove.c: dboxadm altmove STORE --older-than=DAYS [--folder=DIR]
+ * altmove.c: dboxadm altmove STORE [--older-than=DAYS] [--folder=DIR]
  * [--alt=PATH] [--timeout=SECONDS] - move messages to the alternate
  * storage (engine/purge.h dbox_altmove), here when STORE is not mounted,
  * else by the mount (the request goes into the index, then SIGUSR1, as
@@ -230,8 +230,9 @@ static int altmove_args(int argc, char **argv, struct altmove_args *a)
 			return adm_usage_error(verb, "altmove: unknown option "
 					       "'%s'", argv[optind - 1]);
 	}
-	if (argc - optind != 1)
-		return adm_usage_error(verb, "altmove: need STORE");
+	if (adm_check_npos(verb, argv + optind, argc - optind, 1,
+			   "STORE") != 0)
+		return ADM_EXIT_USAGE;
 	if (!have_age && a->folder == NULL)
 		return adm_usage_error(verb, "altmove: need --older-than=DAYS "
 				       "and/or --folder=DIR");
@@ -267,7 +268,7 @@ const struct adm_verb adm_verb_altmove = {
 	.name = "altmove",
 	.summary = "move old messages to the alternate storage (mounted or not)",
 	.usage =
-	"usage: dboxadm altmove STORE --older-than=DAYS [--folder=DIR]\n"
+	"usage: dboxadm altmove STORE [--older-than=DAYS] [--folder=DIR]\n"
 	"                       [--alt=PATH] [--timeout=SECONDS]\n"
 	"\n"
 	"Move messages received more than DAYS days ago (and/or those with a name\n"

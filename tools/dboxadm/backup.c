@@ -122,7 +122,8 @@ static void print_text(const char *store, const char *dest, const char *prev,
 	       "linked   %" PRIu64 " files, %" PRIu64 " bytes (from %s)\n",
 	       store, dest, r->messages, r->mfiles, r->plain_files,
 	       r->copied, r->bytes_copied, r->linked, r->bytes_linked,
-	       prev != NULL ? prev : "no --link-dest");
+	       prev == NULL ? "no --link-dest" :
+	       r->prev_missing ? "none: no such backup" : prev);
 	if (r->kept > 0)
 		printf("kept     %" PRIu64 " files, %" PRIu64 " bytes (from the "
 		       "interrupted run)\n", r->kept, r->bytes_kept);
@@ -199,9 +200,9 @@ static int backup_main(int argc, char **argv)
 					       argv[optind - 1]);
 		}
 	}
-	if (argc - optind != 2)
-		return adm_usage_error(&adm_verb_backup,
-				       "backup: need STORE and DEST");
+	if ((ret = adm_check_npos(&adm_verb_backup, argv + optind,
+				  argc - optind, 2, "STORE and DEST")) != 0)
+		return ret;
 	/* As the store's owner (root on a user's store drops to them for
 	   good): everything read is what they may read, DEST is theirs. */
 	if ((ret = adm_store_enter(argv[optind])) != ADM_EXIT_OK)

@@ -32,6 +32,7 @@ static int open_arg(const char *store, const char *arg,
 		    uint32_t *file_id_r)
 {
 	const char *base = strrchr(arg, '/');
+	int ret;
 
 	*path_r = NULL;
 	if (!dbox_mfile_arg_id(base != NULL ? base + 1 : arg, file_id_r))
@@ -43,12 +44,13 @@ static int open_arg(const char *store, const char *arg,
 	}
 	if (*file_id_r == 0)
 		return -EINVAL;
-	if (asprintf(path_r, "%s/" DBOX_STORE_STORAGE "/m.%u", store,
-		     *file_id_r) < 0) {
+	/* The path of the file found (storage/, else ALT/storage/); when
+	   there is none, where it was looked for first. */
+	ret = dbox_mfile_open_id(store, *file_id_r, ref, path_r);
+	if (ret < 0 && asprintf(path_r, "%s/" DBOX_STORE_STORAGE "/m.%u",
+				store, *file_id_r) < 0)
 		*path_r = NULL;
-		return -ENOMEM;
-	}
-	return dbox_mfile_open_id(store, *file_id_r, ref);
+	return ret;
 }
 
 /* Write the plaintext of reader (plain_size bytes) to stdout.  Returns
@@ -136,7 +138,7 @@ static int cat_main(int argc, char **argv)
 
 const struct adm_verb adm_verb_cat = {
 	.name = "cat",
-	.summary = "write the plaintext of one record of an m.N to stdout",
+	.summary = "write one record of an m.N as plaintext (mounted or not)",
 	.usage =
 	"usage: dboxadm cat STORE m.N OFFSET\n"
 	"\n"

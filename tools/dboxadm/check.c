@@ -138,8 +138,9 @@ static int check_main(int argc, char **argv)
 	if ((ret = adm_parse_args(&adm_verb_check, argc, argv, flags, flag_r,
 				  &npos)) != 0)
 		return ret;
-	if (npos != 1)
-		return adm_usage_error(&adm_verb_check, "check: need STORE");
+	if ((ret = adm_check_npos(&adm_verb_check, argv, npos, 1,
+				  "STORE")) != 0)
+		return ret;
 	if ((ret = adm_store_enter(argv[0])) != 0)
 		return ret;
 	out.store = argv[0];

@@ -58,9 +58,16 @@ int adm_usage_error(const struct adm_verb *verb, const char *fmt, ...)
 int adm_parse_args(const struct adm_verb *verb, int argc, char **argv,
 		   const char *const *flags, bool **flag_r, int *npos_r);
 
+/* Check that a verb got exactly npos positional arguments (args: the
+   got ones): ADM_EXIT_OK, or the usage error "VERB: unexpected argument
+   'X'" for the first one too many, "VERB: need <need>" for too few
+   (returns ADM_EXIT_USAGE). */
+int adm_check_npos(const struct adm_verb *verb, char **args, int got,
+		   int npos, const char *need);
+
 /* The start of a verb on STORE (argv[0]): its options parsed as
    adm_parse_args does, exactly npos positional arguments (else the usage
-   error "VERB: need <need>"), then adm_store_enter(argv[0]).  Returns
+   error of adm_check_npos), then adm_store_enter(argv[0]).  Returns
    ADM_EXIT_OK, or the exit code after reporting. */
 int adm_verb_begin(const struct adm_verb *verb, int argc, char **argv,
 		   const char *const *flags, bool **flag_r, int npos,

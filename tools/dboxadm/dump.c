@@ -91,13 +91,16 @@ static int open_arg(const char *store, const char *arg,
 	uint32_t id = 0;
 
 	if (base == NULL && dbox_mfile_arg_id(arg, &id)) {
+		int ret;
+
 		*file_id_r = id;
-		if (asprintf(path_r, "%s/" DBOX_STORE_STORAGE "/m.%u",
-			     store, id) < 0) {
+		/* The path of the file found (storage/, else ALT/storage/);
+		   when there is none, where it was looked for first. */
+		ret = dbox_mfile_open_id(store, id, ref, path_r);
+		if (ret < 0 && asprintf(path_r, "%s/" DBOX_STORE_STORAGE
+					"/m.%u", store, id) < 0)
 			*path_r = NULL;
-			return -ENOMEM;
-		}
-		return dbox_mfile_open_id(store, id, ref);
+		return ret;
 	}
 	base = base != NULL ? base + 1 : arg;
 	if (strncmp(base, "m.", 2) != 0 || !dbox_mfile_arg_id(base, &id))
@@ -178,7 +181,8 @@ static int dump_main(int argc, char **argv)
 
 const struct adm_verb adm_verb_dump = {
 	.name = "dump",
-	.summary = "list the records of one " DBOX_STORE_STORAGE "/m.N file",
+	.summary = "list the records of one " DBOX_STORE_STORAGE "/m.N file "
+		   "(mounted or not)",
 	.usage =
 	"usage: dboxadm dump STORE m.N\n"
 	"\n"

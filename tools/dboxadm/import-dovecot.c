@@ -300,10 +300,9 @@ static int parse_options(int argc, char **argv, struct imp *imp,
 					       "import-dovecot: unknown option "
 					       "'%s'", argv[optind - 1]);
 	}
-	if (argc - optind != 2)
-		return adm_usage_error(&adm_verb_import_dovecot,
-				       "import-dovecot: need STORE and "
-				       "DOVECOT_MDBOX_ROOT");
+	if (adm_check_npos(&adm_verb_import_dovecot, argv + optind,
+			   argc - optind, 2, "STORE and DOVECOT_MDBOX_ROOT") != 0)
+		return ADM_EXIT_USAGE;
 	return ADM_EXIT_OK;
 }
 

@@ -166,10 +166,11 @@ static void import_summary(const struct dbox_import_counts *c, int ret,
 			"store with the same bytes, skipped\n", c->present);
 	if (c->failed > 0)
 		adm_error("%lu items failed", c->failed);
-	if (isatty(STDERR_FILENO))
-		fprintf(stderr, "dboxadm: %lu messages, %lu plain files, %lu "
-			"directories, %lu hard links imported into %s\n",
-			c->messages, c->files, c->dirs_made, c->linked, store);
+	/* Always, on stdout like the other verbs' summaries (stderr is for
+	   problems); progress only on a terminal. */
+	printf("%s: %lu messages, %lu plain files, %lu directories, %lu hard "
+	       "links imported\n", store, c->messages, c->files, c->dirs_made,
+	       c->linked);
 }
 
 /* Open the source directory and the store, the source checked first.
@@ -228,9 +229,9 @@ static int import_main(int argc, char **argv)
 	    (ret = adm_parse_args(&adm_verb_import, argc, argv, NULL, NULL,
 				  &npos)) != 0)
 		return ret;
-	if (npos != 2)
-		return adm_usage_error(&adm_verb_import,
-				       "import: need STORE and MAILDIR");
+	if ((ret = adm_check_npos(&adm_verb_import, argv, npos, 2,
+				  "STORE and MAILDIR")) != 0)
+		return ret;
 	if ((ret = adm_store_enter(argv[0])) != 0 ||
 	    (ret = import_open(argv[0], argv[1], &srcfd, &set, &st)) != 0)
 		return ret;

@@ -141,6 +141,10 @@ int adm_open_view(const char *store, struct dbox_view **view_r)
 		adm_error("%s: not a directory", store);
 	else if (ret == -ENOENT || ret == -EACCES || ret == -ENOMEM)
 		adm_error("%s: %s", store, strerror(-ret));
+	else if (ret == -EIO)
+		adm_error("%s: cannot open the index: %s; run 'dboxadm rebuild "
+			  "%s' (it recreates the index from " DBOX_STORE_STORAGE
+			  "/)", store, strerror(-ret), store);
 	else if (ret < 0)
 		adm_error("%s: cannot open the index: %s", store, strerror(-ret));
 	if (ret == 0 && (*view_r)->alt_err < 0)
@@ -374,6 +378,17 @@ void adm_path_free(struct adm_path *path)
 	path->buf = NULL;
 }
 
+int adm_check_npos(const struct adm_verb *verb, char **args, int got,
+		   int npos, const char *need)
+{
+	if (got > npos)
+		return adm_usage_error(verb, "%s: unexpected argument '%s'",
+				       verb->name, args[npos]);
+	if (got < npos)
+		return adm_usage_error(verb, "%s: need %s", verb->name, need);
+	return ADM_EXIT_OK;
+}
+
 int adm_verb_begin(const struct adm_verb *verb, int argc, char **argv,
 		   const char *const *flags, bool **flag_r, int npos,
 		   const char *need)
@@ -382,8 +397,8 @@ int adm_verb_begin(const struct adm_verb *verb, int argc, char **argv,
 
 	if ((ret = adm_parse_args(verb, argc, argv, flags, flag_r, &got)) != 0)
 		return ret;
-	if (got != npos)
-		return adm_usage_error(verb, "%s: need %s", verb->name, need);
+	if ((ret = adm_check_npos(verb, argv, got, npos, need)) != 0)
+		return ret;
 	return adm_store_enter(argv[0]);
 }
 

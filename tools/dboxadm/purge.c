@@ -144,8 +144,9 @@ static int purge_main(int argc, char **argv)
 					       "purge: bad --timeout '%s'",
 					       optarg);
 	}
-	if (argc - optind != 1)
-		return adm_usage_error(&adm_verb_purge, "purge: need STORE");
+	if ((ret = adm_check_npos(&adm_verb_purge, argv + optind,
+				  argc - optind, 1, "STORE")) != 0)
+		return ret;
 	if ((ret = adm_store_enter(argv[optind])) != 0)
 		return ret;
 	a.store = v.store = argv[optind];

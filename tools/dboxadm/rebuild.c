@@ -71,7 +71,8 @@ static void report_done(const char *store,
 			const struct dbox_rebuild_report *rep)
 {
 	printf("%s: rebuilt from %lu m.N files: %lu messages kept with "
-	       "their names (%lu names), %lu restored with new names, "
+	       "their names (%lu names of the old tree kept), %lu restored "
+	       "with new names, "
 	       "%lu duplicate records, %lu expunged records left for "
 	       "purge; %lu plain files put in " DBOX_STORE_LOST_FOUND "/\n", store,
 	       rep->mfiles, rep->kept, rep->names, rep->restored,
@@ -129,8 +130,8 @@ static int rebuild_main(int argc, char **argv)
 
 	if ((ret = take_alt(&argc, argv, &alt)) == 0 &&
 	    (ret = adm_parse_args(&adm_verb_rebuild, argc, argv, flags, flag_r,
-				  &npos)) == 0 && npos != 1)
-		ret = adm_usage_error(&adm_verb_rebuild, "rebuild: need STORE");
+				  &npos)) == 0)
+		ret = adm_check_npos(&adm_verb_rebuild, argv, npos, 1, "STORE");
 	if (ret == 0)
 		ret = adm_store_enter(argv[0]);
 	if (ret != 0) {
