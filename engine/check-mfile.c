@@ -375,13 +375,44 @@ static void judge_file(struct check *c, const struct check_mfile *f,
 			   "crash cut)", shown);
 }
 
+bool check_mfile_vanished(struct check *c, struct check_mfile *f)
+{
+	struct dbox_view *now;
+	uint64_t size;
+
+	if (c->offline || !f->known)
+		return false;
+	if (!f->vanish_asked) {
+		f->vanish_asked = true;
+		if (dbox_view_open(c->view->path, &now) == 0) {
+			f->vanished = dbox_index_mfile_get(now->index, f->id,
+							   &size) == -ENOENT;
+			dbox_view_close(&now);
+		}
+	}
+	return f->vanished;
+}
+
+/* The note for an m.N the mount's purge removed while check ran. */
+static void note_vanished(struct check *c, const struct check_mfile *f,
+			  const char *shown)
+{
+	check_note(c, DBOX_CHECK_MFILE, &(struct check_at){ .file_id = f->id },
+		   "%s was purged by the mount while check ran; its messages "
+		   "are checked in their new place by the next check", shown);
+}
+
 /* Whether to scan f, and up to where (*end_r); why not is reported
    here. */
-static bool scan_end(struct check *c, const struct check_mfile *f,
+static bool scan_end(struct check *c, struct check_mfile *f,
 		     const char *shown, uint64_t *end_r)
 {
 	struct check_at at = { .file_id = f->id };
 
+	if (!f->exists && check_mfile_vanished(c, f)) {
+		note_vanished(c, f, shown);
+		return false;
+	}
 	if (!f->exists) {
 		/* Messages in it are reported one by one; without any the
 		   file is no loss. */
@@ -423,9 +454,12 @@ static int scan_one(struct check *c)
 	if (!scan_end(c, f, shown, &end))
 		return 0;
 	if ((fd = check_mfile_open(c, f)) < 0) {
-		check_problem(c, DBOX_CHECK_MFILE, &(struct check_at){
-				      .file_id = f->id },
-			      "%s: %s", shown, strerror(-fd));
+		if (fd == -ENOENT && check_mfile_vanished(c, f))
+			note_vanished(c, f, shown);
+		else
+			check_problem(c, DBOX_CHECK_MFILE, &(struct check_at){
+					      .file_id = f->id },
+				      "%s: %s", shown, strerror(-fd));
 		return 0;
 	}
 	if (f->known && f->size > f->committed)

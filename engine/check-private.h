@@ -43,6 +43,8 @@ struct check_mfile {
 	size_t nrecs, recs_size;
 	struct check_bad *bads;
 	size_t nbads;
+	bool vanish_asked;     /* check_mfile_vanished asked the index */
+	bool vanished;         /* ... and a purge of the mount removed it */
 };
 
 struct check {
@@ -105,6 +107,13 @@ int check_mfile_open(const struct check *c, const struct check_mfile *f);
    "ALT/storage/m.N", into buf. */
 void check_mfile_shown(const struct check *c, const struct check_mfile *f,
 		       char *buf, size_t size);
+
+/* check-mfile.c: on a mounted store (not c->offline) a purge or altmove
+   of the mount may remove an m.N after check's index snapshot was taken.
+   Is f such a file: the index as it is now no longer knows it?  Asked on
+   a new view once per file; false offline or when the index cannot be
+   asked. */
+bool check_mfile_vanished(struct check *c, struct check_mfile *f);
 
 /* check-mfile.c: free c->files. */
 void check_mfiles_free(struct check *c);

@@ -213,6 +213,8 @@ static int msg_cb(void *ctx, const struct dbox_check_msg *m)
 	f = check_mfile_get(c, m->loc.file_id);
 	if (f == NULL || !f->known)
 		return 0; /* reported by the namespace check */
+	if (f->vanished)
+		return 0; /* purged meanwhile: noted once for the file */
 	if (!f->exists)
 		msg_problem(c, m, DBOX_CHECK_MESSAGE, NULL, "%s/m.%u is "
 			    "missing: unreadable (EIO)", DBOX_STORE_STORAGE,

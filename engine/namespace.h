@@ -10,8 +10,8 @@
  * composing index calls; so may any other writer of a store.
  *
  * Locking: every function here needs st->lock held by the caller (it
- * serialises the index; engine/store.h), except dbox_ns_file_unlink and
- * dbox_ns_sync_upto, which must be called without it.
+ * serialises the index; engine/store.h), except dbox_ns_file_unlink
+ * (needs no lock) and dbox_ns_sync_upto (best called without it).
  * None of them takes or drops it.  The hooks below are called with it
  * held and must not take it.
  *
@@ -118,8 +118,12 @@ int dbox_ns_new_owner(struct dbox_store *st, uint64_t parent,
 uint64_t dbox_ns_sync_point(struct dbox_store *st);
 
 /* Return once every commit up to point is on disk, by one fdatasync of
-   the WAL shared with concurrent callers (group commit).  Call WITHOUT
-   st->lock, or the grouping cannot work.  Returns 0 or -EIO (logged). */
+   the WAL shared with concurrent callers (group commit).  Call it
+   without st->lock so others go on meanwhile and share the sync; with
+   the lock held it is still correct, but the store waits for the sync
+   (the mount does so only on a rare path: an fsync of a reader of a
+   message another descriptor is rewriting).  Returns 0 or -EIO
+   (logged). */
 int dbox_ns_sync_upto(struct dbox_store *st, uint64_t point);
 
 /* --- changing -------------------------------------------------------- */

@@ -32,7 +32,7 @@ static int metadata_read(int fd, uint64_t offset, uint64_t pos,
 		buf = p;
 		got = dbox_pread_full(fd, buf + len, size - len, pos + len);
 		if (got < 0) {
-			ret = -errno;
+			ret = (int)got;
 			break;
 		}
 		len += (size_t)got;
@@ -87,7 +87,7 @@ int dbox_record_verify(int fd, uint64_t offset, uint64_t expected_body_size,
 	int ret;
 
 	if (got < 0)
-		return -errno;
+		return (int)got;
 	if (got < DBOX_MSG_HEADER_SIZE)
 		return dbox_fault_set(fault, offset, "file ends inside the "
 				      "message header");

@@ -16,6 +16,8 @@
 #include <cmocka.h>
 
 #include "engine/check.h"
+#include "engine/namespace.h"
+#include "engine/purge.h"
 #include "engine/store-layout.h"
 #include "engine/store.h"
 #include "index/index.h"
@@ -387,6 +389,73 @@ static void test_held_lock_checks_one_snapshot(void **state)
 	assert_non_null(strstr(it->text, "is empty and not in the index"));
 }
 
+/* A check of a mounted store whose mount purges an m.N after check's
+   snapshot and file listing but before check reads that file. */
+struct purge_during {
+	struct got g;            /* first: report_cb takes the context as it */
+	struct dbox_store *st;
+	uint32_t file_id;
+	bool done;
+};
+
+static void purge_progress_cb(void *ctx, uint64_t records, uint64_t bytes)
+{
+	struct purge_during *p = ctx;
+	struct dbox_purge_settings set = { .only = &p->file_id,
+					   .only_count = 1 };
+	struct dbox_purge_result res;
+
+	progress_cb(&p->g, records, bytes);
+	if (p->done)
+		return;
+	p->done = true;
+	assert_int_equal(dbox_purge(p->st, &set, &res), 0);
+	assert_int_equal(res.files_purged, 1);
+}
+
+static void test_mfile_purged_while_checking_is_a_note(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_store_settings set = { .rotate_size = 1 };
+	struct purge_during p = { 0 };
+	const struct dbox_check_item *it;
+	struct dbox_ns_hooks hooks = { 0 };
+	struct dbox_ns_gone gone;
+	struct dbox_attr cur;
+	struct msg a, b;
+	char name[32];
+
+	/* The store stays open (locked), as a mount keeps it.  With a
+	   rotate size of one byte every message gets an m.N of its own: a
+	   in m.2, b in m.3.  a's name goes, so m.2 holds only dead bytes. */
+	assert_int_equal(dbox_store_open(f->store, &set, &p.st), 0);
+	dbox_store_mutex_lock(p.st);
+	assert_int_equal(dbox_ns_lookup(p.st, DBOX_ROOT_INO, "cur", &cur), 0);
+	dbox_store_mutex_unlock(p.st);
+	save_msg(p.st, cur.ino, NMSG, &a);
+	save_msg(p.st, cur.ino, NMSG + 1, &b);
+	assert_int_not_equal(a.loc.file_id, f->msgs[0].loc.file_id);
+	assert_int_not_equal(b.loc.file_id, a.loc.file_id);
+	snprintf(name, sizeof(name), "%u.M%uP1.host:2,S", NMSG, NMSG);
+	dbox_store_mutex_lock(p.st);
+	assert_int_equal(dbox_ns_remove(p.st, cur.ino, name, false, &hooks,
+					&gone), 0);
+	dbox_store_mutex_unlock(p.st);
+	assert_true(gone.deleted);
+	/* The purge runs while check reads m.1, the first file. */
+	p.file_id = a.loc.file_id;
+	assert_int_equal(dbox_check_store(f->store, report_cb,
+					  purge_progress_cb, &p, &p.g.sum), 0);
+	assert_true(p.done);
+	assert_true(p.g.sum.mounted);
+	assert_int_equal(p.g.sum.problems, 0);
+	it = find(&p.g, DBOX_CHECK_NOTE, DBOX_CHECK_MFILE);
+	assert_non_null(it);
+	assert_int_equal(it->file_id, a.loc.file_id);
+	assert_non_null(strstr(it->text, "purged by the mount"));
+	dbox_store_close(&p.st);
+}
+
 static void test_missing_index_or_no_store(void **state)
 {
 	struct fix *f = *state;
@@ -425,6 +494,7 @@ int main(void)
 		T(test_lost_found_copy_is_a_note),
 		T(test_stale_lock_file_is_offline),
 		T(test_held_lock_checks_one_snapshot),
+		T(test_mfile_purged_while_checking_is_a_note),
 		T(test_missing_index_or_no_store),
 #undef T
 	};
