@@ -23,7 +23,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static struct fs_handle *handle_new(enum dbox_kind kind, struct fs_inode *inode)
+/* A new handle of inode, in fs->handles.  Needs the lock. */
+static struct fs_handle *handle_new(struct fs *fs, enum dbox_kind kind,
+				    struct fs_inode *inode)
 {
 	struct fs_handle *h = calloc(1, sizeof(*h));
 
@@ -34,16 +36,32 @@ static struct fs_handle *handle_new(enum dbox_kind kind, struct fs_inode *inode)
 	h->fd = -1;
 	pthread_mutex_init(&h->read_lock, NULL);
 	inode->nopen++;
+	h->next = fs->handles;
+	if (h->next != NULL)
+		h->next->prev = h;
+	fs->handles = h;
 	return h;
 }
 
-void fs_handle_free(struct fs_handle *h)
+void fs_handle_free(struct fs *fs, struct fs_handle *h)
 {
+	if (h->prev != NULL)
+		h->prev->next = h->next;
+	else
+		fs->handles = h->next;
+	if (h->next != NULL)
+		h->next->prev = h->prev;
 	if (h->fd >= 0)
 		close(h->fd);
 	dbox_reader_free(&h->reader);
 	pthread_mutex_destroy(&h->read_lock);
 	free(h);
+}
+
+void fs_handles_free(struct fs *fs)
+{
+	while (fs->handles != NULL)
+		fs_handle_free(fs, fs->handles);
 }
 
 /* The owner of a new inode: the caller's uid and gid (the engine
@@ -82,7 +100,7 @@ static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 		save = NULL;
 	}
 	if (inode != NULL && open &&
-	    (*h_r = handle_new(attr_r->kind, inode)) != NULL) {
+	    (*h_r = handle_new(fs, attr_r->kind, inode)) != NULL) {
 		(*h_r)->fd = fd;
 		fd = -1;
 		if (attr_r->kind == DBOX_KIND_MESSAGE) {
@@ -242,7 +260,7 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		ret = -ENOMEM;
 	if (ret == 0) {
 		inode->kind = kind;
-		if ((h = handle_new(kind, inode)) == NULL)
+		if ((h = handle_new(fs, kind, inode)) == NULL)
 			ret = -ENOMEM;
 	}
 	if (ret == 0) {
@@ -276,7 +294,7 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			ret = ret < 0 ? ret : 0;
 		}
 		if (ret < 0) {
-			fs_handle_free(h);
+			fs_handle_free(fs, h);
 			fs_inode_unref(fs, ino, 0, true);
 		}
 	}

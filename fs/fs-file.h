@@ -25,9 +25,10 @@ static inline struct fs_handle *fs_handle_of(struct fuse_file_info *fi)
 	return (struct fs_handle *)(uintptr_t)fi->fh;
 }
 
-/* Free an open file: its backing fd and reader.  The caller drops its
-   inode's nopen (fs_inode_unref, or by hand). */
-void fs_handle_free(struct fs_handle *h);
+/* Free an open file: its backing fd and reader, and take it out of
+   fs->handles.  The caller drops its inode's nopen (fs_inode_unref, or by
+   hand).  Needs the lock. */
+void fs_handle_free(struct fs *fs, struct fs_handle *h);
 
 /* fs-write.c: make inode->save a save that may be written: none, or one
    whose record is finished (a version a client was told is stored),

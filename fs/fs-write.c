@@ -285,7 +285,7 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 				   (unsigned long long)ino);
 		save_drop(inode);
 	}
-	fs_handle_free(h);
+	fs_handle_free(fs, h);
 	fs_inode_unref(fs, ino, 0, true);
 	fs_unlock(fs);
 	if (converted) {

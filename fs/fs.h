@@ -62,6 +62,9 @@ struct fs {
 	struct fs_purge *purge;    /* background purge (fs-purge.h) */
 	pthread_cond_t idle;       /* with st->lock: an inode stopped being
 				      busy */
+	struct fs_handle *handles; /* every open handle (st->lock): the ones
+				      the kernel never released are freed
+				      at exit (fs_handles_free) */
 };
 
 /* An open file: fi->fh points at one. */
@@ -74,7 +77,13 @@ struct fs_handle {
 	uint64_t reader_gen;       /* inode->gen the reader was opened at */
 	pthread_mutex_t read_lock; /* the reader keeps stream state */
 	bool atime_due;            /* its first read moves atime (relatime) */
+	struct fs_handle *prev, *next; /* in fs->handles */
 };
+
+/* fs-file.c: free the handles the kernel never released (a RELEASE
+   still queued when the session ended at unmount).  At exit, after the
+   request loop, on one thread. */
+void fs_handles_free(struct fs *fs);
 
 /* Take and drop the store lock (st->lock, dbox_store_mutex_lock: lock
    order in engine/store.h). */
