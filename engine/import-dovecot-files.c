@@ -6,7 +6,7 @@
  * adopted nothing.
  */
 #include "engine/import-dovecot-private.h"
-#include "engine/grow.h"
+#include "storage/grow.h"
 #include "storage/dbox-file.h"
 
 #include <dirent.h>

@@ -6,7 +6,7 @@
  * import-dovecot-files.c's.
  */
 #include "engine/import-dovecot-private.h"
-#include "engine/grow.h"
+#include "storage/grow.h"
 #include "engine/maildir.h"
 #include "engine/save-fd.h"
 

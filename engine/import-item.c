@@ -5,7 +5,7 @@
  */
 #include "engine/import-private.h"
 #include "engine/store-dirs.h"
-#include "engine/grow.h"
+#include "storage/grow.h"
 #include "engine/save-fd.h"
 #include "storage/dbox-read.h"
 

@@ -5,7 +5,7 @@
  * the end.
  */
 #include "engine/import-private.h"
-#include "engine/grow.h"
+#include "storage/grow.h"
 #include "engine/maildir.h"
 
 #include <dirent.h>

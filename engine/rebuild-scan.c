@@ -7,7 +7,7 @@
  * Every call into storage/'s parsers (dbox-scan, dbox-read, dbox-format)
  * of a rebuild is in this file.
  */
-#include "engine/grow.h"
+#include "storage/grow.h"
 #include "engine/rebuild-private.h"
 #include "engine/store-dirs.h"
 #include "engine/store-layout.h"

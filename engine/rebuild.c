@@ -5,7 +5,7 @@
  * and rebuild-restore.c run inside one transaction of the new index,
  * which replaces index.sqlite only when complete and on disk.
  */
-#include "engine/grow.h"
+#include "storage/grow.h"
 #include "engine/rebuild-private.h"
 #include "engine/store-dirs.h"
 #include "engine/store-layout.h"

@@ -12,6 +12,7 @@
 #include "index-private.h"
 #include "index-rebuild.h"
 
+#include "storage/grow.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -40,18 +41,6 @@ static bool valid_name(const void *name, size_t len)
 		!(len == 2 && memcmp(name, "..", 2) == 0);
 }
 
-static void *grow(void *array, size_t n, size_t *size, size_t elem)
-{
-	size_t new_size = *size == 0 ? 256 : *size * 2;
-	void *p;
-
-	if (n < *size)
-		return array;
-	if ((p = realloc(array, new_size * elem)) != NULL)
-		*size = new_size;
-	return p;
-}
-
 typedef int row_cb_t(struct salvage_ctx *ctx, sqlite3_stmt *stmt);
 
 static int inode_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
@@ -69,7 +58,7 @@ static int inode_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
 	/* rdev comes from rdev_row (a format 1 index has no such column);
 	   atime is read as index_row_attr reads it (NULL: the mtime). */
 	attr.rdev = 0;
-	if ((v = grow(s->inodes, s->ninodes, &ctx->inodes_size,
+	if ((v = dbox_grow(s->inodes, s->ninodes, &ctx->inodes_size,
 		      sizeof(*v))) == NULL)
 		return -ENOMEM;
 	s->inodes = v;
@@ -90,7 +79,7 @@ static int entry_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
 			     (long long)sqlite3_column_int64(stmt, 0));
 		return 0;
 	}
-	if ((v = grow(s->entries, s->nentries, &ctx->entries_size,
+	if ((v = dbox_grow(s->entries, s->nentries, &ctx->entries_size,
 		      sizeof(*v))) == NULL)
 		return -ENOMEM;
 	s->entries = v;
@@ -115,7 +104,7 @@ static int symlink_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
 
 	if (len == 0 || len >= 4096 || memchr(target, '\0', len) != NULL)
 		return 0; /* not a target symlink(2) could have made */
-	if ((v = grow(s->symlinks, s->nsymlinks, &ctx->symlinks_size,
+	if ((v = dbox_grow(s->symlinks, s->nsymlinks, &ctx->symlinks_size,
 		      sizeof(*v))) == NULL)
 		return -ENOMEM;
 	s->symlinks = v;
@@ -152,7 +141,7 @@ static int read_xattrs(struct salvage_ctx *ctx)
 		if (nlen == 0 || nlen > DBOX_XATTR_NAME_MAX ||
 		    memchr(name, '\0', nlen) != NULL || vlen > DBOX_XATTR_SIZE_MAX)
 			continue;
-		if ((v = grow(s->xattrs, s->nxattrs, &size, sizeof(*v))) == NULL)
+		if ((v = dbox_grow(s->xattrs, s->nxattrs, &size, sizeof(*v))) == NULL)
 			goto nomem;
 		s->xattrs = v;
 		v = &s->xattrs[s->nxattrs];
@@ -186,7 +175,7 @@ static int rdev_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
 
 	if (sqlite3_column_int64(stmt, 1) == 0)
 		return 0;
-	if ((v = grow(ctx->rdevs, ctx->nrdevs, &ctx->rdevs_size,
+	if ((v = dbox_grow(ctx->rdevs, ctx->nrdevs, &ctx->rdevs_size,
 		      sizeof(*ctx->rdevs))) == NULL)
 		return -ENOMEM;
 	ctx->rdevs = v;
@@ -202,7 +191,7 @@ static int msg_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
 	struct dbox_salvage_msg *v, *m;
 	const unsigned char *guid = sqlite3_column_text(stmt, 4);
 
-	if ((v = grow(s->msgs, s->nmsgs, &ctx->msgs_size, sizeof(*v))) == NULL)
+	if ((v = dbox_grow(s->msgs, s->nmsgs, &ctx->msgs_size, sizeof(*v))) == NULL)
 		return -ENOMEM;
 	s->msgs = v;
 	m = &s->msgs[s->nmsgs++];
@@ -223,7 +212,7 @@ static int mfile_row(struct salvage_ctx *ctx, sqlite3_stmt *stmt)
 	struct dbox_salvage *s = ctx->s;
 	struct dbox_salvage_mfile *v;
 
-	if ((v = grow(s->mfiles, s->nmfiles, &ctx->mfiles_size,
+	if ((v = dbox_grow(s->mfiles, s->nmfiles, &ctx->mfiles_size,
 		      sizeof(*v))) == NULL)
 		return -ENOMEM;
 	s->mfiles = v;

@@ -13,7 +13,7 @@
 #include "progress.h"
 
 #include "engine/check.h"
-#include "engine/grow.h"
+#include "storage/grow.h"
 #include "engine/store-layout.h"
 #include "storage/log.h"
 

@@ -2,9 +2,11 @@
 #define DBOXFS_GROW_H
 
 /*
- * grow: the growable array every tree walk and list of the engine and of
- * dboxadm keeps (names of a directory, records of an m.N, m.N files
- * touched by a batch).  One helper, so there is one growth rule.
+ * grow: the growable array every list of the index, the engine and
+ * dboxadm keeps (rows salvaged from an old index, names of a directory,
+ * records of an m.N, m.N files touched by a batch).  One helper, so there
+ * is one growth rule.  Here, in the lowest layer, because index/ uses it
+ * too.
  */
 
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /*
  * grow.c: the one growable-array rule (grow.h).
  */
-#include "engine/grow.h"
+#include "storage/grow.h"
 
 #include <stdlib.h>
 
