@@ -100,12 +100,13 @@ int dbox_index_check_integrity(struct dbox_index *index,
 
 		if (line != NULL && strcmp(line, "ok") == 0)
 			continue;
-		report(cb, ctx, "index.sqlite: %s", line != NULL ? line : "?");
+		report(cb, ctx, "SQLite integrity check: %s",
+		       line != NULL ? line : "?");
 		count++;
 	}
 	sqlite3_finalize(stmt);
 	if (rc != SQLITE_DONE) {
-		report(cb, ctx, "index.sqlite: integrity check failed: %s",
+		report(cb, ctx, "SQLite integrity check failed: %s",
 		       sqlite3_errmsg(index->db));
 		count++;
 	}
@@ -408,14 +409,14 @@ int dbox_index_check_files(struct dbox_index *index,
 	snprintf(sql, sizeof(sql), "SELECT ino FROM inode WHERE kind = %d"
 		 " ORDER BY ino", DBOX_KIND_FILE);
 	if (sqlite3_prepare_v2(index->db, sql, -1, &stmt, NULL) != SQLITE_OK)
-		return index_sql_error(index, "files");
+		return index_sql_error(index, "plain files");
 	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
 		if ((ret = cb(ctx, (uint64_t)sqlite3_column_int64(stmt, 0))) != 0)
 			break;
 	}
 	sqlite3_finalize(stmt);
 	if (ret == 0 && rc != SQLITE_DONE)
-		return index_sql_error(index, "files");
+		return index_sql_error(index, "plain files");
 	return ret;
 }
 
