@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "engine/namespace.h"
 #include "engine/store.h"
 #include "engine/view.h"
 #include "storage/dbox-read.h"
@@ -275,3 +276,24 @@ void tree_symlink_m1(struct tree_fix *f)
 	free(m1);
 }
 
+void inbox_fix_open(struct inbox_fix *f, const char *name)
+{
+	struct dbox_store_settings set = { .create = true };
+	struct dbox_attr attr;
+
+	tmpdir_make(f->dir, sizeof(f->dir), name);
+	snprintf(f->store, sizeof(f->store), "%s/store", f->dir);
+	assert_int_equal(dbox_store_open(f->store, &set, &f->st), 0);
+	dbox_store_mutex_lock(f->st);
+	assert_int_equal(dbox_ns_make_inbox(f->st, getuid(), getgid()), 0);
+	assert_int_equal(dbox_ns_lookup(f->st, DBOX_ROOT_INO, "cur", &attr), 0);
+	f->cur = attr.ino;
+}
+
+void inbox_fix_close(struct inbox_fix *f)
+{
+	if (dbox_store_mutex_held(f->st))
+		dbox_store_mutex_unlock(f->st);
+	dbox_store_close(&f->st);
+	rm_rf(f->dir);
+}

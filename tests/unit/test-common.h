@@ -112,4 +112,22 @@ void tree_open_view(struct tree_fix *f);
 /* Replace STORE/storage/m.1 by a symbolic link to a copy of it. */
 void tree_symlink_m1(struct tree_fix *f);
 
+/* --- a store ----------------------------------------------------------- */
+
+/* A new store in a fresh temporary directory, with an INBOX (cur/ new/
+   tmp/ at its root), open; the calling thread holds st->lock from
+   inbox_fix_open to inbox_fix_close (tests run on one thread). */
+struct inbox_fix {
+	char dir[64];          /* /tmp/<name>.XXXXXX */
+	char store[128];       /* dir/store */
+	struct dbox_store *st;
+	uint64_t cur;          /* cur/ of the INBOX */
+};
+
+/* Make, open and lock f's store (tmpdir_make(name)); asserts on failure. */
+void inbox_fix_open(struct inbox_fix *f, const char *name);
+
+/* Unlock (when held) and close f's store and remove its directory. */
+void inbox_fix_close(struct inbox_fix *f);
+
 #endif

@@ -31,40 +31,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-struct fix {
-	char dir[64];
-	char store[128];
-	struct dbox_store *st;
-	uint64_t cur; /* cur/ of the INBOX */
-};
-
 static int setup(void **state)
 {
-	struct fix *f = calloc(1, sizeof(*f));
-	struct dbox_store_settings set = { .create = true };
-	struct dbox_attr attr;
+	struct inbox_fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	tmpdir_make(f->dir, sizeof(f->dir), "test-message");
-	snprintf(f->store, sizeof(f->store), "%s/store", f->dir);
-	assert_int_equal(dbox_store_open(f->store, &set, &f->st), 0);
-	dbox_store_mutex_lock(f->st);
-	assert_int_equal(dbox_ns_make_inbox(f->st, getuid(), getgid()), 0);
-	assert_int_equal(dbox_ns_lookup(f->st, DBOX_ROOT_INO, "cur", &attr), 0);
-	f->cur = attr.ino;
+	inbox_fix_open(f, "test-message");
 	*state = f;
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	struct fix *f = *state;
-
-	if (dbox_store_mutex_held(f->st))
-		dbox_store_mutex_unlock(f->st);
-	dbox_store_close(&f->st);
-	rm_rf(f->dir);
-	free(f);
+	inbox_fix_close(*state);
+	free(*state);
 	return 0;
 }
 
@@ -73,7 +53,7 @@ static const struct dbox_ns_new new_file = {
 };
 
 /* The plaintext of message ino, read through its committed record. */
-static void assert_message_text(struct fix *f, uint64_t ino, const char *text)
+static void assert_message_text(struct inbox_fix *f, uint64_t ino, const char *text)
 {
 	struct dbox_reader *reader = NULL;
 	char buf[256];
@@ -91,7 +71,7 @@ static void assert_message_text(struct fix *f, uint64_t ino, const char *text)
    write, and the received date follows it. */
 static void test_create_write_finish(void **state)
 {
-	struct fix *f = *state;
+	struct inbox_fix *f = *state;
 	static const char text[] = "Subject: hi\n\nbody\n";
 	struct dbox_save *save = NULL;
 	struct dbox_attr attr, now;
@@ -137,7 +117,7 @@ static void test_create_write_finish(void **state)
    create's transaction. */
 static void test_create_closed(void **state)
 {
-	struct fix *f = *state;
+	struct inbox_fix *f = *state;
 	struct dbox_save *save = NULL;
 	struct dbox_attr attr, now;
 	struct dbox_msgloc loc;
@@ -155,7 +135,7 @@ static void test_create_closed(void **state)
    wants to be a message, and becomes one with its bytes and times. */
 static void test_plain_file_to_message(void **state)
 {
-	struct fix *f = *state;
+	struct inbox_fix *f = *state;
 	struct dbox_save *save = NULL;
 	struct dbox_attr attr, moved, now;
 	struct dbox_msgloc loc;
@@ -193,7 +173,7 @@ static void test_plain_file_to_message(void **state)
    backing file is gone (its conversion fails and is rolled back). */
 static void test_refusals(void **state)
 {
-	struct fix *f = *state;
+	struct inbox_fix *f = *state;
 	struct dbox_save *save = NULL;
 	struct dbox_attr attr, again, now;
 	struct dbox_ns_gone gone;
@@ -225,7 +205,7 @@ static void test_refusals(void **state)
    its cutoff and folder, then done once recorded. */
 static void test_altmove_pending(void **state)
 {
-	struct fix *f = *state;
+	struct inbox_fix *f = *state;
 	struct dbox_index *index = f->st->index;
 	struct dbox_purge_result res = { 0 };
 	int64_t request, before;

@@ -39,10 +39,7 @@
 #endif
 
 struct fix {
-	char dir[64];
-	char store[128];
-	struct dbox_store *st;
-	uint64_t cur;     /* cur/ of the INBOX */
+	struct inbox_fix s;
 	uint64_t held;    /* the inode hook_held says is held, or 0 */
 	unsigned int held_calls;
 };
@@ -50,17 +47,9 @@ struct fix {
 static int setup(void **state)
 {
 	struct fix *f = calloc(1, sizeof(*f));
-	struct dbox_store_settings set = { .create = true };
-	struct dbox_attr attr;
 
 	assert_non_null(f);
-	tmpdir_make(f->dir, sizeof(f->dir), "test-namespace");
-	snprintf(f->store, sizeof(f->store), "%s/store", f->dir);
-	assert_int_equal(dbox_store_open(f->store, &set, &f->st), 0);
-	dbox_store_mutex_lock(f->st);
-	assert_int_equal(dbox_ns_make_inbox(f->st, getuid(), getgid()), 0);
-	assert_int_equal(dbox_ns_lookup(f->st, DBOX_ROOT_INO, "cur", &attr), 0);
-	f->cur = attr.ino;
+	inbox_fix_open(&f->s, "test-namespace");
 	*state = f;
 	return 0;
 }
@@ -69,9 +58,7 @@ static int teardown(void **state)
 {
 	struct fix *f = *state;
 
-	dbox_store_mutex_unlock(f->st);
-	dbox_store_close(&f->st);
-	rm_rf(f->dir);
+	inbox_fix_close(&f->s);
 	free(f);
 	return 0;
 }
@@ -93,7 +80,7 @@ static struct dbox_ns_hooks hooks_of(struct fix *f)
 static uint64_t add_msg(struct fix *f, uint64_t parent, const char *name,
 			const char *text, uint32_t *file_id_r)
 {
-	struct dbox_store *st = f->st;
+	struct dbox_store *st = f->s.st;
 	struct dbox_save *save = NULL;
 	struct dbox_msgloc loc;
 	struct dbox_attr attr;
@@ -124,7 +111,7 @@ static uint64_t add_dir(struct fix *f, uint64_t parent, const char *name)
 	};
 	struct dbox_attr attr;
 
-	assert_int_equal(dbox_ns_create(f->st, parent, name, &nw, &attr), 0);
+	assert_int_equal(dbox_ns_create(f->s.st, parent, name, &nw, &attr), 0);
 	assert_int_equal(attr.kind, DBOX_KIND_DIR);
 	assert_int_equal(attr.nlink, 2);
 	return attr.ino;
@@ -137,14 +124,14 @@ static uint64_t add_plain(struct fix *f, uint64_t parent, const char *name)
 	char file[24];
 	int fd;
 
-	assert_int_equal(dbox_index_begin(f->st->index), 0);
-	assert_int_equal(dbox_index_create(f->st->index, parent, name,
+	assert_int_equal(dbox_index_begin(f->s.st->index), 0);
+	assert_int_equal(dbox_index_create(f->s.st->index, parent, name,
 					   strlen(name), DBOX_KIND_FILE,
 					   S_IFREG | 0644, getuid(), getgid(),
 					   dbox_now_ns(), &attr), 0);
-	assert_int_equal(dbox_index_commit(f->st->index, false), 0);
+	assert_int_equal(dbox_index_commit(f->s.st->index, false), 0);
 	dbox_files_name(file, attr.ino);
-	fd = openat(f->st->files_fd, file, O_CREAT | O_EXCL | O_WRONLY, 0600);
+	fd = openat(f->s.st->files_fd, file, O_CREAT | O_EXCL | O_WRONLY, 0600);
 	assert_true(fd >= 0);
 	close(fd);
 	return attr.ino;
@@ -156,7 +143,7 @@ static bool backing_exists(struct fix *f, uint64_t ino)
 	char file[24];
 
 	dbox_files_name(file, ino);
-	return fstatat(f->st->files_fd, file, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+	return fstatat(f->s.st->files_fd, file, &sb, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
 static void assert_gone_ino(struct fix *f, uint64_t ino)
@@ -164,8 +151,8 @@ static void assert_gone_ino(struct fix *f, uint64_t ino)
 	struct dbox_attr attr;
 	struct dbox_msgloc loc;
 
-	assert_int_equal(dbox_ns_getattr(f->st, ino, &attr), -ENOENT);
-	assert_int_equal(dbox_index_msg_get(f->st->index, ino, &loc), -ENOENT);
+	assert_int_equal(dbox_ns_getattr(f->s.st, ino, &attr), -ENOENT);
+	assert_int_equal(dbox_index_msg_get(f->s.st->index, ino, &loc), -ENOENT);
 }
 
 /* --- rename ------------------------------------------------------------ */
@@ -175,13 +162,13 @@ static void test_rename_over_message(void **state)
 	struct fix *f = *state;
 	struct dbox_ns_hooks hooks = hooks_of(f);
 	uint32_t old_file, new_file;
-	uint64_t a = add_msg(f, f->cur, "a:2,", "From: a\n\nnew text\n", &new_file);
-	uint64_t b = add_msg(f, f->cur, "b:2,S", "From: b\n\nold\n", &old_file);
+	uint64_t a = add_msg(f, f->s.cur, "a:2,", "From: a\n\nnew text\n", &new_file);
+	uint64_t b = add_msg(f, f->s.cur, "b:2,S", "From: b\n\nold\n", &old_file);
 	struct dbox_attr before, moved, attr;
 	struct dbox_ns_gone gone;
 
-	assert_int_equal(dbox_ns_getattr(f->st, a, &before), 0);
-	assert_int_equal(dbox_ns_rename(f->st, f->cur, "a:2,", f->cur, "b:2,S",
+	assert_int_equal(dbox_ns_getattr(f->s.st, a, &before), 0);
+	assert_int_equal(dbox_ns_rename(f->s.st, f->s.cur, "a:2,", f->s.cur, "b:2,S",
 					0, &hooks, &moved, &gone), 0);
 	/* The moved inode's attributes: number, size, mtime kept; ctime
 	   moved on. */
@@ -192,7 +179,7 @@ static void test_rename_over_message(void **state)
 	assert_true(moved.mtime_ns == before.mtime_ns);
 	assert_true(dbox_time_cmp(moved.ctime_ns, before.ctime_ns) >= 0);
 	/* ... and they are what the index holds now. */
-	assert_int_equal(dbox_ns_getattr(f->st, a, &attr), 0);
+	assert_int_equal(dbox_ns_getattr(f->s.st, a, &attr), 0);
 	assert_int_equal(attr.ctime_ns, moved.ctime_ns);
 	assert_int_equal(attr.size, moved.size);
 	/* The old target is expunged: name, inode and message row. */
@@ -202,9 +189,9 @@ static void test_rename_over_message(void **state)
 	assert_int_equal(gone.garbage_file_id, old_file);
 	assert_int_equal(f->held_calls, 1);
 	assert_gone_ino(f, b);
-	assert_int_equal(dbox_ns_lookup(f->st, f->cur, "b:2,S", &attr), 0);
+	assert_int_equal(dbox_ns_lookup(f->s.st, f->s.cur, "b:2,S", &attr), 0);
 	assert_int_equal(attr.ino, a);
-	assert_int_equal(dbox_ns_lookup(f->st, f->cur, "a:2,", &attr), -ENOENT);
+	assert_int_equal(dbox_ns_lookup(f->s.st, f->s.cur, "a:2,", &attr), -ENOENT);
 }
 
 static void test_rename_over_held_message(void **state)
@@ -212,28 +199,28 @@ static void test_rename_over_held_message(void **state)
 	struct fix *f = *state;
 	struct dbox_ns_hooks hooks = hooks_of(f);
 	uint32_t file_b;
-	uint64_t a = add_msg(f, f->cur, "a", "A\n", NULL);
-	uint64_t b = add_msg(f, f->cur, "b", "B\n", &file_b);
+	uint64_t a = add_msg(f, f->s.cur, "a", "A\n", NULL);
+	uint64_t b = add_msg(f, f->s.cur, "b", "B\n", &file_b);
 	struct dbox_attr moved, attr;
 	struct dbox_ns_gone gone;
 
 	f->held = b; /* open, or known to the kernel */
-	assert_int_equal(dbox_ns_rename(f->st, f->cur, "a", f->cur, "b", 0,
+	assert_int_equal(dbox_ns_rename(f->s.st, f->s.cur, "a", f->s.cur, "b", 0,
 					&hooks, &moved, &gone), 0);
 	assert_int_equal(moved.ino, a);
 	assert_int_equal(gone.ino, b);
 	assert_false(gone.deleted);
 	assert_int_equal(gone.garbage_file_id, 0);
 	/* Still readable by its holder, with no names. */
-	assert_int_equal(dbox_ns_getattr(f->st, b, &attr), 0);
+	assert_int_equal(dbox_ns_getattr(f->s.st, b, &attr), 0);
 	assert_int_equal(attr.nlink, 0);
 	/* The holder lets go. */
-	assert_int_equal(dbox_ns_delete_orphan(f->st, b, &gone), 0);
+	assert_int_equal(dbox_ns_delete_orphan(f->s.st, b, &gone), 0);
 	assert_true(gone.deleted);
 	assert_int_equal(gone.garbage_file_id, file_b);
 	assert_gone_ino(f, b);
 	/* Again: nothing left to do. */
-	assert_int_equal(dbox_ns_delete_orphan(f->st, b, &gone), 0);
+	assert_int_equal(dbox_ns_delete_orphan(f->s.st, b, &gone), 0);
 	assert_false(gone.deleted);
 }
 
@@ -245,21 +232,21 @@ static void test_rename_dir_into_child(void **state)
 	struct dbox_attr moved, attr;
 	struct dbox_ns_gone gone;
 
-	assert_int_equal(dbox_ns_rename(f->st, DBOX_ROOT_INO, ".A", c, "x", 0,
+	assert_int_equal(dbox_ns_rename(f->s.st, DBOX_ROOT_INO, ".A", c, "x", 0,
 					NULL, &moved, &gone), -EINVAL);
-	assert_int_equal(dbox_ns_rename(f->st, DBOX_ROOT_INO, ".A", d, "x", 0,
+	assert_int_equal(dbox_ns_rename(f->s.st, DBOX_ROOT_INO, ".A", d, "x", 0,
 					NULL, &moved, &gone), -EINVAL);
 	/* Nothing moved. */
-	assert_int_equal(dbox_ns_lookup(f->st, DBOX_ROOT_INO, ".A", &attr), 0);
+	assert_int_equal(dbox_ns_lookup(f->s.st, DBOX_ROOT_INO, ".A", &attr), 0);
 	assert_int_equal(attr.ino, d);
 	assert_int_equal(attr.nlink, 3);
-	assert_int_equal(dbox_ns_lookup(f->st, d, "child", &attr), 0);
-	assert_int_equal(dbox_ns_lookup(f->st, c, "x", &attr), -ENOENT);
+	assert_int_equal(dbox_ns_lookup(f->s.st, d, "child", &attr), 0);
+	assert_int_equal(dbox_ns_lookup(f->s.st, c, "x", &attr), -ENOENT);
 	/* The other way round is fine: the child moves up. */
-	assert_int_equal(dbox_ns_rename(f->st, d, "child", DBOX_ROOT_INO, ".B",
+	assert_int_equal(dbox_ns_rename(f->s.st, d, "child", DBOX_ROOT_INO, ".B",
 					0, NULL, &moved, &gone), 0);
 	assert_int_equal(moved.ino, c);
-	assert_int_equal(dbox_ns_getattr(f->st, d, &attr), 0);
+	assert_int_equal(dbox_ns_getattr(f->s.st, d, &attr), 0);
 	assert_int_equal(attr.nlink, 2);
 }
 
@@ -272,26 +259,26 @@ static void test_rename_noreplace_and_dirs(void **state)
 	struct dbox_attr moved, attr;
 	struct dbox_ns_gone gone;
 
-	assert_int_equal(dbox_ns_rename(f->st, DBOX_ROOT_INO, "d1", DBOX_ROOT_INO,
+	assert_int_equal(dbox_ns_rename(f->s.st, DBOX_ROOT_INO, "d1", DBOX_ROOT_INO,
 					"d2", RENAME_NOREPLACE, NULL, &moved,
 					&gone), -EEXIST);
 	/* Over a non-empty directory: ENOTEMPTY; over a file: ENOTDIR. */
-	assert_int_equal(dbox_ns_rename(f->st, DBOX_ROOT_INO, "d1", DBOX_ROOT_INO,
+	assert_int_equal(dbox_ns_rename(f->s.st, DBOX_ROOT_INO, "d1", DBOX_ROOT_INO,
 					"d2", 0, NULL, &moved, &gone), -ENOTEMPTY);
-	assert_int_equal(dbox_ns_rename(f->st, DBOX_ROOT_INO, "d1", d2, "m",
+	assert_int_equal(dbox_ns_rename(f->s.st, DBOX_ROOT_INO, "d1", d2, "m",
 					0, NULL, &moved, &gone), -ENOTDIR);
-	assert_int_equal(dbox_ns_rename(f->st, d2, "m", DBOX_ROOT_INO, "d1",
+	assert_int_equal(dbox_ns_rename(f->s.st, d2, "m", DBOX_ROOT_INO, "d1",
 					0, NULL, &moved, &gone), -EISDIR);
 	/* Over an empty directory: it goes. */
-	assert_int_equal(dbox_ns_remove(f->st, d2, "m", false, NULL, &gone), 0);
+	assert_int_equal(dbox_ns_remove(f->s.st, d2, "m", false, NULL, &gone), 0);
 	assert_true(gone.deleted);
 	assert_gone_ino(f, m);
-	assert_int_equal(dbox_ns_rename(f->st, DBOX_ROOT_INO, "d1", DBOX_ROOT_INO,
+	assert_int_equal(dbox_ns_rename(f->s.st, DBOX_ROOT_INO, "d1", DBOX_ROOT_INO,
 					"d2", 0, NULL, &moved, &gone), 0);
 	assert_int_equal(moved.ino, d1);
 	assert_int_equal(gone.ino, 0); /* a directory is no name left over */
-	assert_int_equal(dbox_ns_getattr(f->st, d2, &attr), -ENOENT);
-	assert_int_equal(dbox_ns_lookup(f->st, DBOX_ROOT_INO, "d2", &attr), 0);
+	assert_int_equal(dbox_ns_getattr(f->s.st, d2, &attr), -ENOENT);
+	assert_int_equal(dbox_ns_lookup(f->s.st, DBOX_ROOT_INO, "d2", &attr), 0);
 	assert_int_equal(attr.ino, d1);
 }
 
@@ -304,26 +291,26 @@ static int moved_retry(void *ctx, const struct dbox_attr *moved,
 static void test_rename_moved_callback(void **state)
 {
 	struct fix *f = *state;
-	uint64_t a = add_msg(f, f->cur, "a", "A\n", NULL);
+	uint64_t a = add_msg(f, f->s.cur, "a", "A\n", NULL);
 	int answer = 1;
 	struct dbox_ns_hooks hooks = { .moved = moved_retry, .ctx = &answer };
 	struct dbox_attr moved, attr;
 	struct dbox_ns_gone gone;
 
 	/* Retry asked: nothing changed. */
-	assert_int_equal(dbox_ns_rename(f->st, f->cur, "a", f->cur, "b", 0,
+	assert_int_equal(dbox_ns_rename(f->s.st, f->s.cur, "a", f->s.cur, "b", 0,
 					&hooks, &moved, &gone), 1);
-	assert_int_equal(dbox_ns_lookup(f->st, f->cur, "a", &attr), 0);
-	assert_int_equal(dbox_ns_lookup(f->st, f->cur, "b", &attr), -ENOENT);
+	assert_int_equal(dbox_ns_lookup(f->s.st, f->s.cur, "a", &attr), 0);
+	assert_int_equal(dbox_ns_lookup(f->s.st, f->s.cur, "b", &attr), -ENOENT);
 	/* A failure of the callback rolls the rename back. */
 	answer = -EIO;
-	assert_int_equal(dbox_ns_rename(f->st, f->cur, "a", f->cur, "b", 0,
+	assert_int_equal(dbox_ns_rename(f->s.st, f->s.cur, "a", f->s.cur, "b", 0,
 					&hooks, &moved, &gone), -EIO);
-	assert_int_equal(dbox_ns_lookup(f->st, f->cur, "a", &attr), 0);
+	assert_int_equal(dbox_ns_lookup(f->s.st, f->s.cur, "a", &attr), 0);
 	answer = 0;
-	assert_int_equal(dbox_ns_rename(f->st, f->cur, "a", f->cur, "b", 0,
+	assert_int_equal(dbox_ns_rename(f->s.st, f->s.cur, "a", f->s.cur, "b", 0,
 					&hooks, &moved, &gone), 0);
-	assert_int_equal(dbox_ns_lookup(f->st, f->cur, "b", &attr), 0);
+	assert_int_equal(dbox_ns_lookup(f->s.st, f->s.cur, "b", &attr), 0);
 	assert_int_equal(attr.ino, a);
 }
 
@@ -334,32 +321,32 @@ static void test_link_count_and_last_unlink(void **state)
 	struct fix *f = *state;
 	struct dbox_ns_hooks hooks = hooks_of(f);
 	uint32_t file_id;
-	uint64_t m = add_msg(f, f->cur, "m", "text\n", &file_id);
+	uint64_t m = add_msg(f, f->s.cur, "m", "text\n", &file_id);
 	uint64_t d = add_dir(f, DBOX_ROOT_INO, ".Sent");
 	struct dbox_attr attr;
 	struct dbox_ns_gone gone;
 
-	assert_int_equal(dbox_ns_link(f->st, m, d, "copy", &attr), 0);
+	assert_int_equal(dbox_ns_link(f->s.st, m, d, "copy", &attr), 0);
 	assert_int_equal(attr.ino, m);
 	assert_int_equal(attr.nlink, 2);
 	/* Failures leave the count alone. */
-	assert_int_equal(dbox_ns_link(f->st, m, d, "copy", &attr), -EEXIST);
-	assert_int_equal(dbox_ns_link(f->st, d, f->cur, "dirlink", &attr),
+	assert_int_equal(dbox_ns_link(f->s.st, m, d, "copy", &attr), -EEXIST);
+	assert_int_equal(dbox_ns_link(f->s.st, d, f->s.cur, "dirlink", &attr),
 			 -EPERM);
-	assert_int_equal(dbox_ns_getattr(f->st, m, &attr), 0);
+	assert_int_equal(dbox_ns_getattr(f->s.st, m, &attr), 0);
 	assert_int_equal(attr.nlink, 2);
 
-	assert_int_equal(dbox_ns_remove(f->st, f->cur, "m", false, &hooks,
+	assert_int_equal(dbox_ns_remove(f->s.st, f->s.cur, "m", false, &hooks,
 					&gone), 0);
 	assert_int_equal(gone.ino, m);
 	assert_int_equal(gone.nlink, 1);
 	assert_false(gone.deleted);
 	assert_int_equal(f->held_calls, 0); /* still named: not asked */
-	assert_int_equal(dbox_ns_getattr(f->st, m, &attr), 0);
+	assert_int_equal(dbox_ns_getattr(f->s.st, m, &attr), 0);
 	assert_int_equal(attr.nlink, 1);
 
 	/* The last name: the message is expunged, its record garbage. */
-	assert_int_equal(dbox_ns_remove(f->st, d, "copy", false, &hooks,
+	assert_int_equal(dbox_ns_remove(f->s.st, d, "copy", false, &hooks,
 					&gone), 0);
 	assert_int_equal(gone.ino, m);
 	assert_int_equal(gone.nlink, 0);
@@ -367,7 +354,7 @@ static void test_link_count_and_last_unlink(void **state)
 	assert_int_equal(gone.garbage_file_id, file_id);
 	assert_gone_ino(f, m);
 	/* A name without an inode cannot be linked to. */
-	assert_int_equal(dbox_ns_link(f->st, m, d, "again", &attr), -ENOENT);
+	assert_int_equal(dbox_ns_link(f->s.st, m, d, "again", &attr), -ENOENT);
 }
 
 static void test_remove_errors(void **state)
@@ -378,19 +365,19 @@ static void test_remove_errors(void **state)
 	struct dbox_ns_gone gone;
 
 	add_msg(f, d, "m", "x\n", NULL);
-	assert_int_equal(dbox_ns_remove(f->st, DBOX_ROOT_INO, "d", true, NULL,
+	assert_int_equal(dbox_ns_remove(f->s.st, DBOX_ROOT_INO, "d", true, NULL,
 					&gone), -ENOTEMPTY);
-	assert_int_equal(dbox_ns_remove(f->st, DBOX_ROOT_INO, "d", false, NULL,
+	assert_int_equal(dbox_ns_remove(f->s.st, DBOX_ROOT_INO, "d", false, NULL,
 					&gone), -EISDIR);
-	assert_int_equal(dbox_ns_remove(f->st, d, "m", true, NULL, &gone),
+	assert_int_equal(dbox_ns_remove(f->s.st, d, "m", true, NULL, &gone),
 			 -ENOTDIR);
-	assert_int_equal(dbox_ns_remove(f->st, d, "nope", false, NULL, &gone),
+	assert_int_equal(dbox_ns_remove(f->s.st, d, "nope", false, NULL, &gone),
 			 -ENOENT);
-	assert_int_equal(dbox_ns_remove(f->st, d, "m", false, NULL, &gone), 0);
-	assert_int_equal(dbox_ns_remove(f->st, DBOX_ROOT_INO, "d", true, NULL,
+	assert_int_equal(dbox_ns_remove(f->s.st, d, "m", false, NULL, &gone), 0);
+	assert_int_equal(dbox_ns_remove(f->s.st, DBOX_ROOT_INO, "d", true, NULL,
 					&gone), 0);
-	assert_int_equal(dbox_ns_getattr(f->st, d, &attr), -ENOENT);
-	assert_int_equal(dbox_ns_getattr(f->st, DBOX_ROOT_INO, &attr), 0);
+	assert_int_equal(dbox_ns_getattr(f->s.st, d, &attr), -ENOENT);
+	assert_int_equal(dbox_ns_getattr(f->s.st, DBOX_ROOT_INO, &attr), 0);
 	assert_int_equal(attr.nlink, 2 + 3); /* cur new tmp */
 }
 
@@ -403,7 +390,7 @@ static void test_plain_file_backing(void **state)
 	struct dbox_ns_gone gone;
 
 	assert_true(backing_exists(f, p));
-	assert_int_equal(dbox_ns_remove(f->st, DBOX_ROOT_INO, ".mbsyncstate",
+	assert_int_equal(dbox_ns_remove(f->s.st, DBOX_ROOT_INO, ".mbsyncstate",
 					false, &hooks, &gone), 0);
 	assert_true(gone.deleted);
 	assert_int_equal(gone.garbage_file_id, 0);
@@ -412,11 +399,11 @@ static void test_plain_file_backing(void **state)
 
 	/* A held one keeps its bytes until it is let go. */
 	f->held = q;
-	assert_int_equal(dbox_ns_remove(f->st, DBOX_ROOT_INO, ".held", false,
+	assert_int_equal(dbox_ns_remove(f->s.st, DBOX_ROOT_INO, ".held", false,
 					&hooks, &gone), 0);
 	assert_false(gone.deleted);
 	assert_true(backing_exists(f, q));
-	assert_int_equal(dbox_ns_delete_orphan(f->st, q, &gone), 0);
+	assert_int_equal(dbox_ns_delete_orphan(f->s.st, q, &gone), 0);
 	assert_true(gone.deleted);
 	assert_false(backing_exists(f, q));
 }
@@ -438,55 +425,55 @@ static void test_create_kinds_and_setgid(void **state)
 	struct dbox_attr attr, dir;
 	char *target = NULL;
 
-	assert_int_equal(dbox_ns_setattr(f->st, g, &set, &dir), 0);
+	assert_int_equal(dbox_ns_setattr(f->s.st, g, &set, &dir), 0);
 	assert_int_equal(dir.mode, S_IFDIR | 02775);
 	assert_int_equal(dir.gid, 4242);
 	/* In a setgid directory: the directory's group; a directory keeps
 	   S_ISGID. */
-	assert_int_equal(dbox_ns_create(f->st, g, "sub", &nw, &attr), 0);
+	assert_int_equal(dbox_ns_create(f->s.st, g, "sub", &nw, &attr), 0);
 	assert_int_equal(attr.gid, 4242);
 	assert_int_equal(attr.uid, 1000);
 	assert_int_equal(attr.mode, S_IFDIR | S_ISGID | 0700);
 	/* Elsewhere: the caller's. */
-	assert_int_equal(dbox_ns_create(f->st, DBOX_ROOT_INO, "own", &nw,
+	assert_int_equal(dbox_ns_create(f->s.st, DBOX_ROOT_INO, "own", &nw,
 					&attr), 0);
 	assert_int_equal(attr.gid, 1000);
 	assert_int_equal(attr.mode, S_IFDIR | 0700);
-	assert_int_equal(dbox_ns_create(f->st, DBOX_ROOT_INO, "own", &nw,
+	assert_int_equal(dbox_ns_create(f->s.st, DBOX_ROOT_INO, "own", &nw,
 					&attr), -EEXIST);
 
 	nw = (struct dbox_ns_new){ .kind = DBOX_KIND_SYMLINK,
 				   .mode = S_IFLNK | 0777, .target = "../x y" };
-	assert_int_equal(dbox_ns_create(f->st, g, "ln", &nw, &attr), 0);
+	assert_int_equal(dbox_ns_create(f->s.st, g, "ln", &nw, &attr), 0);
 	assert_int_equal(attr.size, 6);
-	assert_int_equal(dbox_ns_readlink(f->st, attr.ino, &target), 0);
+	assert_int_equal(dbox_ns_readlink(f->s.st, attr.ino, &target), 0);
 	assert_string_equal(target, "../x y");
 	free(target);
-	assert_int_equal(dbox_ns_getattr(f->st, attr.ino, &attr), 0);
+	assert_int_equal(dbox_ns_getattr(f->s.st, attr.ino, &attr), 0);
 	assert_int_equal(attr.size, 6);
 
 	nw = (struct dbox_ns_new){ .kind = DBOX_KIND_SPECIAL,
 				   .mode = S_IFCHR | 0600,
 				   .rdev = makedev(1, 3) };
-	assert_int_equal(dbox_ns_create(f->st, DBOX_ROOT_INO, "null", &nw,
+	assert_int_equal(dbox_ns_create(f->s.st, DBOX_ROOT_INO, "null", &nw,
 					&attr), 0);
-	assert_int_equal(dbox_ns_getattr(f->st, attr.ino, &attr), 0);
+	assert_int_equal(dbox_ns_getattr(f->s.st, attr.ino, &attr), 0);
 	assert_int_equal(attr.rdev, makedev(1, 3));
 	assert_int_equal(attr.kind, DBOX_KIND_SPECIAL);
 
 	/* In a non-directory: ENOTDIR; a message needs the mount. */
 	nw = (struct dbox_ns_new){ .kind = DBOX_KIND_DIR, .mode = S_IFDIR | 0700 };
-	assert_int_equal(dbox_ns_create(f->st, attr.ino, "x", &nw, &attr),
+	assert_int_equal(dbox_ns_create(f->s.st, attr.ino, "x", &nw, &attr),
 			 -ENOTDIR);
 	nw.kind = DBOX_KIND_MESSAGE;
-	assert_int_equal(dbox_ns_create(f->st, DBOX_ROOT_INO, "x", &nw, &attr),
+	assert_int_equal(dbox_ns_create(f->s.st, DBOX_ROOT_INO, "x", &nw, &attr),
 			 -EINVAL);
 }
 
 static void test_setattr_and_xattr(void **state)
 {
 	struct fix *f = *state;
-	uint64_t m = add_msg(f, f->cur, "m", "text\n", NULL);
+	uint64_t m = add_msg(f, f->s.cur, "m", "text\n", NULL);
 	struct dbox_ns_set set = {
 		.what = DBOX_NS_SET_MTIME | DBOX_NS_SET_ATIME | DBOX_NS_SET_UID,
 		.mtime_ns = dbox_time_make(1234567890, 5),
@@ -496,39 +483,39 @@ static void test_setattr_and_xattr(void **state)
 	void *value = NULL;
 	size_t len = 0;
 
-	assert_int_equal(dbox_ns_setattr(f->st, m, &set, &attr), 0);
+	assert_int_equal(dbox_ns_setattr(f->s.st, m, &set, &attr), 0);
 	assert_int_equal(attr.mtime_ns, set.mtime_ns);
 	assert_int_equal(attr.atime_ns, set.atime_ns);
 	assert_int_equal(attr.uid, 77);
 	assert_int_equal(attr.size, 5); /* untouched */
-	assert_int_equal(dbox_ns_getattr(f->st, m, &after), 0);
+	assert_int_equal(dbox_ns_getattr(f->s.st, m, &after), 0);
 	assert_int_equal(after.mtime_ns, attr.mtime_ns);
 	assert_int_equal(after.atime_ns, attr.atime_ns);
 	assert_int_equal(after.ctime_ns, attr.ctime_ns);
 	assert_int_equal(after.uid, 77);
-	assert_int_equal(dbox_ns_setattr(f->st, 999999, &set, NULL), -ENOENT);
+	assert_int_equal(dbox_ns_setattr(f->s.st, 999999, &set, NULL), -ENOENT);
 
 	/* An xattr change moves ctime (as ext4). */
 	set = (struct dbox_ns_set){ .what = DBOX_NS_SET_CTIME,
 				    .ctime_ns = dbox_time_make(1000000000, 0) };
-	assert_int_equal(dbox_ns_setattr(f->st, m, &set, NULL), 0);
-	assert_int_equal(dbox_ns_xattr_set(f->st, m, "user.k", "v", 1,
+	assert_int_equal(dbox_ns_setattr(f->s.st, m, &set, NULL), 0);
+	assert_int_equal(dbox_ns_xattr_set(f->s.st, m, "user.k", "v", 1,
 					   XATTR_CREATE), 0);
-	assert_int_equal(dbox_ns_getattr(f->st, m, &attr), 0);
+	assert_int_equal(dbox_ns_getattr(f->s.st, m, &attr), 0);
 	assert_true(dbox_time_cmp(attr.ctime_ns, set.ctime_ns) > 0);
-	assert_int_equal(dbox_ns_xattr_set(f->st, m, "user.k", "w", 1,
+	assert_int_equal(dbox_ns_xattr_set(f->s.st, m, "user.k", "w", 1,
 					   XATTR_CREATE), -EEXIST);
-	assert_int_equal(dbox_ns_xattr_get(f->st, m, "user.k", &value, &len), 0);
+	assert_int_equal(dbox_ns_xattr_get(f->s.st, m, "user.k", &value, &len), 0);
 	assert_int_equal(len, 1);
 	assert_memory_equal(value, "v", 1);
 	free(value);
 	/* A failed change leaves ctime alone. */
-	assert_int_equal(dbox_ns_setattr(f->st, m, &set, NULL), 0);
-	assert_int_equal(dbox_ns_xattr_remove(f->st, m, "user.none"), -ENODATA);
-	assert_int_equal(dbox_ns_getattr(f->st, m, &attr), 0);
+	assert_int_equal(dbox_ns_setattr(f->s.st, m, &set, NULL), 0);
+	assert_int_equal(dbox_ns_xattr_remove(f->s.st, m, "user.none"), -ENODATA);
+	assert_int_equal(dbox_ns_getattr(f->s.st, m, &attr), 0);
 	assert_int_equal(attr.ctime_ns, set.ctime_ns);
-	assert_int_equal(dbox_ns_xattr_remove(f->st, m, "user.k"), 0);
-	assert_int_equal(dbox_ns_xattr_get(f->st, m, "user.k", &value, &len),
+	assert_int_equal(dbox_ns_xattr_remove(f->s.st, m, "user.k"), 0);
+	assert_int_equal(dbox_ns_xattr_get(f->s.st, m, "user.k", &value, &len),
 			 -ENODATA);
 }
 
@@ -539,15 +526,15 @@ static void test_message_name_and_dir_self(void **state)
 	uint64_t c = add_dir(f, d, "cur");
 	struct dbox_attr self, parent;
 
-	assert_true(dbox_ns_is_message_name(f->st, f->cur, "1.M1.host:2,S"));
-	assert_true(dbox_ns_is_message_name(f->st, c, "x"));
-	assert_false(dbox_ns_is_message_name(f->st, c, ".x"));
-	assert_false(dbox_ns_is_message_name(f->st, d, "x"));
-	assert_false(dbox_ns_is_message_name(f->st, DBOX_ROOT_INO, "x"));
-	assert_int_equal(dbox_ns_dir_self(f->st, c, &self, &parent), 0);
+	assert_true(dbox_ns_is_message_name(f->s.st, f->s.cur, "1.M1.host:2,S"));
+	assert_true(dbox_ns_is_message_name(f->s.st, c, "x"));
+	assert_false(dbox_ns_is_message_name(f->s.st, c, ".x"));
+	assert_false(dbox_ns_is_message_name(f->s.st, d, "x"));
+	assert_false(dbox_ns_is_message_name(f->s.st, DBOX_ROOT_INO, "x"));
+	assert_int_equal(dbox_ns_dir_self(f->s.st, c, &self, &parent), 0);
 	assert_int_equal(self.ino, c);
 	assert_int_equal(parent.ino, d);
-	assert_int_equal(dbox_ns_dir_self(f->st, DBOX_ROOT_INO, &self, &parent), 0);
+	assert_int_equal(dbox_ns_dir_self(f->s.st, DBOX_ROOT_INO, &self, &parent), 0);
 	assert_int_equal(parent.ino, DBOX_ROOT_INO);
 }
 
