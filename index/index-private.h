@@ -66,6 +66,10 @@ struct dbox_index {
 	struct index_checkpointer ckpt;
 	int reserve_fd;        /* reserve.h: the reserve, or -1 */
 	uint64_t reserve_size; /* its full size in bytes */
+	/* reserve.c: when the reserve was last seen whole (monotonic ns,
+	   0: not yet) and the process's release count then (atomic both). */
+	uint64_t reserve_whole_ns;
+	uint64_t reserve_whole_releases;
 	struct index_attr_cache attrs;
 };
 

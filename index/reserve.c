@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 /* What a failed write of the reserve VFS's files needs: more space. */
@@ -29,6 +30,10 @@ static bool is_full(int rc)
 {
 	return rc == SQLITE_FULL || rc == SQLITE_IOERR_SHMSIZE;
 }
+
+/* Chunks of any reserve this process gave back (atomic): a change tells
+   dbox_index_reserve_check to look at its reserve again at once. */
+static uint64_t releases;
 
 /* Give DBOX_RESERVE_CHUNK bytes of the reserve at path back to the
    filesystem.  Returns true when something was given back. */
@@ -57,6 +62,7 @@ static bool reserve_release(const char *path)
 	/* ext4 reuses freed blocks only once the freeing is committed. */
 	fsync(fd);
 	close(fd);
+	__atomic_add_fetch(&releases, 1, __ATOMIC_RELEASE);
 	dbox_warning("%s: the disk is full; %lld KiB of the index reserve "
 		     "used for the index (%lld KiB left); new mail waits until "
 		     "there is room again (expunge and purge)", path,
@@ -427,17 +433,40 @@ bool dbox_index_reserve_short(struct dbox_index *index)
 		 (uint64_t)st.st_size < index->reserve_size);
 }
 
+static uint64_t monotonic_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts); /* the vDSO: no syscall */
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 int dbox_index_reserve_check(struct dbox_index *index)
 {
-	uint64_t avail, total, missing;
+	uint64_t avail, total, missing, now, seen, rel;
 	struct stat st;
 
 	if (index->reserve_fd < 0)
 		return 0;
+	/* Read the release count before the fstat: a release after it makes
+	   the next call look again. */
+	rel = __atomic_load_n(&releases, __ATOMIC_ACQUIRE);
+	now = monotonic_ns();
+	seen = __atomic_load_n(&index->reserve_whole_ns, __ATOMIC_ACQUIRE);
+	if (seen != 0 && now - seen < DBOX_RESERVE_RECHECK_NS &&
+	    __atomic_load_n(&index->reserve_whole_releases,
+			    __ATOMIC_RELAXED) == rel)
+		return 0;
 	if (fstat(index->reserve_fd, &st) < 0)
 		return -errno;
-	if ((uint64_t)st.st_size >= index->reserve_size)
+	if ((uint64_t)st.st_size >= index->reserve_size) {
+		__atomic_store_n(&index->reserve_whole_releases, rel,
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&index->reserve_whole_ns, now,
+				 __ATOMIC_RELEASE);
 		return 0;
+	}
+	__atomic_store_n(&index->reserve_whole_ns, 0, __ATOMIC_RELEASE);
 	/* Refill only with room to spare, or each delivery would take back
 	   what the index just freed. */
 	missing = index->reserve_size - (uint64_t)st.st_size;

@@ -35,6 +35,9 @@
 #define DBOX_RESERVE_CHUNK (256 * 1024)
 #define DBOX_RESERVE_SUFFIX "-reserve"
 #define DBOX_RESERVE_VFS "dboxfs-reserve"
+/* How long a reserve seen whole is trusted (ns): every WRITE of a
+   delivery asks, and an fstat each time is a syscall per request. */
+#define DBOX_RESERVE_RECHECK_NS 1000000000ull
 
 struct dbox_index;
 
@@ -53,7 +56,11 @@ int dbox_index_reserve_open(struct dbox_index *index);
 /* Whether data (message bytes, plain files) may take disk space now: 0
    when the reserve is whole, or was refilled now because the filesystem
    has room for it again; -ENOSPC while it is not.  0 also for an index
-   without a reserve.  Thread-safe; no lock needed. */
+   without a reserve.  A reserve seen whole is taken as whole, without a
+   look at its file, for DBOX_RESERVE_RECHECK_NS unless this process gave
+   a part of any reserve back meanwhile: another process (dboxadm on the
+   same store) using the reserve is noticed within that time.
+   Thread-safe; no lock needed. */
 int dbox_index_reserve_check(struct dbox_index *index);
 
 /* True when the reserve of index is not whole (a part of it was used for
