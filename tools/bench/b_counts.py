@@ -27,7 +27,7 @@ with the same phases except Dovecot's:
   fsync on; the median and the 90th percentile of the repeat.
 
 Run alone for a quick look (a few seconds, no other benchmark; the times
-take R repeats more, about 3 s each at K = 300):
+take R repeats more, about 10 s each at K = 300 here):
     tools/bench/b_counts.py [--ops K] [--side dboxfs|floor] [--repeats R]
 """
 import collections
