@@ -17,8 +17,18 @@ figures on every run.
   maildir on the mount (b_imap.py), one connection APPENDing K messages;
   its start and first APPEND are not counted.
 
-Run alone for a quick look (a few seconds, no other benchmark):
-    tools/bench/b_counts.py [--ops K] [--side dboxfs|floor]
+The rows after them are times, so they move with the load: R repeats of
+both sides in turn, each on a fresh normal mount (no -d, no strace),
+with the same phases except Dovecot's:
+- daemon CPU per operation: user + system time of every thread of the
+  daemon during each phase (/proc/PID/task/TID/schedstat: nanoseconds on
+  the CPU), divided by K;
+- fsync() latency: the client times each os.fsync() of the delivery with
+  fsync on; the median and the 90th percentile of the repeat.
+
+Run alone for a quick look (a few seconds, no other benchmark; the times
+take R repeats more, about 10 s each at K = 300 here):
+    tools/bench/b_counts.py [--ops K] [--side dboxfs|floor] [--repeats R]
 """
 import collections
 import os
@@ -26,6 +36,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -33,18 +44,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import BUILD, Floor, Mount, Row, fresh_dir, log  # noqa: E402
+from benchlib import BUILD, Floor, Mount, Row, fmt_num, fresh_dir, log, sides  # noqa: E402
 
 SQLCOUNT = BUILD / "sqlcount.so"
 
 _host = socket.gethostname()
 OPS = {"full": 1000, "quick": 200}
 PHASES = ("delivery, fsync off", "delivery, fsync on", "flag rename")
+TIMED = PHASES  # the phases timed (daemon CPU), before Dovecot's joins PHASES
 if shutil.which("dovecot"):
     PHASES += ("Dovecot APPEND",)
 
 
-def _deliver(folder, msgs, fsync, into="new", tag="c"):
+def _deliver(folder, msgs, fsync, into="new", tag="c", lat=None):
+    """Deliver msgs the maildir way; lat: a list that gets the
+    nanoseconds of every fsync()."""
     tmp, dest = os.path.join(folder, "tmp"), os.path.join(folder, into)
     for i, data in enumerate(msgs):
         name = f"{1790000000 + i}.M{i}P{os.getpid()}Q{tag}.{_host}"
@@ -54,7 +68,10 @@ def _deliver(folder, msgs, fsync, into="new", tag="c"):
         while view:
             view = view[os.write(fd, view):]
         if fsync:
+            t = time.perf_counter_ns()
             os.fsync(fd)
+            if lat is not None:
+                lat.append(time.perf_counter_ns() - t)
         os.close(fd)
         os.rename(path, os.path.join(dest, name + (":2,S" if into == "cur" else "")))
 
@@ -96,10 +113,11 @@ def _appends(root, msgs, tmp):
     return phase
 
 
-def _phases(root, msgs, tmp):
+def _phases(root, msgs, tmp, lat=None):
     """The workloads on a mount root: phase(start, stop) callables in
     PHASES order, each doing len(msgs) operations between start() and
-    stop().  Folders are made (not counted) by prepare()."""
+    stop().  Folders are made (not counted) by prepare().  lat gets the
+    fsync() times of the delivery with fsync on."""
     def prepare():
         for f in ("off", "on", "ren"):
             for sub in ("cur", "new", "tmp"):
@@ -111,7 +129,7 @@ def _phases(root, msgs, tmp):
         os.listdir(os.path.join(root, ".ren", "cur"))
     phases = [
         _simple(lambda: _deliver(os.path.join(root, ".off"), msgs, False)),
-        _simple(lambda: _deliver(os.path.join(root, ".on"), msgs, True)),
+        _simple(lambda: _deliver(os.path.join(root, ".on"), msgs, True, lat=lat)),
         _simple(lambda: _rename_all(os.path.join(root, ".ren", "cur"))),
     ]
     if "Dovecot APPEND" in PHASES:
@@ -235,9 +253,10 @@ def count_syscalls(make_mount, msgs, tmp, sql=False):
     return out
 
 
-def measure(tmp, msgs, side, args=()):
-    """(requests, syscalls) of side "dboxfs" or "floor" (count_requests,
-    count_syscalls) in scratch directory tmp."""
+def _maker(tmp, side, args=()):
+    """make(debug_log): a Mount (side "dboxfs", of a new store, with the
+    dboxfs arguments args) or a Floor (of a new empty directory) in
+    scratch directory tmp, not yet mounted."""
     tmp = Path(tmp)
 
     def make(debug_log):
@@ -247,9 +266,78 @@ def measure(tmp, msgs, side, args=()):
             return Mount(store, tmp / "counts-mnt", debug_log=debug_log, args=args)
         src = fresh_dir(tmp / "counts-floor-src")
         return Floor(src, tmp / "counts-mnt", debug_log=debug_log)
-    req = count_requests(make, msgs, tmp / f"counts-{side}.log")
+    return make
+
+
+def measure(tmp, msgs, side, args=()):
+    """(requests, syscalls) of side "dboxfs" or "floor" (count_requests,
+    count_syscalls) in scratch directory tmp."""
+    make = _maker(tmp, side, args)
+    req = count_requests(make, msgs, Path(tmp) / f"counts-{side}.log")
     sysc = count_syscalls(make, msgs, tmp, sql=side == "dboxfs")
     return req, sysc
+
+
+_SCHEDSTAT = os.path.exists("/proc/self/schedstat")
+_TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
+
+
+def _thread_cpu_ns(pid):
+    """{tid: nanoseconds on the CPU, user + system} of every live thread
+    of pid: the first field of /proc/PID/task/TID/schedstat, or where
+    the kernel has none utime + stime of .../stat (clock ticks, 10 ms at
+    100 Hz: then K must be large)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if _SCHEDSTAT:
+                out[tid] = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            else:
+                f = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+                out[tid] = (int(f[11]) + int(f[12])) * _TICK_NS
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # the thread exited since the listing
+    return out
+
+
+def measure_times(tmp, msgs, side, args=()):
+    """({phase: daemon CPU ns}, [fsync() ns]) of one repeat of the TIMED
+    phases on a fresh normal mount of side (no -d, no strace).  A thread
+    that exits during a phase takes its time with it (logged; libfuse
+    keeps up to 10 idle workers: none has exited with one writer)."""
+    m = _maker(tmp, side, args)(None)
+    m.mount()
+    cpu, lat = {}, []
+    try:
+        pid = m.pid()
+        prepare, work = _phases(m.mnt, msgs, tmp, lat)
+        prepare()
+        for phase, fn in zip(TIMED, work):
+            before = []
+
+            def start():
+                time.sleep(0.3)  # as count_requests: the step before is done
+                before.append(_thread_cpu_ns(pid))
+
+            def stop():
+                time.sleep(0.3)  # the asynchronous RELEASEs count
+                after = _thread_cpu_ns(pid)
+                gone = before[0].keys() - after.keys()
+                if gone:
+                    log(f"{side}: {len(gone)} daemon threads exited during {phase}")
+                cpu[phase] = sum(v - before[0].get(t, 0) for t, v in after.items())
+            fn(start, stop)
+    finally:
+        m.unmount()
+    return cpu, lat
+
+
+def timed_repeats(tmp, msgs, repeats, args=()):
+    """[(dboxfs, floor)] of measure_times() over repeats, the side that
+    goes first alternating (benchlib.sides)."""
+    return [sides(r, [lambda: measure_times(tmp, msgs, "dboxfs", args),
+                      lambda: measure_times(tmp, msgs, "floor")])
+            for r in range(repeats)]
 
 
 def _top(counter, k, per):
@@ -292,6 +380,35 @@ def rows_from(k, dbx, flo):
     return rows
 
 
+CPU_TARGET = {"delivery, fsync off": 1.3, "delivery, fsync on": 1.3}  # x floor
+
+
+def _p90(values):
+    return statistics.quantiles(values, n=10)[8]
+
+
+def time_rows(k, runs):
+    """Rows of daemon CPU per operation (µs) and fsync() latency (ms)
+    from timed_repeats() over k operations per phase."""
+    rows = []
+    for phase in TIMED:
+        t = CPU_TARGET.get(phase)
+        row = Row(f"daemon CPU per {phase}", "time", "µs", None,
+                  f"user + system, all threads ({'schedstat' if _SCHEDSTAT else 'clock ticks'})"
+                  ", normal mount",
+                  ("<=", t) if t else None)
+        for (dcpu, _), (fcpu, _) in runs:
+            row.add(dcpu[phase] / k / 1e3, None, fcpu[phase] / k / 1e3)
+        rows.append(row)
+    for what, fn, target in (("median", statistics.median, ("<=", 1.5)), ("p90", _p90, None)):
+        row = Row(f"fsync() latency in delivery, {what}", "time", "ms", None,
+                  f"as the client sees it (fsync on), {what} of each repeat", target)
+        for (_, dlat), (_, flat) in runs:
+            row.add(fn(dlat) / 1e6, None, fn(flat) / 1e6)
+        rows.append(row)
+    return rows
+
+
 def run(ctx):
     k = OPS["quick" if ctx.quick else "full"]
     msgs = (ctx.messages * (k // len(ctx.messages) + 1))[:k]
@@ -301,7 +418,19 @@ def run(ctx):
     for row in rows:
         log(f"{row.name}: dboxfs {row.dbox[0]:.1f}" +
             (f" floor {row.floor[0]:.1f}" if row.floor else ""))
-    return rows
+    times = time_rows(k, timed_repeats(ctx.tmp, msgs, ctx.repeats))
+    for row in times:
+        log(f"{row.name}: {_spread(row)}")
+    return rows + times
+
+
+def _spread(row):
+    """dboxfs, floor and dboxfs / floor as median (min-max)."""
+    def cell(v, unit):
+        return (f"{fmt_num(statistics.median(v), unit)} "
+                f"({fmt_num(min(v), '')}-{fmt_num(max(v), '')})")
+    return (f"dboxfs {cell(row.dbox, row.unit)}, floor {cell(row.floor, row.unit)}, "
+            f"/ floor {cell(row.floor_ratios(), '')}")
 
 
 def main():
@@ -309,6 +438,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", type=int, default=300)
     ap.add_argument("--side", choices=("dboxfs", "floor", "both"), default="both")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="repeats of the timed rows (daemon CPU, fsync latency), both "
+                         "sides in turn; only with --side both (0: none)")
     ap.add_argument("--arg", action="append", default=[],
                     help="a dboxfs argument (-s, -o max_idle_threads=1); repeatable")
     ap.add_argument("--tmp", default=str(Path(__file__).resolve().parents[2] / "bench" / "tmp"))
@@ -330,6 +462,9 @@ def main():
             if sql is not None:
                 print(f"{side}: SQL statements per {phase}: {sql[0] / args.ops:.2f} "
                       f"(COMMITs {sql[1] / args.ops:.2f})")
+    if args.side == "both" and args.repeats > 0:
+        for row in time_rows(args.ops, timed_repeats(tmp, msgs, args.repeats, args.arg)):
+            print(f"{row.name}: {_spread(row)}")
     return 0
 
 

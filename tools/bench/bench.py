@@ -9,8 +9,10 @@ the backups of issue #15 (backup, backup_scale),
 each repeating native and dboxfs in alternating order; the write rows
 (delivery, imap, hcache, renames) also run on the FUSE floor
 (passthrough_ll over ext4, `make` builds it) in the same rotation, and
-counts gives requests and daemon syscalls per operation on both.  Writes OUT/results.md (Markdown table), OUT/results.png (gnuplot
-chart) and OUT/results.json (every sample).  Scratch data lives in
+counts gives requests, daemon syscalls and daemon CPU per operation and
+the fsync() latency of a delivery on both.  Writes OUT/results.md
+(Markdown table), OUT/results.png (gnuplot chart) and OUT/results.json
+(every sample).  Scratch data lives in
 OUT/tmp/ (generated corpora are kept there between runs; delete it to
 free the space).  Needs root (drop_caches, Dovecot as user mail) and the
 packages of `make bench-deps`.  --only runs a subset and writes
