@@ -15,6 +15,7 @@
 #include "index/wal-batch.h"
 #include "test-common.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -191,7 +192,113 @@ static void integrity_ok(sqlite3 *db)
 	sqlite3_finalize(st);
 }
 
-/* --- tests ------------------------------------------------------------- */
+/* --- the batch alone, over a plain file -------------------------------- */
+
+struct plain {
+	int fd;
+	int writes;      /* calls of plain_write */
+	bool fail;       /* plain_write answers SQLITE_IOERR_WRITE */
+};
+
+/* wal_batch_write_fn over a plain file descriptor. */
+static int plain_write(void *ctx, const void *buf, int n, sqlite3_int64 off)
+{
+	struct plain *p = ctx;
+
+	p->writes++;
+	if (p->fail)
+		return SQLITE_IOERR_WRITE;
+	return pwrite(p->fd, buf, (size_t)n, off) == n ? SQLITE_OK :
+		SQLITE_IOERR_WRITE;
+}
+
+static off_t fd_size(int fd)
+{
+	struct stat sb;
+
+	assert_int_equal(fstat(fd, &sb), 0);
+	return sb.st_size;
+}
+
+/* Frame header of page pgno; commit: the database's size after it. */
+static void frame_header(unsigned char *hdr, uint32_t pgno, uint32_t commit)
+{
+	memset(hdr, 0xa5, WAL_FRAME_HEADER);
+	for (int i = 0; i < 4; i++) {
+		hdr[i] = (unsigned char)(pgno >> (24 - 8 * i));
+		hdr[4 + i] = (unsigned char)(commit >> (24 - 8 * i));
+	}
+}
+
+/* A commit frame's page is in the file when its write returns, with the
+   frames before it, in one write; frames before a commit are held; a
+   rewritten header goes out at once; a failed write drops the batch. */
+static void test_commit_reaches_file_on_return(void **state)
+{
+	struct fix *f = *state;
+	enum { PAGE = 4096, FRAME = WAL_FRAME_HEADER + PAGE };
+	static unsigned char page[PAGE];
+	unsigned char hdr[WAL_FRAME_HEADER], whdr[32] = { 0x37 };
+	struct plain p = { .fd = -1 };
+	struct wal_batch b;
+	char path[160];
+
+	snprintf(path, sizeof(path), "%s/plain-wal", f->dir);
+	p.fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	assert_true(p.fd >= 0);
+	wal_batch_init(&b, plain_write, &p);
+
+	/* The WAL header: nothing to append to, written at once. */
+	assert_int_equal(wal_batch_write(&b, whdr, 32, 0), SQLITE_OK);
+	assert_int_equal(fd_size(p.fd), 32);
+	/* Two frames of a transaction: held. */
+	for (uint32_t i = 0; i < 2; i++) {
+		frame_header(hdr, i + 1, 0);
+		assert_int_equal(wal_batch_write(&b, hdr, WAL_FRAME_HEADER,
+						 32 + i * FRAME), SQLITE_OK);
+		assert_int_equal(wal_batch_write(&b, page, PAGE,
+						 32 + i * FRAME + WAL_FRAME_HEADER),
+				 SQLITE_OK);
+	}
+	assert_int_equal(fd_size(p.fd), 32);
+	/* The commit frame: its header held, its page writes all three. */
+	frame_header(hdr, 3, 3);
+	assert_int_equal(wal_batch_write(&b, hdr, WAL_FRAME_HEADER,
+					 32 + 2 * FRAME), SQLITE_OK);
+	assert_int_equal(fd_size(p.fd), 32);
+	assert_int_equal(wal_batch_write(&b, page, PAGE,
+					 32 + 2 * FRAME + WAL_FRAME_HEADER),
+			 SQLITE_OK);
+	assert_int_equal(fd_size(p.fd), 32 + 3 * FRAME);
+	assert_int_equal(p.writes, 2);
+	/* SQLite rewriting the commit frame's header (new checksums): at
+	   once, though no page follows. */
+	assert_int_equal(wal_batch_write(&b, hdr, WAL_FRAME_HEADER,
+					 32 + 2 * FRAME), SQLITE_OK);
+	assert_int_equal(p.writes, 3);
+	/* A failed write: its error, and nothing held afterwards. */
+	frame_header(hdr, 4, 0);
+	assert_int_equal(wal_batch_write(&b, hdr, WAL_FRAME_HEADER,
+					 32 + 3 * FRAME), SQLITE_OK);
+	assert_int_equal(wal_batch_write(&b, page, PAGE,
+					 32 + 3 * FRAME + WAL_FRAME_HEADER), SQLITE_OK);
+	p.fail = true;
+	frame_header(hdr, 5, 5);
+	assert_int_equal(wal_batch_write(&b, hdr, WAL_FRAME_HEADER,
+					 32 + 4 * FRAME), SQLITE_OK);
+	assert_int_equal(wal_batch_write(&b, page, PAGE,
+					 32 + 4 * FRAME + WAL_FRAME_HEADER),
+			 SQLITE_IOERR_WRITE);
+	p.fail = false;
+	assert_int_equal(wal_batch_flush(&b), SQLITE_OK);
+	/* Frame 4's header went out at once (it did not follow the rewrite);
+	   its page and frame 5 were dropped. */
+	assert_int_equal(fd_size(p.fd), 32 + 3 * FRAME + WAL_FRAME_HEADER);
+	wal_batch_free(&b);
+	close(p.fd);
+}
+
+/* --- tests through SQLite ---------------------------------------------- */
 
 /* Many small transactions, then a new connection reads them all back. */
 static void test_many_transactions_read_back(void **state)
@@ -361,6 +468,8 @@ static void test_rolled_back_spill(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_commit_reaches_file_on_return,
+						fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_many_transactions_read_back,
 						fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_transaction_bigger_than_cap,
