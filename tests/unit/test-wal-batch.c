@@ -3,7 +3,9 @@
  * (index/wal-batch.h) with cmocka, through real SQLite and the reserve VFS
  * (index/reserve.h) that uses them.  The unix VFS's pwrite/pwrite64/write
  * system calls are replaced (xSetSystemCall) by counting ones that pass
- * the call on, so the tests see each write that reaches the WAL.
+ * the call on, so the tests see each write that reaches the WAL.  One
+ * test drives a batch alone over a plain file, for what SQLite cannot
+ * show: that a commit is in the file when the write of its page returns.
  */
 #include <stdarg.h>
 #include <stddef.h>
