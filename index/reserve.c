@@ -8,9 +8,24 @@
  * allocate too) that fail with a full disk release a chunk of the reserve
  * and run again.  The VFS keeps no state of its own: the reserve of a
  * file is <its database's name>-reserve, opened only when needed.
+ *
+ * The writes of a WAL go through a wal_batch (wal-batch.h): one write per
+ * transaction instead of two per frame.  Its file flushes the batch before
+ * every other method, and the database file flushes its WAL's batch before
+ * it releases a wal-index lock (a transaction that wrote frames without
+ * committing, then rolled back, leaves them held; once the write lock is
+ * free another connection may write there, and they must not land later).
+ *
+ * Threads: a connection's database and WAL file objects are used by one
+ * thread at a time.  The index opens its connections with
+ * SQLITE_OPEN_NOMUTEX and calls each from one thread at a time (the main
+ * one under the store lock, the checkpointer's from its own thread,
+ * checkpoint.c); the link between a database and its WAL file objects
+ * below is touched only by calls on that one connection.
  */
 #include "index-private.h"
 #include "reserve.h"
+#include "wal-batch.h"
 
 #include "storage/log.h"
 
@@ -74,6 +89,10 @@ struct rfile {
 	sqlite3_file base;
 	char *reserve;        /* path of the reserve, or NULL */
 	sqlite3_file *real;   /* the default VFS's file, right after us */
+	bool batched;         /* a WAL whose writes go through batch */
+	struct wal_batch batch;
+	struct rfile *wal;    /* database: its WAL's file object, or NULL */
+	struct rfile *db;     /* WAL: its database's file object, or NULL */
 };
 
 /* The file object sizes are multiples of 8: real stays aligned. */
@@ -86,20 +105,36 @@ static sqlite3_file *real_of(sqlite3_file *f)
 	return ((struct rfile *)f)->real;
 }
 
+/* Write what the WAL batch of rf holds (nothing for other files): before
+   any method but xWrite, so SQLite never finds the file without its
+   writes.  Returns SQLITE_OK or the write's result code. */
+static int flush(struct rfile *rf)
+{
+	return rf->batched ? wal_batch_flush(&rf->batch) : SQLITE_OK;
+}
+
 static int r_close(sqlite3_file *f)
 {
 	struct rfile *rf = (struct rfile *)f;
+	int frc = flush(rf);
 	int rc = rf->real->pMethods->xClose(rf->real);
 
+	if (rf->batched)
+		wal_batch_free(&rf->batch);
+	if (rf->db != NULL)
+		rf->db->wal = NULL;
+	if (rf->wal != NULL)
+		rf->wal->db = NULL;
 	free(rf->reserve);
 	rf->reserve = NULL;
-	return rc;
+	return frc != SQLITE_OK ? frc : rc;
 }
 
-static int r_write(sqlite3_file *f, const void *buf, int amt,
-		   sqlite3_int64 off)
+/* The real write, run again while the disk is full and the reserve gives
+   a chunk back (the write function of the WAL batch, too). */
+static int write_real(void *ctx, const void *buf, int amt, sqlite3_int64 off)
 {
-	struct rfile *rf = (struct rfile *)f;
+	struct rfile *rf = ctx;
 	int rc;
 
 	while (is_full(rc = rf->real->pMethods->xWrite(rf->real, buf, amt, off)) &&
@@ -108,15 +143,32 @@ static int r_write(sqlite3_file *f, const void *buf, int amt,
 	return rc;
 }
 
-/* The methods the reserve leaves alone: each passes the call through to
-   the same method of the real file.  One entry each: the return type, the
-   name, the method, the parameters after the file and their names
-   (LIST() groups several). */
-#define PASS_THROUGH(type, name, method, params, args)			\
-	static type name(sqlite3_file *f, params)			\
+static int r_write(sqlite3_file *f, const void *buf, int amt,
+		   sqlite3_int64 off)
+{
+	struct rfile *rf = (struct rfile *)f;
+
+	if (rf->batched)
+		return wal_batch_write(&rf->batch, buf, amt, off);
+	return write_real(rf, buf, amt, off);
+}
+
+/* The methods the reserve leaves alone: each writes what a WAL batch
+   holds (a failure is the method's result) and passes the call through
+   to the same method of the real file.  One entry each: the name, the
+   method, the parameters after the file and their names (LIST() groups
+   several). */
+#define PASS_THROUGH(name, method, params, args)			\
+	static int name(sqlite3_file *f, params)			\
 	{								\
+		int rc = flush((struct rfile *)f);			\
+									\
+		if (rc != SQLITE_OK)					\
+			return rc;					\
 		return real_of(f)->pMethods->method(real_of(f), args);	\
 	}
+/* Methods that only describe the device: nothing to flush (and no way to
+   return a failure). */
 #define PASS_THROUGH_NO_ARGS(type, name, method)			\
 	static type name(sqlite3_file *f)				\
 	{								\
@@ -124,25 +176,44 @@ static int r_write(sqlite3_file *f, const void *buf, int amt,
 	}
 #define LIST(...) __VA_ARGS__
 
-PASS_THROUGH(int, r_read, xRead,
+PASS_THROUGH(r_read, xRead,
 	     LIST(void *buf, int amt, sqlite3_int64 off), LIST(buf, amt, off))
-PASS_THROUGH(int, r_truncate, xTruncate, sqlite3_int64 size, size)
-PASS_THROUGH(int, r_sync, xSync, int flags, flags)
-PASS_THROUGH(int, r_file_size, xFileSize, sqlite3_int64 *size_r, size_r)
-PASS_THROUGH(int, r_lock, xLock, int lock, lock)
-PASS_THROUGH(int, r_unlock, xUnlock, int lock, lock)
-PASS_THROUGH(int, r_check_reserved_lock, xCheckReservedLock, int *out, out)
-PASS_THROUGH(int, r_shm_lock, xShmLock,
-	     LIST(int offset, int n, int flags), LIST(offset, n, flags))
-PASS_THROUGH(int, r_shm_unmap, xShmUnmap, int delete_flag, delete_flag)
+PASS_THROUGH(r_truncate, xTruncate, sqlite3_int64 size, size)
+PASS_THROUGH(r_sync, xSync, int flags, flags)
+PASS_THROUGH(r_file_size, xFileSize, sqlite3_int64 *size_r, size_r)
+PASS_THROUGH(r_lock, xLock, int lock, lock)
+PASS_THROUGH(r_unlock, xUnlock, int lock, lock)
+PASS_THROUGH(r_check_reserved_lock, xCheckReservedLock, int *out, out)
+PASS_THROUGH(r_shm_unmap, xShmUnmap, int delete_flag, delete_flag)
 PASS_THROUGH_NO_ARGS(int, r_sector_size, xSectorSize)
 PASS_THROUGH_NO_ARGS(int, r_device_characteristics, xDeviceCharacteristics)
+
+/* The shared-memory methods are the database's (SQLite calls none on a
+   WAL).  Before a wal-index lock is released, the WAL's batch is written:
+   then it holds at most the frames of a transaction that did not commit
+   (a commit flushes), which SQLite wrote, as before, while it held the
+   write lock; a failure drops them, and the lock is released all the
+   same (SQLite does not check an unlock's result). */
+static int r_shm_lock(sqlite3_file *f, int offset, int n, int flags)
+{
+	struct rfile *rf = (struct rfile *)f;
+	int frc = SQLITE_OK, rc;
+
+	if ((rc = flush(rf)) != SQLITE_OK)
+		return rc;
+	if ((flags & SQLITE_SHM_UNLOCK) && rf->wal != NULL)
+		frc = flush(rf->wal);
+	rc = rf->real->pMethods->xShmLock(rf->real, offset, n, flags);
+	return frc != SQLITE_OK ? frc : rc;
+}
 
 static int r_file_control(sqlite3_file *f, int op, void *arg)
 {
 	struct rfile *rf = (struct rfile *)f;
 	int rc;
 
+	if ((rc = flush(rf)) != SQLITE_OK)
+		return rc;
 	/* The size hint allocates (fallocate) where the VFS does that. */
 	while (is_full(rc = rf->real->pMethods->xFileControl(rf->real, op, arg)) &&
 	       op == SQLITE_FCNTL_SIZE_HINT && reserve_release(rf->reserve))
@@ -156,6 +227,8 @@ static int r_shm_map(sqlite3_file *f, int region, int size, int extend,
 	struct rfile *rf = (struct rfile *)f;
 	int rc;
 
+	if ((rc = flush(rf)) != SQLITE_OK)
+		return rc;
 	while (is_full(rc = rf->real->pMethods->xShmMap(rf->real, region, size,
 							extend, p)) &&
 	       reserve_release(rf->reserve))
@@ -171,7 +244,12 @@ static void r_shm_barrier(sqlite3_file *f)
 static int r_fetch(sqlite3_file *f, sqlite3_int64 off, int amt, void **pp)
 {
 	sqlite3_file *real = real_of(f);
+	int rc;
 
+	if ((rc = flush((struct rfile *)f)) != SQLITE_OK) {
+		*pp = NULL;
+		return rc;
+	}
 	if (real->pMethods->iVersion < 3) {
 		*pp = NULL;
 		return SQLITE_OK;
@@ -182,7 +260,10 @@ static int r_fetch(sqlite3_file *f, sqlite3_int64 off, int amt, void **pp)
 static int r_unfetch(sqlite3_file *f, sqlite3_int64 off, void *p)
 {
 	sqlite3_file *real = real_of(f);
+	int rc;
 
+	if ((rc = flush((struct rfile *)f)) != SQLITE_OK)
+		return rc;
 	if (real->pMethods->iVersion < 3)
 		return SQLITE_OK;
 	return real->pMethods->xUnfetch(real, off, p);
@@ -231,6 +312,28 @@ static char *reserve_path_of(const char *name, int flags)
 	return path;
 }
 
+/* Batch the writes of rf, the WAL named name, when SQLite writes each of
+   its frames as a header and a page (wal-batch.h): when its database
+   has powersafe overwrite (else SQLite pads a commit to a sector and cuts
+   a write at the sync point).  Links the database's file object to rf. */
+static void wal_start_batch(struct rfile *rf, sqlite3_filename name)
+{
+	sqlite3_file *db = sqlite3_database_file_object(name);
+	struct rfile *dbrf;
+
+	/* A database opened through another VFS is not ours to link. */
+	if (db == NULL || db->pMethods != &rfile_methods)
+		return;
+	dbrf = (struct rfile *)db;
+	if (!(dbrf->real->pMethods->xDeviceCharacteristics(dbrf->real) &
+	      SQLITE_IOCAP_POWERSAFE_OVERWRITE))
+		return;
+	wal_batch_init(&rf->batch, write_real, rf);
+	rf->batched = true;
+	rf->db = dbrf;
+	dbrf->wal = rf;
+}
+
 static int r_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f,
 		  int flags, int *out_flags)
 {
@@ -247,6 +350,8 @@ static int r_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f,
 	}
 	rf->reserve = reserve_path_of(name, flags);
 	rf->base.pMethods = &rfile_methods;
+	if (flags & SQLITE_OPEN_WAL)
+		wal_start_batch(rf, name);
 	return SQLITE_OK;
 }
 

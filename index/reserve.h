@@ -22,6 +22,9 @@
  * pages meanwhile (checkpoint.c), so it starts over in the blocks it
  * already has instead of growing.
  *
+ * The VFS also writes each transaction's WAL frames in one write instead
+ * of two writes per frame (wal-batch.h).
+ *
  * The VFS is registered once per process under the name DBOX_RESERVE_VFS
  * (a table of functions, no state: the reserve of a file is found by its
  * name, <database>-reserve).  Indexes without a reserve file (a rebuild's
