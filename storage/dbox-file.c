@@ -153,9 +153,31 @@ int dbox_append_begin(struct dbox_append *ap, int fd, uint64_t offset)
 	memset(ap, 0, sizeof(*ap));
 	ap->fd = fd;
 	ap->offset = offset;
+	ap->end = body_pos(ap, 0);
 	if (offset > DBOX_FILE_SIZE_MAX || check_end(body_pos(ap, 0)) < 0)
 		return -EFBIG;
 	return pwrite_full(fd, placeholder, sizeof(placeholder), offset);
+}
+
+/* pwrite all of buf at file offset off for the record, noting how far
+   the file may reach now (before the write: a failed write may have
+   written part of it). */
+static int record_pwrite(struct dbox_append *ap, const void *buf,
+			 size_t len, uint64_t off)
+{
+	if (off + len > ap->end)
+		ap->end = off + len;
+	return pwrite_full(ap->fd, buf, len, off);
+}
+
+/* ftruncate the record's file to size: the file ends there now. */
+static int record_truncate(struct dbox_append *ap, uint64_t size)
+{
+	int ret = truncate_to(ap->fd, size);
+
+	if (ret == 0)
+		ap->end = size;
+	return ret;
 }
 
 /* After a finish, the metadata block follows the body.  Before the body
@@ -165,7 +187,7 @@ static int drop_metadata(struct dbox_append *ap)
 {
 	if (ap->record_size == 0)
 		return 0;
-	return truncate_to(ap->fd, body_pos(ap, ap->body_size));
+	return record_truncate(ap, body_pos(ap, ap->body_size));
 }
 
 int dbox_append_pwrite(struct dbox_append *ap, const void *buf, size_t len,
@@ -177,7 +199,7 @@ int dbox_append_pwrite(struct dbox_append *ap, const void *buf, size_t len,
 	    check_end(body_pos(ap, off + len)) < 0)
 		return -EFBIG;
 	if ((off > ap->body_size && (ret = drop_metadata(ap)) < 0) ||
-	    (ret = pwrite_full(ap->fd, buf, len, body_pos(ap, off))) < 0)
+	    (ret = record_pwrite(ap, buf, len, body_pos(ap, off))) < 0)
 		return ret;
 	if (off + len > ap->body_size)
 		ap->body_size = off + len;
@@ -191,7 +213,7 @@ int dbox_append_truncate(struct dbox_append *ap, uint64_t size)
 	if (size > DBOX_FILE_SIZE_MAX || check_end(body_pos(ap, size)) < 0)
 		return -EFBIG;
 	if ((size > ap->body_size && (ret = drop_metadata(ap)) < 0) ||
-	    (ret = truncate_to(ap->fd, body_pos(ap, size))) < 0)
+	    (ret = record_truncate(ap, body_pos(ap, size))) < 0)
 		return ret;
 	ap->body_size = size;
 	return 0;
@@ -247,11 +269,12 @@ int dbox_append_finish(struct dbox_append *ap, struct dbox_metadata *md)
 	/* Metadata first, then the real header over the placeholder, as
 	   Dovecot does: a reader never sees a header without its block. */
 	if ((ret = check_end(meta_pos + (uint64_t)block_len)) == 0 &&
-	    (ret = pwrite_full(ap->fd, block, (size_t)block_len,
-			       meta_pos)) == 0 &&
-	    (ret = pwrite_full(ap->fd, header, sizeof(header),
-			       ap->offset)) == 0 &&
-	    (ret = truncate_to(ap->fd, meta_pos + (uint64_t)block_len)) == 0)
+	    (ret = record_pwrite(ap, block, (size_t)block_len,
+				 meta_pos)) == 0 &&
+	    (ret = record_pwrite(ap, header, sizeof(header),
+				 ap->offset)) == 0 &&
+	    (ap->end == meta_pos + (uint64_t)block_len ||
+	     (ret = record_truncate(ap, meta_pos + (uint64_t)block_len)) == 0))
 		ap->record_size = meta_pos + (uint64_t)block_len - ap->offset;
 	free(block);
 	return ret;
@@ -259,7 +282,7 @@ int dbox_append_finish(struct dbox_append *ap, struct dbox_metadata *md)
 
 int dbox_append_abort(struct dbox_append *ap)
 {
-	return truncate_to(ap->fd, ap->offset);
+	return record_truncate(ap, ap->offset);
 }
 
 int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,

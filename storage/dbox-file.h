@@ -55,6 +55,9 @@ struct dbox_append {
 	uint64_t body_size;    /* bytes of body written so far (high mark) */
 	uint64_t record_size;  /* header+body+metadata after the last finish;
 				  0 before */
+	uint64_t end;          /* file offset past every byte the record may
+				  have written (a failed pwrite included):
+				  finish cuts the file back only below it */
 };
 
 /* Start a record at `offset` (the current end of the file).  Returns 0,
@@ -73,7 +76,8 @@ int dbox_append_truncate(struct dbox_append *ap, uint64_t size);
 
 /* Finish the record: write md as the metadata block after the body, the
    message header at offset, and ftruncate the file to the end of the
-   block.  md->vsize and has_vsize are filled in by reading the body back
+   block when bytes of the record lie past it (ap->end: a longer block or
+   a failed write before; a plain append needs no ftruncate).  md->vsize and has_vsize are filled in by reading the body back
    (uncompressed bodies only; a compressed body's caller sets them).
    Sets ap->record_size.  Returns 0, -EFBIG, -ENOMEM, -EIO (the body is
    shorter than ap->body_size) or -errno of pread/pwrite/ftruncate. */

@@ -1046,6 +1046,40 @@ static void test_append_nonsequential(void **state)
 	close(fd);
 }
 
+/* A second finish whose metadata block is shorter than the first (the
+   vsize shrank by a digit: eight LFs counted as CRLF rewritten in place
+   as plain bytes) cuts the file at the new block's end: no byte of the
+   old block stays after the record.  A first finish leaves the file
+   ending at the record too. */
+static void test_append_finish_shorter_block(void **state)
+{
+	struct tmpdir *t = *state;
+	struct dbox_append ap;
+	struct dbox_metadata md = { .guid = "g" };
+	uint64_t offset, first_size;
+	struct stat st;
+	int fd = dbox_file_create(t->fd, 1, &offset);
+
+	assert_true(fd >= 0);
+	assert_int_equal(dbox_append_begin(&ap, fd, offset), 0);
+	assert_int_equal(dbox_append_pwrite(&ap, "\n\n\n\n\n\n\n\n", 8, 0), 0);
+	assert_int_equal(dbox_append_finish(&ap, &md), 0);
+	assert_int_equal(md.vsize, 16);
+	first_size = ap.record_size;
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal((uint64_t)st.st_size, offset + first_size);
+
+	md.has_vsize = false;
+	assert_int_equal(dbox_append_pwrite(&ap, "abcdefgh", 8, 0), 0);
+	assert_int_equal(dbox_append_finish(&ap, &md), 0);
+	assert_int_equal(md.vsize, 8);
+	assert_true(ap.record_size < first_size);
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal((uint64_t)st.st_size, offset + ap.record_size);
+	dbox_metadata_clear(&md);
+	close(fd);
+}
+
 static void test_append_finish_twice(void **state)
 {
 	struct tmpdir *t = *state;
@@ -1683,6 +1717,7 @@ int main(void)
 		TMP_TEST(test_append_two_records),
 		TMP_TEST(test_append_nonsequential),
 		TMP_TEST(test_append_finish_twice),
+		TMP_TEST(test_append_finish_shorter_block),
 		TMP_TEST(test_append_abort),
 		TMP_TEST(test_append_efbig),
 		TMP_TEST(test_errors_negative_errno),
