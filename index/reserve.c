@@ -529,15 +529,6 @@ int dbox_index_reserve_open(struct dbox_index *index)
 	return 0;
 }
 
-bool dbox_index_reserve_short(struct dbox_index *index)
-{
-	struct stat st;
-
-	return index->reserve_fd >= 0 &&
-		(fstat(index->reserve_fd, &st) < 0 ||
-		 (uint64_t)st.st_size < index->reserve_size);
-}
-
 static uint64_t monotonic_ns(void)
 {
 	struct timespec ts;
@@ -546,22 +537,25 @@ static uint64_t monotonic_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-int dbox_index_reserve_check(struct dbox_index *index)
+/* Whether the reserve of index (open) is whole: taken from the last look
+   when that found it whole less than DBOX_RESERVE_RECHECK_NS ago and no
+   reserve was used in this process since, else looked at (fstat) and
+   remembered when whole.  Returns 1 (whole), 0 (short: *size_r is its
+   size) or -errno of fstat. */
+static int reserve_whole(struct dbox_index *index, uint64_t *size_r)
 {
-	uint64_t avail, total, missing, now, seen, rel;
+	uint64_t now, seen, rel;
 	struct stat st;
 
-	if (index->reserve_fd < 0)
-		return 0;
-	/* Read the release count before the fstat: a release after it makes
-	   the next call look again. */
+	/* The release count is read before the fstat: a release after it
+	   makes the next call look again. */
 	rel = __atomic_load_n(&releases, __ATOMIC_ACQUIRE);
 	now = monotonic_ns();
 	seen = __atomic_load_n(&index->reserve_whole_ns, __ATOMIC_ACQUIRE);
 	if (seen != 0 && now - seen < DBOX_RESERVE_RECHECK_NS &&
 	    __atomic_load_n(&index->reserve_whole_releases,
 			    __ATOMIC_RELAXED) == rel)
-		return 0;
+		return 1;
 	if (fstat(index->reserve_fd, &st) < 0)
 		return -errno;
 	if ((uint64_t)st.st_size >= index->reserve_size) {
@@ -569,12 +563,32 @@ int dbox_index_reserve_check(struct dbox_index *index)
 				 __ATOMIC_RELAXED);
 		__atomic_store_n(&index->reserve_whole_ns, now,
 				 __ATOMIC_RELEASE);
-		return 0;
+		return 1;
 	}
 	__atomic_store_n(&index->reserve_whole_ns, 0, __ATOMIC_RELEASE);
+	*size_r = (uint64_t)st.st_size;
+	return 0;
+}
+
+bool dbox_index_reserve_short(struct dbox_index *index)
+{
+	uint64_t size;
+
+	return index->reserve_fd >= 0 && reserve_whole(index, &size) != 1;
+}
+
+int dbox_index_reserve_check(struct dbox_index *index)
+{
+	uint64_t avail, total, missing, size = 0;
+	int ret;
+
+	if (index->reserve_fd < 0 || (ret = reserve_whole(index, &size)) == 1)
+		return 0;
+	if (ret < 0)
+		return ret;
 	/* Refill only with room to spare, or each delivery would take back
 	   what the index just freed. */
-	missing = index->reserve_size - (uint64_t)st.st_size;
+	missing = index->reserve_size - size;
 	if (fs_space(index->reserve_fd, &avail, &total) < 0 ||
 	    avail < missing + DBOX_RESERVE_CHUNK || reserve_fill(index) < 0)
 		return -ENOSPC;

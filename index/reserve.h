@@ -67,7 +67,8 @@ int dbox_index_reserve_open(struct dbox_index *index);
 int dbox_index_reserve_check(struct dbox_index *index);
 
 /* True when the reserve of index is not whole (a part of it was used for
-   index writes on a full disk).  Thread-safe. */
+   index writes on a full disk), or its size cannot be read.  Seen whole,
+   it is trusted as dbox_index_reserve_check says.  Thread-safe. */
 bool dbox_index_reserve_short(struct dbox_index *index);
 
 #endif
