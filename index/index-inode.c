@@ -23,6 +23,12 @@ void index_attr_cache_put(struct dbox_index *index,
 		index->attrs.attr[attr->ino % INDEX_ATTR_CACHE] = *attr;
 }
 
+void dbox_index_attr_known(struct dbox_index *index,
+			   const struct dbox_attr *attr)
+{
+	index_attr_cache_put(index, attr);
+}
+
 /* A change of row ino of inode, or of message (its record size is the
    attributes' stored bytes), by this connection (sqlite3_update_hook;
    both tables are keyed by ino). */

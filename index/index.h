@@ -170,6 +170,16 @@ int dbox_index_lookup(struct dbox_index *index, uint64_t parent,
 		      const char *name, size_t namelen,
 		      struct dbox_attr *attr_r);
 
+/* attr is what inode attr->ino holds after this connection's last change
+   to it, in the transaction open now: keep it in the attribute cache
+   (dbox_index_cache_attrs; nothing when the cache is off), so a change of
+   its message row that leaves the attributes as they were (a WRITING
+   row, whose record counts as 0 stored bytes) or one whose result the
+   caller computed costs no read afterwards.  A rollback drops it with the
+   rest. */
+void dbox_index_attr_known(struct dbox_index *index,
+			   const struct dbox_attr *attr);
+
 /* Attributes of ino.  Returns 0 or -ENOENT. */
 int dbox_index_getattr(struct dbox_index *index, uint64_t ino,
 		       struct dbox_attr *attr_r);
