@@ -117,6 +117,12 @@ int dbox_msg_finish(struct dbox_store *st, uint64_t ino,
 			attr.mtime_ns = attr.ctime_ns = *written_ns;
 		ret = dbox_index_setattr(st->index, &attr);
 	}
+	/* What the inode holds now, known without reading it back: the
+	   kernel asks for it after the close. */
+	if (ret == 0) {
+		attr.stored = loc.record_size;
+		dbox_index_attr_known(st->index, &attr);
+	}
 	return dbox_ns_tx_end(st, ret, sync);
 }
 

@@ -198,7 +198,7 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 	    (sync && (ret = dbox_save_sync(save)) < 0))
 		return ret;
 	save_loc(save, DBOX_MSG_COMMITTED, save->vsize, loc_r);
-	if ((ret = dbox_index_msg_set(st->index, save->ino, loc_r)) < 0 ||
+	if ((ret = dbox_index_msg_finish(st->index, save->ino, loc_r)) < 0 ||
 	    (ret = dbox_index_mfile_set(st->index, save->mf->file_id,
 					save->ap.offset + save->ap.record_size)) < 0)
 		return ret;

@@ -77,6 +77,11 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_MSG_SET] = "INSERT OR REPLACE INTO message"
 		       " (ino, file_id, offset, body_size, record_size, vsize, state, guid)"
 		       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+	/* The record a save began (same place and guid) now finished: the
+	   row changes in place, the message_file index stays as it is. */
+	[ST_MSG_FINISH] = "UPDATE message SET body_size = ?4, record_size = ?5,"
+			  " vsize = ?6, state = ?7"
+			  " WHERE ino = ?1 AND file_id = ?2 AND offset = ?3 AND guid = ?8",
 	[ST_MSG_SET_STATE] = "UPDATE message SET state = ?2 WHERE ino = ?1",
 	/* An upsert, not a REPLACE: the row keeps its alt flag. */
 	[ST_MFILE_SET] = "INSERT INTO mfile (file_id, size) VALUES (?1, ?2)"

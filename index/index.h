@@ -338,6 +338,13 @@ int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix);
 int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
 			      uint64_t from, uint64_t *offset_r);
 
+/* As dbox_index_msg_set, for the end of a save: when ino's row names
+   the same record (file_id, offset, guid: the WRITING row its save
+   began) it is updated in place (sizes and state), else it is set as
+   dbox_index_msg_set does.  Returns 0 or -EIO. */
+int dbox_index_msg_finish(struct dbox_index *index, uint64_t ino,
+			  const struct dbox_msgloc *loc);
+
 /* Set only the state of ino's message row. */
 int dbox_index_msg_set_state(struct dbox_index *index, uint64_t ino,
 			     enum dbox_msg_state state);
