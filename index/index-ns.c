@@ -59,17 +59,14 @@ static int entry_get(struct dbox_index *index, uint64_t parent,
 	return index_done(stmt, ret);
 }
 
-/* New mtime and ctime of a directory whose entries changed.  Its
-   attributes stay in the attribute cache when they were there with an
-   atime of its own: only the times changed.  An atime equal to the mtime
-   may be a NULL one (it reads as the mtime, so it moves with it): that
-   directory is read again when asked for. */
+/* New mtime and ctime of a directory whose entries changed (its atime
+   stays what it read as, also a NULL one).  Its attributes stay in the
+   attribute cache when they were there: only those times changed. */
 static int touch_dir(struct dbox_index *index, uint64_t dir, int64_t now_ns)
 {
 	sqlite3_stmt *stmt = index_stmt(index, ST_TOUCH_DIR);
 	struct dbox_attr attr;
-	bool cached = index_attr_cache_get(index, dir, &attr) &&
-		      attr.atime_ns != attr.mtime_ns;
+	bool cached = index_attr_cache_get(index, dir, &attr);
 	int ret;
 
 	sqlite3_bind_int64(stmt, 1, dir);

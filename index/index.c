@@ -55,7 +55,10 @@ static const char *const stmt_sql[ST_COUNT] = {
 	/* One row by its key: no RETURNING and no IN list, each of which
 	   costs SQLite an ephemeral table per run (the caller knows the
 	   attributes after). */
-	[ST_TOUCH_DIR] = "UPDATE inode SET mtime = ?2, ctime = ?2 WHERE ino = ?1",
+	/* A NULL atime (it reads as the mtime) keeps the value it read as
+	   before: the new mtime is no access. */
+	[ST_TOUCH_DIR] = "UPDATE inode SET mtime = ?2, ctime = ?2,"
+			 " atime = coalesce(atime, mtime) WHERE ino = ?1",
 	[ST_SET_CTIME] = "UPDATE inode SET ctime = ?2 WHERE ino = ?1",
 	[ST_NLINK_ADD] = "UPDATE inode SET nlink = nlink + ?2, ctime = ?3 WHERE ino = ?1",
 	/* Parameters as index_bind_attr() binds them (?6, nlink, unused),
