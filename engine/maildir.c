@@ -235,13 +235,22 @@ int maildir_mutf7_to_utf8(const char *name, char **utf8_r)
 int maildir_mailbox_name(struct dbox_index *index, uint64_t dir,
 			    char **name_r)
 {
-	char *path = NULL, *comp = NULL, *joined;
-	uint64_t folder, parent;
+	uint64_t folder;
 	int ret;
 
 	/* dir is the cur/new/tmp; its parent is the folder. */
 	if ((ret = dbox_index_parent(index, dir, &folder)) < 0)
 		return ret;
+	return maildir_folder_mailbox(index, folder, name_r);
+}
+
+int maildir_folder_mailbox(struct dbox_index *index, uint64_t folder,
+			   char **name_r)
+{
+	char *path = NULL, *comp = NULL, *joined;
+	uint64_t parent;
+	int ret;
+
 	while (folder != DBOX_ROOT_INO) {
 		if ((ret = dbox_index_entry_of(index, folder, &parent,
 					       &comp)) < 0) {

@@ -43,6 +43,12 @@ bool maildir_is_subdir(const char *name, size_t len);
 int maildir_mailbox_name(struct dbox_index *index, uint64_t subdir,
 			 char **name_r);
 
+/* maildir_mailbox_name for the folder directory itself (its cur/new/tmp's
+   parent; DBOX_ROOT_INO: "INBOX"), for a caller that read the parent
+   already.  Returns as maildir_mailbox_name. */
+int maildir_folder_mailbox(struct dbox_index *index, uint64_t folder,
+			   char **name_r);
+
 /* The Maildir++ directory name of a mailbox name (UTF-8, '/' separated,
    as Dovecot prints it) into a malloc()ed *dir_r: "" for INBOX (the
    root), else ".A.B".  Returns 0, -EINVAL for a name that is not valid

@@ -117,6 +117,12 @@ int dbox_msg_finish(struct dbox_store *st, uint64_t ino,
 			attr.mtime_ns = attr.ctime_ns = *written_ns;
 		ret = dbox_index_setattr(st->index, &attr);
 	}
+	/* What the inode holds now, known without reading it back: the
+	   kernel asks for it after the close. */
+	if (ret == 0) {
+		attr.stored = loc.record_size;
+		dbox_index_attr_known(st->index, &attr);
+	}
 	return dbox_ns_tx_end(st, ret, sync);
 }
 
@@ -131,9 +137,10 @@ int dbox_msg_set_received(struct dbox_store *st, uint64_t ino,
 	return dbox_store_set_received(st, &loc, received_sec);
 }
 
-/* The bytes of a new regular file ino (attr) in parent, inside
+/* The bytes of a new regular file ino (attr) whose directory is a
+   cur/new/tmp of folder (a message) or any (a plain file), inside
    dbox_msg_create's transaction: see there. */
-static int create_bytes(struct dbox_store *st, uint64_t parent,
+static int create_bytes(struct dbox_store *st, uint64_t folder,
 			const struct dbox_attr *attr, bool keep_save,
 			struct dbox_save **save_r, int *fd_r)
 {
@@ -145,7 +152,7 @@ static int create_bytes(struct dbox_store *st, uint64_t parent,
 		*fd_r = dbox_store_file_open(st, attr->ino, O_CREAT | O_EXCL);
 		return *fd_r < 0 ? *fd_r : 0;
 	}
-	ret = maildir_mailbox_name(st->index, parent, &mailbox);
+	ret = maildir_folder_mailbox(st->index, folder, &mailbox);
 	if (ret == 0)
 		ret = dbox_save_begin(st, attr->ino, mailbox, save_r);
 	free(mailbox);
@@ -162,23 +169,31 @@ int dbox_msg_create(struct dbox_store *st, uint64_t parent, const char *name,
 		    struct dbox_save **save_r, int *fd_r,
 		    struct dbox_attr *attr_r)
 {
-	enum dbox_kind kind = dbox_ns_is_message_name(st, parent, name) ?
-		DBOX_KIND_MESSAGE : DBOX_KIND_FILE;
+	enum dbox_kind kind;
 	uint32_t mode = nw->mode, gid = nw->gid;
+	uint64_t folder = 0;
 	int ret;
 
 	dbox_store_assert_locked(st);
 	*save_r = NULL;
 	*fd_r = -1;
+	/* Everything read inside the write transaction: a read before it
+	   would be a transaction (and its WAL-index locks) of its own. */
 	if ((ret = dbox_index_begin(st->index)) < 0)
 		return ret;
+	kind = dbox_ns_message_dir(st, parent, name, &folder) ?
+		DBOX_KIND_MESSAGE : DBOX_KIND_FILE;
 	ret = dbox_ns_new_owner(st, parent, &mode, &gid);
 	if (ret == 0)
 		ret = dbox_index_create(st->index, parent, name, strlen(name),
 					kind, mode, nw->uid, gid,
 					dbox_now_ns(), attr_r);
 	if (ret == 0)
-		ret = create_bytes(st, parent, attr_r, keep_save, save_r, fd_r);
+		ret = create_bytes(st, folder, attr_r, keep_save, save_r, fd_r);
+	/* A WRITING record leaves the attributes as created (0 stored
+	   bytes): the close's and the kernel's reads need no SQLite read. */
+	if (ret == 0 && kind == DBOX_KIND_MESSAGE && keep_save)
+		dbox_index_attr_known(st->index, attr_r);
 	if ((ret = dbox_ns_tx_end(st, ret, false)) < 0) {
 		dbox_save_free(save_r);
 		if (*fd_r >= 0) {

@@ -160,19 +160,28 @@ int dbox_ns_xattr_list(struct dbox_store *st, uint64_t ino, char **list_r,
 	return dbox_index_xattr_list(st->index, ino, list_r, len_r);
 }
 
-bool dbox_ns_is_message_name(struct dbox_store *st, uint64_t parent,
-			     const char *name)
+bool dbox_ns_message_dir(struct dbox_store *st, uint64_t parent,
+			 const char *name, uint64_t *folder_r)
 {
+	uint64_t folder;
 	char *dir;
 	bool ret;
 
 	dbox_store_assert_locked(st);
 	if (name[0] == '.' ||
-	    dbox_index_name_of(st->index, parent, &dir) < 0)
+	    dbox_index_entry_of(st->index, parent, &folder, &dir) < 0)
 		return false;
 	ret = maildir_is_subdir(dir, strlen(dir));
 	free(dir);
+	if (ret && folder_r != NULL)
+		*folder_r = folder;
 	return ret;
+}
+
+bool dbox_ns_is_message_name(struct dbox_store *st, uint64_t parent,
+			     const char *name)
+{
+	return dbox_ns_message_dir(st, parent, name, NULL);
 }
 
 uint64_t dbox_ns_sync_point(struct dbox_store *st)

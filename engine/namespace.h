@@ -103,6 +103,12 @@ int dbox_ns_xattr_list(struct dbox_store *st, uint64_t ino, char **list_r,
 bool dbox_ns_is_message_name(struct dbox_store *st, uint64_t parent,
 			     const char *name);
 
+/* dbox_ns_is_message_name, and when true the folder directory (parent's
+   own parent) into *folder_r (may be NULL): one read of the index, for a
+   create that names the message's mailbox next. */
+bool dbox_ns_message_dir(struct dbox_store *st, uint64_t parent,
+			 const char *name, uint64_t *folder_r);
+
 /* Owner group and mode of a new inode in directory parent, by Linux's
    rule for a setgid directory (ext4's inode_init_owner): in a directory
    with S_ISGID the inode takes the directory's gid and a new directory

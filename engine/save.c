@@ -41,6 +41,7 @@ struct dbox_save {
 			    stands (finished implies sealed) */
 	uint64_t seals;  /* times the record was written (dbox_save_seal
 			    callers compare it to see a reseal meanwhile) */
+	bool indexed;    /* save_begin wrote this record's WRITING row */
 	bool inflight;   /* inflight.m.N names this record (a copy) */
 	uint64_t inflight_seq; /* dbox_index_commit_seq of the commit that
 				  marked it in flight (dbox_save_begin_copy;
@@ -96,6 +97,7 @@ static int save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
 	save_loc(save, DBOX_MSG_WRITING, 0, &loc);
 	if (indexed && (ret = dbox_index_msg_set(st->index, ino, &loc)) < 0)
 		goto fail;
+	save->indexed = indexed;
 	*save_r = save;
 	return 0;
 fail:
@@ -198,7 +200,11 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 	    (sync && (ret = dbox_save_sync(save)) < 0))
 		return ret;
 	save_loc(save, DBOX_MSG_COMMITTED, save->vsize, loc_r);
-	if ((ret = dbox_index_msg_set(st->index, save->ino, loc_r)) < 0 ||
+	/* The save's own WRITING row is updated in place; a copy or an
+	   unindexed save sets the row whole (a probe would not find it). */
+	if ((ret = save->indexed ?
+	     dbox_index_msg_finish(st->index, save->ino, loc_r) :
+	     dbox_index_msg_set(st->index, save->ino, loc_r)) < 0 ||
 	    (ret = dbox_index_mfile_set(st->index, save->mf->file_id,
 					save->ap.offset + save->ap.record_size)) < 0)
 		return ret;

@@ -23,6 +23,23 @@ void index_attr_cache_put(struct dbox_index *index,
 		index->attrs.attr[attr->ino % INDEX_ATTR_CACHE] = *attr;
 }
 
+bool index_attr_cache_get(struct dbox_index *index, uint64_t ino,
+			  struct dbox_attr *attr_r)
+{
+	const struct dbox_attr *c = &index->attrs.attr[ino % INDEX_ATTR_CACHE];
+
+	if (ino == 0 || c->ino != ino || !index->attrs.enabled)
+		return false;
+	*attr_r = *c;
+	return true;
+}
+
+void dbox_index_attr_known(struct dbox_index *index,
+			   const struct dbox_attr *attr)
+{
+	index_attr_cache_put(index, attr);
+}
+
 /* A change of row ino of inode, or of message (its record size is the
    attributes' stored bytes), by this connection (sqlite3_update_hook;
    both tables are keyed by ino). */
@@ -65,14 +82,11 @@ void dbox_index_cache_attrs(struct dbox_index *index)
 int dbox_index_getattr(struct dbox_index *index, uint64_t ino,
 		       struct dbox_attr *attr_r)
 {
-	struct dbox_attr *c = &index->attrs.attr[ino % INDEX_ATTR_CACHE];
 	sqlite3_stmt *stmt;
 	int ret;
 
-	if (ino != 0 && c->ino == ino && index->attrs.enabled) {
-		*attr_r = *c;
+	if (index_attr_cache_get(index, ino, attr_r))
 		return 0;
-	}
 	stmt = index_stmt(index, ST_GETATTR);
 	sqlite3_bind_int64(stmt, 1, ino);
 	ret = index_done(stmt, index_step_attr(index, stmt, 0, attr_r, "getattr"));

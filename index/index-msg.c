@@ -54,6 +54,28 @@ int dbox_index_msg_set(struct dbox_index *index, uint64_t ino,
 	return index_exec_stmt(index, stmt, "message set");
 }
 
+int dbox_index_msg_finish(struct dbox_index *index, uint64_t ino,
+			  const struct dbox_msgloc *loc)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_MSG_FINISH);
+	int ret;
+
+	sqlite3_bind_int64(stmt, 1, ino);
+	sqlite3_bind_int64(stmt, 2, loc->file_id);
+	sqlite3_bind_int64(stmt, 3, loc->offset);
+	sqlite3_bind_int64(stmt, 4, loc->body_size);
+	sqlite3_bind_int64(stmt, 5, loc->record_size);
+	sqlite3_bind_int64(stmt, 6, loc->vsize);
+	sqlite3_bind_int(stmt, 7, loc->state);
+	sqlite3_bind_text(stmt, 8, loc->guid, -1, SQLITE_STATIC);
+	if ((ret = index_exec_stmt(index, stmt, "message finish")) < 0)
+		return ret;
+	if (sqlite3_changes(index->db) == 1)
+		return 0;
+	/* No row of this record: a copy over an older one, or none. */
+	return dbox_index_msg_set(index, ino, loc);
+}
+
 int dbox_index_msg_set_state(struct dbox_index *index, uint64_t ino,
 			     enum dbox_msg_state state)
 {

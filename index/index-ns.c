@@ -59,34 +59,42 @@ static int entry_get(struct dbox_index *index, uint64_t parent,
 	return index_done(stmt, ret);
 }
 
-/* New mtime and ctime of a directory whose entries changed, and in the
-   same statement the new ctime of inode `moved` (0: none) that a rename
-   moved into or inside it, whose attributes after go to *moved_r.  Every
-   row's new attributes go to the attribute cache. */
-static int touch_dir_and(struct dbox_index *index, uint64_t dir,
-			 uint64_t moved, int64_t now_ns,
-			 struct dbox_attr *moved_r)
+/* New mtime and ctime of a directory whose entries changed (its atime
+   stays what it read as, also a NULL one).  Its attributes stay in the
+   attribute cache when they were there: only those times changed. */
+static int touch_dir(struct dbox_index *index, uint64_t dir, int64_t now_ns)
 {
 	sqlite3_stmt *stmt = index_stmt(index, ST_TOUCH_DIR);
 	struct dbox_attr attr;
-	int rc;
+	bool cached = index_attr_cache_get(index, dir, &attr);
+	int ret;
 
 	sqlite3_bind_int64(stmt, 1, dir);
 	sqlite3_bind_int64(stmt, 2, now_ns);
-	sqlite3_bind_int64(stmt, 3, moved);
-	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-		index_row_attr(stmt, 0, &attr);
+	if ((ret = index_exec_stmt(index, stmt, "touch dir")) < 0)
+		return ret;
+	if (cached) {
+		attr.mtime_ns = attr.ctime_ns = now_ns;
 		index_attr_cache_put(index, &attr);
-		if (moved != 0 && attr.ino == moved && moved_r != NULL)
-			*moved_r = attr;
 	}
-	sqlite3_reset(stmt);
-	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "touch dir");
+	return 0;
 }
 
-static int touch_dir(struct dbox_index *index, uint64_t dir, int64_t now_ns)
+/* The new ctime of a renamed inode whose attributes before were *attr,
+   which become the ones after (and go to the attribute cache). */
+static int touch_moved(struct dbox_index *index, struct dbox_attr *attr,
+		       int64_t now_ns)
 {
-	return touch_dir_and(index, dir, 0, now_ns, NULL);
+	sqlite3_stmt *stmt = index_stmt(index, ST_SET_CTIME);
+	int ret;
+
+	sqlite3_bind_int64(stmt, 1, attr->ino);
+	sqlite3_bind_int64(stmt, 2, now_ns);
+	if ((ret = index_exec_stmt(index, stmt, "ctime")) < 0)
+		return ret;
+	attr->ctime_ns = now_ns;
+	index_attr_cache_put(index, attr);
+	return 0;
 }
 
 static int nlink_add(struct dbox_index *index, uint64_t ino, int delta,
@@ -439,11 +447,12 @@ int dbox_index_rename(struct dbox_index *index, uint64_t parent,
 			*replaced_nlink_r = dst.nlink - 1;
 		}
 	}
-	/* The moved inode's ctime with its old directory's times: its
-	   attributes come back from that UPDATE. */
 	if ((ret = entry_move(index, id, newparent, newname, newnamelen)) < 0 ||
-	    (ret = touch_dir_and(index, parent, src.ino, now_ns, moved_r)) < 0)
+	    (ret = touch_dir(index, parent, now_ns)) < 0 ||
+	    (ret = touch_moved(index, &src, now_ns)) < 0)
 		return ret;
+	if (moved_r != NULL)
+		*moved_r = src;
 	if (parent != newparent) {
 		if ((ret = touch_dir(index, newparent, now_ns)) < 0)
 			return ret;

@@ -15,9 +15,10 @@ enum index_stmt {
 	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_SYNC_FULL, ST_SYNC_NORMAL,
 	ST_LOOKUP, ST_GETATTR, ST_INODE_INSERT, ST_ENTRY_INSERT,
 	ST_ENTRY_GET, ST_RENAME_ENDS, ST_ENTRY_DELETE, ST_ENTRY_MOVE, ST_ENTRY_SET_INO,
-	ST_DIR_HAS_ENTRIES, ST_PARENT_OF, ST_NAME_OF, ST_TOUCH_DIR, ST_NLINK_ADD,
+	ST_DIR_HAS_ENTRIES, ST_PARENT_OF, ST_NAME_OF, ST_TOUCH_DIR, ST_SET_CTIME,
+	ST_NLINK_ADD,
 	ST_SETATTR, ST_INODE_DELETE, ST_MSG_DELETE, ST_READDIR,
-	ST_MSG_GET, ST_MSG_SET, ST_MSG_SET_STATE,
+	ST_MSG_GET, ST_MSG_SET, ST_MSG_FINISH, ST_MSG_SET_STATE,
 	ST_MFILE_SET, ST_MFILE_MAX, ST_MFILE_LIST,
 	ST_MFILE_WHERE, ST_MFILE_ADD_ALT, ST_SETTING_GET, ST_SETTING_SET,
 	ST_META_GET, ST_SYNC_TOUCH, ST_SYMLINK_SET, ST_SYMLINK_GET,
@@ -110,6 +111,11 @@ int index_step_attr(struct dbox_index *index, sqlite3_stmt *stmt, int col,
    nlink, size, mtime, ctime, atime (times in dbox time).  A statement
    need not use every one of them. */
 void index_bind_attr(sqlite3_stmt *stmt, const struct dbox_attr *attr);
+
+/* The attributes of ino in the attribute cache into *attr_r: true when
+   there (index-inode.c). */
+bool index_attr_cache_get(struct dbox_index *index, uint64_t ino,
+			  struct dbox_attr *attr_r);
 
 /* Keep attr in the attribute cache, when it is on (index-inode.c). */
 void index_attr_cache_put(struct dbox_index *index,

@@ -52,16 +52,14 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_DIR_HAS_ENTRIES] = "SELECT 1 FROM entry WHERE parent = ?1 LIMIT 1",
 	[ST_NAME_OF] = "SELECT name, parent FROM entry WHERE ino = ?1 LIMIT 1",
 	[ST_PARENT_OF] = "SELECT parent FROM entry WHERE ino = ?1 LIMIT 1",
-	/* RETURNING: the directory's new attributes for the attribute
-	   cache (the kernel asks for them right after the change); the
-	   columns of INDEX_ATTR_COLS. */
-	/* ... and the ctime of ?3 (a renamed inode; 0: none) with it. */
-	[ST_TOUCH_DIR] = "UPDATE inode SET mtime = CASE WHEN ino = ?1 THEN ?2 ELSE mtime END,"
-			 " ctime = ?2 WHERE ino IN (?1, ?3)"
-			 " RETURNING ino, kind, mode, uid, gid, nlink, size, mtime, ctime,"
-			 " coalesce(atime, mtime), rdev,"
-			 " coalesce((SELECT m.record_size FROM message m"
-			 " WHERE m.ino = inode.ino AND m.state = 0), 0)",
+	/* One row by its key: no RETURNING and no IN list, each of which
+	   costs SQLite an ephemeral table per run (the caller knows the
+	   attributes after). */
+	/* A NULL atime (it reads as the mtime) keeps the value it read as
+	   before: the new mtime is no access. */
+	[ST_TOUCH_DIR] = "UPDATE inode SET mtime = ?2, ctime = ?2,"
+			 " atime = coalesce(atime, mtime) WHERE ino = ?1",
+	[ST_SET_CTIME] = "UPDATE inode SET ctime = ?2 WHERE ino = ?1",
 	[ST_NLINK_ADD] = "UPDATE inode SET nlink = nlink + ?2, ctime = ?3 WHERE ino = ?1",
 	/* Parameters as index_bind_attr() binds them (?6, nlink, unused),
 	   and ?11 rdev. */
@@ -77,6 +75,11 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_MSG_SET] = "INSERT OR REPLACE INTO message"
 		       " (ino, file_id, offset, body_size, record_size, vsize, state, guid)"
 		       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+	/* The record a save began (same place and guid) now finished: the
+	   row changes in place, the message_file index stays as it is. */
+	[ST_MSG_FINISH] = "UPDATE message SET body_size = ?4, record_size = ?5,"
+			  " vsize = ?6, state = ?7"
+			  " WHERE ino = ?1 AND file_id = ?2 AND offset = ?3 AND guid = ?8",
 	[ST_MSG_SET_STATE] = "UPDATE message SET state = ?2 WHERE ino = ?1",
 	/* An upsert, not a REPLACE: the row keeps its alt flag. */
 	[ST_MFILE_SET] = "INSERT INTO mfile (file_id, size) VALUES (?1, ?2)"

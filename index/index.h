@@ -170,6 +170,16 @@ int dbox_index_lookup(struct dbox_index *index, uint64_t parent,
 		      const char *name, size_t namelen,
 		      struct dbox_attr *attr_r);
 
+/* attr is what inode attr->ino holds after this connection's last change
+   to it, in the transaction open now: keep it in the attribute cache
+   (dbox_index_cache_attrs; nothing when the cache is off), so a change of
+   its message row that leaves the attributes as they were (a WRITING
+   row, whose record counts as 0 stored bytes) or one whose result the
+   caller computed costs no read afterwards.  A rollback drops it with the
+   rest. */
+void dbox_index_attr_known(struct dbox_index *index,
+			   const struct dbox_attr *attr);
+
 /* Attributes of ino.  Returns 0 or -ENOENT. */
 int dbox_index_getattr(struct dbox_index *index, uint64_t ino,
 		       struct dbox_attr *attr_r);
@@ -327,6 +337,13 @@ int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix);
    there is none, or -EIO. */
 int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
 			      uint64_t from, uint64_t *offset_r);
+
+/* As dbox_index_msg_set, for the end of a save: when ino's row names
+   the same record (file_id, offset, guid: the WRITING row its save
+   began) it is updated in place (sizes and state), else it is set as
+   dbox_index_msg_set does.  Returns 0 or -EIO. */
+int dbox_index_msg_finish(struct dbox_index *index, uint64_t ino,
+			  const struct dbox_msgloc *loc);
 
 /* Set only the state of ino's message row. */
 int dbox_index_msg_set_state(struct dbox_index *index, uint64_t ino,

@@ -2083,6 +2083,71 @@ static void assert_attr_same(const struct dbox_attr *a,
 	assert_int_equal(a->stored, b->stored);
 }
 
+/* How many message rows an UPDATE changed (not a REPLACE: trigger
+   msg_upd of test_msg_finish_in_place), read by a connection of its own. */
+static int64_t msg_updates(struct fix *f)
+{
+	sqlite3 *db;
+	sqlite3_stmt *stmt;
+	int64_t n;
+
+	assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM msg_updated",
+					    -1, &stmt, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(stmt), SQLITE_ROW);
+	n = sqlite3_column_int64(stmt, 0);
+	sqlite3_finalize(stmt);
+	sqlite3_close(db);
+	return n;
+}
+
+/* dbox_index_msg_finish: the WRITING row of the same record is updated in
+   place (a trigger on UPDATE sees it; a REPLACE is a delete and an
+   insert, which it does not see); a row of another record is replaced,
+   and a missing row is inserted. */
+static void test_msg_finish_in_place(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_msgloc loc = { .file_id = 2, .offset = 10,
+				   .state = DBOX_MSG_WRITING,
+				   .guid = "00000000000000000000000000000001" };
+	struct dbox_msgloc back;
+	uint64_t m = mk(f, DBOX_ROOT_INO, "m", DBOX_KIND_MESSAGE);
+	uint64_t m2 = mk(f, DBOX_ROOT_INO, "m2", DBOX_KIND_MESSAGE);
+
+	tx_begin(f);
+	assert_int_equal(tx_end(f, dbox_index_msg_set(f->index, m, &loc)), 0);
+	raw_sql(f->path, "CREATE TABLE msg_updated (ino INTEGER);"
+		"CREATE TRIGGER msg_upd AFTER UPDATE ON message BEGIN"
+		" INSERT INTO msg_updated VALUES (new.ino); END;");
+	reopen(f);
+	loc.body_size = 5;
+	loc.record_size = 90;
+	loc.vsize = 6;
+	loc.state = DBOX_MSG_COMMITTED;
+	tx_begin(f);
+	assert_int_equal(tx_end(f, dbox_index_msg_finish(f->index, m, &loc)), 0);
+	assert_int_equal(msg_updates(f), 1);
+	assert_int_equal(dbox_index_msg_get(f->index, m, &back), 0);
+	assert_loc_equal(&back, &loc);
+
+	/* Another record (a copy written elsewhere): set whole. */
+	loc.file_id = 3;
+	loc.offset = 400;
+	memcpy(loc.guid, "00000000000000000000000000000002", 33);
+	tx_begin(f);
+	assert_int_equal(tx_end(f, dbox_index_msg_finish(f->index, m, &loc)), 0);
+	assert_int_equal(dbox_index_msg_get(f->index, m, &back), 0);
+	assert_loc_equal(&back, &loc);
+
+	/* No row yet. */
+	tx_begin(f);
+	assert_int_equal(tx_end(f, dbox_index_msg_finish(f->index, m2, &loc)), 0);
+	assert_int_equal(dbox_index_msg_get(f->index, m2, &back), 0);
+	assert_loc_equal(&back, &loc);
+	assert_int_equal(msg_updates(f), 1);
+}
+
 /* With the attribute cache on (dbox_index_cache_attrs, as a mounted
    store has it), dbox_index_getattr answers what the index holds after
    every kind of change, committed or rolled back: checked against a
@@ -2437,6 +2502,7 @@ int main(void)
 		T(test_recover),
 		T(test_commit_sync),
 		T(test_commit_visible_to_other_connection),
+		T(test_msg_finish_in_place),
 		T(test_attr_cache_follows_changes),
 		T(test_rollback),
 		T(test_setattr),
