@@ -27,15 +27,36 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 	     dbox_index_reserve_short(index))) {
 		/* The thread is behind, or the disk is full and the WAL
 		   must start over in the blocks it has: do it here, as
-		   SQLite would (the next commit starts the WAL over). */
+		   SQLite would (the next commit starts the WAL over).  A
+		   checkpoint of the thread's in progress would make this one
+		   busy (one checkpointer at a time) and the WAL grow on:
+		   wait for it first (it never waits for this thread: a
+		   PASSIVE checkpoint waits for no lock). */
+		if (ck->running) {
+			pthread_mutex_lock(&ck->mutex);
+			while (ck->busy)
+				pthread_cond_wait(&ck->cond, &ck->mutex);
+			pthread_mutex_unlock(&ck->mutex);
+		}
 		sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE,
 					  NULL, NULL);
 		return SQLITE_OK;
 	}
-	if (pages >= DBOX_CHECKPOINT_PAGES) {
+	/* Wake the thread once the WAL passes DBOX_CHECKPOINT_PAGES, and
+	   again only after DBOX_CHECKPOINT_RETRY_PAGES more (a reader kept
+	   the last checkpoint from reaching the end) or once the WAL has
+	   started over: a wakeup per commit cost two context switches and
+	   three futex calls per delivery.  Only this hook touches
+	   woken_pages (the connection's commits, one at a time). */
+	if (pages < ck->woken_pages)
+		ck->woken_pages = 0;
+	if (pages >= DBOX_CHECKPOINT_PAGES &&
+	    (ck->woken_pages == 0 ||
+	     pages >= ck->woken_pages + DBOX_CHECKPOINT_RETRY_PAGES)) {
+		ck->woken_pages = pages;
 		pthread_mutex_lock(&ck->mutex);
 		ck->wanted = true;
-		pthread_cond_signal(&ck->cond);
+		pthread_cond_broadcast(&ck->cond);
 		pthread_mutex_unlock(&ck->mutex);
 	}
 	return SQLITE_OK;
@@ -54,13 +75,21 @@ static void *checkpointer(void *arg)
 		if (ck->stop)
 			break;
 		ck->wanted = false;
+		ck->busy = true;
 		pthread_mutex_unlock(&ck->mutex);
 		rc = sqlite3_wal_checkpoint_v2(ck->db, NULL, SQLITE_CHECKPOINT_PASSIVE,
 					       &log_pages, &done);
 		if (rc != SQLITE_OK && rc != SQLITE_BUSY)
 			dbox_warning("index %s: checkpoint: %s", index->path,
 				     sqlite3_errmsg(ck->db));
+		else if (log_pages < 0)
+			/* Not possible once the connection has read the
+			   index (dbox_index_checkpointer_start). */
+			dbox_warning("index %s: checkpoint: the checkpointer's "
+				     "connection has no WAL", index->path);
 		pthread_mutex_lock(&ck->mutex);
+		ck->busy = false;
+		pthread_cond_broadcast(&ck->cond);
 	}
 	pthread_mutex_unlock(&ck->mutex);
 	return NULL;
@@ -83,7 +112,22 @@ int dbox_index_checkpointer_start(struct dbox_index *index)
 		return -EIO;
 	}
 	sqlite3_busy_timeout(ck->db, 5000);
+	/* A connection opens the WAL when it first reads the database; until
+	   then sqlite3_wal_checkpoint_v2() does nothing and says so only by
+	   -1 frames ("the database is not in WAL mode" for it: SQLite's
+	   documentation of sqlite3_wal_checkpoint_v2).  The checkpointer
+	   was such a no-op before this read, and every checkpoint ran
+	   inline at DBOX_CHECKPOINT_INLINE_PAGES. */
+	if (sqlite3_exec(ck->db, "SELECT count(*) FROM sqlite_schema", NULL,
+			 NULL, NULL) != SQLITE_OK) {
+		dbox_error("index %s: checkpointer: %s", index->path,
+			   sqlite3_errmsg(ck->db));
+		sqlite3_close(ck->db);
+		ck->db = NULL;
+		return -EIO;
+	}
 	ck->stop = ck->wanted = false;
+	ck->woken_pages = 0;
 	if (pthread_create(&ck->thread, NULL, checkpointer, index) != 0) {
 		sqlite3_close(ck->db);
 		ck->db = NULL;
@@ -103,7 +147,7 @@ void dbox_index_checkpointer_stop(struct dbox_index *index)
 	sqlite3_wal_autocheckpoint(index->db, DBOX_CHECKPOINT_PAGES);
 	pthread_mutex_lock(&ck->mutex);
 	ck->stop = true;
-	pthread_cond_signal(&ck->cond);
+	pthread_cond_broadcast(&ck->cond);
 	pthread_mutex_unlock(&ck->mutex);
 	pthread_join(ck->thread, NULL);
 	sqlite3_close(ck->db);

@@ -22,6 +22,9 @@
 
 #define DBOX_CHECKPOINT_PAGES 1000
 #define DBOX_CHECKPOINT_INLINE_PAGES 2000
+/* WAL growth (pages) after which a checkpoint that did not reach the end
+   of the WAL is tried again. */
+#define DBOX_CHECKPOINT_RETRY_PAGES 500
 /* While the index reserve is in use (reserve.h: the disk is full), the
    committing thread checkpoints at this many pages, so the WAL starts
    over in its own blocks instead of asking for more. */

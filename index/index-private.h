@@ -45,6 +45,10 @@ struct index_checkpointer {
 	pthread_t thread;
 	sqlite3 *db;       /* its own connection */
 	bool running, stop, wanted;
+	bool busy;         /* the thread is checkpointing (mutex; cond is
+			      broadcast when it is done) */
+	int woken_pages;   /* WAL pages when the hook last woke the thread,
+			      0: not since the WAL started over */
 };
 
 /* Attributes of recently read inodes (index-ns.c), direct-mapped by

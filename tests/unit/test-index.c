@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "engine/maildir.h"
+#include "index/checkpoint.h"
 #include "index/index.h"
 #include "storage/log.h"
 #include "test-common.h"
@@ -2028,6 +2029,53 @@ static void test_commit_sync(void **state)
 	assert_true(ino_at(f, DBOX_ROOT_INO, "b") != 0);
 }
 
+static off_t file_size(const char *path)
+{
+	struct stat st;
+
+	assert_int_equal(stat(path, &st), 0);
+	return st.st_size;
+}
+
+/* The checkpointer thread copies the WAL into the index once it passes
+   DBOX_CHECKPOINT_PAGES, long before the committing thread would do it
+   itself at DBOX_CHECKPOINT_INLINE_PAGES.  (Its connection had never read
+   the index, so its checkpoints did nothing: the index file kept its size
+   until the inline checkpoint.) */
+static void test_checkpointer_copies_the_wal(void **state)
+{
+	struct fix *f = *state;
+	/* A frame is a 24-byte header and a 4 KiB page, after the WAL's
+	   32-byte header (SQLite's file format, "WAL File Format"). */
+	const off_t frame = 24 + 4096;
+	struct dbox_attr attr;
+	char wal[160], name[32];
+	off_t db_before;
+	int i;
+
+	snprintf(wal, sizeof(wal), "%s-wal", f->path);
+	assert_int_equal(dbox_index_checkpointer_start(f->index), 0);
+	db_before = file_size(f->path);
+	for (i = 0; (file_size(wal) - 32) / frame <
+		     DBOX_CHECKPOINT_PAGES + 50; i++) {
+		snprintf(name, sizeof(name), "message-%d", i);
+		assert_int_equal(dbox_index_begin(f->index), 0);
+		assert_int_equal(dbox_index_create(f->index, DBOX_ROOT_INO,
+						   name, strlen(name),
+						   DBOX_KIND_MESSAGE,
+						   S_IFREG | 0600, 0, 0,
+						   dbox_now_ns(), &attr), 0);
+		assert_int_equal(dbox_index_commit(f->index, false), 0);
+	}
+	/* Below the inline bound: only the thread can have copied. */
+	assert_true((file_size(wal) - 32) / frame < DBOX_CHECKPOINT_INLINE_PAGES);
+	for (i = 0; i < 1000 && file_size(f->path) == db_before; i++)
+		usleep(10000);
+	assert_true(file_size(f->path) > db_before);
+	dbox_index_checkpointer_stop(f->index);
+	assert_int_equal(error_count, 0);
+}
+
 /* A reader with its own connection, as dboxadm in another process, sees
    every commit whole as soon as it returned, with commits small, and
    large enough to need several WAL writes (more than 120 KiB of frames). */
@@ -2501,6 +2549,7 @@ int main(void)
 		T(test_mfile),
 		T(test_recover),
 		T(test_commit_sync),
+		T(test_checkpointer_copies_the_wal),
 		T(test_commit_visible_to_other_connection),
 		T(test_msg_finish_in_place),
 		T(test_attr_cache_follows_changes),
