@@ -107,7 +107,8 @@ static sqlite3_file *real_of(sqlite3_file *f)
 
 /* Write what the WAL batch of rf holds (nothing for other files): before
    any method but xWrite, so SQLite never finds the file without its
-   writes.  Returns SQLITE_OK or the write's result code. */
+   writes.  Returns SQLITE_OK or the write's result code; the batch keeps
+   what a failed write did not write, for the next flush. */
 static int flush(struct rfile *rf)
 {
 	return rf->batched ? wal_batch_flush(&rf->batch) : SQLITE_OK;
@@ -192,8 +193,9 @@ PASS_THROUGH_NO_ARGS(int, r_device_characteristics, xDeviceCharacteristics)
    WAL).  Before a wal-index lock is released, the WAL's batch is written:
    then it holds at most the frames of a transaction that did not commit
    (a commit flushes), which SQLite wrote, as before, while it held the
-   write lock; a failure drops them, and the lock is released all the
-   same (SQLite does not check an unlock's result). */
+   write lock; a failure drops them (once the lock is free, another
+   connection may write there), and the lock is released all the same
+   (SQLite does not check an unlock's result). */
 static int r_shm_lock(sqlite3_file *f, int offset, int n, int flags)
 {
 	struct rfile *rf = (struct rfile *)f;
@@ -201,8 +203,9 @@ static int r_shm_lock(sqlite3_file *f, int offset, int n, int flags)
 
 	if ((rc = flush(rf)) != SQLITE_OK)
 		return rc;
-	if ((flags & SQLITE_SHM_UNLOCK) && rf->wal != NULL)
-		frc = flush(rf->wal);
+	if ((flags & SQLITE_SHM_UNLOCK) && rf->wal != NULL &&
+	    (frc = flush(rf->wal)) != SQLITE_OK)
+		wal_batch_drop(&rf->wal->batch);
 	rc = rf->real->pMethods->xShmLock(rf->real, offset, n, flags);
 	return frc != SQLITE_OK ? frc : rc;
 }

@@ -34,20 +34,24 @@ static bool is_commit_header(const unsigned char *hdr)
 
 int wal_batch_flush(struct wal_batch *b)
 {
-	size_t len = b->len;
 	int rc;
 
-	if (len == 0)
+	if (b->len == 0)
 		return SQLITE_OK;
-	b->len = 0;
-	rc = b->write(b->ctx, b->buf, (int)len, b->off);
-	if (rc != SQLITE_OK) {
-		/* Dropped: SQLite writes the transaction again, from where it
-		   chooses. */
-		b->next = -1;
-		b->commit = false;
-	}
+	rc = b->write(b->ctx, b->buf, (int)b->len, b->off);
+	/* Kept on failure: SQLite took these writes as done, and may still
+	   commit after them (a statement that fails rolls back only
+	   itself); the next flush writes them first. */
+	if (rc == SQLITE_OK)
+		b->len = 0;
 	return rc;
+}
+
+void wal_batch_drop(struct wal_batch *b)
+{
+	b->len = 0;
+	b->next = -1;
+	b->commit = false;
 }
 
 int wal_batch_write(struct wal_batch *b, const void *buf, int n,
@@ -60,10 +64,15 @@ int wal_batch_write(struct wal_batch *b, const void *buf, int n,
 	bool append = n > 0 && off == b->next && (size_t)n <= WAL_BATCH_CAP;
 	int rc;
 
-	b->commit = header && is_commit_header(buf);
+	b->commit = false;
 	if (!append || b->len + (size_t)n > WAL_BATCH_CAP) {
-		if ((rc = wal_batch_flush(b)) != SQLITE_OK)
+		if ((rc = wal_batch_flush(b)) != SQLITE_OK) {
+			/* A commit that fails is rolled back whole: none of
+			   its frames may reach the file later. */
+			if (commit_page)
+				wal_batch_drop(b);
 			return rc;
+		}
 	}
 	if (append && b->buf == NULL)
 		b->buf = malloc(WAL_BATCH_CAP);
@@ -71,8 +80,7 @@ int wal_batch_write(struct wal_batch *b, const void *buf, int n,
 		/* Written at once (also without memory for a batch). */
 		rc = b->write(b->ctx, buf, n, off);
 		b->next = rc == SQLITE_OK ? off + n : -1;
-		if (rc != SQLITE_OK)
-			b->commit = false;
+		b->commit = rc == SQLITE_OK && header && is_commit_header(buf);
 		return rc;
 	}
 	if (b->len == 0)
@@ -80,7 +88,12 @@ int wal_batch_write(struct wal_batch *b, const void *buf, int n,
 	memcpy(b->buf + b->len, buf, (size_t)n);
 	b->len += (size_t)n;
 	b->next = off + n;
-	return commit_page ? wal_batch_flush(b) : SQLITE_OK;
+	b->commit = header && is_commit_header(buf);
+	if (commit_page && (rc = wal_batch_flush(b)) != SQLITE_OK) {
+		wal_batch_drop(b);
+		return rc;
+	}
+	return SQLITE_OK;
 }
 
 void wal_batch_free(struct wal_batch *b)

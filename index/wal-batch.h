@@ -68,15 +68,25 @@ void wal_batch_init(struct wal_batch *b, wal_batch_write_fn *write,
 
 /* A write of n bytes at off to the WAL: held, or written (with what the
    batch held first) by the rules above.  Returns SQLITE_OK or the
-   result code of the write that failed; after a failure the batch is
-   empty (what it held is dropped: SQLite rolls the transaction back). */
+   result code of the write that failed.  When writing what the batch
+   held fails, this write is refused and the batch keeps what it held
+   (SQLite took those writes as done); when the commit frame's write
+   fails, the batch is emptied: SQLite rolls that transaction back, and
+   none of its frames may reach the file later. */
 int wal_batch_write(struct wal_batch *b, const void *buf, int n,
 		    sqlite3_int64 off);
 
-/* Write what the batch holds, in one write; the batch is empty after it,
-   also when the write fails.  Returns SQLITE_OK (also for an empty
-   batch) or the write's result code. */
+/* Write what the batch holds, in one write; the batch is empty after it
+   succeeds, and keeps what it held when it fails (SQLite may still
+   commit after those writes: a statement that fails with a full disk
+   rolls back only itself).  Returns SQLITE_OK (also for an empty batch)
+   or the write's result code. */
 int wal_batch_flush(struct wal_batch *b);
+
+/* Empty the batch without writing it: for a caller that cannot report a
+   failed flush and after which the held bytes must never land (the
+   write lock is released; another connection may write there). */
+void wal_batch_drop(struct wal_batch *b);
 
 /* Free the batch's buffer.  What it holds is dropped: flush first. */
 void wal_batch_free(struct wal_batch *b);

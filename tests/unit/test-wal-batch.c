@@ -17,6 +17,7 @@
 #include "index/wal-batch.h"
 #include "test-common.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -33,13 +34,15 @@
 
 static int wal_writes;           /* write system calls on a *-wal file */
 static long wal_write_max;       /* the longest of them, in bytes */
+static int wal_fail;             /* so many next WAL writes fail: ENOSPC */
 
 static ssize_t (*real_pwrite)(int, const void *, size_t, off_t);
 static ssize_t (*real_pwrite64)(int, const void *, size_t, off_t);
 static ssize_t (*real_write)(int, const void *, size_t);
 
-/* Count a write of n bytes to fd when fd is a WAL. */
-static void count(int fd, size_t n)
+/* Count a write of n bytes to fd when fd is a WAL; false when the write
+   is to fail with ENOSPC (wal_fail), errno set. */
+static bool count(int fd, size_t n)
 {
 	char link[64], target[PATH_MAX];
 	ssize_t len;
@@ -47,27 +50,36 @@ static void count(int fd, size_t n)
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	len = readlink(link, target, sizeof(target) - 1);
 	if (len < 4 || memcmp(target + len - 4, "-wal", 4) != 0)
-		return;
+		return true;
+	if (wal_fail > 0) {
+		wal_fail--;
+		errno = ENOSPC;
+		return false;
+	}
 	wal_writes++;
 	if ((long)n > wal_write_max)
 		wal_write_max = (long)n;
+	return true;
 }
 
 static ssize_t counting_pwrite(int fd, const void *buf, size_t n, off_t off)
 {
-	count(fd, n);
+	if (!count(fd, n))
+		return -1;
 	return real_pwrite(fd, buf, n, off);
 }
 
 static ssize_t counting_pwrite64(int fd, const void *buf, size_t n, off_t off)
 {
-	count(fd, n);
+	if (!count(fd, n))
+		return -1;
 	return real_pwrite64(fd, buf, n, off);
 }
 
 static ssize_t counting_write(int fd, const void *buf, size_t n)
 {
-	count(fd, n);
+	if (!count(fd, n))
+		return -1;
 	return real_write(fd, buf, n);
 }
 
@@ -234,7 +246,8 @@ static void frame_header(unsigned char *hdr, uint32_t pgno, uint32_t commit)
 
 /* A commit frame's page is in the file when its write returns, with the
    frames before it, in one write; frames before a commit are held; a
-   rewritten header goes out at once; a failed write drops the batch. */
+   rewritten header goes out at once; a failed commit drops the batch,
+   a failed write of other frames keeps them. */
 static void test_commit_reaches_file_on_return(void **state)
 {
 	struct fix *f = *state;
@@ -296,6 +309,19 @@ static void test_commit_reaches_file_on_return(void **state)
 	/* Frame 4's header went out at once (it did not follow the rewrite);
 	   its page and frame 5 were dropped. */
 	assert_int_equal(fd_size(p.fd), 32 + 3 * FRAME + WAL_FRAME_HEADER);
+	/* A failed write of frames that are not a commit keeps them (SQLite
+	   took them as written): the next flush writes them. */
+	frame_header(hdr, 4, 0);
+	assert_int_equal(wal_batch_write(&b, hdr, WAL_FRAME_HEADER,
+					 32 + 3 * FRAME), SQLITE_OK);
+	assert_int_equal(wal_batch_write(&b, page, PAGE,
+					 32 + 3 * FRAME + WAL_FRAME_HEADER), SQLITE_OK);
+	p.fail = true;
+	assert_int_equal(wal_batch_flush(&b), SQLITE_IOERR_WRITE);
+	p.fail = false;
+	assert_int_equal(fd_size(p.fd), 32 + 3 * FRAME + WAL_FRAME_HEADER);
+	assert_int_equal(wal_batch_flush(&b), SQLITE_OK);
+	assert_int_equal(fd_size(p.fd), 32 + 4 * FRAME);
 	wal_batch_free(&b);
 	close(p.fd);
 }
@@ -467,6 +493,51 @@ static void test_rolled_back_spill(void **state)
 	assert_int_equal(sqlite3_close(r), SQLITE_OK);
 }
 
+/* A write that fails when SQLite reads its WAL in the middle of a
+   transaction (the read writes the frames spilled before it) must not
+   lose those frames: a statement that fails with a full disk rolls back
+   only itself, and the transaction's COMMIT then relies on them. */
+static void test_failed_flush_keeps_spilled_frames(void **state)
+{
+	struct fix *f = *state;
+	sqlite3 *db = db_open(f->db, dbox_reserve_vfs());
+	int rc, committed;
+
+	exec(db, "PRAGMA wal_autocheckpoint=0; PRAGMA cache_size=10;"
+	     "CREATE TABLE u (id INTEGER PRIMARY KEY, k TEXT UNIQUE, v BLOB)");
+	insert_row(db, 1, 10);
+	/* More pages than the cache: they spill into the WAL's batch. */
+	exec(db, "BEGIN");
+	for (int i = 2; i <= 21; i++)
+		insert_row(db, i, 3000);
+	/* Reading the spilled pages back writes the batch: the disk is full
+	   for that write.  A statement with a UNIQUE column rolls back only
+	   itself. */
+	wal_fail = 1;
+	rc = sqlite3_exec(db, "INSERT INTO u SELECT id, 'k' || id, v FROM t",
+			  NULL, NULL, NULL);
+	print_message("INSERT ... SELECT: %s, %d write(s) left to fail\n",
+		      sqlite3_errstr(rc), wal_fail);
+	assert_int_equal(rc & 0xff, SQLITE_FULL);
+	assert_int_equal(wal_fail, 0);
+	wal_fail = 0;
+	/* The transaction is still open; its COMMIT either fails or keeps
+	   every row. */
+	assert_int_equal(sqlite3_get_autocommit(db), 0);
+	committed = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
+	print_message("COMMIT %s\n", committed ? "done" : "failed");
+	if (!committed)
+		exec(db, "ROLLBACK");
+	check_rows(db, committed ? 21 : 1);
+	integrity_ok(db);
+	assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+	db = db_open(f->db, NULL);
+	integrity_ok(db);
+	check_rows(db, committed ? 21 : 1);
+	assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -483,6 +554,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fewer_writes_than_frames,
 						fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_rolled_back_spill,
+						fix_setup, fix_teardown),
+		cmocka_unit_test_setup_teardown(test_failed_flush_keeps_spilled_frames,
 						fix_setup, fix_teardown),
 	};
 
