@@ -124,6 +124,7 @@ static void dests_release(struct purge *p, bool keep)
 					   (unsigned long long)d->start_size,
 					   strerror(errno));
 				cut = false;
+				d->mf->cut_failed = true;
 			}
 			d->mf->size = d->start_size;
 		}

@@ -239,7 +239,8 @@ void dbox_save_free(struct dbox_save **savep)
 	if (save->mf != NULL) {
 		if (!save->finished) {
 			/* Never committed: give the bytes back. */
-			dbox_append_abort(&save->ap);
+			if (dbox_append_abort(&save->ap) < 0)
+				save->mf->cut_failed = true;
 			save->mf->size = save->ap.offset;
 			if (save->inflight)
 				dbox_store_clear_inflight(save->st,

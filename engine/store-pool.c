@@ -158,9 +158,11 @@ void dbox_store_mfile_release(struct dbox_store *st, struct dbox_mfile *mf)
 	dbox_store_assert_locked(st);
 	assert(mf->busy);
 	mf->busy = false;
-	if (mf->size < st->rotate_size)
+	if (mf->size < st->rotate_size && !mf->cut_failed)
 		return;
-	/* Full: it leaves the pool (it is sealed). */
+	/* Full: it leaves the pool (it is sealed).  So does a file with
+	   bytes past its end: a record begun there would not cut them
+	   (dbox_append_finish cuts only past what the record wrote). */
 	for (size_t i = 0; i < st->append_count; i++) {
 		if (st->append[i] == mf) {
 			st->append[i] = st->append[--st->append_count];

@@ -80,6 +80,9 @@ struct dbox_mfile {
 	int fd;
 	uint64_t size; /* current end = committed end when not busy */
 	bool busy;
+	bool cut_failed; /* bytes past size may remain (an ftruncate back to
+			    size failed): the file leaves the pool at release,
+			    and the next open's recovery cuts them */
 };
 
 /* The store lock: a mutex that knows which thread holds it, so the entry

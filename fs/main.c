@@ -303,10 +303,11 @@ static int open_store(struct fs *fs, const struct dbox_store_settings *set,
 	return 0;
 }
 
-/* Fixed malloc thresholds for the request threads.  Each request thread
-   has a malloc arena of its own, and glibc's default trim threshold (128
-   KiB at first) gives the free pages at the top of an arena back to the
-   kernel as soon as a request's buffers are freed: madvise calls (1.4 per
+/* Fixed malloc thresholds for the request threads.  Request threads
+   mostly get malloc arenas of their own (glibc hands out up to 8 per
+   core), and glibc's default trim threshold (128 KiB at first) gives the
+   free pages at the top of an arena back to the kernel as soon as a
+   request's buffers are freed: madvise calls (1.4 per
    delivery in tools/bench/b_counts.py) and page faults for the next
    request to take the same pages again.  Keeping 4 MiB per arena before
    trimming, and mmapping only blocks above 1 MiB (a fixed value also

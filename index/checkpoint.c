@@ -34,6 +34,7 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 		   PASSIVE checkpoint waits for no lock). */
 		if (ck->running) {
 			pthread_mutex_lock(&ck->mutex);
+			ck->wanted = false; /* this one does it */
 			while (ck->busy)
 				pthread_cond_wait(&ck->cond, &ck->mutex);
 			pthread_mutex_unlock(&ck->mutex);
@@ -82,7 +83,7 @@ static void *checkpointer(void *arg)
 		if (rc != SQLITE_OK && rc != SQLITE_BUSY)
 			dbox_warning("index %s: checkpoint: %s", index->path,
 				     sqlite3_errmsg(ck->db));
-		else if (log_pages < 0)
+		else if (rc == SQLITE_OK && log_pages < 0)
 			/* Not possible once the connection has read the
 			   index (dbox_index_checkpointer_start). */
 			dbox_warning("index %s: checkpoint: the checkpointer's "

@@ -341,7 +341,9 @@ int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
 /* As dbox_index_msg_set, for the end of a save: when ino's row names
    the same record (file_id, offset, guid: the WRITING row its save
    began) it is updated in place (sizes and state), else it is set as
-   dbox_index_msg_set does.  Returns 0 or -EIO. */
+   dbox_index_msg_set does.  Inside a transaction (dbox_index_begin).
+   Returns 0, -ENOSPC or -EDQUOT (the disk or the quota is full) or
+   -EIO. */
 int dbox_index_msg_finish(struct dbox_index *index, uint64_t ino,
 			  const struct dbox_msgloc *loc);
 

@@ -29,6 +29,7 @@
 
 #include "storage/log.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -201,8 +202,9 @@ static int r_shm_lock(sqlite3_file *f, int offset, int n, int flags)
 	struct rfile *rf = (struct rfile *)f;
 	int frc = SQLITE_OK, rc;
 
-	if ((rc = flush(rf)) != SQLITE_OK)
-		return rc;
+	/* The shm methods are the database file's, which holds no batch
+	   (only a WAL file does): nothing of its own to flush here. */
+	assert(!rf->batched);
 	if ((flags & SQLITE_SHM_UNLOCK) && rf->wal != NULL &&
 	    (frc = flush(rf->wal)) != SQLITE_OK)
 		wal_batch_drop(&rf->wal->batch);
@@ -536,7 +538,9 @@ static uint64_t monotonic_ns(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts); /* the vDSO: no syscall */
+	/* Served by the vDSO without a syscall where the clock source
+	   allows it (tsc, kvm-clock: this machine's). */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 

@@ -60,7 +60,8 @@ struct dbox_append {
 				  finish cuts the file back only below it */
 };
 
-/* Start a record at `offset` (the current end of the file).  Returns 0,
+/* Start a record at `offset`, the current end of the file (nothing may
+   lie past it: see dbox_append_finish).  Returns 0,
    -EFBIG past the 4 GiB - 1 file offset limit, or -errno of pwrite. */
 int dbox_append_begin(struct dbox_append *ap, int fd, uint64_t offset);
 
@@ -76,9 +77,12 @@ int dbox_append_truncate(struct dbox_append *ap, uint64_t size);
 
 /* Finish the record: write md as the metadata block after the body, the
    message header at offset, and ftruncate the file to the end of the
-   block when bytes of the record lie past it (ap->end: a longer block or
-   a failed write before; a plain append needs no ftruncate).  md->vsize and has_vsize are filled in by reading the body back
-   (uncompressed bodies only; a compressed body's caller sets them).
+   block when this record wrote past it before (ap->end: a longer block,
+   a failed write); a plain append needs no ftruncate.  Bytes that were
+   in the file past offset before dbox_append_begin are not looked at:
+   the caller begins records only at the file's real end.  md->vsize
+   and has_vsize are filled in by reading the body back (uncompressed
+   bodies only; a compressed body's caller sets them).
    Sets ap->record_size.  Returns 0, -EFBIG, -ENOMEM, -EIO (the body is
    shorter than ap->body_size) or -errno of pread/pwrite/ftruncate. */
 int dbox_append_finish(struct dbox_append *ap, struct dbox_metadata *md);

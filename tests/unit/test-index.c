@@ -15,6 +15,7 @@
 #include "engine/maildir.h"
 #include "index/checkpoint.h"
 #include "index/index.h"
+#include "index/reserve.h"
 #include "storage/log.h"
 #include "test-common.h"
 
@@ -2076,6 +2077,33 @@ static void test_checkpointer_copies_the_wal(void **state)
 	assert_int_equal(error_count, 0);
 }
 
+/* A reserve seen whole is trusted for DBOX_RESERVE_RECHECK_NS, then
+   looked at again: cut from outside (as another process's index writes
+   on a full disk do), it is found short and, the disk having room,
+   filled again by the next check after that time. */
+static void test_reserve_looked_at_again(void **state)
+{
+	struct fix *f = *state;
+	char reserve[160];
+
+	snprintf(reserve, sizeof(reserve), "%s" DBOX_RESERVE_SUFFIX, f->path);
+	assert_int_equal(dbox_index_reserve_open(f->index), 0);
+	assert_false(dbox_index_reserve_short(f->index));
+	assert_int_equal(dbox_index_reserve_check(f->index), 0);
+	off_t full = file_size(reserve);
+
+	assert_true(full > 0);
+	assert_int_equal(truncate(reserve, full / 2), 0);
+	/* Trusted: no look at the file yet. */
+	assert_int_equal(dbox_index_reserve_check(f->index), 0);
+	assert_int_equal(file_size(reserve), full / 2);
+	usleep(DBOX_RESERVE_RECHECK_NS / 1000 + 100000);
+	assert_true(dbox_index_reserve_short(f->index));
+	assert_int_equal(dbox_index_reserve_check(f->index), 0);
+	assert_int_equal(file_size(reserve), full);
+	assert_false(dbox_index_reserve_short(f->index));
+}
+
 /* A reader with its own connection, as dboxadm in another process, sees
    every commit whole as soon as it returned, with commits small, and
    large enough to need several WAL writes (more than 120 KiB of frames). */
@@ -2550,6 +2578,7 @@ int main(void)
 		T(test_recover),
 		T(test_commit_sync),
 		T(test_checkpointer_copies_the_wal),
+		T(test_reserve_looked_at_again),
 		T(test_commit_visible_to_other_connection),
 		T(test_msg_finish_in_place),
 		T(test_attr_cache_follows_changes),
