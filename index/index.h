@@ -152,13 +152,15 @@ void dbox_index_close(struct dbox_index **index);
    dbox_index_sync().  On a failed commit the transaction is rolled back.
    rollback never fails and is a no-op outside a transaction.  Without
    durable, a commit survives the death of the process (it is in the WAL)
-   but not necessarily a power loss. */
+   but not necessarily a power loss.  begin and commit return 0, -ENOSPC
+   or -EDQUOT (the disk or the quota is full) or -EIO (logged). */
 int dbox_index_begin(struct dbox_index *index);
 int dbox_index_commit(struct dbox_index *index, bool durable);
 void dbox_index_rollback(struct dbox_index *index);
 
 /* Put every committed transaction on disk (fsync of the WAL), outside a
-   transaction.  Returns 0 or -EIO. */
+   transaction.  Returns 0, -ENOSPC or -EDQUOT (the disk or the quota is
+   full) or -EIO (logged). */
 int dbox_index_sync(struct dbox_index *index);
 
 /* Current time (CLOCK_REALTIME) as a dbox time. */
@@ -328,7 +330,8 @@ int dbox_index_msg_get(struct dbox_index *index, uint64_t ino,
 int dbox_index_msg_set(struct dbox_index *index, uint64_t ino,
 		       const struct dbox_msgloc *loc);
 
-/* Delete every meta key that starts with prefix.  Returns 0 or -EIO. */
+/* Delete every meta key that starts with prefix.  Returns 0, -ENOSPC or
+   -EDQUOT (the disk or the quota is full) or -EIO (logged). */
 int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix);
 
 /* The lowest record offset >= from in m.<file_id> of a message still
@@ -375,7 +378,8 @@ int dbox_index_mfile_add_alt(struct dbox_index *index, uint32_t file_id,
 int dbox_index_setting_get(struct dbox_index *index, const char *key,
 			   char **value_r);
 
-/* Set a text setting of the store.  Returns 0 or -EIO. */
+/* Set a text setting of the store.  Returns 0, -ENOSPC or -EDQUOT (the
+   disk or the quota is full) or -EIO (logged). */
 int dbox_index_setting_set(struct dbox_index *index, const char *key,
 			   const char *value);
 
