@@ -38,11 +38,11 @@ int dbox_index_msg_get(struct dbox_index *index, uint64_t ino,
 	return index_done(stmt, 0);
 }
 
-int dbox_index_msg_set(struct dbox_index *index, uint64_t ino,
-		       const struct dbox_msgloc *loc)
+/* Bind ?1 ino and ?2..?8 the record of loc, as ST_MSG_SET and
+   ST_MSG_FINISH both number them. */
+static void bind_msgloc(sqlite3_stmt *stmt, uint64_t ino,
+			const struct dbox_msgloc *loc)
 {
-	sqlite3_stmt *stmt = index_stmt(index, ST_MSG_SET);
-
 	sqlite3_bind_int64(stmt, 1, ino);
 	sqlite3_bind_int64(stmt, 2, loc->file_id);
 	sqlite3_bind_int64(stmt, 3, loc->offset);
@@ -51,6 +51,14 @@ int dbox_index_msg_set(struct dbox_index *index, uint64_t ino,
 	sqlite3_bind_int64(stmt, 6, loc->vsize);
 	sqlite3_bind_int(stmt, 7, loc->state);
 	sqlite3_bind_text(stmt, 8, loc->guid, -1, SQLITE_STATIC);
+}
+
+int dbox_index_msg_set(struct dbox_index *index, uint64_t ino,
+		       const struct dbox_msgloc *loc)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_MSG_SET);
+
+	bind_msgloc(stmt, ino, loc);
 	return index_exec_stmt(index, stmt, "message set");
 }
 
@@ -60,14 +68,7 @@ int dbox_index_msg_finish(struct dbox_index *index, uint64_t ino,
 	sqlite3_stmt *stmt = index_stmt(index, ST_MSG_FINISH);
 	int ret;
 
-	sqlite3_bind_int64(stmt, 1, ino);
-	sqlite3_bind_int64(stmt, 2, loc->file_id);
-	sqlite3_bind_int64(stmt, 3, loc->offset);
-	sqlite3_bind_int64(stmt, 4, loc->body_size);
-	sqlite3_bind_int64(stmt, 5, loc->record_size);
-	sqlite3_bind_int64(stmt, 6, loc->vsize);
-	sqlite3_bind_int(stmt, 7, loc->state);
-	sqlite3_bind_text(stmt, 8, loc->guid, -1, SQLITE_STATIC);
+	bind_msgloc(stmt, ino, loc);
 	if ((ret = index_exec_stmt(index, stmt, "message finish")) < 0)
 		return ret;
 	if (sqlite3_changes(index->db) == 1)
