@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 {
@@ -63,11 +64,60 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 	return SQLITE_OK;
 }
 
+/* One PASSIVE checkpoint by the thread's connection.  Called with
+   ck->mutex held and ck->busy set; returns with the mutex held.  A
+   checkpoint that finds the WAL-index header changing under it (the
+   committing thread is writing it) or another checkpoint running
+   returns SQLITE_BUSY having copied nothing: it is tried again after
+   DBOX_CHECKPOINT_BUSY_WAIT_MS, up to DBOX_CHECKPOINT_BUSY_TRIES times,
+   instead of waiting DBOX_CHECKPOINT_RETRY_PAGES more pages for the
+   next wakeup. */
+static void checkpoint_once(struct dbox_index *index)
+{
+	struct index_checkpointer *ck = &index->ckpt;
+	int rc, log_pages, done, tries = 0;
+	struct timespec until;
+
+	for (;;) {
+		pthread_mutex_unlock(&ck->mutex);
+		rc = sqlite3_wal_checkpoint_v2(ck->db, NULL,
+					       SQLITE_CHECKPOINT_PASSIVE,
+					       &log_pages, &done);
+		pthread_mutex_lock(&ck->mutex);
+		if (rc != SQLITE_BUSY || ++tries > DBOX_CHECKPOINT_BUSY_TRIES)
+			break;
+		/* Not busy while it waits: an inline checkpoint
+		   (wal_hook) need not wait for this one. */
+		ck->busy = false;
+		pthread_cond_broadcast(&ck->cond);
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += DBOX_CHECKPOINT_BUSY_WAIT_MS * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		while (!ck->stop &&
+		       pthread_cond_timedwait(&ck->cond, &ck->mutex,
+					      &until) == 0)
+			;
+		if (ck->stop)
+			return;
+		ck->busy = true;
+	}
+	if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+		dbox_warning("index %s: checkpoint: %s", index->path,
+			     sqlite3_errmsg(ck->db));
+	else if (rc == SQLITE_OK && log_pages < 0)
+		/* Not possible once the connection has read the index
+		   (dbox_index_checkpointer_start). */
+		dbox_warning("index %s: checkpoint: the checkpointer's "
+			     "connection has no WAL", index->path);
+}
+
 static void *checkpointer(void *arg)
 {
 	struct dbox_index *index = arg;
 	struct index_checkpointer *ck = &index->ckpt;
-	int rc, log_pages, done;
 
 	pthread_mutex_lock(&ck->mutex);
 	for (;;) {
@@ -77,18 +127,7 @@ static void *checkpointer(void *arg)
 			break;
 		ck->wanted = false;
 		ck->busy = true;
-		pthread_mutex_unlock(&ck->mutex);
-		rc = sqlite3_wal_checkpoint_v2(ck->db, NULL, SQLITE_CHECKPOINT_PASSIVE,
-					       &log_pages, &done);
-		if (rc != SQLITE_OK && rc != SQLITE_BUSY)
-			dbox_warning("index %s: checkpoint: %s", index->path,
-				     sqlite3_errmsg(ck->db));
-		else if (rc == SQLITE_OK && log_pages < 0)
-			/* Not possible once the connection has read the
-			   index (dbox_index_checkpointer_start). */
-			dbox_warning("index %s: checkpoint: the checkpointer's "
-				     "connection has no WAL", index->path);
-		pthread_mutex_lock(&ck->mutex);
+		checkpoint_once(index);
 		ck->busy = false;
 		pthread_cond_broadcast(&ck->cond);
 	}

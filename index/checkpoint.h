@@ -25,6 +25,11 @@
 /* WAL growth (pages) after which a checkpoint that did not reach the end
    of the WAL is tried again. */
 #define DBOX_CHECKPOINT_RETRY_PAGES 500
+/* A checkpoint of the thread's that was busy (SQLite's checkpoint lock
+   taken, or the WAL-index header being written by a commit) is tried
+   again this many times, this many milliseconds apart. */
+#define DBOX_CHECKPOINT_BUSY_TRIES 20
+#define DBOX_CHECKPOINT_BUSY_WAIT_MS 5
 /* While the index reserve is in use (reserve.h: the disk is full), the
    committing thread checkpoints at this many pages, so the WAL starts
    over in its own blocks instead of asking for more. */

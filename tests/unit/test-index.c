@@ -2038,27 +2038,19 @@ static off_t file_size(const char *path)
 	return st.st_size;
 }
 
-/* The checkpointer thread copies the WAL into the index once it passes
-   DBOX_CHECKPOINT_PAGES, long before the committing thread would do it
-   itself at DBOX_CHECKPOINT_INLINE_PAGES.  (Its connection had never read
-   the index, so its checkpoints did nothing: the index file kept its size
-   until the inline checkpoint.) */
-static void test_checkpointer_copies_the_wal(void **state)
+/* A frame is a 24-byte header and a 4 KiB page, after the WAL's 32-byte
+   header (SQLite's file format, "WAL File Format"). */
+#define WAL_FRAME (24 + 4096)
+
+/* Commit one new message row at a time until the WAL file holds pages
+   frames. */
+static void fill_wal(struct fix *f, const char *wal, int pages)
 {
-	struct fix *f = *state;
-	/* A frame is a 24-byte header and a 4 KiB page, after the WAL's
-	   32-byte header (SQLite's file format, "WAL File Format"). */
-	const off_t frame = 24 + 4096;
 	struct dbox_attr attr;
-	char wal[160], name[32];
-	off_t db_before;
+	char name[32];
 	int i;
 
-	snprintf(wal, sizeof(wal), "%s-wal", f->path);
-	assert_int_equal(dbox_index_checkpointer_start(f->index), 0);
-	db_before = file_size(f->path);
-	for (i = 0; (file_size(wal) - 32) / frame <
-		     DBOX_CHECKPOINT_PAGES + 50; i++) {
+	for (i = 0; (file_size(wal) - 32) / WAL_FRAME < pages; i++) {
 		snprintf(name, sizeof(name), "message-%d", i);
 		assert_int_equal(dbox_index_begin(f->index), 0);
 		assert_int_equal(dbox_index_create(f->index, DBOX_ROOT_INO,
@@ -2068,11 +2060,78 @@ static void test_checkpointer_copies_the_wal(void **state)
 						   dbox_now_ns(), &attr), 0);
 		assert_int_equal(dbox_index_commit(f->index, false), 0);
 	}
-	/* Below the inline bound: only the thread can have copied. */
-	assert_true((file_size(wal) - 32) / frame < DBOX_CHECKPOINT_INLINE_PAGES);
-	for (i = 0; i < 1000 && file_size(f->path) == db_before; i++)
+}
+
+/* Wait until the index file grows past size, with no commit meanwhile:
+   only the checkpointer thread can make it grow.  The thread runs when
+   the scheduler lets it, so a loaded machine gets up to 30 s. */
+static void wait_copied(struct fix *f, const char *wal, off_t size)
+{
+	int i;
+
+	for (i = 0; i < 3000 && file_size(f->path) == size; i++)
 		usleep(10000);
-	assert_true(file_size(f->path) > db_before);
+	if (file_size(f->path) == size)
+		print_error("index %lld bytes, WAL %lld bytes: nothing copied\n",
+			    (long long)size, (long long)file_size(wal));
+	assert_true(file_size(f->path) > size);
+}
+
+/* The checkpointer thread copies the WAL into the index once it passes
+   DBOX_CHECKPOINT_PAGES, long before the committing thread would do it
+   itself at DBOX_CHECKPOINT_INLINE_PAGES.  (Its connection had never read
+   the index, so its checkpoints did nothing: the index file kept its size
+   until the inline checkpoint.) */
+static void test_checkpointer_copies_the_wal(void **state)
+{
+	struct fix *f = *state;
+	char wal[160];
+	off_t db_before;
+
+	snprintf(wal, sizeof(wal), "%s-wal", f->path);
+	assert_int_equal(dbox_index_checkpointer_start(f->index), 0);
+	db_before = file_size(f->path);
+	fill_wal(f, wal, DBOX_CHECKPOINT_PAGES + 50);
+	/* Below the inline bound: only the thread can have copied. */
+	assert_true((file_size(wal) - 32) / WAL_FRAME < DBOX_CHECKPOINT_INLINE_PAGES);
+	wait_copied(f, wal, db_before);
+	dbox_index_checkpointer_stop(f->index);
+	assert_int_equal(error_count, 0);
+}
+
+/* A checkpoint of the thread's that finds SQLite's checkpoint lock taken
+   is tried again shortly, not only after DBOX_CHECKPOINT_RETRY_PAGES
+   more pages (which an idle mailbox may never write).  The lock is
+   byte 120 + 1 of the -shm file (SQLite's file format, "WAL-Index
+   Format": the locks are bytes 120..127, the checkpoint lock second);
+   an open file description lock conflicts with SQLite's own fcntl()
+   locks even in this process (fcntl(2)). */
+static void test_checkpointer_busy_tried_again(void **state)
+{
+	struct fix *f = *state;
+	struct flock lock = {
+		.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 121, .l_len = 1,
+	};
+	char wal[160], shm[160];
+	off_t db_before;
+	int fd;
+
+	snprintf(wal, sizeof(wal), "%s-wal", f->path);
+	snprintf(shm, sizeof(shm), "%s-shm", f->path);
+	assert_int_equal(dbox_index_checkpointer_start(f->index), 0);
+	fd = open(shm, O_RDWR | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(fcntl(fd, F_OFD_SETLK, &lock), 0);
+	db_before = file_size(f->path);
+	fill_wal(f, wal, DBOX_CHECKPOINT_PAGES + 10);
+	usleep(DBOX_CHECKPOINT_BUSY_WAIT_MS * 1000 * 4);
+	assert_int_equal(file_size(f->path), db_before);
+	lock.l_type = F_UNLCK;
+	assert_int_equal(fcntl(fd, F_OFD_SETLK, &lock), 0);
+	close(fd);
+	wait_copied(f, wal, db_before);
+	assert_true((file_size(wal) - 32) / WAL_FRAME <
+		    DBOX_CHECKPOINT_PAGES + DBOX_CHECKPOINT_RETRY_PAGES);
 	dbox_index_checkpointer_stop(f->index);
 	assert_int_equal(error_count, 0);
 }
@@ -2578,6 +2637,7 @@ int main(void)
 		T(test_recover),
 		T(test_commit_sync),
 		T(test_checkpointer_copies_the_wal),
+		T(test_checkpointer_busy_tried_again),
 		T(test_reserve_looked_at_again),
 		T(test_commit_visible_to_other_connection),
 		T(test_msg_finish_in_place),
