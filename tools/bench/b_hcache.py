@@ -4,7 +4,9 @@ populates an empty cache, run 2 reloads with it), on the mount and on
 the native copy.  NeoMutt needs a terminal: it runs under script(1) and
 quits as soon as the folder is open.  Every run must show Msgs:N in its
 status line, N = messages in the folder, or the benchmark fails.  The FUSE floor
-(passthrough_ll serving the native copy) opens it in the same rotation."""
+(passthrough_ll serving the native copy) opens it in the same rotation; when
+the floor cannot hold a descriptor for each message of the corpus, all three
+also open a smaller corpus that it can (bench.py, setup_hcache_floor)."""
 import os
 import re
 import shutil
@@ -58,33 +60,39 @@ def run(ctx):
     if shutil.which("neomutt") is None:
         from benchlib import skipped
         return [skipped("hcache", "neomutt not installed")]
-    n = ctx.hc_count
     rows = []
-    for backend in backends():
-        pop = Row(f"hcache populate ({backend}, {n} msgs)", "time", "s", ("<=", 1.25, False),
-                  "" if ctx.hc_floor else "no floor: passthrough_ll holds a descriptor "
-                  "per message, more than this machine's limit",
-                  floor_target=("<=", 1 / 0.9) if ctx.hc_floor else None)
-        rel = Row(f"hcache reload ({backend}, {n} msgs)", "time", "s", ("<=", 1.10, False))
-        for r in range(ctx.repeats):
-            def side(folder, label):
-                cache = Path(ctx.tmp) / f"hcache-{label}-{backend}"
-                if cache.is_dir():
-                    shutil.rmtree(cache)
-                elif cache.exists():
-                    cache.unlink()
-                rcdir = Path(ctx.tmp)
-                t1 = open_folder(folder, cache, backend, rcdir, n)
-                t2 = open_folder(folder, cache, backend, rcdir, n)
-                return t1, t2
-            fns = [lambda: side(ctx.hc_mount, "dboxfs"), lambda: side(ctx.hc_native, "native")]
-            if ctx.hc_floor:
-                fns.append(lambda: side(ctx.hc_floor, "floor"))
-            (d1, d2), (n1, n2), *flo = sides(r, fns)
-            f1, f2 = flo[0] if flo else (None, None)
-            pop.add(d1, n1, f1)
-            rel.add(d2, n2, f2)
-            log(f"hcache {backend}: populate dboxfs {d1:.2f}s native {n1:.2f}s floor {f1}; "
-                f"reload dboxfs {d2:.2f}s native {n2:.2f}s floor {f2}")
-        rows += [pop, rel]
+    for n, mount, native, floor in ctx.hc_scales:
+        for backend in backends():
+            rows += scale_rows(ctx, backend, n, mount, native, floor)
     return rows
+
+
+def scale_rows(ctx, backend, n, mount, native, floor):
+    """The populate and reload rows of one backend on the n-message
+    corpus: dboxfs (mount), native and, when there is one, the floor."""
+    pop = Row(f"hcache populate ({backend}, {n} msgs)", "time", "s", ("<=", 1.25, False),
+              "" if floor else "no floor: passthrough_ll holds a descriptor per "
+              "message, more than this machine's limit (the smaller corpus has one)",
+              floor_target=("<=", 1 / 0.9) if floor else None)
+    rel = Row(f"hcache reload ({backend}, {n} msgs)", "time", "s", ("<=", 1.10, False))
+    for r in range(ctx.repeats):
+        def side(folder, label):
+            cache = Path(ctx.tmp) / f"hcache-{label}-{backend}-{n}"
+            if cache.is_dir():
+                shutil.rmtree(cache)
+            elif cache.exists():
+                cache.unlink()
+            rcdir = Path(ctx.tmp)
+            t1 = open_folder(folder, cache, backend, rcdir, n)
+            t2 = open_folder(folder, cache, backend, rcdir, n)
+            return t1, t2
+        fns = [lambda: side(mount, "dboxfs"), lambda: side(native, "native")]
+        if floor:
+            fns.append(lambda: side(floor, "floor"))
+        (d1, d2), (n1, n2), *flo = sides(r, fns)
+        f1, f2 = flo[0] if flo else (None, None)
+        pop.add(d1, n1, f1)
+        rel.add(d2, n2, f2)
+        log(f"hcache {backend} {n}: populate dboxfs {d1:.2f}s native {n1:.2f}s "
+            f"floor {f1}; reload dboxfs {d2:.2f}s native {n2:.2f}s floor {f2}")
+    return [pop, rel]

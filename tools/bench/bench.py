@@ -101,10 +101,29 @@ def setup_corpus(ctx, stack):
     ctx.hc_mount = m.mnt
     # The floor serves the native corpus itself (NeoMutt only reads it),
     # when it can hold a descriptor for every message.
-    ctx.hc_floor = None
+    floor = None
     if ctx.hc_count <= benchlib.floor_max_inodes():
-        ctx.hc_floor = mount_floor(ctx, stack, ctx.hc_native,
-                                   ctx.tmp / "corpus-floor-mnt").mnt
+        floor = mount_floor(ctx, stack, ctx.hc_native, ctx.tmp / "corpus-floor-mnt").mnt
+    # (messages, mount, native, floor or None) of each hcache scale.
+    ctx.hc_scales = [(ctx.hc_count, ctx.hc_mount, ctx.hc_native, floor)]
+
+
+def setup_hcache_floor(ctx, stack):
+    """A second, smaller corpus for hcache when passthrough_ll cannot hold
+    the first: it keeps a descriptor per inode the kernel looked up, and
+    RLIMIT_NOFILE's hard limit (which root here cannot raise) is below the
+    corpus.  The floor, dboxfs and native open the smaller one in the same
+    rotation, so hcache populate has its ratio to the floor."""
+    if ctx.hc_scales[0][3] is not None:
+        return
+    n = benchlib.floor_max_inodes() // 5000 * 5000
+    native = corpus(ctx.tmp, n)
+    store = import_store(ctx.tmp / f"corpus-{n}-store", native)
+    m = Mount(store, ctx.tmp / f"corpus-{n}-mnt")
+    stack.append(m)
+    m.mount()
+    floor = mount_floor(ctx, stack, native, ctx.tmp / f"corpus-{n}-floor-mnt").mnt
+    ctx.hc_scales.append((n, m.mnt, native, floor))
 
 
 def setup_list(ctx, stack):
@@ -163,6 +182,8 @@ def main():
     try:
         if {"counts", "delivery", "imap", "hcache", "read", "space", "backup"} & set(only):
             setup_corpus(ctx, stack)
+        if "hcache" in only:
+            setup_hcache_floor(ctx, stack)
         if {"delivery", "imap"} & set(only):
             setup_work(ctx, stack)
         if {"listing", "renames"} & set(only):
