@@ -2,12 +2,14 @@
  * store-lock.c: the lock of a store (see store-lock.h).
  */
 #include "engine/store-layout.h"
+#include "engine/store-holder.h"
 #include "engine/store-lock.h"
 
 #include "storage/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,10 +125,20 @@ const char *dbox_store_lock_holder_text(int lock_fd, char *buf, size_t size)
 	char exe[64], target[4096], mnt[2048];
 	const char *base;
 	bool shared;
-	pid_t pid = dbox_store_lock_holder(lock_fd, &shared);
+	pid_t pid = dbox_store_lock_holder(lock_fd, &shared), named;
+	struct stat sb;
 	ssize_t n;
 
 	buf[0] = '\0';
+	/* /proc/locks names the process that took the flock: a mount that
+	   went to the background took it before it forked, so that pid has
+	   exited.  The pid the lock's text names is the holder when it holds
+	   this very file open, and a FUSE device (store-holder.h). */
+	if (dbox_holder_read_pid(lock_fd, &named) == 0 && named != pid &&
+	    fstat(lock_fd, &sb) == 0 && dbox_holder_holds(named, &sb) == 1)
+		pid = named;
+	else if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH)
+		pid = 0; /* a -o ro mount in the background names none */
 	if (pid <= 0)
 		return buf;
 	snprintf(exe, sizeof(exe), "/proc/%d/exe", (int)pid);

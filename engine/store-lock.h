@@ -79,7 +79,10 @@ pid_t dbox_store_lock_holder(int lock_fd, bool *shared_r);
 /* Describe the holder of lock_fd for a message, into buf (size bytes):
    "pid N", "pid N, a dboxfs mount on MOUNTPOINT" (the mount point from
    its command line, checked in /proc/N/mountinfo), or "" when unknown.
-   Returns buf. */
+   N is the pid the lock's text names when that process holds the lock
+   file and a FUSE device (a mount in the background: /proc/locks names
+   the parent that took the flock and exited), else the flock's taker
+   while it lives.  Returns buf. */
 const char *dbox_store_lock_holder_text(int lock_fd, char *buf, size_t size);
 
 /* Whether the text of the lock file lock_fd says its holder is closing. */

@@ -243,6 +243,26 @@ def test_purge_on_a_ro_mount_says_it_is_read_only(tmp_path, verb):
         "unmounted" in lines[0], r.stderr
 
 
+def test_holder_named_after_going_to_the_background(tmp_path):
+    """A mount without -f forks into the background after taking the
+    store's lock: the refusal names the daemon (the pid in STORE/lock),
+    not the parent that took the lock and exited (/proc/locks)."""
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run([str(DBOXFS), str(store), str(mnt)], check=True,
+                   capture_output=True, timeout=60)
+    try:
+        daemon = int((store / "lock").read_text())
+        assert os.path.exists(f"/proc/{daemon}")
+        r = subprocess.run([str(DBOXADM), "rebuild", str(store)],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        unmount(mnt)
+    assert r.returncode != 0
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+    assert f"(pid {daemon}, a dboxfs mount on {mnt})" in r.stderr, r.stderr
+
+
 def test_second_mount_names_the_holder(tmp_path):
     """A store in use: the message names the pid and the mount point of
     the mount holding it; a read-only one is called read-only."""

@@ -33,8 +33,8 @@ static void report_refusal(const char *store,
 			  DBOX_STORE_STORAGE, strerror(-err));
 		break;
 	case DBOX_REBUILD_LOCK:
-		if (err == -EBUSY)
-			adm_error("%s: unmount it first", store);
+		/* The store lock said who holds it (engine/store-lock.c),
+		   or why it could not be taken. */
 		break;
 	case DBOX_REBUILD_FILES:
 		adm_error("%s/%s: %s; nothing was rebuilt", store,
