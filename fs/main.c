@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/vfs.h>
@@ -197,17 +198,23 @@ static int create_inbox(struct dbox_store *st)
 	return ret;
 }
 
+/* statfs() f_type of a FUSE mount (linux/magic.h). */
+#ifndef FUSE_SUPER_MAGIC
+#define FUSE_SUPER_MAGIC 0x65735546
+#endif
+
 /* Refuse mount points that cannot work: a dead mount still there (its
    daemon was killed; stat says ENOTCONN), and a store inside the mount
    point (every access to the store would go through the mount being
-   set up, and hang).  Returns 0, or -ENOTCONN (a dead mount) or -EINVAL
-   (the store inside), reported on stderr. */
+   set up, and hang), and a FUSE mount there already.  Returns 0, or
+   -ENOTCONN (a dead mount), -EBUSY (a FUSE mount) or -EINVAL (the store
+   inside), reported on stderr. */
 static int check_mountpoint(const char *prog, const char *store,
 			    const char *mnt)
 {
 	char *abs_store = realpath(store, NULL), *parent = NULL;
 	struct statfs sfs;
-	struct stat stbuf;
+	struct stat stbuf, parent_sb;
 	size_t len = strlen(mnt);
 	int ret = 0;
 
@@ -220,6 +227,20 @@ static int check_mountpoint(const char *prog, const char *store,
 			prog, mnt, mnt);
 		return -ENOTCONN;
 	}
+	/* Mounting over a FUSE mount hides it, and takes two fusermount3
+	   -u to undo: most likely dboxfs was run twice. */
+	if (statfs(mnt, &sfs) == 0 && sfs.f_type == FUSE_SUPER_MAGIC &&
+	    stat(mnt, &stbuf) == 0 && asprintf(&parent, "%s/..", mnt) > 0 &&
+	    stat(parent, &parent_sb) == 0 && parent_sb.st_dev != stbuf.st_dev) {
+		fprintf(stderr, "%s: %s is a FUSE mount already; unmount it "
+			"first ('fusermount3 -u %s') or choose another mount "
+			"point\n", prog, mnt, mnt);
+		free(parent);
+		free(abs_store);
+		return -EBUSY;
+	}
+	free(parent);
+	parent = NULL;
 	if (abs_store == NULL) {
 		/* A new store: where it will be is below its parent. */
 		char *slash;
@@ -322,6 +343,76 @@ static void malloc_tune(void)
 	(void)mallopt(M_MMAP_THRESHOLD, 1 << 20);
 }
 
+/* Going to the background.  fuse_daemonize() lets the parent exit as
+   soon as the child exists: a script that ran dboxadm purge right after
+   dboxfs returned found no pid in STORE/lock yet, and a failure of the
+   child (opening the index again) reached neither the terminal nor the
+   exit status.  Here the parent waits until the child says that it
+   serves (index open again, threads started, pid in STORE/lock) or that
+   it failed, and exits 0 or 1; the child's messages reach the terminal
+   until then.  Returns 0 in the child with *ready_fd for
+   background_ready (-1 in the foreground), or -errno (nothing forked). */
+static int background_fork(bool foreground, int *ready_fd)
+{
+	int pipefd[2], err;
+	pid_t pid;
+
+	*ready_fd = -1;
+	if (foreground)
+		return chdir("/") < 0 ? -errno : 0;
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
+		return -errno;
+	if ((pid = fork()) < 0) {
+		err = -errno;
+		close(pipefd[0]);
+		close(pipefd[1]);
+		return err;
+	}
+	if (pid > 0) {
+		char status = 1;
+		ssize_t n;
+
+		close(pipefd[1]);
+		do
+			n = read(pipefd[0], &status, 1);
+		while (n < 0 && errno == EINTR);
+		_exit(n == 1 && status == 0 ? 0 : 1);
+	}
+	close(pipefd[0]);
+	/* A new session (a fork's child leads no group, so this cannot
+	   fail), no working directory kept busy. */
+	(void)setsid();
+	if (chdir("/") < 0) {
+		err = -errno;
+		close(pipefd[1]);
+		return err;
+	}
+	*ready_fd = pipefd[1];
+	return 0;
+}
+
+/* Tell the parent waiting in background_fork how the start went (ok:
+   serving), and leave the terminal: stdin, stdout and stderr go to
+   /dev/null.  A no-op in the foreground (ready_fd -1). */
+static void background_ready(int ready_fd, bool ok)
+{
+	char status = ok ? 0 : 1;
+	int nullfd;
+
+	if (ready_fd < 0)
+		return;
+	if (ok && (nullfd = open("/dev/null", O_RDWR | O_CLOEXEC)) >= 0) {
+		(void)dup2(nullfd, STDIN_FILENO);
+		(void)dup2(nullfd, STDOUT_FILENO);
+		(void)dup2(nullfd, STDERR_FILENO);
+		if (nullfd > STDERR_FILENO)
+			close(nullfd);
+	}
+	if (write(ready_fd, &status, 1) != 1)
+		dbox_warning("telling the starting process: %s", strerror(errno));
+	close(ready_fd);
+}
+
 /* The threads beside the request loop.  Without the purge thread the
    mount still works; only purging it on request or by itself does not.
    WAL checkpoints run in a thread of their own, off the request path
@@ -382,7 +473,7 @@ int main(int argc, char *argv[])
 		},
 	};
 	unsigned long errors_before;
-	int ret = 1;
+	int ret = 1, ready_fd = -1;
 
 	umask(077); /* store files 0600, directories 0700 */
 	malloc_tune();
@@ -442,22 +533,27 @@ int main(int argc, char *argv[])
 			  cmd.mountpoint, spec, fs.opts.readonly ?
 			  ", read-only" : "");
 	}
-	/* SQLite connections must not cross fork(): fuse_daemonize() forks
-	   and the parent exits, so the connection is closed here and opened
-	   again in the child.  The store lock (STORE/lock) is inherited. */
+	/* SQLite connections must not cross fork(): background_fork()
+	   forks and the parent exits, so the connection is closed here and
+	   opened again in the child.  The store lock (STORE/lock) is
+	   inherited. */
 	dbox_store_index_suspend(fs.st);
 	errors_before = errors_logged;
-	if (fuse_daemonize(cmd.foreground) != 0) {
-		exit_reason(errors_before, "going to the background", errno);
+	if ((ret = background_fork(cmd.foreground, &ready_fd)) < 0) {
+		exit_reason(errors_before, "going to the background", -ret);
+		ret = 1;
 		goto out_unmount;
 	}
 	if (dbox_store_index_resume(fs.st) < 0) {
 		exit_reason(errors_before, "opening the index again after "
 			    "going to the background", EIO);
+		background_ready(ready_fd, false);
+		ret = 1;
 		goto out_unmount;
 	}
-	log_to_stderr = cmd.foreground;
 	start_threads(&fs);
+	background_ready(ready_fd, true);
+	log_to_stderr = cmd.foreground;
 	ret = run_loop(&fs, &cmd);
 out_unmount:
 	fs_purge_stop(&fs);

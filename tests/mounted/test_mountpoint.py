@@ -171,6 +171,26 @@ def test_dead_mount_with_cached_root_is_not_stacked_over(tmp_path):
             subprocess.run(["fusermount3", "-uz", str(mnt)], stderr=subprocess.DEVNULL)
 
 
+def test_live_mount_is_not_stacked_over(tmp_path):
+    """dboxfs run twice on one mount point: the second is refused before
+    its store is made, and the first mount stays the only one there."""
+    mnt, other = tmp_path / "mnt", tmp_path / "other"
+    mnt.mkdir()
+    try:
+        assert run_dboxfs(tmp_path / "store", mnt).returncode == 0
+        r = run_dboxfs(other, mnt)
+        assert r.returncode != 0
+        assert f"{mnt} is a FUSE mount already; unmount it first " \
+            f"('fusermount3 -u {mnt}')" in r.stderr, r.stderr
+        assert not other.exists()
+        with open("/proc/mounts") as f:
+            assert sum(line.split()[1] == str(mnt) for line in f) == 1
+        assert (mnt / "cur").is_dir()
+    finally:
+        while is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", str(mnt)], stderr=subprocess.DEVNULL)
+
+
 def test_mount_and_dboxadm_right_after_unmount(tmp_path):
     """fusermount3 -u returns before the daemon has closed the store;
     a mount or dboxadm started at once waits for it (the lock file says
