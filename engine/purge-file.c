@@ -430,11 +430,13 @@ int purge_file(struct purge *p, uint32_t file_id)
 		if (ret == 0 && forgot) {
 			p->res->files_purged++;
 			p->res->bytes_freed += (uint64_t)sb.st_size;
-			dbox_info("%s/" DBOX_STORE_STORAGE "/%s: %s: %zu records moved, "
-				  "%llu bytes freed", dbox_store_dir_name(st, alt),
-				  name, p->set->altmove ? "moved to the "
-				  "alternate storage" : "purged", nrecs,
-				  (unsigned long long)sb.st_size);
+			if (!p->set->quiet)
+				dbox_info("%s/" DBOX_STORE_STORAGE "/%s: %s: "
+					  "%zu records moved, %llu bytes freed",
+					  dbox_store_dir_name(st, alt), name,
+					  p->set->altmove ? "moved to the "
+					  "alternate storage" : "purged", nrecs,
+					  (unsigned long long)sb.st_size);
 		} else if (ret == 0 && p->set->altmove) {
 			p->res->files_partial++;
 		}

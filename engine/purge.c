@@ -246,7 +246,8 @@ int dbox_altmove(struct dbox_store *st, const struct dbox_purge_settings *set,
 		 struct dbox_purge_result *purge_r)
 {
 	struct dbox_purge_settings ps = { .threshold = 0,
-					  .cancel = set->cancel };
+					  .cancel = set->cancel,
+					  .quiet = set->quiet };
 	int ret;
 
 	dbox_store_assert_unlocked(st); /* taken as needed */

@@ -67,6 +67,10 @@ struct dbox_purge_settings {
 	/* Checked between records: stop (the file being purged is kept
 	   whole) when it becomes true. */
 	const bool *cancel; /* read atomically; set by another thread */
+	/* No info line per file purged or moved (dboxadm, which prints a
+	   summary of its own: a cron job mails only a failure); the mount
+	   logs them. */
+	bool quiet;
 	/* Altmove (Dovecot's `doveadm altmove`): instead of purging, copy
 	   the committed records received before altmove_before_ns (inode
 	   mtime, in the index's time encoding: compared with dbox_time_cmp;

@@ -71,7 +71,7 @@ static int altmove_offline(void *ctx)
 	const struct altmove_args *a = ctx;
 	struct dbox_store_settings set = { .create = false,
 					   .alt_path = a->alt };
-	struct dbox_purge_settings ps = { .altmove = true,
+	struct dbox_purge_settings ps = { .altmove = true, .quiet = true,
 					  .altmove_before_ns = a->before_ns,
 					  .progress = altmove_progress_cb };
 	struct altmove_progress ap = { 0 };

@@ -56,7 +56,7 @@ static int purge_offline(void *ctx)
 {
 	const char *store = ((const struct purge_args *)ctx)->store;
 	struct dbox_store_settings set = { .create = false };
-	struct dbox_purge_settings ps = { .threshold = 0 };
+	struct dbox_purge_settings ps = { .threshold = 0, .quiet = true };
 	struct dbox_purge_result res;
 	struct dbox_store *st = NULL;
 	int ret;
