@@ -9,6 +9,10 @@
 #include <errno.h>
 #include <stdlib.h>
 
+/* An entry per inode the kernel knows: a million after an `ls -l` of a
+   million messages.  64 bytes is a 80-byte malloc chunk (inode-table.h). */
+_Static_assert(sizeof(struct fs_inode) <= 64, "struct fs_inode grew");
+
 static size_t home_slot(const struct fs_inode_table *table, uint64_t ino)
 {
 	return (size_t)((ino * 0x9E3779B97F4A7C15ULL) >> 20) & (table->size - 1);
