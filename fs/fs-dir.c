@@ -7,6 +7,7 @@
 #include "fs.h"
 
 #include "engine/namespace.h"
+#include "engine/perm.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -50,13 +51,18 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct fs *fs = req_fs(req);
 	struct fuse_entry_param e;
 	struct dbox_attr attr;
+	struct dbox_cred c;
 	int ret;
 
+	fs_perm_begin(req, &c);
 	fs_lock(fs);
-	ret = dbox_ns_lookup(fs->st, parent, name, &attr);
+	ret = fs_perm_inode(fs, &c, parent, DBOX_MAY_EXEC);
+	if (ret == 0)
+		ret = dbox_ns_lookup(fs->st, parent, name, &attr);
 	if (ret == 0)
 		ret = fs_entry(fs, &attr, &e);
 	fs_unlock(fs);
+	dbox_cred_release(&c);
 	reply_entry_or_err(req, ret, &e);
 }
 
@@ -91,6 +97,22 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fs_reply_attr_unlock(req, fs, dbox_ns_getattr(fs->st, ino, &attr), &attr);
 }
 
+/* access(2), faccessat(2), chdir(2): the kernel asks only a mount that
+   checks permissions itself (fs-perm.c). */
+static void fs_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	struct fs *fs = req_fs(req);
+	struct dbox_cred c;
+	int ret;
+
+	fs_perm_begin(req, &c);
+	fs_lock(fs);
+	ret = fs_perm_access(fs, &c, ino, mask);
+	fs_unlock(fs);
+	dbox_cred_release(&c);
+	fuse_reply_err(req, -ret);
+}
+
 /* mkdir, symlink and mknod of a special file: create what nw says (its
    gid and mode by the setgid rule) and reply with its entry. */
 void fs_create_node(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -100,15 +122,20 @@ void fs_create_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct fuse_entry_param e;
 	struct dbox_attr attr;
+	struct dbox_cred c;
 	int ret;
 
 	nw->uid = ctx->uid;
 	nw->gid = ctx->gid;
+	fs_perm_begin(req, &c);
 	fs_lock(fs);
-	ret = dbox_ns_create(fs->st, parent, name, nw, &attr);
+	ret = fs_perm_create(fs, &c, parent);
+	if (ret == 0)
+		ret = dbox_ns_create(fs->st, parent, name, nw, &attr);
 	if (ret == 0)
 		ret = fs_entry(fs, &attr, &e);
 	fs_unlock(fs);
+	dbox_cred_release(&c);
 	reply_entry_or_err(req, ret, &e);
 }
 
@@ -129,13 +156,19 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
 	struct fs *fs = req_fs(req);
 	struct dbox_ns_hooks hooks = fs_ns_hooks(fs);
-	struct dbox_ns_gone gone;
+	struct dbox_ns_gone gone = { 0 };
+	struct dbox_cred c;
 	int ret;
 
+	fs_perm_begin(req, &c);
 	fs_lock(fs);
-	ret = dbox_ns_remove(fs->st, parent, name, dir, &hooks, &gone);
-	fs_inode_gone(fs, &gone);
+	ret = fs_perm_delete(fs, &c, parent, name);
+	if (ret == 0) {
+		ret = dbox_ns_remove(fs->st, parent, name, dir, &hooks, &gone);
+		fs_inode_gone(fs, &gone);
+	}
 	fs_unlock(fs);
+	dbox_cred_release(&c);
 	fuse_reply_err(req, -ret);
 }
 
@@ -165,6 +198,8 @@ static bool convertible(struct fs *fs, uint64_t ino)
    that file. */
 struct rename_ctx {
 	struct fs *fs;
+	struct dbox_cred *cred;     /* the caller (fs_perm_moved) */
+	bool new_parent;            /* moved to another directory */
 	struct dbox_save *copied;   /* the copy, of copied_ino */
 	uint64_t copied_ino;
 	uint64_t want_copy;         /* the moved callback asked for a copy
@@ -180,6 +215,8 @@ static int rename_moved(void *vctx, const struct dbox_attr *moved,
 	struct fs *fs = rc->fs;
 	int ret;
 
+	if ((ret = fs_perm_moved(fs, rc->cred, moved, rc->new_parent)) < 0)
+		return ret;
 	if (moved->kind != DBOX_KIND_FILE || moved->nlink != 1 ||
 	    !convertible(fs, moved->ino) ||
 	    !fs_is_message_name(fs, newparent, newname))
@@ -207,16 +244,21 @@ static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      unsigned int flags)
 {
 	struct fs *fs = req_fs(req);
-	struct rename_ctx rc = { .fs = fs };
+	struct dbox_cred c;
+	struct rename_ctx rc = {
+		.fs = fs, .cred = &c, .new_parent = parent != newparent,
+	};
 	struct dbox_ns_hooks hooks = {
 		.held = rename_held, .moved = rename_moved, .ctx = &rc,
 	};
-	struct dbox_ns_gone gone;
+	struct dbox_ns_gone gone = { 0 };
 	struct dbox_attr moved;
 	int ret;
 
+	fs_perm_begin(req, &c);
 	fs_lock(fs);
-	while ((ret = dbox_ns_rename(fs->st, parent, name, newparent, newname,
+	ret = fs_perm_rename(fs, &c, parent, name, newparent, newname, flags);
+	while (ret == 0 && (ret = dbox_ns_rename(fs->st, parent, name, newparent, newname,
 				     flags, &hooks, &moved, &gone)) == 1) {
 		rc.tried = true;
 		dbox_save_free(&rc.copied);
@@ -228,6 +270,7 @@ static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fs_inode_gone(fs, &gone);
 	dbox_save_free(&rc.copied);
 	fs_unlock(fs);
+	dbox_cred_release(&c);
 	/* Unlocked: freeing a big file's blocks takes a while.  The inode
 	   is a message now and its number is never reused; recovery removes
 	   the file if this never happens. */
@@ -242,13 +285,18 @@ static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	struct fs *fs = req_fs(req);
 	struct fuse_entry_param e;
 	struct dbox_attr attr;
+	struct dbox_cred c;
 	int ret;
 
+	fs_perm_begin(req, &c);
 	fs_lock(fs);
-	ret = dbox_ns_link(fs->st, ino, newparent, newname, &attr);
+	ret = fs_perm_link(fs, &c, ino, newparent);
+	if (ret == 0)
+		ret = dbox_ns_link(fs->st, ino, newparent, newname, &attr);
 	if (ret == 0)
 		ret = fs_entry(fs, &attr, &e);
 	fs_unlock(fs);
+	dbox_cred_release(&c);
 	reply_entry_or_err(req, ret, &e);
 }
 
@@ -304,10 +352,15 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct fs *fs = req_fs(req);
 	struct fs_dirhandle *dh = NULL;
 	struct dbox_attr attr;
+	struct dbox_cred c;
 	int ret;
 
+	fs_perm_begin(req, &c);
 	fs_lock(fs);
 	ret = dbox_ns_getattr(fs->st, ino, &attr);
+	/* Reading it needs r (O_WRONLY is the kernel's EISDIR). */
+	if (ret == 0 && attr.kind == DBOX_KIND_DIR && fs->own_checks)
+		ret = dbox_perm_may(&c, &attr, DBOX_MAY_READ);
 	/* Listing a directory reads it: its atime moves by relatime (at
 	   the open, as the listing itself may come from the kernel's
 	   cache). */
@@ -318,6 +371,7 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		dbox_warning("%s: directory inode %llu: atime not stored",
 			     fs->st->path, (unsigned long long)ino);
 	fs_unlock(fs);
+	dbox_cred_release(&c);
 	if (ret == 0 && attr.kind != DBOX_KIND_DIR)
 		ret = -ENOTDIR;
 	if (ret == 0 && (dh = calloc(1, sizeof(*dh))) == NULL)
@@ -539,6 +593,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.forget = fs_forget,
 	.forget_multi = fs_forget_multi,
 	.getattr = fs_getattr,
+	.access = fs_access,
 	.setattr = fs_setattr,
 	.mknod = fs_mknod,
 	.mkdir = fs_mkdir,

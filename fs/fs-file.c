@@ -10,6 +10,7 @@
  */
 #include "engine/store-dirs.h"
 #include "engine/store-layout.h"
+#include "engine/perm.h"
 #include "engine/save-fd.h"
 #include "fs-file.h"
 
@@ -146,20 +147,26 @@ static int make_node(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 		     struct fuse_entry_param *e, struct fs_handle **h_r)
 {
 	struct dbox_attr attr;
+	struct dbox_cred c;
 	int ret;
 
 	*h_r = NULL;
+	fs_perm_begin(req, &c);
 	fs_lock(fs);
-	if (S_ISREG(mode))
-		ret = create_file(fs, req, parent, name, mode, open, &attr, h_r);
-	else if (S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode) ||
-		 S_ISBLK(mode))
-		ret = create_special(fs, req, parent, name, mode, rdev, &attr);
+	/* mknod(2)'s EINVAL for an unknown type comes first. */
+	if (!S_ISREG(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode) &&
+	    !S_ISCHR(mode) && !S_ISBLK(mode))
+		ret = -EINVAL;
 	else
-		ret = -EINVAL; /* mknod(2)'s answer to an unknown type */
+		ret = fs_perm_create(fs, &c, parent);
+	if (ret == 0 && S_ISREG(mode))
+		ret = create_file(fs, req, parent, name, mode, open, &attr, h_r);
+	else if (ret == 0)
+		ret = create_special(fs, req, parent, name, mode, rdev, &attr);
 	if (ret == 0)
 		ret = fs_entry(fs, &attr, e);
 	fs_unlock(fs);
+	dbox_cred_release(&c);
 	return ret;
 }
 
@@ -233,9 +240,11 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fs_inode *inode;
 	struct dbox_attr attr;
 	struct fs_handle *h = NULL;
+	struct dbox_cred c;
 	enum dbox_kind kind;
 	int ret = 0;
 
+	fs_perm_begin(req, &c);
 	fs_lock(fs);
 	/* The kernel opens what it looked up: the kind is usually known
 	   from the lookup, sparing an index query per open.  A message
@@ -256,6 +265,8 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		ret = -ELOOP;
 	if (ret == 0 && kind == DBOX_KIND_SPECIAL)
 		ret = -ENXIO;
+	if (ret == 0)
+		ret = fs_perm_open(fs, &c, ino, fi->flags);
 	if (ret == 0 && (inode = fs_inode_add(&fs->inodes, ino)) == NULL)
 		ret = -ENOMEM;
 	if (ret == 0) {
@@ -299,6 +310,7 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		}
 	}
 	fs_unlock(fs);
+	dbox_cred_release(&c);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;

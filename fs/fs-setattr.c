@@ -4,6 +4,7 @@
  * mode and owner, in one index transaction; a message's received date
  * (dbox R) follows its mtime.
  */
+#include "engine/perm.h"
 #include "engine/save-fd.h"
 #include "fs-file.h"
 #include "engine/store-dirs.h"
@@ -59,13 +60,13 @@ static void set_mtime(struct dbox_ns_set *set, struct dbox_attr *attr,
 	set->mtime_ns = attr->mtime_ns = t;
 }
 
-/* chmod and chown's part of a setattr. */
+/* chmod (to mode: permission bits) and chown's part of a setattr. */
 static void set_owner(struct dbox_ns_set *set, const struct stat *in,
-		      int to_set)
+		      int to_set, uint32_t mode)
 {
 	if (to_set & FUSE_SET_ATTR_MODE) {
 		set->what |= DBOX_NS_SET_MODE;
-		set->mode = in->st_mode & 07777;
+		set->mode = mode;
 	}
 	if (to_set & FUSE_SET_ATTR_UID) {
 		set->what |= DBOX_NS_SET_UID;
@@ -127,16 +128,25 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	struct dbox_attr attr;
 	struct fs_inode *inode;
 	struct stat stbuf;
+	struct dbox_cred c;
+	struct dbox_attr before;
+	struct fs_names cut = { 0 };
 	char name[24];
 	int64_t now, old_mtime;
+	uint32_t mode = in->st_mode & 07777;
 	int ret;
 
+	fs_perm_begin(req, &c);
 	fs_lock(fs);
 	fs_inode_wait_idle(fs, ino);
 	now = dbox_now_ns();
 	ret = dbox_ns_getattr(fs->st, ino, &attr);
+	if (ret == 0)
+		ret = fs_perm_setattr(fs, &c, &attr, in, to_set, fi != NULL,
+				      &mode);
 	if (ret < 0)
 		goto out;
+	before = attr;
 	old_mtime = attr.mtime_ns;
 	dbox_files_name(name, ino);
 	if (to_set & FUSE_SET_ATTR_SIZE) {
@@ -180,7 +190,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 						to_set & FUSE_SET_ATTR_ATIME_NOW, now);
 		}
 	}
-	set_owner(&set, in, to_set);
+	set_owner(&set, in, to_set, mode);
 	set.ctime_ns = now;
 	/* A write not yet stored (chmod while a writer has it open): its
 	   time goes in with this change. */
@@ -190,6 +200,12 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	    !(to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_SIZE)))
 		set_mtime(&set, &attr, inode->wtime);
 	ret = dbox_ns_setattr(fs->st, ino, &set, &attr);
+	if (ret == 0 && (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
+				   FUSE_SET_ATTR_GID)) &&
+	    fs_perm_walks_cut(fs, &c, &before, &attr, &cut) < 0)
+		dbox_warning("%s: directory inode %llu: its cached names "
+			     "could not be listed to be dropped", fs->st->path,
+			     (unsigned long long)ino);
 	if (ret == 0 && inode != NULL)
 		inode->written = false; /* stored now */
 	/* An mtime of the same second leaves R as it is: with -o
@@ -208,6 +224,8 @@ out:
 	if (ret == 0)
 		ret = fs_stat(fs, &attr, &stbuf);
 	fs_unlock(fs);
+	dbox_cred_release(&c);
 	fs_reply_attr(req, fs, ret, &stbuf);
+	fs_perm_walks_cut_send(fs, ino, &cut);
 }
 

@@ -4,6 +4,8 @@
  */
 #include "fs.h"
 
+#include "engine/perm.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +66,7 @@ static void xattr_write(fuse_req_t req, fuse_ino_t ino, const char *name,
 			const char *value, size_t size, int flags, bool remove)
 {
 	struct fs *fs = req_fs(req);
+	struct dbox_cred c;
 	int ret;
 
 	if (xattr_off(req))
@@ -73,10 +76,15 @@ static void xattr_write(fuse_req_t req, fuse_ino_t ino, const char *name,
 		fuse_reply_err(req, remove ? ENODATA : EOPNOTSUPP);
 		return;
 	}
+	fs_perm_begin(req, &c);
 	fs_lock(fs);
-	ret = remove ? dbox_ns_xattr_remove(fs->st, ino, name) :
-		dbox_ns_xattr_set(fs->st, ino, name, value, size, flags);
+	ret = fs_perm_inode(fs, &c, ino, DBOX_MAY_WRITE);
+	if (ret == 0)
+		ret = remove ? dbox_ns_xattr_remove(fs->st, ino, name) :
+			dbox_ns_xattr_set(fs->st, ino, name, value, size,
+					  flags);
 	fs_unlock(fs);
+	dbox_cred_release(&c);
 	fuse_reply_err(req, -ret);
 }
 
@@ -93,6 +101,7 @@ static void xattr_read(fuse_req_t req, fuse_ino_t ino, const char *name,
 	struct fs *fs = req_fs(req);
 	void *buf = NULL;
 	size_t len = 0;
+	struct dbox_cred c;
 	int ret;
 
 	if (xattr_off(req))
@@ -101,9 +110,13 @@ static void xattr_read(fuse_req_t req, fuse_ino_t ino, const char *name,
 		fuse_reply_err(req, ENODATA);
 		return;
 	}
+	fs_perm_begin(req, &c);
 	fs_lock(fs);
 	if (name != NULL) {
-		ret = dbox_ns_xattr_get(fs->st, ino, name, &buf, &len);
+		/* getxattr of user.* needs r (listxattr nothing). */
+		ret = fs_perm_inode(fs, &c, ino, DBOX_MAY_READ);
+		if (ret == 0)
+			ret = dbox_ns_xattr_get(fs->st, ino, name, &buf, &len);
 	} else {
 		char *list = NULL;
 
@@ -111,6 +124,7 @@ static void xattr_read(fuse_req_t req, fuse_ino_t ino, const char *name,
 		buf = list;
 	}
 	fs_unlock(fs);
+	dbox_cred_release(&c);
 	reply_sized(req, ret, buf, len, size);
 	free(buf);
 }

@@ -51,6 +51,9 @@ struct fs_options {
 	int noatime;             /* -o noatime: reads never move atime */
 	int writeback_cache;     /* -o writeback_cache: the kernel caches
 				    writes (FUSE_CAP_WRITEBACK_CACHE) */
+	int kernel_checks;       /* -o allow_other, allow_root or
+				    default_permissions: the kernel checks
+				    permissions (else fs-perm.c does) */
 	int foreground, debug;
 };
 
@@ -65,6 +68,11 @@ struct fs {
 	struct fs_handle *handles; /* every open handle (st->lock): the ones
 				      the kernel never released are freed
 				      at exit (fs_handles_free) */
+	bool own_checks;           /* the daemon checks permissions
+				      (fs-perm.c), not the kernel */
+	bool protected_hardlinks;  /* sysctl fs.protected_hardlinks at
+				      mount time */
+	bool single_threaded;      /* -s: one thread serves requests */
 };
 
 /* An open file: fi->fh points at one. */
@@ -94,6 +102,88 @@ void fs_unlock(struct fs *fs);
    on disk before returning) when ret is 0, else roll back.  Returns ret or
    the commit's error. */
 int fs_tx_end(struct fs *fs, int ret, bool durable);
+
+/* fs-perm.c: permission checks made by the daemon on a mount only its
+   owner can reach (fs->own_checks; see fs-perm.c for why).  Each returns
+   0 at once on other mounts, where the kernel checks
+   (default_permissions).  All but fs_perm_begin need the lock. */
+struct dbox_cred;
+
+/* __FMODE_EXEC in an OPEN's flags: an open for execve(). */
+#define FS_FMODE_EXEC 040
+
+/* Fill *c with req's caller (supplementary groups fetched on first
+   need; dbox_cred_release frees them). */
+void fs_perm_begin(fuse_req_t req, struct dbox_cred *c);
+
+/* May c access ino for mask (DBOX_MAY_*)?  0, -EACCES, or the index's
+   error (-ENOENT, -EIO). */
+int fs_perm_inode(struct fs *fs, struct dbox_cred *c, uint64_t ino,
+		  int mask);
+
+/* ACCESS: like fs_perm_inode, and ino must exist on every mount. */
+int fs_perm_access(struct fs *fs, struct dbox_cred *c, uint64_t ino,
+		   int mask);
+
+/* May c open ino with open(2) flags (access mode, O_TRUNC,
+   FS_FMODE_EXEC)?  0 or -EACCES (or the index's error). */
+int fs_perm_open(struct fs *fs, struct dbox_cred *c, uint64_t ino,
+		 int flags);
+
+/* May c create a name in parent?  0, -EACCES, -ENOTDIR. */
+int fs_perm_create(struct fs *fs, struct dbox_cred *c, uint64_t parent);
+
+/* May c remove parent/name (sticky rule included)?  0, -EACCES,
+   -EPERM. */
+int fs_perm_delete(struct fs *fs, struct dbox_cred *c, uint64_t parent,
+		   const char *name);
+
+/* May c rename parent/name to newparent/newname with rename flags?
+   Both sides as removals (or a creation); a directory moved to another
+   parent is checked by fs_perm_moved once known.  0, -EACCES, -EPERM. */
+int fs_perm_rename(struct fs *fs, struct dbox_cred *c, uint64_t parent,
+		   const char *name, uint64_t newparent, const char *newname,
+		   unsigned int flags);
+
+/* Inside a rename's transaction, once moved is known: a directory given
+   a new parent needs w on itself.  0 or -EACCES. */
+int fs_perm_moved(struct fs *fs, struct dbox_cred *c,
+		  const struct dbox_attr *moved, bool new_parent);
+
+/* May c link ino into newparent (protected hardlinks, then
+   creation)?  0, -EPERM, -EACCES. */
+int fs_perm_link(struct fs *fs, struct dbox_cred *c, uint64_t ino,
+		 uint64_t newparent);
+
+/* May c change attr as a SETATTR with to_set and in asks (through an
+   open handle when by_handle)?  *mode is the new mode (permission
+   bits), with setgid dropped as chmod drops it.  0, -EPERM, -EACCES. */
+int fs_perm_setattr(struct fs *fs, struct dbox_cred *c,
+		    const struct dbox_attr *attr, const struct stat *in,
+		    int to_set, bool by_handle, uint32_t *mode);
+
+/* Names of a directory, malloc'ed (fs_perm_walks_cut). */
+struct fs_names {
+	char **v;
+	size_t n;
+};
+
+/* After a chmod or chown of directory before -> after: when it took
+   c's search permission away, *names gets the names in it whose inodes
+   the kernel holds (it may have them cached), for
+   fs_perm_walks_cut_send.  Else (or on a mount the kernel checks, or a
+   single-threaded one, where the notification could wait on a request
+   only the one thread could answer) none.  Returns 0 or a negative
+   errno (then *names holds what was collected). */
+int fs_perm_walks_cut(struct fs *fs, struct dbox_cred *c,
+		      const struct dbox_attr *before,
+		      const struct dbox_attr *after, struct fs_names *names);
+
+/* Tell the kernel to drop names (cached names of directory dir), and
+   free them.  Without the lock, after the SETATTR's reply: the kernel
+   holds the directory's lock until the reply came. */
+void fs_perm_walks_cut_send(struct fs *fs, uint64_t dir,
+			    struct fs_names *names);
 
 /* The operations table (fs-dir.c, fs-file.c). */
 extern const struct fuse_lowlevel_ops fs_ops;

@@ -30,7 +30,7 @@
 
 #define DBOXFS_VERSION "0.1"
 
-enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW, KEY_NOATIME };
+enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW, KEY_NOATIME, KEY_KERNEL_CHECKS };
 
 #define FS_OPT(t, p) { t, offsetof(struct fs_options, p), 1 }
 
@@ -50,6 +50,9 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
 	FUSE_OPT_KEY("noatime", KEY_NOATIME),
+	FUSE_OPT_KEY("allow_other", KEY_KERNEL_CHECKS),
+	FUSE_OPT_KEY("allow_root", KEY_KERNEL_CHECKS),
+	FUSE_OPT_KEY("default_permissions", KEY_KERNEL_CHECKS),
 	FUSE_OPT_KEY("--version", KEY_VERSION),
 	FUSE_OPT_END
 };
@@ -85,6 +88,9 @@ static void usage(const char *prog)
 	       "                           sizes itself: processes reading a file\n"
 	       "                           another one appends to without a lock\n"
 	       "                           (Dovecot's index) see sizes they can read\n"
+	       "    -o default_permissions the kernel checks permissions (always\n"
+	       "                           with allow_other or allow_root; otherwise\n"
+	       "                           dboxfs does, saving requests)\n"
 	       "\n"
 	       "general options:\n"
 	       "    -f                     stay in the foreground, log to stderr too\n"
@@ -123,6 +129,11 @@ static int opt_proc(void *data, const char *arg, int key,
 		/* Ours, and the kernel's too (kept: /proc/mounts shows
 		   it). */
 		opts->noatime = 1;
+		return 1;
+	case KEY_KERNEL_CHECKS:
+		/* Kept for libfuse: other users reach the mount, or the
+		   kernel's checks were asked for (fs_kernel_checks). */
+		opts->kernel_checks = 1;
 		return 1;
 	case KEY_VERSION:
 		printf("dboxfs %s\n", DBOXFS_VERSION);
@@ -176,6 +187,18 @@ static void exit_reason(unsigned long errors_before, const char *what, int err)
 /* Plenty of descriptors (the soft limit up to the hard one): open
    handles read through descriptors of their own; cached m.N descriptors
    take at most a quarter of the limit (storage/fd-cache.h). */
+/* sysctl fs.protected_hardlinks (1 unless set to 0): the rule
+   fs_perm_link applies as the kernel would. */
+static bool protected_hardlinks(void)
+{
+	FILE *f = fopen("/proc/sys/fs/protected_hardlinks", "re");
+	int c = f != NULL ? fgetc(f) : '1';
+
+	if (f != NULL)
+		fclose(f);
+	return c != '0';
+}
+
 static void raise_nofile(void)
 {
 	struct rlimit rl;
@@ -482,18 +505,31 @@ int main(int argc, char *argv[])
 	if (fs_options_check(argc, argv) < 0 ||
 	    fuse_opt_parse(&args, &fs.opts, fs_opt_spec, opt_proc) < 0)
 		return 1;
-	/* Permission checks by the kernel, as for a local filesystem. */
-	fuse_opt_add_arg(&args, "-odefault_permissions");
+	/* Who checks permissions.  A mount others may reach (allow_other,
+	   allow_root) leaves them to the kernel (default_permissions),
+	   which checks every path walk.  One only its owner reaches checks
+	   them in the daemon (fs/fs-perm.c): the kernel then spares the
+	   directory GETATTRs its own checks cost after every change. */
+	if (fs.opts.kernel_checks)
+		fuse_opt_add_arg(&args, "-odefault_permissions");
+	fs.protected_hardlinks = protected_hardlinks();
 	fuse_opt_add_arg(&args, "-ofsname=dboxfs");
 	fuse_opt_add_arg(&args, "-osubtype=dboxfs");
 	if (fuse_parse_cmdline(&args, &cmd) != 0)
 		return 1;
+	/* A mount made before dboxfs started (mount.fuse3's
+	   drop_privileges passes /dev/fd/N) has whatever options it was
+	   made with: the daemon checks in any case. */
+	fs.own_checks = !fs.opts.kernel_checks ||
+		(cmd.mountpoint != NULL &&
+		 strncmp(cmd.mountpoint, "/dev/fd/", 8) == 0);
 	if (fs.opts.store == NULL || cmd.mountpoint == NULL) {
 		fprintf(stderr, "usage: %s STORE MOUNTPOINT [options] "
 			"(--help for more)\n", argv[0]);
 		goto out_args;
 	}
 	log_debug = cmd.debug;
+	fs.single_threaded = cmd.singlethread;
 	raise_nofile();
 	if (check_mountpoint(argv[0], fs.opts.store, cmd.mountpoint) < 0)
 		goto out_args;

@@ -12,6 +12,7 @@ TSan) are not lost to the /dev/null of a daemon: unmount() waits for the
 daemon to exit and fails the test if the log holds such a report.
 """
 import os
+import pwd
 import signal
 import sqlite3
 import subprocess
@@ -67,12 +68,15 @@ def sanitizer_report(text):
 
 
 class Mount:
-    """A dboxfs mount of `store` on `mnt`, started with extra `options`."""
+    """A dboxfs mount of `store` on `mnt`, started with extra `options`,
+    by root or, with `user`, by that user (uid, primary gid and
+    supplementary groups; the store must be theirs)."""
 
-    def __init__(self, store, mnt, options=()):
+    def __init__(self, store, mnt, options=(), user=None):
         self.store = Path(store)
         self.mnt = Path(mnt)
         self.options = list(options)
+        self.user = user
         self.mnt.mkdir(parents=True, exist_ok=True)
         self.log = self.mnt.parent / (self.mnt.name + ".dboxfs.log")
         self.proc = None
@@ -81,10 +85,15 @@ class Mount:
     def mount(self):
         """Start dboxfs -f in the background; return once mounted."""
         self._log_start = self.log.stat().st_size if self.log.exists() else 0
+        creds = {}
+        if self.user is not None:
+            pw = pwd.getpwnam(self.user)
+            creds = dict(user=pw.pw_uid, group=pw.pw_gid,
+                         extra_groups=os.getgrouplist(self.user, pw.pw_gid))
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [str(DBOXFS), str(self.store), str(self.mnt), "-f", *self.options],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, **creds)
         deadline = time.monotonic() + 30
         while not is_mounted(self.mnt):
             if self.proc.poll() is not None or time.monotonic() > deadline:

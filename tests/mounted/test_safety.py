@@ -624,13 +624,20 @@ def mount_options(mnt):
 
 
 def test_mount_options(make_mount, tmp_path):
+    """A mount only its owner reaches checks permissions in the daemon
+    (no default_permissions); one others reach (allow_other, allow_root)
+    or that asks for it leaves them to the kernel."""
     m = make_mount()
     opts = mount_options(m.mnt)
-    assert "default_permissions" in opts and "allow_other" not in opts, opts
+    assert "default_permissions" not in opts and "allow_other" not in opts, opts
     m.unmount()
-    m = make_mount(mnt=tmp_path / "mnt2", options=["-o", "allow_other"])
-    opts = mount_options(m.mnt)
-    assert {"default_permissions", "allow_other"} <= opts, opts
+    for n, extra in enumerate(("allow_other", "allow_root", "default_permissions")):
+        m = make_mount(mnt=tmp_path / f"mnt{n + 2}", options=["-o", extra])
+        opts = mount_options(m.mnt)
+        # allow_root is libfuse's own (allow_other in the kernel).
+        assert "default_permissions" in opts, (extra, opts)
+        assert ("allow_other" in opts) == (extra != "default_permissions"), (extra, opts)
+        m.unmount()
 
 
 def test_store_modes(mount):

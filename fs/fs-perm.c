@@ -1,0 +1,347 @@
+/*
+ * fs-perm.c: the permission checks a mount makes itself (fs.h,
+ * fs_perm_*).  Only a mount that no one but its owner can reach makes
+ * them: there the kernel lets the owner's processes (and no one else's)
+ * through, and the daemon applies the rules of engine/perm.h to each
+ * request that names an inode.  Every other mount (allow_other,
+ * allow_root, or default_permissions asked for) leaves the checks to the
+ * kernel, and these functions return 0 at once.
+ *
+ * Why: with default_permissions the kernel asks for a directory's
+ * attributes again after every change inside it, three GETATTR requests
+ * per maildir delivery and one per flag rename (docs/design.md,
+ * "Permission checks").  What the daemon cannot check: a path walk
+ * through names the kernel has cached sends no request, so search (x)
+ * permission on a directory is checked at LOOKUP only.  The one way the
+ * owner loses search permission on a directory is a chmod or chown made
+ * through this mount (no one else reaches it), and after one the kernel
+ * is told to drop the names it has cached below that directory
+ * (fs_perm_walks_cut), so the next walk asks again.
+ *
+ * Every function needs the lock (index reads).
+ */
+#include "fs.h"
+
+#include "engine/perm.h"
+#include "storage/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* dbox_cred_groups_cb_t of a request: libfuse reads them from
+   /proc/PID/task/TID/status. */
+static int req_groups(struct dbox_cred *c)
+{
+	fuse_req_t req = c->ctx;
+	gid_t *list = NULL;
+	int n = 32, got;
+
+	for (;;) {
+		gid_t *more = realloc(list, (size_t)n * sizeof(*list));
+
+		if (more == NULL) {
+			free(list);
+			return -ENOMEM;
+		}
+		list = more;
+		got = fuse_req_getgroups(req, n, list);
+		if (got < 0) {
+			free(list);
+			return got;
+		}
+		if (got <= n)
+			break;
+		n = got;
+	}
+	c->groups = malloc(((size_t)got + 1) * sizeof(*c->groups));
+	if (c->groups == NULL) {
+		free(list);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < got; i++)
+		c->groups[i] = list[i];
+	c->ngroups = got;
+	free(list);
+	return 0;
+}
+
+void fs_perm_begin(fuse_req_t req, struct dbox_cred *c)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	*c = (struct dbox_cred){
+		.uid = ctx->uid, .gid = ctx->gid, .privileged = ctx->uid == 0,
+		.ngroups = -1, .fetch = req_groups, .ctx = req,
+	};
+}
+
+int fs_perm_inode(struct fs *fs, struct dbox_cred *c, uint64_t ino,
+		  int mask)
+{
+	struct dbox_attr attr;
+	int ret;
+
+	if (!fs->own_checks || mask == 0)
+		return 0;
+	/* A privileged caller may do everything to a directory; a file's
+	   execute bits are the kernel's to check. */
+	if (c->privileged && !(mask & DBOX_MAY_EXEC))
+		return 0;
+	if ((ret = dbox_ns_getattr(fs->st, ino, &attr)) < 0)
+		return ret;
+	return dbox_perm_may(c, &attr, mask);
+}
+
+int fs_perm_create(struct fs *fs, struct dbox_cred *c, uint64_t parent)
+{
+	struct dbox_attr dir;
+	int ret;
+
+	if (!fs->own_checks || c->privileged)
+		return 0;
+	if ((ret = dbox_ns_getattr(fs->st, parent, &dir)) < 0)
+		return ret;
+	return dbox_perm_may_create(c, &dir);
+}
+
+/* The attributes of dir when c must have them checked for removing a
+   name in it (w, x, sticky): *checked false when the caller passes
+   anyway. */
+static int delete_in(struct fs *fs, struct dbox_cred *c, uint64_t dir,
+		     const char *name, struct dbox_attr *dir_r)
+{
+	struct dbox_attr victim;
+	int ret;
+
+	if ((ret = dbox_ns_getattr(fs->st, dir, dir_r)) < 0)
+		return ret;
+	if (!(dir_r->mode & S_ISVTX) || dir_r->uid == c->uid)
+		return dbox_perm_may_create(c, dir_r);
+	/* Sticky, and not the directory's owner: the victim's owner
+	   counts.  No such name: the operation itself says ENOENT. */
+	ret = dbox_ns_lookup(fs->st, dir, name, &victim);
+	if (ret == -ENOENT)
+		return dbox_perm_may_create(c, dir_r);
+	if (ret < 0)
+		return ret;
+	return dbox_perm_may_delete(c, dir_r, &victim);
+}
+
+int fs_perm_delete(struct fs *fs, struct dbox_cred *c, uint64_t parent,
+		   const char *name)
+{
+	struct dbox_attr dir;
+
+	if (!fs->own_checks || c->privileged)
+		return 0;
+	return delete_in(fs, c, parent, name, &dir);
+}
+
+int fs_perm_rename(struct fs *fs, struct dbox_cred *c, uint64_t parent,
+		   const char *name, uint64_t newparent, const char *newname,
+		   unsigned int flags)
+{
+	struct dbox_attr dir, target;
+	int ret;
+
+	if (!fs->own_checks || c->privileged)
+		return 0;
+	/* vfs_rename: may_delete of the source, then may_delete (an
+	   existing target) or may_create of the target. */
+	if ((ret = delete_in(fs, c, parent, name, &dir)) < 0)
+		return ret;
+	if ((newparent != parent || (dir.mode & S_ISVTX)) &&
+	    (ret = delete_in(fs, c, newparent, newname, &dir)) < 0)
+		return ret;
+	/* Moving a directory to another parent rewrites its "..": w on
+	   it (fs_perm_moved, once the engine knows what moved), and on
+	   the target too when RENAME_EXCHANGE moves that one back. */
+	if (parent != newparent && (flags & RENAME_EXCHANGE) &&
+	    dbox_ns_lookup(fs->st, newparent, newname, &target) == 0 &&
+	    target.kind == DBOX_KIND_DIR)
+		return dbox_perm_may(c, &target, DBOX_MAY_WRITE);
+	return 0;
+}
+
+int fs_perm_moved(struct fs *fs, struct dbox_cred *c,
+		  const struct dbox_attr *moved, bool new_parent)
+{
+	if (!fs->own_checks || c->privileged || !new_parent ||
+	    moved->kind != DBOX_KIND_DIR)
+		return 0;
+	return dbox_perm_may(c, moved, DBOX_MAY_WRITE);
+}
+
+int fs_perm_link(struct fs *fs, struct dbox_cred *c, uint64_t ino,
+		 uint64_t newparent)
+{
+	struct dbox_attr attr;
+	int ret;
+
+	if (!fs->own_checks || c->privileged)
+		return 0;
+	/* may_linkat before vfs_link's may_create. */
+	if ((ret = dbox_ns_getattr(fs->st, ino, &attr)) < 0 ||
+	    (ret = dbox_perm_may_link(c, &attr, fs->protected_hardlinks)) < 0)
+		return ret;
+	return fs_perm_create(fs, c, newparent);
+}
+
+int fs_perm_open(struct fs *fs, struct dbox_cred *c, uint64_t ino, int flags)
+{
+	int mask = 0;
+
+	switch (flags & O_ACCMODE) {
+	case O_RDONLY:
+		mask = DBOX_MAY_READ;
+		break;
+	case O_WRONLY:
+		mask = DBOX_MAY_WRITE;
+		break;
+	default:
+		mask = DBOX_MAY_READ | DBOX_MAY_WRITE;
+		break;
+	}
+	if (flags & O_TRUNC)
+		mask |= DBOX_MAY_WRITE;
+	/* An open for execve() (__FMODE_EXEC) needs x instead of r; the
+	   kernel has checked that some x bit is set. */
+	if (flags & FS_FMODE_EXEC)
+		mask = (mask & ~DBOX_MAY_READ) | DBOX_MAY_EXEC;
+	return fs_perm_inode(fs, c, ino, mask);
+}
+
+/* Is mode what old is with setuid or setgid (or both) dropped? */
+static bool kills_privs_only(uint32_t old, uint32_t mode)
+{
+	const uint32_t privs = S_ISUID | S_ISGID;
+
+	old &= 07777;
+	mode &= 07777;
+	return mode != old && (mode & ~privs) == (old & ~privs) &&
+		(mode & ~old) == 0;
+}
+
+int fs_perm_setattr(struct fs *fs, struct dbox_cred *c,
+		    const struct dbox_attr *attr, const struct stat *in,
+		    int to_set, bool by_handle, uint32_t *mode)
+{
+	const int times = FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME;
+	const int now = FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW;
+	uint32_t uid = UINT32_MAX, gid = UINT32_MAX;
+	int ret;
+
+	if (!fs->own_checks)
+		return 0;
+	/* truncate(path): vfs_truncate wants w first (ftruncate's file
+	   was opened for writing). */
+	if ((to_set & FUSE_SET_ATTR_SIZE) && !by_handle &&
+	    (ret = dbox_perm_may(c, attr, DBOX_MAY_WRITE)) < 0)
+		return ret;
+	/* utime(NULL) and touch: both times now (may_setattr). */
+	if ((to_set & times) == times && (to_set & now) == now &&
+	    (ret = dbox_perm_times(c, attr, true)) < 0)
+		return ret;
+	if (to_set & FUSE_SET_ATTR_UID)
+		uid = in->st_uid;
+	if (to_set & FUSE_SET_ATTR_GID)
+		gid = in->st_gid;
+	if ((ret = dbox_perm_chown(c, attr, uid, gid)) < 0)
+		return ret;
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		ret = dbox_perm_chmod(c, attr, gid != UINT32_MAX ? gid :
+				      attr->gid, mode);
+		/* The kernel drops setuid and setgid itself when a writer
+		   who does not own the file writes to it (file_remove_privs,
+		   sent as a chmod): allowed to whoever may write. */
+		if (ret == -EPERM && kills_privs_only(attr->mode, *mode) &&
+		    dbox_perm_may(c, attr, DBOX_MAY_WRITE) == 0)
+			ret = 0;
+		if (ret < 0)
+			return ret;
+	}
+	if ((to_set & times) && !((to_set & times) == times &&
+				   (to_set & now) == now))
+		return dbox_perm_times(c, attr, false);
+	return 0;
+}
+
+int fs_perm_access(struct fs *fs, struct dbox_cred *c, uint64_t ino, int mask)
+{
+	struct dbox_attr attr;
+	int ret;
+
+	if ((ret = dbox_ns_getattr(fs->st, ino, &attr)) < 0)
+		return ret;
+	if (!fs->own_checks)
+		return 0;
+	return dbox_perm_may(c, &attr, mask);
+}
+
+/* What cached_child collects. */
+struct cut_ctx {
+	struct fs *fs;
+	struct fs_names *names;
+};
+
+/* dbox_readdir_cb_t: note ent's name when the kernel holds its inode
+   (it may have the name cached). */
+static int cached_child(void *vctx, const struct dbox_dirent *ent)
+{
+	struct cut_ctx *ctx = vctx;
+	struct fs_names *names = ctx->names;
+	struct fs_inode *inode = fs_inode_get(&ctx->fs->inodes, ent->attr.ino);
+	char **more;
+
+	if (inode == NULL || inode->nlookup == 0)
+		return 0;
+	more = realloc(names->v, (names->n + 1) * sizeof(*names->v));
+	if (more == NULL)
+		return -ENOMEM;
+	names->v = more;
+	if ((names->v[names->n] = strndup(ent->name, ent->namelen)) == NULL)
+		return -ENOMEM;
+	names->n++;
+	return 0;
+}
+
+int fs_perm_walks_cut(struct fs *fs, struct dbox_cred *c,
+		      const struct dbox_attr *before,
+		      const struct dbox_attr *after, struct fs_names *names)
+{
+	struct cut_ctx ctx = { .fs = fs, .names = names };
+
+	names->v = NULL;
+	names->n = 0;
+	if (!fs->own_checks || fs->single_threaded ||
+	    after->kind != DBOX_KIND_DIR ||
+	    dbox_perm_may(c, before, DBOX_MAY_EXEC) < 0 ||
+	    dbox_perm_may(c, after, DBOX_MAY_EXEC) == 0)
+		return 0;
+	return dbox_ns_readdir(fs->st, after->ino, 0, cached_child, &ctx);
+}
+
+void fs_perm_walks_cut_send(struct fs *fs, uint64_t dir,
+			    struct fs_names *names)
+{
+	for (size_t i = 0; i < names->n; i++) {
+		int ret = fuse_lowlevel_notify_inval_entry(fs->se, dir,
+							  names->v[i],
+							  strlen(names->v[i]));
+
+		/* -ENOENT: the kernel had dropped it already. */
+		if (ret < 0 && ret != -ENOENT)
+			dbox_warning("%s: directory inode %llu: cached name "
+				     "not dropped after its search "
+				     "permission went: %s", fs->st->path,
+				     (unsigned long long)dir, strerror(-ret));
+		free(names->v[i]);
+	}
+	free(names->v);
+	names->v = NULL;
+	names->n = 0;
+}
