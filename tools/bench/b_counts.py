@@ -6,7 +6,11 @@ figures on every run.
 - requests: the daemon runs with -d (libfuse logs every request it
   reads) while one process delivers K messages the maildir way (fsync
   off, then on) and then makes K flag renames in cur/; the requests
-  logged during each phase, divided by K.
+  logged during each phase, divided by K.  dboxfs runs twice: mounted
+  by its user alone (no options: the daemon checks permissions), the
+  main rows, and with -o allow_other (the kernel checks them,
+  default_permissions), the rows named "allow_other mount", which also
+  have Dovecot's phase (Dovecot's processes run as user mail).
 - syscalls: `strace -c -f` attached to the daemon (every thread) of a
   normal mount during the same phases; syscalls per operation, with the
   biggest ones named in the note.
@@ -51,9 +55,10 @@ SQLCOUNT = BUILD / "sqlcount.so"
 _host = socket.gethostname()
 OPS = {"full": 1000, "quick": 200}
 PHASES = ("delivery, fsync off", "delivery, fsync on", "flag rename")
-TIMED = PHASES  # the phases timed (daemon CPU), before Dovecot's joins PHASES
+MAILDIR = TIMED = PHASES  # one user's phases; the timed ones (daemon CPU)
 if shutil.which("dovecot"):
     PHASES += ("Dovecot APPEND",)
+SHARED = ("allow_other",)  # the mount options of a mount others reach
 
 
 def _deliver(folder, msgs, fsync, into="new", tag="c", lat=None):
@@ -113,11 +118,12 @@ def _appends(root, msgs, tmp):
     return phase
 
 
-def _phases(root, msgs, tmp, lat=None):
-    """The workloads on a mount root: phase(start, stop) callables in
-    PHASES order, each doing len(msgs) operations between start() and
-    stop().  Folders are made (not counted) by prepare().  lat gets the
-    fsync() times of the delivery with fsync on."""
+def _phases(root, msgs, tmp, lat=None, names=PHASES):
+    """The workloads on a mount root: phase(start, stop) callables for
+    the phases names (in PHASES order), each doing len(msgs) operations
+    between start() and stop().  Folders are made (not counted) by
+    prepare().  lat gets the fsync() times of the delivery with fsync
+    on."""
     def prepare():
         for f in ("off", "on", "ren"):
             for sub in ("cur", "new", "tmp"):
@@ -132,7 +138,7 @@ def _phases(root, msgs, tmp, lat=None):
         _simple(lambda: _deliver(os.path.join(root, ".on"), msgs, True, lat=lat)),
         _simple(lambda: _rename_all(os.path.join(root, ".ren", "cur"))),
     ]
-    if "Dovecot APPEND" in PHASES:
+    if "Dovecot APPEND" in names:
         phases.append(_appends(root, msgs, tmp))
     return prepare, phases
 
@@ -140,16 +146,16 @@ def _phases(root, msgs, tmp, lat=None):
 _OPCODE = re.compile(r"opcode: (\w+)")
 
 
-def count_requests(make_mount, msgs, log_path):
-    """{phase: Counter of opcodes} over the phases on a mount made by
-    make_mount(debug_log) (libfuse -d)."""
+def count_requests(make_mount, msgs, log_path, names=PHASES):
+    """{phase: Counter of opcodes} over the phases names on a mount made
+    by make_mount(debug_log) (libfuse -d)."""
     out = {}
     m = make_mount(log_path)
     m.mount()
     try:
-        prepare, work = _phases(m.mnt, msgs, Path(log_path).parent)
+        prepare, work = _phases(m.mnt, msgs, Path(log_path).parent, names=names)
         prepare()
-        for phase, fn in zip(PHASES, work):
+        for phase, fn in zip(names, work):
             pos = []
 
             def start():
@@ -203,10 +209,11 @@ def _sql_counters(path):
     return int.from_bytes(data[:8], sys.byteorder), int.from_bytes(data[8:16], sys.byteorder)
 
 
-def count_syscalls(make_mount, msgs, tmp, sql=False):
+def count_syscalls(make_mount, msgs, tmp, sql=False, names=PHASES):
     """{phase: (total, {syscall: calls}, (statements, commits) or None)}
-    with strace -c -f attached to the daemon of a mount made by
-    make_mount(None); sql: with sqlcount.so preloaded into the daemon."""
+    over the phases names with strace -c -f attached to the daemon of a
+    mount made by make_mount(None); sql: with sqlcount.so preloaded into
+    the daemon."""
     out = {}
     m = make_mount(None)
     sqlfile = None
@@ -223,9 +230,9 @@ def count_syscalls(make_mount, msgs, tmp, sql=False):
         os.environ.pop("SQLCOUNT_FILE", None)
     try:
         pid = m.pid()
-        prepare, work = _phases(m.mnt, msgs, tmp)
+        prepare, work = _phases(m.mnt, msgs, tmp, names=names)
         prepare()
-        for k, (phase, fn) in enumerate(zip(PHASES, work)):
+        for k, (phase, fn) in enumerate(zip(names, work)):
             path = Path(tmp) / f"strace-{k}.txt"
             st, sql0 = [], []
 
@@ -253,28 +260,29 @@ def count_syscalls(make_mount, msgs, tmp, sql=False):
     return out
 
 
-def _maker(tmp, side, args=()):
+def _maker(tmp, side, args=(), options=()):
     """make(debug_log): a Mount (side "dboxfs", of a new store, with the
-    dboxfs arguments args) or a Floor (of a new empty directory) in
-    scratch directory tmp, not yet mounted."""
+    dboxfs arguments args and -o options) or a Floor (of a new empty
+    directory) in scratch directory tmp, not yet mounted."""
     tmp = Path(tmp)
 
     def make(debug_log):
         if side == "dboxfs":
             store = tmp / "counts-store"
             fresh_dir(store).rmdir()
-            return Mount(store, tmp / "counts-mnt", debug_log=debug_log, args=args)
+            return Mount(store, tmp / "counts-mnt", options, debug_log=debug_log, args=args)
         src = fresh_dir(tmp / "counts-floor-src")
         return Floor(src, tmp / "counts-mnt", debug_log=debug_log)
     return make
 
 
-def measure(tmp, msgs, side, args=()):
-    """(requests, syscalls) of side "dboxfs" or "floor" (count_requests,
-    count_syscalls) in scratch directory tmp."""
-    make = _maker(tmp, side, args)
-    req = count_requests(make, msgs, Path(tmp) / f"counts-{side}.log")
-    sysc = count_syscalls(make, msgs, tmp, sql=side == "dboxfs")
+def measure(tmp, msgs, side, args=(), options=(), names=PHASES):
+    """(requests, syscalls) over the phases names of side "dboxfs" (with
+    -o options) or "floor" (count_requests, count_syscalls) in scratch
+    directory tmp."""
+    make = _maker(tmp, side, args, options)
+    req = count_requests(make, msgs, Path(tmp) / f"counts-{side}.log", names)
+    sysc = count_syscalls(make, msgs, tmp, sql=side == "dboxfs", names=names)
     return req, sysc
 
 
@@ -310,7 +318,7 @@ def measure_times(tmp, msgs, side, args=()):
     cpu, lat = {}, []
     try:
         pid = m.pid()
-        prepare, work = _phases(m.mnt, msgs, tmp, lat)
+        prepare, work = _phases(m.mnt, msgs, tmp, lat, names=TIMED)
         prepare()
         for phase, fn in zip(TIMED, work):
             before = []
@@ -348,16 +356,35 @@ REQ_TARGET = {"delivery, fsync off": 7, "delivery, fsync on": 7, "flag rename": 
 SYS_TARGET = {"delivery, fsync off": 30}
 
 
-def rows_from(k, dbx, flo):
-    """Rows of requests and syscalls per operation from measure() of both
-    sides over k operations per phase."""
+def _merged(own, shared):
+    """measure() results of dboxfs: the owner's mount's phases, and the
+    shared mount's for the phases the owner's has not (Dovecot's)."""
+    (oreq, osys), (sreq, ssys) = own, shared
+    return ({**sreq, **oreq}, {**ssys, **osys})
+
+
+def rows_from(k, own, shared, flo):
+    """Rows of requests and syscalls per operation from measure() of
+    dboxfs mounted by its user alone (own: the MAILDIR phases), with
+    allow_other (shared: every phase) and of the floor, over k
+    operations per phase."""
     rows = []
-    (dreq, dsys), (freq, fsys) = dbx, flo
+    (dreq, dsys), (freq, fsys) = _merged(own, shared), flo
     for phase in PHASES:
         dn, fn = sum(dreq[phase].values()), sum(freq[phase].values())
         t = REQ_TARGET.get(phase)
+        where = "allow_other mount" if phase not in MAILDIR else "owner's mount"
         row = Row(f"requests per {phase}", "count", "", ("<=", t, True) if t else None,
-                  f"dboxfs: {_top(dreq[phase], 12, k)}; floor: {_top(freq[phase], 12, k)}")
+                  f"dboxfs ({where}): {_top(dreq[phase], 12, k)}; "
+                  f"floor: {_top(freq[phase], 12, k)}")
+        row.add(dn / k, None, fn / k)
+        rows.append(row)
+    sreq = shared[0]
+    for phase in MAILDIR:
+        dn, fn = sum(sreq[phase].values()), sum(freq[phase].values())
+        row = Row(f"requests per {phase}, allow_other mount", "count", "", None,
+                  f"the kernel checks permissions (default_permissions): "
+                  f"dboxfs: {_top(sreq[phase], 12, k)}")
         row.add(dn / k, None, fn / k)
         rows.append(row)
     for phase in PHASES:
@@ -412,9 +439,10 @@ def time_rows(k, runs):
 def run(ctx):
     k = OPS["quick" if ctx.quick else "full"]
     msgs = (ctx.messages * (k // len(ctx.messages) + 1))[:k]
-    dbx = measure(ctx.tmp, msgs, "dboxfs")
+    own = measure(ctx.tmp, msgs, "dboxfs", names=MAILDIR)
+    shared = measure(ctx.tmp, msgs, "dboxfs", options=SHARED)
     flo = measure(ctx.tmp, msgs, "floor")
-    rows = rows_from(k, dbx, flo)
+    rows = rows_from(k, own, shared, flo)
     for row in rows:
         log(f"{row.name}: dboxfs {row.dbox[0]:.1f}" +
             (f" floor {row.floor[0]:.1f}" if row.floor else ""))
@@ -443,6 +471,9 @@ def main():
                          "sides in turn; only with --side both (0: none)")
     ap.add_argument("--arg", action="append", default=[],
                     help="a dboxfs argument (-s, -o max_idle_threads=1); repeatable")
+    ap.add_argument("--allow-other", action="store_true",
+                    help="mount dboxfs with -o allow_other (the kernel checks "
+                         "permissions; needed for Dovecot's phase, run only then)")
     ap.add_argument("--tmp", default=str(Path(__file__).resolve().parents[2] / "bench" / "tmp"))
     args = ap.parse_args()
     tmp = Path(args.tmp)
@@ -450,12 +481,14 @@ def main():
     msgs = [(b"From: a@example.org\nTo: b@example.org\nSubject: counts %d\n\n" % i) +
             b"x" * (3000 + i % 4000) + b"\n" for i in range(args.ops)]
     for side in (("dboxfs", "floor") if args.side == "both" else (args.side,)):
-        req, sysc = measure(tmp, msgs, side, args.arg if side == "dboxfs" else ())
-        for phase in PHASES:
+        names = PHASES if args.allow_other or side == "floor" else MAILDIR
+        req, sysc = measure(tmp, msgs, side, args.arg if side == "dboxfs" else (),
+                            SHARED if args.allow_other else (), names)
+        for phase in names:
             n = sum(req[phase].values())
             print(f"{side}: requests per {phase}: {n / args.ops:.2f} "
                   f"({_top(req[phase], 12, args.ops)})")
-        for phase in PHASES:
+        for phase in names:
             total, calls, sql = sysc[phase]
             print(f"{side}: syscalls per {phase}: {total / args.ops:.1f} "
                   f"({_top(collections.Counter(calls), 14, args.ops)})")

@@ -119,7 +119,7 @@ def run(ctx):
     seconds = ctx.n("imap_seconds")
     row = Row("Dovecot APPEND over the mount", "rate", "msg/s", (">=", 1.0, False),
               f"{seconds} s per run, one connection", floor_target=(">=", 0.9))
-    os.chmod(ctx.mnt, 0o755)
+    os.chmod(ctx.imap_mnt, 0o755)
     os.chmod(ctx.floor_mnt, 0o755)
     for r in range(ctx.repeats):
         def side(root, label):
@@ -134,7 +134,7 @@ def run(ctx):
             ctx.work_floor.mount()
             os.chmod(ctx.floor_mnt, 0o755)
             return side(ctx.floor_mnt, "floor")
-        dbx, nat, flo = sides(r, [lambda: side(ctx.mnt, "dboxfs"),
+        dbx, nat, flo = sides(r, [lambda: side(ctx.imap_mnt, "dboxfs"),
                                   lambda: side(ctx.native_root, "native"),
                                   lambda: floor_side()])
         row.add(dbx, nat, flo)

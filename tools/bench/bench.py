@@ -67,14 +67,18 @@ class Context:
 
 
 def setup_work(ctx, stack):
-    """An empty mounted store and an empty native root for writers."""
+    """Empty mounted stores and an empty native root for writers: ctx.mnt
+    mounted by its user alone (the daemon checks permissions), the
+    writers' mount, and ctx.imap_mnt with allow_other (the kernel checks),
+    for Dovecot, whose processes run as user mail."""
     ctx.native_root = fresh_dir(ctx.tmp / "work-native")
-    store = ctx.tmp / "work-store"
-    fresh_dir(store).rmdir()
-    m = Mount(store, ctx.tmp / "work-mnt")
-    stack.append(m)
-    m.mount()
-    ctx.mnt = m.mnt
+    for name, options in (("work", ()), ("imap", ("allow_other",))):
+        store = ctx.tmp / f"{name}-store"
+        fresh_dir(store).rmdir()
+        m = Mount(store, ctx.tmp / f"{name}-mnt", options)
+        stack.append(m)
+        m.mount()
+        setattr(ctx, "mnt" if name == "work" else "imap_mnt", m.mnt)
     ctx.work_floor = mount_floor(ctx, stack, fresh_dir(ctx.tmp / "work-floor-src"),
                                  ctx.tmp / "work-floor-mnt")
     ctx.floor_mnt = ctx.work_floor.mnt

@@ -191,9 +191,11 @@ def unmount_path(mnt):
 
 
 class Mount:
-    """dboxfs STORE MNT [-o options]: mounted on enter, unmounted on exit."""
+    """dboxfs STORE MNT [-o options]: mounted on enter, unmounted on exit.
+    Without options the mount is root's alone and the daemon checks
+    permissions; Dovecot's processes (user mail) need allow_other."""
 
-    def __init__(self, store, mnt, options=("allow_other",), debug_log=None, args=()):
+    def __init__(self, store, mnt, options=(), debug_log=None, args=()):
         self.store, self.mnt = Path(store), Path(mnt)
         self.options = list(options)
         self.args = list(args)  # more command line arguments (-s)
