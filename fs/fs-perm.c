@@ -141,15 +141,44 @@ int fs_perm_delete(struct fs *fs, struct dbox_cred *c, uint64_t parent,
 	return delete_in(fs, c, parent, name, &dir);
 }
 
+/* Do parent/name and newparent/newname name the same inode?  rename(2)
+   of one hard link onto another does nothing and checks nothing. */
+static bool same_inode(struct fs *fs, uint64_t parent, const char *name,
+		       uint64_t newparent, const char *newname)
+{
+	struct dbox_attr a, b;
+
+	return dbox_ns_lookup(fs->st, parent, name, &a) == 0 &&
+		dbox_ns_lookup(fs->st, newparent, newname, &b) == 0 &&
+		a.ino == b.ino;
+}
+
+static int rename_checks(struct fs *fs, struct dbox_cred *c, uint64_t parent,
+			 const char *name, uint64_t newparent,
+			 const char *newname, unsigned int flags);
+
 int fs_perm_rename(struct fs *fs, struct dbox_cred *c, uint64_t parent,
 		   const char *name, uint64_t newparent, const char *newname,
 		   unsigned int flags)
 {
-	struct dbox_attr dir, target;
 	int ret;
 
 	if (!fs->own_checks || c->privileged)
 		return 0;
+	ret = rename_checks(fs, c, parent, name, newparent, newname, flags);
+	if (ret < 0 && same_inode(fs, parent, name, newparent, newname))
+		return 0;
+	return ret;
+}
+
+/* fs_perm_rename's checks, in vfs_rename's order. */
+static int rename_checks(struct fs *fs, struct dbox_cred *c, uint64_t parent,
+			 const char *name, uint64_t newparent,
+			 const char *newname, unsigned int flags)
+{
+	struct dbox_attr dir, target;
+	int ret;
+
 	/* vfs_rename: may_delete of the source, then may_delete (an
 	   existing target) or may_create of the target. */
 	if ((ret = delete_in(fs, c, parent, name, &dir)) < 0)

@@ -131,6 +131,9 @@ OWNER_CASES = [
          (link_to, M, C), "ok"),
     Case("link own message into a 555 cur/", folder(cur=0o555) + msg(N), ALICE,
          (link_to, N, M), "EACCES"),
+    Case("rename a link onto its twin in a 555 cur/ (does nothing)", folder() + msg(M),
+         ALICE, (os.rename, C, M), "ok",
+         warm=[(ALICE, (link_to, M, C)), (ALICE, (os.chmod, ".F/cur", 0o555))]),
     # Moving a directory to another parent needs w on it.
     Case("move bob's folder to another folder",
          folder() + [Entry("d", ".F/.sub", BOB, TEAM, 0o755)] + folder(".G"), ALICE,
