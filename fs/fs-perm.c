@@ -16,20 +16,18 @@
  * owner loses search permission on a directory is a chmod or chown made
  * through this mount (no one else reaches it), and after one the kernel
  * is told to drop the names it has cached below that directory
- * (fs_perm_walks_cut), so the next walk asks again.
+ * (fs-walkcut.c), so the next walk asks again.
  *
  * Every function needs the lock (index reads).
  */
 #include "fs.h"
 
 #include "engine/perm.h"
-#include "storage/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/stat.h>
 
 /* dbox_cred_groups_cb_t of a request: libfuse reads them from
@@ -205,6 +203,24 @@ int fs_perm_moved(struct fs *fs, struct dbox_cred *c,
 	return dbox_perm_may(c, moved, DBOX_MAY_WRITE);
 }
 
+int fs_perm_xattr_write(struct fs *fs, struct dbox_cred *c, uint64_t ino)
+{
+	struct dbox_attr attr;
+	int ret;
+
+	if (!fs->own_checks)
+		return 0;
+	if ((ret = dbox_ns_getattr(fs->st, ino, &attr)) < 0)
+		return ret;
+	if (attr.kind != DBOX_KIND_MESSAGE && attr.kind != DBOX_KIND_FILE &&
+	    attr.kind != DBOX_KIND_DIR)
+		return -EPERM;
+	if (attr.kind == DBOX_KIND_DIR && (attr.mode & S_ISVTX) &&
+	    attr.uid != c->uid && !c->privileged)
+		return -EPERM;
+	return dbox_perm_may(c, &attr, DBOX_MAY_WRITE);
+}
+
 int fs_perm_link(struct fs *fs, struct dbox_cred *c, uint64_t ino,
 		 uint64_t newparent)
 {
@@ -309,68 +325,4 @@ int fs_perm_access(struct fs *fs, struct dbox_cred *c, uint64_t ino, int mask)
 	if (!fs->own_checks)
 		return 0;
 	return dbox_perm_may(c, &attr, mask);
-}
-
-/* What cached_child collects. */
-struct cut_ctx {
-	struct fs *fs;
-	struct fs_names *names;
-};
-
-/* dbox_readdir_cb_t: note ent's name when the kernel holds its inode
-   (it may have the name cached). */
-static int cached_child(void *vctx, const struct dbox_dirent *ent)
-{
-	struct cut_ctx *ctx = vctx;
-	struct fs_names *names = ctx->names;
-	struct fs_inode *inode = fs_inode_get(&ctx->fs->inodes, ent->attr.ino);
-	char **more;
-
-	if (inode == NULL || inode->nlookup == 0)
-		return 0;
-	more = realloc(names->v, (names->n + 1) * sizeof(*names->v));
-	if (more == NULL)
-		return -ENOMEM;
-	names->v = more;
-	if ((names->v[names->n] = strndup(ent->name, ent->namelen)) == NULL)
-		return -ENOMEM;
-	names->n++;
-	return 0;
-}
-
-int fs_perm_walks_cut(struct fs *fs, struct dbox_cred *c,
-		      const struct dbox_attr *before,
-		      const struct dbox_attr *after, struct fs_names *names)
-{
-	struct cut_ctx ctx = { .fs = fs, .names = names };
-
-	names->v = NULL;
-	names->n = 0;
-	if (!fs->own_checks || fs->single_threaded ||
-	    after->kind != DBOX_KIND_DIR ||
-	    dbox_perm_may(c, before, DBOX_MAY_EXEC) < 0 ||
-	    dbox_perm_may(c, after, DBOX_MAY_EXEC) == 0)
-		return 0;
-	return dbox_ns_readdir(fs->st, after->ino, 0, cached_child, &ctx);
-}
-
-void fs_perm_walks_cut_send(struct fs *fs, uint64_t dir,
-			    struct fs_names *names)
-{
-	for (size_t i = 0; i < names->n; i++) {
-		int ret = fuse_lowlevel_notify_inval_entry(fs->se, dir,
-							  names->v[i],
-							  strlen(names->v[i]));
-
-		/* -ENOENT: the kernel had dropped it already. */
-		if (ret < 0 && ret != -ENOENT)
-			dbox_warning("%s: directory inode %llu: cached name "
-				     "not dropped after its search "
-				     "permission went: %s", fs->st->path,
-				     (unsigned long long)dir, strerror(-ret));
-		free(names->v[i]);
-	}
-	free(names->v);
-	names->v = NULL;
-	names->n = 0;
 }

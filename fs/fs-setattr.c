@@ -130,7 +130,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	struct stat stbuf;
 	struct dbox_cred c;
 	struct dbox_attr before;
-	struct fs_names cut = { 0 };
+	struct fs_walkcut_job *cut = NULL;
 	char name[24];
 	int64_t now, old_mtime;
 	uint32_t mode = in->st_mode & 07777;
@@ -202,7 +202,7 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *in,
 	ret = dbox_ns_setattr(fs->st, ino, &set, &attr);
 	if (ret == 0 && (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
 				   FUSE_SET_ATTR_GID)) &&
-	    fs_perm_walks_cut(fs, &c, &before, &attr, &cut) < 0)
+	    fs_walkcut_collect(fs, &c, &before, &attr, &cut) < 0)
 		dbox_warning("%s: directory inode %llu: its cached names "
 			     "could not be listed to be dropped", fs->st->path,
 			     (unsigned long long)ino);
@@ -226,6 +226,6 @@ out:
 	fs_unlock(fs);
 	dbox_cred_release(&c);
 	fs_reply_attr(req, fs, ret, &stbuf);
-	fs_perm_walks_cut_send(fs, ino, &cut);
+	fs_walkcut_queue(fs, cut);
 }
 

@@ -78,7 +78,7 @@ static void xattr_write(fuse_req_t req, fuse_ino_t ino, const char *name,
 	}
 	fs_perm_begin(req, &c);
 	fs_lock(fs);
-	ret = fs_perm_inode(fs, &c, ino, DBOX_MAY_WRITE);
+	ret = fs_perm_xattr_write(fs, &c, ino);
 	if (ret == 0)
 		ret = remove ? dbox_ns_xattr_remove(fs->st, ino, name) :
 			dbox_ns_xattr_set(fs->st, ino, name, value, size,

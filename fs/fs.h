@@ -51,9 +51,10 @@ struct fs_options {
 	int noatime;             /* -o noatime: reads never move atime */
 	int writeback_cache;     /* -o writeback_cache: the kernel caches
 				    writes (FUSE_CAP_WRITEBACK_CACHE) */
-	int kernel_checks;       /* -o allow_other, allow_root or
-				    default_permissions: the kernel checks
-				    permissions (else fs-perm.c does) */
+	int kernel_checks;       /* -o allow_other, allow_root,
+				    default_permissions or writeback_cache:
+				    the kernel checks permissions (else
+				    fs-perm.c does) */
 	int foreground, debug;
 };
 
@@ -72,7 +73,7 @@ struct fs {
 				      (fs-perm.c), not the kernel */
 	bool protected_hardlinks;  /* sysctl fs.protected_hardlinks at
 				      mount time */
-	bool single_threaded;      /* -s: one thread serves requests */
+	struct fs_walkcut *walkcut;/* fs-walkcut.c's thread, or NULL */
 };
 
 /* An open file: fi->fh points at one. */
@@ -150,6 +151,11 @@ int fs_perm_rename(struct fs *fs, struct dbox_cred *c, uint64_t parent,
 int fs_perm_moved(struct fs *fs, struct dbox_cred *c,
 		  const struct dbox_attr *moved, bool new_parent);
 
+/* May c set or remove a user.* extended attribute of ino: w on it, a
+   regular file or directory, and of a sticky directory the owner only
+   (xattr_permission)?  0, -EACCES, -EPERM. */
+int fs_perm_xattr_write(struct fs *fs, struct dbox_cred *c, uint64_t ino);
+
 /* May c link ino into newparent (protected hardlinks, then
    creation)?  0, -EPERM, -EACCES. */
 int fs_perm_link(struct fs *fs, struct dbox_cred *c, uint64_t ino,
@@ -162,28 +168,32 @@ int fs_perm_setattr(struct fs *fs, struct dbox_cred *c,
 		    const struct dbox_attr *attr, const struct stat *in,
 		    int to_set, bool by_handle, uint32_t *mode);
 
-/* Names of a directory, malloc'ed (fs_perm_walks_cut). */
-struct fs_names {
-	char **v;
-	size_t n;
-};
+/* fs-walkcut.c: after a chmod or chown that takes the owner's search
+   permission on a directory away, the kernel is told (by a thread of
+   its own) to drop the names it has cached in it. */
+struct fs_walkcut_job;
 
-/* After a chmod or chown of directory before -> after: when it took
-   c's search permission away, *names gets the names in it whose inodes
-   the kernel holds (it may have them cached), for
-   fs_perm_walks_cut_send.  Else (or on a mount the kernel checks, or a
-   single-threaded one, where the notification could wait on a request
-   only the one thread could answer) none.  Returns 0 or a negative
-   errno (then *names holds what was collected). */
-int fs_perm_walks_cut(struct fs *fs, struct dbox_cred *c,
-		      const struct dbox_attr *before,
-		      const struct dbox_attr *after, struct fs_names *names);
+/* Start the thread (mounts with own checks; fs->walkcut stays NULL on
+   others).  Returns 0 or a negative errno. */
+int fs_walkcut_start(struct fs *fs);
 
-/* Tell the kernel to drop names (cached names of directory dir), and
-   free them.  Without the lock, after the SETATTR's reply: the kernel
-   holds the directory's lock until the reply came. */
-void fs_perm_walks_cut_send(struct fs *fs, uint64_t dir,
-			    struct fs_names *names);
+/* Stop it at exit (after the request loop): waits a second at most for
+   a notification in progress.  Idempotent. */
+void fs_walkcut_stop(struct fs *fs);
+
+/* After a chmod or chown of directory before -> after (same inode):
+   when it took c's search permission away, *job_r gets the names in it
+   whose inodes the kernel holds, for fs_walkcut_queue; else NULL.  Needs
+   the lock.  Returns 0 or a negative errno (then *job_r holds what was
+   collected). */
+int fs_walkcut_collect(struct fs *fs, struct dbox_cred *c,
+		       const struct dbox_attr *before,
+		       const struct dbox_attr *after,
+		       struct fs_walkcut_job **job_r);
+
+/* Hand job (may be NULL) to the thread, which frees it.  Call without
+   the lock, after the SETATTR's reply. */
+void fs_walkcut_queue(struct fs *fs, struct fs_walkcut_job *job);
 
 /* The operations table (fs-dir.c, fs-file.c). */
 extern const struct fuse_lowlevel_ops fs_ops;

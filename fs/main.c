@@ -132,7 +132,7 @@ static int opt_proc(void *data, const char *arg, int key,
 		return 1;
 	case KEY_KERNEL_CHECKS:
 		/* Kept for libfuse: other users reach the mount, or the
-		   kernel's checks were asked for (fs_kernel_checks). */
+		   kernel's checks were asked for (see main). */
 		opts->kernel_checks = 1;
 		return 1;
 	case KEY_VERSION:
@@ -449,6 +449,10 @@ static void start_threads(struct fs *fs)
 	}
 	fs_purge_start(fs);
 	dbox_store_checkpointer_start(fs->st);
+	if (fs_walkcut_start(fs) < 0)
+		dbox_warning("%s: no thread to drop cached names after a chmod "
+			     "that takes search permission away: such a walk "
+			     "may go on through cached names", fs->st->path);
 }
 
 /* Serve requests until unmounted or signalled.  Returns the exit status:
@@ -509,7 +513,12 @@ int main(int argc, char *argv[])
 	   allow_root) leaves them to the kernel (default_permissions),
 	   which checks every path walk.  One only its owner reaches checks
 	   them in the daemon (fs/fs-perm.c): the kernel then spares the
-	   directory GETATTRs its own checks cost after every change. */
+	   directory GETATTRs its own checks cost after every change.  With
+	   writeback_cache the kernel keeps mtimes itself and sends them as
+	   explicit times, which the daemon could not tell from a utime() by
+	   a writer who is not the owner: the kernel checks there too. */
+	if (fs.opts.writeback_cache)
+		fs.opts.kernel_checks = 1;
 	if (fs.opts.kernel_checks)
 		fuse_opt_add_arg(&args, "-odefault_permissions");
 	fs.protected_hardlinks = protected_hardlinks();
@@ -529,7 +538,6 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	log_debug = cmd.debug;
-	fs.single_threaded = cmd.singlethread;
 	raise_nofile();
 	if (check_mountpoint(argv[0], fs.opts.store, cmd.mountpoint) < 0)
 		goto out_args;
@@ -593,6 +601,7 @@ int main(int argc, char *argv[])
 	ret = run_loop(&fs, &cmd);
 out_unmount:
 	fs_purge_stop(&fs);
+	fs_walkcut_stop(&fs);
 	/* Unmounted: from here to exit the store is still locked while the
 	   index is checkpointed and closed; a mount or dboxadm started now
 	   waits for that instead of failing (store-lock.h). */

@@ -100,8 +100,7 @@ class Mount:
                 self.proc.kill()
                 self.proc.wait()
                 self.proc = None
-                raise subprocess.CalledProcessError(
-                    1, "dboxfs", output=self.log_text()[-4000:])
+                raise AssertionError("dboxfs did not mount: " + self.log_text()[-4000:])
             time.sleep(0.01)
         return self
 

@@ -22,6 +22,7 @@ byte-exact, and the final mailbox exactly as expected - on both.
 """
 import imaplib
 import os
+import pwd
 import random
 import re
 import subprocess
@@ -29,9 +30,11 @@ import threading
 
 import pytest
 
+import conftest
 import test_dovecot_maildir as dovecot_maildir
-from conftest import DBOXADM
+from conftest import DBOXADM, Mount
 from maildir_tools import need
+from sysenv import mount_options, system_settings
 
 # The fixtures that start Dovecot over a mount and a native maildir
 # (users "mount" and "native") come from test_dovecot_maildir.
@@ -279,6 +282,49 @@ def test_imap_sessions_during_purge_and_altmove(dovecot, tmp_path, options):
     assert final_mailbox(dv, "mount", tmp_path) == final
     assert log_problems(dv) == []
     dv.mount.unmount()
+    r = subprocess.run([str(DBOXADM), "check", str(dv.mount.store)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_imap_sessions_on_the_mail_users_own_mount(dovecot, tmp_path):
+    """The store mounted by Dovecot's mail user itself (`mail`), without
+    allow_other: Dovecot's processes, which run as that user, get in, and
+    the daemon checks permissions (docs/design.md, "Permission checks").
+    The same load as above: no problem in Dovecot's log, every FETCH
+    byte-exact, the final mailbox exactly what the sessions left, also
+    after a remount; root cannot look in."""
+    need(IMAP)
+    dv = dovecot
+    dv.mount.unmount()
+    mail = pwd.getpwnam("mail")
+    subprocess.run(["chown", "-R", f"{mail.pw_uid}:{mail.pw_gid}", str(dv.mount.store)],
+                   check=True)
+    os.chown(dv.mount.mnt, mail.pw_uid, mail.pw_gid)  # fusermount3 wants it writable
+    own = Mount(dv.mount.store, dv.mount.mnt, user="mail")
+    conftest._all_mounts.append(own)
+    try:
+        with system_settings() as settings:
+            settings.users_may_mount()
+            own.mount()
+        opts = mount_options("/proc/mounts", own.mnt)[1]
+        assert "allow_other" not in opts and "default_permissions" not in opts, opts
+        with pytest.raises(PermissionError):
+            os.listdir(own.mnt)
+        expected, problems = run_load(dv, "mount", tmp_path)
+        final = final_mailbox(dv, "mount", tmp_path)
+        assert problems == [], problems
+        assert log_problems(dv) == [], log_problems(dv)[:20]
+        assert len(expected) > SESSIONS  # the load did something
+        assert sorted(m for m in expected if final.get(m) != expected[m]) == []
+        assert sorted(set(final) - set(expected)) == []
+        with system_settings() as settings:
+            settings.users_may_mount()
+            own.remount()
+        assert final_mailbox(dv, "mount", tmp_path) == final
+        assert log_problems(dv) == []
+    finally:
+        own.unmount()
     r = subprocess.run([str(DBOXADM), "check", str(dv.mount.store)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr

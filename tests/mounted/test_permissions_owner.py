@@ -17,9 +17,12 @@ plus OWNER_CASES below: the group and other classes, the sticky bit,
 owners, times, links, access() and chdir() as alice.  Without the
 daemon's checks (fs_perm_* returning 0) most of them fail.
 """
+import errno
 import os
+import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -45,6 +48,18 @@ def chdir(p):
 
 def link_to(p, q):
     os.link(p, q)
+
+
+def set_xattr(p):
+    os.setxattr(p, "user.test", b"1")
+
+
+def get_xattr(p):
+    try:
+        os.getxattr(p, "user.test")
+    except OSError as e:
+        if e.errno != errno.ENODATA:  # read permission is what counts
+            raise
 
 
 def carols(name=".F", **kw):
@@ -144,6 +159,15 @@ OWNER_CASES = [
     Case("move bob's 775 folder to another folder",
          folder() + [Entry("d", ".F/.sub", BOB, TEAM, 0o775)] + folder(".G"), ALICE,
          (os.rename, ".F/.sub", ".G/.sub"), "ok"),
+    # user.* extended attributes (the mount has -o user_xattr).
+    Case("set an xattr of bob's 664 message", folder() + msg(M, 0o664, owner=BOB), ALICE,
+         (set_xattr, M), "ok"),
+    Case("set an xattr of bob's 644 message", folder() + msg(M, owner=BOB), ALICE,
+         (set_xattr, M), "EACCES"),
+    Case("set an xattr of bob's sticky 1777 directory", folder() +
+         [Entry("d", ".F/.S", BOB, BOB, 0o1777)], ALICE, (set_xattr, ".F/.S"), "EPERM"),
+    Case("get an xattr of carol's 600 message", carols() +
+         msg(M, 0o600, owner=CAROL, group=CAROL), ALICE, (get_xattr, M), "EACCES"),
     # access() and chdir() (the kernel asks the daemon: ACCESS).
     Case("access W_OK of own 444", folder() + msg(M, 0o444), ALICE, (access, M, os.W_OK),
          False),
@@ -179,9 +203,9 @@ def places():
     ref.mkdir()
     os.chmod(ref, 0o755)
     store, mnt = base / "store", base / "mnt"
-    built = Mount(store, base / "build")
+    built = Mount(store, base / "build", ["-o", "user_xattr"])
     conftest._all_mounts.append(built)
-    m = Mount(store, mnt, user=ALICE)
+    m = Mount(store, mnt, ["-o", "user_xattr"], user=ALICE)
     conftest._all_mounts.append(m)
     try:
         built.mount()
@@ -249,3 +273,74 @@ def test_others_and_root_stay_out(places):
 def test_case_ids_are_unique():
     ids = [c.id for c in CASES]
     assert len(ids) == len(set(ids))
+
+
+STRESS = r"""
+import os, sys, threading, time
+root = sys.argv[1]
+dirs = []
+for i in range(4):
+    d = f"{root}/.S{i}"
+    for s in ("cur", "new", "tmp"):
+        os.makedirs(f"{d}/{s}", exist_ok=True)
+    for j in range(20):
+        open(f"{d}/cur/m{j}", "w").close()
+    dirs.append(d)
+end = time.monotonic() + float(sys.argv[2])
+
+def chmods(d):
+    while time.monotonic() < end:
+        for mode in (0o000, 0o600, 0o300, 0o755):
+            os.chmod(f"{d}/cur", mode)
+
+def reads(d):
+    while time.monotonic() < end:
+        try:
+            for name in os.listdir(f"{d}/cur"):
+                os.stat(f"{d}/cur/{name}")
+        except OSError:
+            pass
+
+threads = [threading.Thread(target=f, args=(d,)) for d in dirs
+           for f in (chmods, chmods, reads, reads)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+for d in dirs:
+    os.chmod(f"{d}/cur", 0o755)
+print("done", flush=True)
+"""
+
+
+def test_chmods_against_listings_do_not_stop_the_mount(tmp_path):
+    """Chmods that take search permission away make the daemon have the
+    kernel drop cached names, which needs the directory's lock; listings
+    and lookups in the same directories hold that lock while they wait
+    for a request thread.  With one request thread, 8 threads of chmods
+    and 8 of listings and stats for 5 s must end, and the mount serve on
+    (the notifications once came from the request threads, and the mount
+    stopped within seconds)."""
+    need_root()
+    team_users()
+    base = Path(tempfile.mkdtemp(prefix="dboxfs-test-perm-stress-"))
+    os.chmod(base, 0o755)
+    shutil.chown(base, ALICE, ALICE)
+    m = Mount(base / "store", base / "mnt", ["-o", "max_threads=1"], user=ALICE)
+    shutil.chown(m.mnt, ALICE, ALICE)
+    conftest._all_mounts.append(m)
+    pw = pwd.getpwnam(ALICE)
+    try:
+        with system_settings() as settings:
+            settings.users_may_mount()
+            m.mount()
+        r = subprocess.run([sys.executable, "-c", STRESS, str(m.mnt), "5"],
+                           capture_output=True, text=True, timeout=120,
+                           user=pw.pw_uid, group=pw.pw_gid,
+                           extra_groups=os.getgrouplist(ALICE, pw.pw_gid))
+        assert r.returncode == 0 and r.stdout == "done\n", r.stderr[-2000:]
+        assert run_as(ALICE, m.mnt, (listdir, ".S0/cur")) != "EACCES"
+    finally:
+        m.unmount()
+        if not is_mounted(m.mnt):
+            shutil.rmtree(base, ignore_errors=True)

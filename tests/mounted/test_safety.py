@@ -631,12 +631,13 @@ def test_mount_options(make_mount, tmp_path):
     opts = mount_options(m.mnt)
     assert "default_permissions" not in opts and "allow_other" not in opts, opts
     m.unmount()
-    for n, extra in enumerate(("allow_other", "allow_root", "default_permissions")):
+    for n, extra in enumerate(("allow_other", "allow_root", "default_permissions",
+                               "writeback_cache")):
         m = make_mount(mnt=tmp_path / f"mnt{n + 2}", options=["-o", extra])
         opts = mount_options(m.mnt)
         # allow_root is libfuse's own (allow_other in the kernel).
         assert "default_permissions" in opts, (extra, opts)
-        assert ("allow_other" in opts) == (extra != "default_permissions"), (extra, opts)
+        assert ("allow_other" in opts) == (extra.startswith("allow_")), (extra, opts)
         m.unmount()
 
 
