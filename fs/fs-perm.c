@@ -55,6 +55,7 @@ static int req_groups(struct dbox_cred *c)
 			break;
 		n = got;
 	}
+	/* + 1: no malloc(0) for a caller in no supplementary group. */
 	c->groups = malloc(((size_t)got + 1) * sizeof(*c->groups));
 	if (c->groups == NULL) {
 		free(list);
@@ -106,9 +107,9 @@ int fs_perm_create(struct fs *fs, struct dbox_cred *c, uint64_t parent)
 	return dbox_perm_may_create(c, &dir);
 }
 
-/* The attributes of dir when c must have them checked for removing a
-   name in it (w, x, sticky): *checked false when the caller passes
-   anyway. */
+/* May c remove name from directory dir (w and x on it, and the sticky
+   rule)?  dir's attributes go to *dir_r.  0, -EACCES, -EPERM, -ENOTDIR,
+   or the index's error. */
 static int delete_in(struct fs *fs, struct dbox_cred *c, uint64_t dir,
 		     const char *name, struct dbox_attr *dir_r)
 {

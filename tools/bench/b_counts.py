@@ -81,11 +81,18 @@ def _deliver(folder, msgs, fsync, into="new", tag="c", lat=None):
         os.rename(path, os.path.join(dest, name + (":2,S" if into == "cur" else "")))
 
 
-def _rename_all(cur):
-    for name in sorted(os.listdir(cur)):
-        base, flags = name.split(":2,")
-        os.rename(os.path.join(cur, name),
-                  os.path.join(cur, f"{base}:2,{''.join(sorted(flags + 'T'))}"))
+def _renames(cur):
+    """A phase of flag renames of every message in cur (listed before the
+    phase starts: a flag rename is its LOOKUPs and the RENAME)."""
+    def phase(start, stop):
+        names = sorted(os.listdir(cur))
+        start()
+        for name in names:
+            base, flags = name.split(":2,")
+            os.rename(os.path.join(cur, name),
+                      os.path.join(cur, f"{base}:2,{''.join(sorted(flags + 'T'))}"))
+        stop()
+    return phase
 
 
 def _simple(fn):
@@ -136,7 +143,7 @@ def _phases(root, msgs, tmp, lat=None, names=PHASES):
     phases = [
         _simple(lambda: _deliver(os.path.join(root, ".off"), msgs, False)),
         _simple(lambda: _deliver(os.path.join(root, ".on"), msgs, True, lat=lat)),
-        _simple(lambda: _rename_all(os.path.join(root, ".ren", "cur"))),
+        _renames(os.path.join(root, ".ren", "cur")),
     ]
     if "Dovecot APPEND" in names:
         phases.append(_appends(root, msgs, tmp))
