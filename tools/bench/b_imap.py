@@ -62,10 +62,15 @@ class Dovecot:
             shutil.rmtree(self.base)
         for d in ("run", "state", "home"):
             (self.base / d).mkdir(parents=True)
-        for sub in ("cur", "new", "tmp"):
-            (self.maildir / sub).mkdir(parents=True, exist_ok=True)
         shutil.chown(self.base / "home", "mail", "mail")
-        subprocess.run(["chown", "-R", "mail:mail", str(self.maildir)], check=True)
+        subs = [str(self.maildir / sub) for sub in ("cur", "new", "tmp")]
+        try:
+            for sub in subs:
+                os.makedirs(sub, exist_ok=True)
+            subprocess.run(["chown", "-R", "mail:mail", str(self.maildir)], check=True)
+        except PermissionError:
+            # A mount of mail's own: only mail gets in.
+            subprocess.run(["runuser", "-u", "mail", "--", "mkdir", "-p", *subs], check=True)
         self.conf = self.base / "dovecot.conf"
         self.conf.write_text(CONF.format(base=self.base, maildir=self.maildir,
                                          port=self.port, home=self.base / "home"))
@@ -118,8 +123,8 @@ def run(ctx):
         return [skipped("Dovecot APPEND over the mount", "dovecot not installed")]
     seconds = ctx.n("imap_seconds")
     row = Row("Dovecot APPEND over the mount", "rate", "msg/s", (">=", 1.0, False),
-              f"{seconds} s per run, one connection", floor_target=(">=", 0.9))
-    os.chmod(ctx.imap_mnt, 0o755)
+              f"{seconds} s per run, one connection; the store mounted by user mail "
+              "for itself", floor_target=(">=", 0.9))
     os.chmod(ctx.floor_mnt, 0o755)
     for r in range(ctx.repeats):
         def side(root, label):

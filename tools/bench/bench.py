@@ -21,6 +21,7 @@ OUT/tmp/results-only.md instead.
 import argparse
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -68,17 +69,23 @@ class Context:
 
 def setup_work(ctx, stack):
     """Empty mounted stores and an empty native root for writers: ctx.mnt
-    mounted by its user alone (the daemon checks permissions), the
-    writers' mount, and ctx.imap_mnt with allow_other (the kernel checks),
-    for Dovecot, whose processes run as user mail."""
+    mounted by root for itself, the writers' mount, and ctx.imap_mnt
+    mounted by user mail for itself, for Dovecot, whose mail processes
+    run as mail (as docs/dovecot.md advises: no allow_other; the daemon
+    checks permissions on both)."""
     ctx.native_root = fresh_dir(ctx.tmp / "work-native")
-    for name, options in (("work", ()), ("imap", ("allow_other",))):
-        store = ctx.tmp / f"{name}-store"
-        fresh_dir(store).rmdir()
-        m = Mount(store, ctx.tmp / f"{name}-mnt", options)
-        stack.append(m)
-        m.mount()
-        setattr(ctx, "mnt" if name == "work" else "imap_mnt", m.mnt)
+    store = ctx.tmp / "work-store"
+    fresh_dir(store).rmdir()
+    m = Mount(store, ctx.tmp / "work-mnt")
+    stack.append(m)
+    m.mount()
+    ctx.mnt = m.mnt
+    own = fresh_dir(ctx.tmp / "imap-own")
+    shutil.chown(own, "mail", "mail")
+    m = Mount(own / "store", own / "mnt", user="mail")
+    stack.append(m)
+    m.mount()
+    ctx.imap_mnt = m.mnt
     ctx.work_floor = mount_floor(ctx, stack, fresh_dir(ctx.tmp / "work-floor-src"),
                                  ctx.tmp / "work-floor-mnt")
     ctx.floor_mnt = ctx.work_floor.mnt

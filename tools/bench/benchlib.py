@@ -190,15 +190,36 @@ def unmount_path(mnt):
             time.sleep(0.05)
 
 
+class _FuseOpenToUsers:
+    """/dev/fuse readable and writable by everyone (Debian's 0666) while
+    an ordinary user mounts: libfuse opens it before it falls back to
+    fusermount3, and containers often make it 0600.  The mode it had is
+    put back on exit."""
+
+    DEV = Path("/dev/fuse")
+
+    def __enter__(self):
+        self.mode = self.DEV.stat().st_mode & 0o7777
+        if self.mode & 0o006 != 0o006:
+            self.DEV.chmod(0o666)
+        return self
+
+    def __exit__(self, *exc):
+        self.DEV.chmod(self.mode)
+
+
 class Mount:
     """dboxfs STORE MNT [-o options]: mounted on enter, unmounted on exit.
-    Without options the mount is root's alone and the daemon checks
-    permissions; Dovecot's processes (user mail) need allow_other."""
+    Without options the mount is its user's alone (root's, or with user
+    that user's, who must be able to create STORE) and the daemon checks
+    permissions; allow_other lets others in and leaves the checks to the
+    kernel."""
 
-    def __init__(self, store, mnt, options=(), debug_log=None, args=()):
+    def __init__(self, store, mnt, options=(), debug_log=None, args=(), user=None):
         self.store, self.mnt = Path(store), Path(mnt)
         self.options = list(options)
         self.args = list(args)  # more command line arguments (-s)
+        self.user = user
         self.mount_seconds = None
         self.debug_log = debug_log
         self.proc = None
@@ -208,13 +229,21 @@ class Mount:
         args = [DBOXFS, self.store, self.mnt, *self.args]
         if self.options:
             args += ["-o", ",".join(self.options)]
+        if self.user is not None:
+            # fusermount3 wants a mount point its user may write.
+            shutil.chown(self.mnt, self.user, self.user)
+            args = ["runuser", "-u", self.user, "--", *args]
         _mounts.append(self)
         if self.debug_log is not None:
             # -d: libfuse logs every request to stderr (request counts).
             self.proc = _start_logged(args + ["-d"], self.debug_log, self.mnt)
             return self
         # dboxfs returns once the store is open and the mount is up.
-        self.mount_seconds, _ = timed(run, args)
+        if self.user is not None:
+            with _FuseOpenToUsers():
+                self.mount_seconds, _ = timed(run, args)
+        else:
+            self.mount_seconds, _ = timed(run, args)
         if not is_mounted(self.mnt):
             raise RuntimeError(f"dboxfs did not mount {self.mnt}")
         return self
