@@ -305,17 +305,25 @@ CASES = [
 
 # --- the two places ------------------------------------------------------------------
 
+def plain_beside(prefix):
+    """(base, reference): a new world-traversable directory under /tmp
+    and in it the plain directory "plain", both 0755 root; the test users
+    exist."""
+    team_users()
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(base, 0o755)
+    ref = base / "plain"
+    ref.mkdir()
+    os.chmod(ref, 0o755)
+    return base, ref
+
+
 @pytest.fixture(scope="module")
 def places():
     """(reference, mount): a plain directory and a dboxfs mount (-o
     allow_other) side by side in a world-traversable directory, both 0755
     root.  Unmounted and removed afterwards."""
-    team_users()
-    base = Path(tempfile.mkdtemp(prefix="dboxfs-test-perm-"))
-    os.chmod(base, 0o755)
-    ref = base / "plain"
-    ref.mkdir()
-    os.chmod(ref, 0o755)
+    base, ref = plain_beside("dboxfs-test-perm-")
     m = Mount(base / "store", base / "mnt", ["-o", "allow_other"])
     conftest._all_mounts.append(m)
     try:
@@ -345,15 +353,23 @@ def play(case, root, n, mount=None):
     return warmed, run_as(case.user, d, case.op)
 
 
+def same_as_reference(case, reference, mounted):
+    """reference() and mounted() play case in the plain directory and on
+    the mount: the reference must give the table's answer (so a case
+    cannot pass by failing the same way twice), the mount the
+    reference's."""
+    want = reference()
+    assert want == (["ok"] * len(case.warm), case.expect), \
+        f"the reference itself gave {want}: the table is wrong for this machine"
+    got = mounted()
+    assert got == want, f"mount: {got}, reference: {want}"
+
+
 @pytest.mark.parametrize("n", range(len(CASES)), ids=[c.id for c in CASES])
 def test_permission_rule(places, n):
     case = CASES[n]
     ref, m = places
-    want = play(case, ref, n)
-    assert want == (["ok"] * len(case.warm), case.expect), \
-        f"the reference itself gave {want}: the table is wrong for this machine"
-    got = play(case, m.mnt, n, mount=m)
-    assert got == want, f"mount: {got}, reference: {want}"
+    same_as_reference(case, lambda: play(case, ref, n), lambda: play(case, m.mnt, n, mount=m))
 
 
 def test_users_of_a_mount_without_allow_other_are_refused(make_mount, tmp_path):

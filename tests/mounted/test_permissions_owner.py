@@ -196,12 +196,7 @@ def places():
     every case's tree built by root, the store then given to alice and
     mounted by her without options.  Unmounted and removed afterwards."""
     need_root()
-    team_users()
-    base = Path(tempfile.mkdtemp(prefix="dboxfs-test-perm-owner-"))
-    os.chmod(base, 0o755)
-    ref = base / "plain"
-    ref.mkdir()
-    os.chmod(ref, 0o755)
+    base, ref = tp.plain_beside("dboxfs-test-perm-owner-")
     store, mnt = base / "store", base / "mnt"
     built = Mount(store, base / "build", ["-o", "user_xattr"])
     conftest._all_mounts.append(built)
@@ -231,17 +226,14 @@ def places():
 def test_the_mount_is_alices_without_default_permissions(places):
     _, m = places
     fstype, opts = mount_options("/proc/mounts", m.mnt)
-    uid = pwd_uid(ALICE)
+    uid = pwd.getpwnam(ALICE).pw_uid
     assert fstype == "fuse.dboxfs" and f"user_id={uid}" in opts, opts
     assert "default_permissions" not in opts and "allow_other" not in opts, opts
 
 
-def pwd_uid(user):
-    import pwd
-    return pwd.getpwnam(user).pw_uid
-
-
 def play(case, root, n, mount=None):
+    """The case's steps in root/cN (built by the fixture); ([warm steps'
+    results], result)."""
     d = root / f"c{n}"
     if case.cold and mount is not None:
         with system_settings() as settings:
@@ -255,11 +247,8 @@ def play(case, root, n, mount=None):
 def test_owner_permission_rule(places, n):
     case = CASES[n]
     ref, m = places
-    want = play(case, ref, n)
-    assert want == (["ok"] * len(case.warm), case.expect), \
-        f"the reference itself gave {want}: the table is wrong for this machine"
-    got = play(case, m.mnt, n, mount=m)
-    assert got == want, f"mount: {got}, reference: {want}"
+    tp.same_as_reference(case, lambda: play(case, ref, n),
+                         lambda: play(case, m.mnt, n, mount=m))
 
 
 def test_others_and_root_stay_out(places):
