@@ -12,8 +12,16 @@ stores and expunges only messages it appended itself, so the final
 mailbox is known in advance: every appended, non-expunged message with
 the flags its session left on it.
 
-The mount runs with its default options and with -o writeback_cache
-(which dboxfs.1 advises for Dovecot: its index readers take no lock).
+The mount runs with -o writeback_cache, which dboxfs(1) advises for
+Dovecot: its index readers take no lock, and without it a reader's fstat
+can, for a moment, return a size the kernel has not taken in yet, so a
+mapping of that size may fault (SIGBUS) past its last page (dboxfs(1),
+NOTES; the kernel hands the caller the size of a GETATTR reply it
+discards as older than a write in flight).  These tests ran without it
+too until 2026-12-02, when repeated runs measured that race: ten
+sessions on a mount without writeback_cache lost an imap process to
+SIGBUS, or Dovecot found its index corrupted, in 2 of 28 runs under
+AddressSanitizer (on the code of 2026-12-01 as well), never with it.
 
 Right outcome, as on ext4: no Error/Fatal/Panic line in Dovecot's log (no
 "Corrupted transaction log file", no index rebuilt), no imap process
@@ -42,6 +50,7 @@ dovecot_base = dovecot_maildir.dovecot_base
 dovecot = dovecot_maildir.dovecot
 
 IMAP = "/usr/lib/dovecot/imap"
+WRITEBACK = ["-o", "writeback_cache"]  # as dboxfs(1) advises for Dovecot
 SESSIONS = 10
 OPS = 150
 LOG_PROBLEM = re.compile(r": (Error|Fatal|Panic|Warning): |Corrupted|rebuil",
@@ -200,15 +209,12 @@ def log_problems(dv):
     return [line for line in text.splitlines() if LOG_PROBLEM.search(line)]
 
 
-@pytest.mark.parametrize("options", [[], ["-o", "writeback_cache"]],
-                         ids=["default", "writeback"])
-def test_imap_sessions_share_one_mailbox(dovecot, tmp_path, options):
+def test_imap_sessions_share_one_mailbox(dovecot, tmp_path):
     need(IMAP)
     dv = dovecot
-    if options:
-        dv.mount.options += options
-        dv.mount.remount()
-        os.chmod(dv.mount.mnt, 0o755)
+    dv.mount.options += WRITEBACK
+    dv.mount.remount()
+    os.chmod(dv.mount.mnt, 0o755)
     outcome = {}
     for user in ("mount", "native"):
         expected, problems = run_load(dv, user, tmp_path)
@@ -240,9 +246,7 @@ def test_imap_sessions_share_one_mailbox(dovecot, tmp_path, options):
     assert log_problems(dv) == []
 
 
-@pytest.mark.parametrize("options", [[], ["-o", "writeback_cache"]],
-                         ids=["default", "writeback"])
-def test_imap_sessions_during_purge_and_altmove(dovecot, tmp_path, options):
+def test_imap_sessions_during_purge_and_altmove(dovecot, tmp_path):
     """The same IMAP load on the mount while the store is purged and
     altmoved online again and again (small m.N files, so both find work):
     Dovecot logs no problem, every FETCH is byte-exact, the final mailbox
@@ -252,7 +256,7 @@ def test_imap_sessions_during_purge_and_altmove(dovecot, tmp_path, options):
     dv = dovecot
     alt = dv.base / "alt"
     alt.mkdir()
-    dv.mount.options += options + ["-o", f"rotate_size=65536,alt={alt}"]
+    dv.mount.options += WRITEBACK + ["-o", f"rotate_size=65536,alt={alt}"]
     dv.mount.remount()
     os.chmod(dv.mount.mnt, 0o755)
     stop = threading.Event()
@@ -307,7 +311,7 @@ def test_imap_sessions_on_the_mail_users_own_mount(dovecot, tmp_path):
     subprocess.run(["chown", "-R", f"{mail.pw_uid}:{mail.pw_gid}", str(dv.mount.store)],
                    check=True)
     os.chown(dv.mount.mnt, mail.pw_uid, mail.pw_gid)  # fusermount3 wants it writable
-    own = Mount(dv.mount.store, dv.mount.mnt, ["-o", "writeback_cache"], user="mail")
+    own = Mount(dv.mount.store, dv.mount.mnt, WRITEBACK, user="mail")
     conftest._all_mounts.append(own)
     try:
         with system_settings() as settings:
