@@ -56,7 +56,7 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	fs_perm_begin(req, &c);
 	fs_lock(fs);
-	ret = fs_perm_inode(fs, &c, parent, DBOX_MAY_EXEC);
+	ret = fs_perm_search(fs, &c, parent);
 	if (ret == 0)
 		ret = dbox_ns_lookup(fs->st, parent, name, &attr);
 	if (ret == 0)

@@ -95,6 +95,14 @@ int fs_perm_inode(struct fs *fs, struct dbox_cred *c, uint64_t ino,
 	return dbox_perm_may(c, &attr, mask);
 }
 
+int fs_perm_search(struct fs *fs, struct dbox_cred *c, uint64_t dir)
+{
+	/* A privileged caller searches every directory. */
+	if (!fs->own_checks || c->privileged)
+		return 0;
+	return fs_perm_inode(fs, c, dir, DBOX_MAY_EXEC);
+}
+
 int fs_perm_create(struct fs *fs, struct dbox_cred *c, uint64_t parent)
 {
 	struct dbox_attr dir;

@@ -122,6 +122,11 @@ void fs_perm_begin(fuse_req_t req, struct dbox_cred *c);
 int fs_perm_inode(struct fs *fs, struct dbox_cred *c, uint64_t ino,
 		  int mask);
 
+/* May c look a name up in directory dir (x on it)?  Like fs_perm_inode
+   with DBOX_MAY_EXEC, without an attribute lookup for a privileged
+   caller. */
+int fs_perm_search(struct fs *fs, struct dbox_cred *c, uint64_t dir);
+
 /* ACCESS: like fs_perm_inode, and ino must exist on every mount. */
 int fs_perm_access(struct fs *fs, struct dbox_cred *c, uint64_t ino,
 		   int mask);
