@@ -390,8 +390,14 @@ static int open_index(struct dbox_store *st, const char *path)
 		dbox_index_open_readonly(st->index_path, &st->index) :
 		dbox_index_open(st->index_path, true, &st->index);
 
+	/* We hold the store lock, and no other connection is open yet. */
+	if (ret == 0 && !st->readonly &&
+	    dbox_index_convert_pages(st->index) == -EIO) {
+		dbox_index_close(&st->index);
+		ret = -EIO;
+	}
 	if (ret == 0 && !st->readonly)
-		dbox_index_cache_attrs(st->index); /* we hold the store lock */
+		dbox_index_cache_attrs(st->index);
 	if (ret < 0 && !st->readonly && store_is_read_only(st->dir_fd))
 		dbox_error("the store is read-only (%s): mount it with -o ro",
 			   path);

@@ -18,13 +18,22 @@
 #include <stdlib.h>
 #include <time.h>
 
+/* Size in bytes of a WAL file of frames frames of index's pages
+   (SQLite's file format, "WAL File Format": a 32-byte header, then each
+   frame a 24-byte header and a page). */
+static int64_t wal_bytes(const struct dbox_index *index, int frames)
+{
+	return 32 + (int64_t)frames * (index->page_size + 24);
+}
+
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 {
 	struct dbox_index *index = arg;
 	struct index_checkpointer *ck = &index->ckpt;
+	int64_t bytes = wal_bytes(index, pages);
 
-	if (pages >= DBOX_CHECKPOINT_INLINE_PAGES ||
-	    (pages >= DBOX_CHECKPOINT_SHORT_PAGES &&
+	if (bytes >= DBOX_CHECKPOINT_INLINE_BYTES ||
+	    (bytes >= DBOX_CHECKPOINT_SHORT_BYTES &&
 	     dbox_index_reserve_short(index))) {
 		/* The thread is behind, or the disk is full and the WAL
 		   must start over in the blocks it has: do it here, as
@@ -44,17 +53,18 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 					  NULL, NULL);
 		return SQLITE_OK;
 	}
-	/* Wake the thread once the WAL passes DBOX_CHECKPOINT_PAGES, and
-	   again only after DBOX_CHECKPOINT_RETRY_PAGES more (a reader kept
+	/* Wake the thread once the WAL passes DBOX_CHECKPOINT_BYTES, and
+	   again only after DBOX_CHECKPOINT_RETRY_BYTES more (a reader kept
 	   the last checkpoint from reaching the end) or once the WAL has
 	   started over: a wakeup per commit cost two context switches and
 	   three futex calls per delivery.  Only this hook touches
 	   woken_pages (the connection's commits, one at a time). */
 	if (pages < ck->woken_pages)
 		ck->woken_pages = 0;
-	if (pages >= DBOX_CHECKPOINT_PAGES &&
+	if (bytes >= DBOX_CHECKPOINT_BYTES &&
 	    (ck->woken_pages == 0 ||
-	     pages >= ck->woken_pages + DBOX_CHECKPOINT_RETRY_PAGES)) {
+	     bytes >= wal_bytes(index, ck->woken_pages) +
+		      DBOX_CHECKPOINT_RETRY_BYTES)) {
 		ck->woken_pages = pages;
 		pthread_mutex_lock(&ck->mutex);
 		ck->wanted = true;
@@ -70,7 +80,7 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
    committing thread is writing it) or another checkpoint running
    returns SQLITE_BUSY having copied nothing: it is tried again after
    DBOX_CHECKPOINT_BUSY_WAIT_MS, up to DBOX_CHECKPOINT_BUSY_TRIES times,
-   instead of waiting DBOX_CHECKPOINT_RETRY_PAGES more pages for the
+   instead of waiting DBOX_CHECKPOINT_RETRY_BYTES more WAL for the
    next wakeup. */
 static void checkpoint_once(struct dbox_index *index)
 {
@@ -157,7 +167,7 @@ int dbox_index_checkpointer_start(struct dbox_index *index)
 	   -1 frames ("the database is not in WAL mode" for it: SQLite's
 	   documentation of sqlite3_wal_checkpoint_v2).  The checkpointer
 	   was such a no-op before this read, and every checkpoint ran
-	   inline at DBOX_CHECKPOINT_INLINE_PAGES. */
+	   inline at DBOX_CHECKPOINT_INLINE_BYTES. */
 	if (sqlite3_exec(ck->db, "SELECT count(*) FROM sqlite_schema", NULL,
 			 NULL, NULL) != SQLITE_OK) {
 		dbox_error("index %s: checkpointer: %s", index->path,
@@ -184,7 +194,9 @@ void dbox_index_checkpointer_stop(struct dbox_index *index)
 
 	if (!ck->running)
 		return;
-	sqlite3_wal_autocheckpoint(index->db, DBOX_CHECKPOINT_PAGES);
+	/* SQLite's own bound is in pages. */
+	sqlite3_wal_autocheckpoint(index->db, (int)(DBOX_CHECKPOINT_BYTES /
+						     index->page_size));
 	pthread_mutex_lock(&ck->mutex);
 	ck->stop = true;
 	pthread_cond_broadcast(&ck->cond);

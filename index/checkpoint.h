@@ -8,11 +8,13 @@
  * caller holds the store lock.  With a checkpointer started, commits only
  * note the WAL size; a thread with its own connection to the index runs
  * PASSIVE checkpoints (copy what no reader needs, never block writers)
- * once the WAL passes DBOX_CHECKPOINT_PAGES.  A WAL that grows past
- * DBOX_CHECKPOINT_INLINE_PAGES anyway (the thread cannot keep up) is
+ * once the WAL passes DBOX_CHECKPOINT_BYTES.  A WAL that grows past
+ * DBOX_CHECKPOINT_INLINE_BYTES anyway (the thread cannot keep up) is
  * checkpointed by the committing thread as before (so is one past
- * DBOX_CHECKPOINT_SHORT_PAGES while the disk is full).  Each time the WAL
- * starts over, SQLite cuts it to DBOX_WAL_KEEP bytes.
+ * DBOX_CHECKPOINT_SHORT_BYTES while the disk is full).  Each time the WAL
+ * starts over, SQLite cuts it to DBOX_WAL_KEEP bytes.  The bounds are WAL
+ * file sizes, whatever the index's page size (index-private.h: 1024
+ * bytes, or 4096 in an index created before 2026-12-02).
  *
  * Durability is SQLite's: a checkpoint syncs the WAL before copying and
  * the database after, so no commit depends on the thread being alive.
@@ -20,24 +22,24 @@
 
 #include <stdint.h>
 
-#define DBOX_CHECKPOINT_PAGES 1000
-#define DBOX_CHECKPOINT_INLINE_PAGES 2000
-/* WAL growth (pages) after which a checkpoint that did not reach the end
+#define DBOX_CHECKPOINT_BYTES (4 * 1024 * 1024)
+#define DBOX_CHECKPOINT_INLINE_BYTES (8 * 1024 * 1024)
+/* WAL growth (bytes) after which a checkpoint that did not reach the end
    of the WAL is tried again. */
-#define DBOX_CHECKPOINT_RETRY_PAGES 500
+#define DBOX_CHECKPOINT_RETRY_BYTES (2 * 1024 * 1024)
 /* A checkpoint of the thread's that was busy (SQLite's checkpoint lock
    taken, or the WAL-index header being written by a commit) is tried
    again this many times, this many milliseconds apart. */
 #define DBOX_CHECKPOINT_BUSY_TRIES 20
 #define DBOX_CHECKPOINT_BUSY_WAIT_MS 5
 /* While the index reserve is in use (reserve.h: the disk is full), the
-   committing thread checkpoints at this many pages, so the WAL starts
+   committing thread checkpoints at this WAL size, so the WAL starts
    over in its own blocks instead of asking for more. */
-#define DBOX_CHECKPOINT_SHORT_PAGES 64
+#define DBOX_CHECKPOINT_SHORT_BYTES (256 * 1024)
 /* Bytes the WAL keeps when it starts over (PRAGMA journal_size_limit):
-   with 4 KiB pages the WAL stays below about DBOX_CHECKPOINT_INLINE_PAGES
-   pages (8 MiB) under load and goes back to 4 MiB after each checkpoint.
-   Before, it grew to 16,000 pages (64 MiB) and kept that size. */
+   the WAL stays below about DBOX_CHECKPOINT_INLINE_BYTES under load and
+   goes back to 4 MiB after each checkpoint.  Before, it grew to 64 MiB
+   and kept that size. */
 #define DBOX_WAL_KEEP (4 * 1024 * 1024)
 
 struct dbox_index;

@@ -62,9 +62,25 @@ struct index_attr_cache {
 	struct dbox_attr attr[INDEX_ATTR_CACHE]; /* ino 0: empty */
 };
 
+/* Page size of a new index, in bytes (PRAGMA page_size; SQLite allows
+   512 to 65536, powers of two).  Every commit writes each page it
+   changed whole into the WAL, and a delivery changes some twenty pages
+   (inode, entry and message rows and their indexes, in three
+   transactions), so the WAL carries pages, not rows: with SQLite's
+   default of 4096 a delivery of a 7 KB message wrote 79 KB of WAL, which
+   checkpoints then synced and copied.  1024 bytes cut that by about
+   three quarters and gave 1.3-1.4x the deliveries per second (measured
+   2026-12-02, docs/design.md section 3); 512 would gain a little more
+   but SQLite keeps only about 100 bytes of an index entry on a 512-byte
+   page (the rest goes to overflow pages), less than a long maildir name.
+   An index keeps the page size it was created with (the WAL forbids
+   changing it): older indexes stay at 4096 until rebuilt. */
+#define INDEX_PAGE_SIZE 1024
+
 struct dbox_index {
 	sqlite3 *db;
 	char *path;
+	int page_size;     /* bytes, read when opened */
 	sqlite3_stmt *stmt[ST_COUNT];
 	uint64_t commits;  /* successful commits (atomic: read by wal-sync) */
 	struct index_wal_sync wal_sync;

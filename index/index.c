@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -325,6 +326,76 @@ static int open_db_readonly(struct dbox_index *index, const char *path)
 static int index_open(const char *path, bool create, bool readonly,
 		      struct dbox_index **index_r);
 
+/* index->page_size from the file (PRAGMA page_size). */
+static int read_page_size(struct dbox_index *index)
+{
+	sqlite3_stmt *stmt;
+	int rc;
+
+	if (sqlite3_prepare_v2(index->db, "PRAGMA page_size", -1, &stmt,
+			       NULL) != SQLITE_OK)
+		return index_sql_error(index, "page size");
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW)
+		index->page_size = sqlite3_column_int(stmt, 0);
+	sqlite3_finalize(stmt);
+	if (rc != SQLITE_ROW || index->page_size < 512)
+		return index_sql_error(index, "page size");
+	return 0;
+}
+
+/* PRAGMA journal_mode=mode; 0 once the index is in that mode, -EBUSY
+   when SQLite kept the one it had (another connection reads it). */
+static int set_journal_mode(struct dbox_index *index, const char *mode)
+{
+	char sql[48];
+	sqlite3_stmt *stmt;
+	bool changed;
+	int rc;
+
+	snprintf(sql, sizeof(sql), "PRAGMA journal_mode=%s", mode);
+	if (sqlite3_prepare_v2(index->db, sql, -1, &stmt, NULL) != SQLITE_OK)
+		return index_sql_error(index, "journal mode");
+	rc = sqlite3_step(stmt);
+	changed = rc == SQLITE_ROW &&
+		strcasecmp((const char *)sqlite3_column_text(stmt, 0), mode) == 0;
+	sqlite3_finalize(stmt);
+	if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED)
+		return -EBUSY;
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return index_sql_error(index, "journal mode");
+	return changed ? 0 : -EBUSY;
+}
+
+int dbox_index_convert_pages(struct dbox_index *index)
+{
+	char sql[48];
+	int ret, back;
+
+	if (index->page_size == INDEX_PAGE_SIZE)
+		return 0;
+	dbox_info("index %s: rewriting its %d-byte pages as %d-byte ones "
+		  "(once; about 0.7 s per 100,000 messages)", index->path,
+		  index->page_size, INDEX_PAGE_SIZE);
+	if ((ret = set_journal_mode(index, "DELETE")) == 0) {
+		snprintf(sql, sizeof(sql), "PRAGMA page_size=%d; VACUUM;",
+			 INDEX_PAGE_SIZE);
+		ret = index_exec_sql(index, DBOX_LOG_ERROR, NULL, sql);
+	}
+	/* Back to WAL in any case: SQLite has rolled a failed VACUUM back. */
+	if ((back = set_journal_mode(index, "WAL")) < 0 ||
+	    (back = read_page_size(index)) < 0) {
+		dbox_error("index %s: not back in WAL mode after rewriting "
+			   "its pages", index->path);
+		return -EIO;
+	}
+	if (ret < 0)
+		dbox_warning("index %s: not rewritten (%s); it works as it "
+			     "is, and the next open tries again", index->path,
+			     strerror(-ret));
+	return ret;
+}
+
 int dbox_index_open(const char *path, bool create, struct dbox_index **index_r)
 {
 	return index_open(path, create, !create && !dir_writable(path), index_r);
@@ -345,7 +416,7 @@ static int index_open(const char *path, bool create, bool readonly,
 	   owner could point it anywhere). */
 	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX |
 		SQLITE_OPEN_NOFOLLOW;
-	char limit_sql[64];
+	char pragma_sql[64];
 	int ret;
 
 	/* Only a missing file is "new": any other failure (EACCES on the
@@ -380,6 +451,13 @@ static int index_open(const char *path, bool create, bool readonly,
 	}
 	sqlite3_extended_result_codes(index->db, 1);
 	sqlite3_busy_timeout(index->db, 5000);
+	/* Before anything writes the new file: the WAL fixes the page
+	   size. */
+	snprintf(pragma_sql, sizeof(pragma_sql), "PRAGMA page_size=%d;",
+		 INDEX_PAGE_SIZE);
+	if (is_new && (ret = index_exec_sql(index, DBOX_LOG_ERROR, NULL,
+					    pragma_sql)) < 0)
+		goto fail;
 	/* journal_size_limit: each time the WAL starts over (after a
 	   checkpoint) it is cut to DBOX_WAL_KEEP bytes; the blocks below
 	   stay allocated for the next transactions (checkpoint.h).  A
@@ -391,10 +469,10 @@ static int index_open(const char *path, bool create, bool readonly,
 				  "PRAGMA foreign_keys=OFF;"
 				  "PRAGMA cache_size=-32768;")) < 0)
 		goto fail;
-	snprintf(limit_sql, sizeof(limit_sql), "PRAGMA journal_size_limit=%d;",
+	snprintf(pragma_sql, sizeof(pragma_sql), "PRAGMA journal_size_limit=%d;",
 		 DBOX_WAL_KEEP);
 	if (!readonly && (ret = index_exec_sql(index, DBOX_LOG_ERROR, NULL,
-					       limit_sql)) < 0)
+					       pragma_sql)) < 0)
 		goto fail;
 	if (is_new && (ret = index_create_schema(index)) < 0)
 		goto fail;
@@ -403,7 +481,8 @@ static int index_open(const char *path, bool create, bool readonly,
 	   unreadable (-EIO). */
 	if ((ret = prepare_stmt(index, ST_META_GET)) < 0 ||
 	    (ret = index_check_format(index, &format)) < 0 ||
-	    (ret = index_upgrade_format(index, format)) < 0)
+	    (ret = index_upgrade_format(index, format)) < 0 ||
+	    (ret = read_page_size(index)) < 0)
 		goto fail;
 	if (!readonly)
 		index_add_recovery_indexes(index);

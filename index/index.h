@@ -137,6 +137,21 @@ int dbox_index_open(const char *path, bool create, struct dbox_index **index_r);
    a warning).  Returns as dbox_index_open. */
 int dbox_index_open_readonly(const char *path, struct dbox_index **index_r);
 
+/* Rewrite an index created with another page size (before 2026-12-02:
+   4096 bytes) with the page size new indexes get (index-private.h: each
+   commit then writes a quarter of the WAL bytes), by SQLite's VACUUM in
+   rollback-journal mode, then back to WAL.  About 0.7 s per 100,000
+   messages, once; a crash meanwhile leaves index.sqlite-journal, which
+   SQLite rolls back at the next open (the old index, whole).  Needs the
+   store lock, and no other connection of this process (call before the
+   checkpointer starts).  Returns 0 (also when there is nothing to do),
+   or a negative errno: -EBUSY when another process reads the index
+   (dboxadm check of a store being opened), -ENOSPC when the disk has no
+   room for the copy; the index is then unchanged and fully usable, and
+   the next open tries again.  -EIO (logged) only if the index could not
+   be put back in WAL mode: then close it. */
+int dbox_index_convert_pages(struct dbox_index *index);
+
 /* Keep the attributes of recently read inodes in memory, so that
    dbox_index_getattr() answers them without a read transaction.  Only for
    the connection of the store's one writer (the store lock held): the

@@ -214,7 +214,7 @@ def test_full_disk_expunge_rename_mkdir_then_purge(small_ext4, make_mount, tmp_p
 def test_wal_stays_bounded(mount):
     """The index's WAL is checkpointed and cut back while the mount runs:
     under a stream of deliveries it never passes the inline checkpoint
-    bound (2,000 pages, 8 MiB) by more than a transaction, and after a
+    bound (8 MiB) by more than a transaction, and after a
     checkpoint it is back to at most 4 MiB.  (It grew to 64 MiB and kept
     that size.)"""
     md = mount.maildir()

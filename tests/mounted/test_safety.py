@@ -304,6 +304,44 @@ def test_rebuild_of_a_whole_index_changes_nothing(make_mount):
     assert len(list(m.store.glob("index.sqlite.broken-*"))) >= 2
 
 
+def page_size(store):
+    db = sqlite3.connect(f"file:{store / 'index.sqlite'}?mode=ro", uri=True)
+    try:
+        return db.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_index_with_old_page_size_is_rewritten_at_mount(make_mount):
+    """An index made before 2026-12-02 (4096-byte pages) is rewritten
+    with 1024-byte pages by the first mount, once, saying so; the tree
+    (names, inode numbers, links, modes, times, plain files) is as it
+    was, the index stays in WAL mode, and check finds nothing."""
+    m = make_mount()
+    rich_store(m)
+    before, files_before = stat_tree(m.mnt), tree(m.mnt)
+    m.unmount()
+    assert page_size(m.store) == 1024
+    db = sqlite3.connect(m.store / "index.sqlite", isolation_level=None)
+    db.executescript("PRAGMA journal_mode=DELETE; PRAGMA page_size=4096;"
+                     " VACUUM; PRAGMA journal_mode=WAL;")
+    db.close()
+    assert page_size(m.store) == 4096
+    m.mount()
+    assert "rewriting its 4096-byte pages as 1024-byte ones" in m.log_text()
+    assert stat_tree(m.mnt) == before
+    assert tree(m.mnt) == files_before
+    deliver(m.maildir(), "after:2,S", b"after the rewrite\n")
+    m.unmount()
+    assert page_size(m.store) == 1024
+    assert not (m.store / "index.sqlite-journal").exists()
+    assert_clean(m.store)
+    m.mount()
+    assert "rewriting" not in m.log_text()
+    assert (m.mnt / "cur" / "after:2,S").read_bytes() == b"after the rewrite\n"
+    m.unmount()
+
+
 def refused(store, tmp_path, needle):
     """dboxfs refuses store: non-zero exit, no mount, a message with needle."""
     mnt = tmp_path / "refused-mnt"

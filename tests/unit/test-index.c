@@ -2038,19 +2038,15 @@ static off_t file_size(const char *path)
 	return st.st_size;
 }
 
-/* A frame is a 24-byte header and a 4 KiB page, after the WAL's 32-byte
-   header (SQLite's file format, "WAL File Format"). */
-#define WAL_FRAME (24 + 4096)
-
-/* Commit one new message row at a time until the WAL file holds pages
-   frames. */
-static void fill_wal(struct fix *f, const char *wal, int pages)
+/* Commit one new message row at a time until the WAL file holds bytes
+   bytes. */
+static void fill_wal(struct fix *f, const char *wal, off_t bytes)
 {
 	struct dbox_attr attr;
 	char name[32];
 	int i;
 
-	for (i = 0; (file_size(wal) - 32) / WAL_FRAME < pages; i++) {
+	for (i = 0; file_size(wal) < bytes; i++) {
 		snprintf(name, sizeof(name), "message-%d", i);
 		assert_int_equal(dbox_index_begin(f->index), 0);
 		assert_int_equal(dbox_index_create(f->index, DBOX_ROOT_INO,
@@ -2078,8 +2074,8 @@ static void wait_copied(struct fix *f, const char *wal, off_t size)
 }
 
 /* The checkpointer thread copies the WAL into the index once it passes
-   DBOX_CHECKPOINT_PAGES, long before the committing thread would do it
-   itself at DBOX_CHECKPOINT_INLINE_PAGES.  (Its connection had never read
+   DBOX_CHECKPOINT_BYTES, long before the committing thread would do it
+   itself at DBOX_CHECKPOINT_INLINE_BYTES.  (Its connection had never read
    the index, so its checkpoints did nothing: the index file kept its size
    until the inline checkpoint.) */
 static void test_checkpointer_copies_the_wal(void **state)
@@ -2091,16 +2087,16 @@ static void test_checkpointer_copies_the_wal(void **state)
 	snprintf(wal, sizeof(wal), "%s-wal", f->path);
 	assert_int_equal(dbox_index_checkpointer_start(f->index), 0);
 	db_before = file_size(f->path);
-	fill_wal(f, wal, DBOX_CHECKPOINT_PAGES + 50);
+	fill_wal(f, wal, DBOX_CHECKPOINT_BYTES + 50 * 1024);
 	/* Below the inline bound: only the thread can have copied. */
-	assert_true((file_size(wal) - 32) / WAL_FRAME < DBOX_CHECKPOINT_INLINE_PAGES);
+	assert_true(file_size(wal) < DBOX_CHECKPOINT_INLINE_BYTES);
 	wait_copied(f, wal, db_before);
 	dbox_index_checkpointer_stop(f->index);
 	assert_int_equal(error_count, 0);
 }
 
 /* A checkpoint of the thread's that finds SQLite's checkpoint lock taken
-   is tried again shortly, not only after DBOX_CHECKPOINT_RETRY_PAGES
+   is tried again shortly, not only after DBOX_CHECKPOINT_RETRY_BYTES
    more pages (which an idle mailbox may never write).  The lock is
    byte 120 + 1 of the -shm file (SQLite's file format, "WAL-Index
    Format": the locks are bytes 120..127, the checkpoint lock second);
@@ -2123,15 +2119,15 @@ static void test_checkpointer_busy_tried_again(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(fcntl(fd, F_OFD_SETLK, &lock), 0);
 	db_before = file_size(f->path);
-	fill_wal(f, wal, DBOX_CHECKPOINT_PAGES + 10);
+	fill_wal(f, wal, DBOX_CHECKPOINT_BYTES + 10 * 1024);
 	usleep(DBOX_CHECKPOINT_BUSY_WAIT_MS * 1000 * 4);
 	assert_int_equal(file_size(f->path), db_before);
 	lock.l_type = F_UNLCK;
 	assert_int_equal(fcntl(fd, F_OFD_SETLK, &lock), 0);
 	close(fd);
 	wait_copied(f, wal, db_before);
-	assert_true((file_size(wal) - 32) / WAL_FRAME <
-		    DBOX_CHECKPOINT_PAGES + DBOX_CHECKPOINT_RETRY_PAGES);
+	assert_true(file_size(wal) <
+		    DBOX_CHECKPOINT_BYTES + DBOX_CHECKPOINT_RETRY_BYTES);
 	dbox_index_checkpointer_stop(f->index);
 	assert_int_equal(error_count, 0);
 }
@@ -2601,6 +2597,114 @@ static void test_xattr(void **state)
 	assert_null(list);
 }
 
+/* The page size of f's index file, read by a connection of its own. */
+static int file_page_size(struct fix *f)
+{
+	sqlite3 *db;
+	sqlite3_stmt *stmt;
+	int size;
+
+	assert_int_equal(sqlite3_open_v2(f->path, &db, SQLITE_OPEN_READONLY,
+					 NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA page_size", -1, &stmt,
+					    NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(stmt), SQLITE_ROW);
+	size = sqlite3_column_int(stmt, 0);
+	sqlite3_finalize(stmt);
+	sqlite3_close(db);
+	return size;
+}
+
+/* f's index closed and rewritten with 4096-byte pages, as indexes were
+   made before 2026-12-02, then opened again (dbox_index_open keeps the
+   page size it finds). */
+static void make_old_page_size(struct fix *f)
+{
+	sqlite3 *db;
+
+	dbox_index_close(&f->index);
+	assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, "PRAGMA journal_mode=DELETE;"
+				      "PRAGMA page_size=4096; VACUUM;"
+				      "PRAGMA journal_mode=WAL;", NULL, NULL,
+				      NULL), SQLITE_OK);
+	sqlite3_close(db);
+	assert_int_equal(file_page_size(f), 4096);
+	assert_int_equal(dbox_index_open(f->path, false, &f->index), 0);
+	assert_int_equal(file_page_size(f), 4096);
+}
+
+/* A new index has 1024-byte pages; an older one with 4096-byte pages is
+   rewritten with 1024-byte ones by dbox_index_convert_pages, keeping
+   every row (inode numbers and readdir order included), and stays in
+   WAL mode. */
+static void test_convert_pages(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_attr d, m, back;
+	struct listing *l = listing_new(0);
+	uint64_t names[3];
+	char name[8];
+
+	assert_int_equal(file_page_size(f), 1024);
+	assert_int_equal(dbox_index_convert_pages(f->index), 0); /* no-op */
+	assert_int_equal(tx_create(f, DBOX_ROOT_INO, "d", DBOX_KIND_DIR, &d),
+			 0);
+	for (int i = 0; i < 3; i++) {
+		snprintf(name, sizeof(name), "m%d", 2 - i);
+		assert_int_equal(tx_create(f, d.ino, name, DBOX_KIND_MESSAGE,
+					   &m), 0);
+		names[i] = m.ino;
+	}
+	make_old_page_size(f);
+	assert_int_equal(dbox_index_convert_pages(f->index), 0);
+	assert_int_equal(file_page_size(f), 1024);
+	assert_int_equal(error_count, 0);
+	/* The rows, with their numbers and order, and the index writable. */
+	assert_int_equal(dbox_index_lookup(f->index, d.ino, "m0", 2, &back), 0);
+	assert_int_equal(back.ino, names[2]);
+	list_page(f, d.ino, 0, l);
+	assert_int_equal(l->count, 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(l->ino[i], names[i]); /* creation order */
+	free(l);
+	assert_int_equal(tx_create(f, d.ino, "after", DBOX_KIND_MESSAGE, &m), 0);
+	reopen(f);
+	assert_int_equal(file_page_size(f), 1024);
+	assert_int_equal(dbox_index_lookup(f->index, d.ino, "after", 5, &back),
+			 0);
+	assert_int_equal(back.ino, m.ino);
+}
+
+/* Another process reading the old index: it is left as it is (-EBUSY
+   after SQLite's busy wait), in WAL mode and writable; the next try,
+   with the reader gone, rewrites it. */
+static void test_convert_pages_busy(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_attr m;
+	sqlite3_stmt *stmt;
+	sqlite3 *reader;
+
+	make_old_page_size(f);
+	assert_int_equal(sqlite3_open_v2(f->path, &reader,
+					 SQLITE_OPEN_READONLY, NULL),
+			 SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(reader, "SELECT ino FROM inode",
+					    -1, &stmt, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(stmt), SQLITE_ROW); /* reading */
+	assert_int_equal(dbox_index_convert_pages(f->index), -EBUSY);
+	assert_int_equal(file_page_size(f), 4096);
+	assert_int_equal(tx_create(f, DBOX_ROOT_INO, "m", DBOX_KIND_MESSAGE,
+				   &m), 0);
+	sqlite3_finalize(stmt);
+	sqlite3_close(reader);
+	errors_reset();
+	assert_int_equal(dbox_index_convert_pages(f->index), 0);
+	assert_int_equal(file_page_size(f), 1024);
+	assert_int_equal(error_count, 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, fix_setup, fix_teardown)
 
 int main(void)
@@ -2646,6 +2750,8 @@ int main(void)
 		T(test_setattr),
 		T(test_symlink),
 		T(test_xattr),
+		T(test_convert_pages),
+		T(test_convert_pages_busy),
 	};
 
 	dbox_log_set_sink(capture_sink);
