@@ -357,6 +357,33 @@ def refused(store, tmp_path, needle):
     return r.stderr
 
 
+def test_index_rewrite_never_follows_a_planted_journal(make_mount, tmp_path):
+    """The first mount of an index with 4096-byte pages rewrites it through
+    a rollback journal, index.sqlite-journal.  One planted there by the
+    store's owner as a symlink to a file of root's: the mount refuses the
+    index and the file is untouched; with the symlink gone the rewrite
+    happens."""
+    m = make_mount()
+    deliver(m.maildir(), "a:2,S", b"message a\n")
+    m.unmount()
+    db = sqlite3.connect(m.store / "index.sqlite", isolation_level=None)
+    db.executescript("PRAGMA journal_mode=DELETE; PRAGMA page_size=4096;"
+                     " VACUUM; PRAGMA journal_mode=WAL;")
+    db.close()
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"root's file\n")
+    os.symlink(secret, m.store / "index.sqlite-journal")
+    refused(m.store, tmp_path, b"index")
+    assert secret.read_bytes() == b"root's file\n"
+    assert page_size(m.store) == 4096
+    (m.store / "index.sqlite-journal").unlink()
+    m.mount()
+    assert (m.mnt / "cur" / "a:2,S").read_bytes() == b"message a\n"
+    m.unmount()
+    assert page_size(m.store) == 1024
+    assert secret.read_bytes() == b"root's file\n"
+
+
 @pytest.mark.parametrize("damage", ["missing", "garbage", "truncated"])
 def test_broken_index_is_refused_and_rebuilt(make_mount, tmp_path, damage):
     """Without a readable index the mount refuses, naming `dboxadm
