@@ -369,11 +369,27 @@ static int set_journal_mode(struct dbox_index *index, const char *mode)
 
 int dbox_index_convert_pages(struct dbox_index *index)
 {
+	struct statvfs fs;
+	struct stat st;
 	char sql[48];
 	int ret, back;
 
 	if (index->page_size == INDEX_PAGE_SIZE)
 		return 0;
+	/* Room for the rollback journal (up to the whole file) and the
+	   new file's growth, without the index reserve (reserve.h): that
+	   is for clients' changes on a full disk, not for this. */
+	if (stat(index->path, &st) == 0 && statvfs(index->path, &fs) == 0 &&
+	    (uint64_t)fs.f_bavail * fs.f_frsize < 2 * (uint64_t)st.st_size) {
+		dbox_warning("index %s: not rewritten with %d-byte pages: "
+			     "that needs %llu MiB free, the disk has %llu; "
+			     "the next open tries again", index->path,
+			     INDEX_PAGE_SIZE,
+			     (unsigned long long)(2 * (uint64_t)st.st_size >> 20) + 1,
+			     (unsigned long long)((uint64_t)fs.f_bavail *
+						  fs.f_frsize >> 20));
+		return -ENOSPC;
+	}
 	dbox_info("index %s: rewriting its %d-byte pages as %d-byte ones "
 		  "(once; about 0.7 s per 100,000 messages)", index->path,
 		  index->page_size, INDEX_PAGE_SIZE);

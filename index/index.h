@@ -146,8 +146,10 @@ int dbox_index_open_readonly(const char *path, struct dbox_index **index_r);
    store lock, and no other connection of this process (call before the
    checkpointer starts).  Returns 0 (also when there is nothing to do),
    or a negative errno: -EBUSY when another process reads the index
-   (dboxadm check of a store being opened), -ENOSPC when the disk has no
-   room for the copy; the index is then unchanged and fully usable, and
+   (dboxadm check of a store being opened), -ENOSPC when the disk has
+   less than twice the index's size free (the journal and the new file;
+   the index reserve, reserve.h, is not counted as room) or fills
+   meanwhile (the reserve may then be drawn on, as by any index write); the index is then unchanged and fully usable, and
    the next open tries again.  -EIO (logged) only if the index could not
    be put back in WAL mode: then close it. */
 int dbox_index_convert_pages(struct dbox_index *index);

@@ -12,6 +12,7 @@ import random
 import sqlite3
 import stat
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -629,6 +630,81 @@ def hostile_ops(root):
         ("rename dir to ..", lambda: os.rename(md / "dir", md / "..")),
     ]
     return [(what, outcome(step)) for what, step in steps]
+
+
+def test_index_rewrite_cut_by_a_crash(make_mount):
+    """A rewrite of the index's pages killed half way leaves
+    index.sqlite partly overwritten and its rollback journal hot (here a
+    process killed inside a transaction too big for its cache, in the
+    same journal mode).  The next mount rolls it back, rewrites the
+    index, and the tree is as it was."""
+    m = make_mount()
+    md = m.maildir(".Lists")
+    for i in range(300):
+        deliver(md, f"{i}.crash.host:2,S", b"Subject: %d\n\nbody\n" % i)
+    before = stat_tree(m.mnt), tree(m.mnt)
+    m.unmount()
+    index = m.store / "index.sqlite"
+    db = sqlite3.connect(index, isolation_level=None)
+    db.executescript("PRAGMA journal_mode=DELETE; PRAGMA page_size=4096;"
+                     " VACUUM; PRAGMA journal_mode=WAL;")
+    db.close()
+    killed = subprocess.run([sys.executable, "-c", (
+        "import os, sqlite3, sys\n"
+        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "db.execute('PRAGMA journal_mode=DELETE')\n"
+        "db.execute('PRAGMA cache_size=2')\n"
+        "db.execute('BEGIN')\n"
+        "db.execute(\"UPDATE entry SET name = name || 'x'\")\n"
+        "os.kill(os.getpid(), 9)\n"), str(index)])
+    assert killed.returncode == -9
+    assert (m.store / "index.sqlite-journal").stat().st_size > 0
+    m.mount()
+    assert (stat_tree(m.mnt), tree(m.mnt)) == before
+    m.unmount()
+    assert not (m.store / "index.sqlite-journal").exists()
+    assert page_size(m.store) == 1024
+    assert_clean(m.store)
+
+
+def test_index_rewrite_on_a_full_disk(small_fs, make_mount, tmp_path):
+    """The first mount of an index with 4096-byte pages on a disk with no
+    room for the rewrite's journal: the mount goes on with the old pages,
+    says so, and loses nothing; once there is room the next mount
+    rewrites it."""
+    m = make_mount(store=small_fs / "store", mnt=tmp_path / "mnt")
+    md = m.maildir()
+    want = {}
+    for i in range(400):
+        name = f"{i}.page.host:2,S"
+        want[name] = b"Subject: %d\n\nbody\n" % i
+        deliver(md, name, want[name])
+    m.unmount()
+    db = sqlite3.connect(m.store / "index.sqlite", isolation_level=None)
+    db.executescript("PRAGMA journal_mode=DELETE; PRAGMA page_size=4096;"
+                     " VACUUM; PRAGMA journal_mode=WAL;")
+    db.close()
+    assert page_size(m.store) == 4096
+    index_bytes = (m.store / "index.sqlite").stat().st_size
+    ballast = small_fs / "ballast"
+    free = os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize
+    assert free > index_bytes // 4 + (64 << 10), (free, index_bytes)
+    ballast.write_bytes(b"\0" * (free - index_bytes // 4))
+    m.mount()
+    assert "not rewritten with 1024-byte pages" in m.log_text(), m.log_text()
+    assert "index reserve" not in m.log_text()
+    assert tree(md / "cur") == want
+    m.unmount()
+    assert page_size(m.store) == 4096
+    assert not (m.store / "index.sqlite-journal").exists()
+    ballast.unlink()
+    m.mount()
+    assert "rewriting its 4096-byte pages" in m.log_text()
+    assert "not rewritten" not in m.log_text()
+    assert tree(md / "cur") == want
+    m.unmount()
+    assert page_size(m.store) == 1024
+    assert_clean(m.store)
 
 
 def test_hostile_names(mount, tmp_path):
