@@ -73,8 +73,8 @@ struct index_attr_cache {
    2026-12-02, docs/design.md section 3); 512 would gain a little more
    but SQLite keeps only about 100 bytes of an index entry on a 512-byte
    page (the rest goes to overflow pages), less than a long maildir name.
-   An index keeps the page size it was created with (the WAL forbids
-   changing it): older indexes stay at 4096 until rebuilt. */
+   A WAL database keeps the page size it was created with: an older
+   index (4096) is rewritten once by dbox_index_convert_pages. */
 #define INDEX_PAGE_SIZE 1024
 
 struct dbox_index {
