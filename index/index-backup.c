@@ -10,6 +10,7 @@
  */
 #include "index-backup.h"
 #include "index-private.h"
+#include "reserve.h"
 
 #include "storage/log.h"
 
@@ -113,7 +114,8 @@ static int copy_pages(struct dbox_index *src, const char *dest_path,
 	}
 	close(fd);
 	rc = sqlite3_open_v2(dest_path, &dest, SQLITE_OPEN_READWRITE |
-			     SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW, NULL);
+			     SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW,
+			     dbox_reserve_vfs());
 	if (rc != SQLITE_OK) {
 		dbox_error("index copy %s: open: %s", dest_path,
 			   dest != NULL ? sqlite3_errmsg(dest) :

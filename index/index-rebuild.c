@@ -10,6 +10,7 @@
  * Runs once per rebuild, so SQL is prepared at call time.
  */
 #include "index-private.h"
+#include "reserve.h"
 #include "index-rebuild.h"
 
 #include "storage/grow.h"
@@ -390,9 +391,12 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 			aux[i] = NULL;
 		aux_existed[i] = aux[i] == NULL || access(aux[i], F_OK) == 0;
 	}
+	/* Through the index's VFS: the old index may come with a planted
+	   rollback journal, whose rollback must not delete what it names
+	   (reserve.c). */
 	if (sqlite3_open_v2(path, &ctx.db, SQLITE_OPEN_READWRITE |
 			    SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
-			    NULL) != SQLITE_OK) {
+			    dbox_reserve_vfs()) != SQLITE_OK) {
 		dbox_warning("old index %s: cannot open: %s", path,
 			     ctx.db != NULL ? sqlite3_errmsg(ctx.db) : "no memory");
 		goto out;

@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -347,6 +348,19 @@ static int r_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f,
 
 	memset(rf, 0, sizeof(*rf));
 	rf->real = (sqlite3_file *)((char *)f + RFILE_SIZE);
+	if (flags & SQLITE_OPEN_SUPER_JOURNAL) {
+		/* The index never writes a transaction over two database
+		   files, so none of its journals names a super-journal: one
+		   that does was planted, and SQLite would delete the file it
+		   names (any file, as whoever runs us) after rolling the
+		   journal back.  Refused: the index then fails to open. */
+		dbox_error("%s: a rollback journal of the index names it as "
+			   "its super-journal; the index never writes one: "
+			   "refusing it (remove the planted %s-journal)",
+			   name != NULL ? name : "?", "index.sqlite");
+		rf->base.pMethods = NULL;
+		return SQLITE_CANTOPEN;
+	}
 	rc = real_vfs->xOpen(real_vfs, name, rf->real, flags, out_flags);
 	if (rc != SQLITE_OK || rf->real->pMethods == NULL) {
 		/* SQLite calls no method of a file whose open failed. */
@@ -360,8 +374,25 @@ static int r_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f,
 	return SQLITE_OK;
 }
 
+/* Whether path ends with suffix. */
+static bool ends_with(const char *path, const char *suffix)
+{
+	size_t n = strlen(path), k = strlen(suffix);
+
+	return n > k && strcmp(path + n - k, suffix) == 0;
+}
+
+/* SQLite deletes a database's rollback journal and, at the last close,
+   its WAL; nothing else of the index's (its temporary files are unlinked
+   at open).  Any other name would come from a planted journal's
+   super-journal record (r_open refuses those too). */
 static int r_delete(sqlite3_vfs *vfs, const char *name, int sync_dir)
 {
+	if (!ends_with(name, "-journal") && !ends_with(name, "-wal")) {
+		dbox_error("%s: SQLite was asked to delete it; not a journal or "
+			   "WAL of the index: refused", name);
+		return SQLITE_IOERR_DELETE;
+	}
 	return real_vfs->xDelete(real_vfs, name, sync_dir);
 }
 

@@ -23,7 +23,12 @@
  * already has instead of growing.
  *
  * The VFS also writes each transaction's WAL frames in one write instead
- * of two writes per frame (wal-batch.h).
+ * of two writes per frame (wal-batch.h), and refuses what a planted
+ * rollback journal could make SQLite do to other files: open a
+ * super-journal (SQLite deletes the one a rolled-back journal names; the
+ * index never writes one) or delete anything but a journal or a WAL.
+ * Every read-write connection to an index or a copy of one opens through
+ * it.
  *
  * The VFS is registered once per process under the name DBOX_RESERVE_VFS
  * (a table of functions, no state: the reserve of a file is found by its
