@@ -383,6 +383,24 @@ static uint32_t next_file_id(const struct dbox_store *st, uint32_t max_index)
 	return next + 1;
 }
 
+/* The first of the index's side files (journal, WAL, shared memory)
+   that is not a regular file: planted (a symlink), never made by SQLite.
+   NULL when there is none. */
+static const char *odd_index_file(const struct dbox_store *st)
+{
+	static const char *const side[] = {
+		DBOX_STORE_INDEX "-journal", DBOX_STORE_INDEX "-wal",
+		DBOX_STORE_INDEX "-shm",
+	};
+	struct stat sb;
+
+	for (size_t i = 0; i < sizeof(side) / sizeof(side[0]); i++)
+		if (fstatat(st->dir_fd, side[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    !S_ISREG(sb.st_mode))
+			return side[i];
+	return NULL;
+}
+
 /* Open the index of st (at st->index_path), logging why it cannot be. */
 static int open_index(struct dbox_store *st, const char *path)
 {
@@ -401,6 +419,11 @@ static int open_index(struct dbox_store *st, const char *path)
 	if (ret < 0 && !st->readonly && store_is_read_only(st->dir_fd))
 		dbox_error("the store is read-only (%s): mount it with -o ro",
 			   path);
+	else if (ret == -EIO && odd_index_file(st) != NULL)
+		dbox_error("%s: %s is not a regular file (SQLite never makes "
+			   "one so; planted?): the index is not opened through "
+			   "it; remove it and open the store again", path,
+			   odd_index_file(st));
 	else if (ret == -EIO)
 		dbox_error("%s: the index is unreadable; 'dboxadm rebuild %s' "
 			   "recreates it from " DBOX_STORE_STORAGE "/", path, path);

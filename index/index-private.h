@@ -76,6 +76,10 @@ struct index_attr_cache {
    A WAL database keeps the page size it was created with: an older
    index (4096) is rewritten once by dbox_index_convert_pages. */
 #define INDEX_PAGE_SIZE 1024
+/* Largest index dbox_index_convert_pages rewrites, in bytes: the new
+   file is built in memory (about 1.8 million messages with 4096-byte
+   pages). */
+#define INDEX_REWRITE_MAX (512 * 1024 * 1024)
 
 struct dbox_index {
 	sqlite3 *db;

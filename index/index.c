@@ -371,11 +371,22 @@ int dbox_index_convert_pages(struct dbox_index *index)
 {
 	struct statvfs fs;
 	struct stat st;
-	char sql[48];
+	char sql[80];
 	int ret, back;
 
 	if (index->page_size == INDEX_PAGE_SIZE)
 		return 0;
+	if (stat(index->path, &st) == 0 &&
+	    (uint64_t)st.st_size > INDEX_REWRITE_MAX) {
+		dbox_warning("index %s: not rewritten with %d-byte pages: it "
+			     "is %llu MiB, and the rewrite builds the new "
+			     "one in memory (at most %d MiB); 'dboxadm "
+			     "rebuild' writes a new index with them",
+			     index->path, INDEX_PAGE_SIZE,
+			     (unsigned long long)(st.st_size >> 20),
+			     INDEX_REWRITE_MAX >> 20);
+		return -EFBIG;
+	}
 	/* Room for the rollback journal (up to the whole file) and the
 	   new file's growth, without the index reserve (reserve.h): that
 	   is for clients' changes on a full disk, not for this. */
@@ -394,9 +405,15 @@ int dbox_index_convert_pages(struct dbox_index *index)
 		  "(once; about 0.7 s per 100,000 messages)", index->path,
 		  index->page_size, INDEX_PAGE_SIZE);
 	if ((ret = set_journal_mode(index, "DELETE")) == 0) {
-		snprintf(sql, sizeof(sql), "PRAGMA page_size=%d; VACUUM;",
-			 INDEX_PAGE_SIZE);
+		/* VACUUM builds the new file as a temporary database, by
+		   default a file in /var/tmp: in memory instead, so that a
+		   store's owner cannot make root fill another filesystem
+		   (the size is bounded above). */
+		snprintf(sql, sizeof(sql), "PRAGMA temp_store=MEMORY;"
+			 " PRAGMA page_size=%d; VACUUM;", INDEX_PAGE_SIZE);
 		ret = index_exec_sql(index, DBOX_LOG_ERROR, NULL, sql);
+		index_exec_sql(index, DBOX_LOG_ERROR, NULL,
+			       "PRAGMA temp_store=DEFAULT;");
 	}
 	/* Back to WAL in any case: SQLite has rolled a failed VACUUM back. */
 	if ((back = set_journal_mode(index, "WAL")) < 0 ||

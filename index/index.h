@@ -149,7 +149,9 @@ int dbox_index_open_readonly(const char *path, struct dbox_index **index_r);
    (dboxadm check of a store being opened), -ENOSPC when the disk has
    less than twice the index's size free (the journal and the new file;
    the index reserve, reserve.h, is not counted as room) or fills
-   meanwhile (the reserve may then be drawn on, as by any index write); the index is then unchanged and fully usable, and
+   meanwhile (the reserve may then be drawn on, as by any index write),
+   -EFBIG when the index is larger than the rewrite builds in memory
+   (index-private.h: 512 MiB; nothing is written to /var/tmp); the index is then unchanged and fully usable, and
    the next open tries again.  -EIO (logged) only if the index could not
    be put back in WAL mode: then close it. */
 int dbox_index_convert_pages(struct dbox_index *index);

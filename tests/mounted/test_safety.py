@@ -11,6 +11,7 @@ import os
 import random
 import sqlite3
 import stat
+import struct
 import subprocess
 import sys
 import threading
@@ -374,7 +375,7 @@ def test_index_rewrite_never_follows_a_planted_journal(make_mount, tmp_path):
     secret = tmp_path / "secret"
     secret.write_bytes(b"root's file\n")
     os.symlink(secret, m.store / "index.sqlite-journal")
-    refused(m.store, tmp_path, b"index")
+    refused(m.store, tmp_path, b"index.sqlite-journal is not a regular file")
     assert secret.read_bytes() == b"root's file\n"
     assert page_size(m.store) == 4096
     (m.store / "index.sqlite-journal").unlink()
@@ -630,6 +631,53 @@ def hostile_ops(root):
         ("rename dir to ..", lambda: os.rename(md / "dir", md / "..")),
     ]
     return [(what, outcome(step)) for what, step in steps]
+
+
+def plant_hot_journal(store, super_journal):
+    """A rollback journal beside STORE/index.sqlite that SQLite takes for
+    a hot one, naming super_journal as its super-journal, with no page to
+    restore.  The layout is SQLite's file format document, "The Rollback
+    Journal": a header (magic, record count, nonce, database size in
+    pages, sector size, page size) padded to a sector, and at the end the
+    super-journal record: the lock-byte page's number, the name, its
+    length, the sum of its bytes and the magic again."""
+    magic = bytes.fromhex("d9d505f920a163d7")
+    head = (store / "index.sqlite").read_bytes()[:100]
+    page = int.from_bytes(head[16:18], "big") or 65536
+    pages = int.from_bytes(head[28:32], "big")
+    sector = 512
+    journal = (magic + struct.pack(">IIIII", 0, 0x2a2a2a2a, pages, sector, page)
+               ).ljust(sector, b"\0")
+    name = str(super_journal).encode()
+    journal += (struct.pack(">I", 0x40000000 // page + 1) + name
+                + struct.pack(">II", len(name), sum(name)) + magic)
+    (store / "index.sqlite-journal").write_bytes(journal)
+
+
+def test_planted_journal_deletes_nothing(make_mount, tmp_path):
+    """The store's owner plants a rollback journal that names a file of
+    root's as its super-journal: SQLite, rolling the journal back, would
+    delete that file.  Neither the mount, dboxadm check, stats, nor
+    rebuild (which salvages the old index) deletes it; the mount refuses
+    the index, saying why, and once the journal is gone all is well."""
+    m = make_mount()
+    deliver(m.maildir(), "a:2,S", b"message a\n")
+    m.unmount()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"root's file\n")
+    plant_hot_journal(m.store, victim)
+    err = refused(m.store, tmp_path, b"super-journal")
+    assert victim.read_bytes() == b"root's file\n", err
+    for verb in ("check", "stats"):
+        adm(verb, m.store)
+        assert victim.read_bytes() == b"root's file\n", verb
+    r = adm("rebuild", m.store)
+    assert victim.read_bytes() == b"root's file\n", r.stdout + r.stderr
+    (m.store / "index.sqlite-journal").unlink(missing_ok=True)
+    m.mount()
+    assert (m.mnt / "cur" / "a:2,S").read_bytes() == b"message a\n"
+    m.unmount()
+    assert victim.read_bytes() == b"root's file\n"
 
 
 def test_index_rewrite_cut_by_a_crash(make_mount):
