@@ -24,6 +24,7 @@
  * below is touched only by calls on that one connection.
  */
 #include "index-private.h"
+#include "read-ahead.h"
 #include "reserve.h"
 #include "wal-batch.h"
 
@@ -95,6 +96,9 @@ struct rfile {
 	struct wal_batch batch;
 	struct rfile *wal;    /* database: its WAL's file object, or NULL */
 	struct rfile *db;     /* WAL: its database's file object, or NULL */
+	bool is_db;           /* a main database: reads through ra */
+	struct read_ahead ra; /* read-ahead.h; dropped at every lock change,
+				 write and truncate */
 };
 
 /* The file object sizes are multiples of 8: real stays aligned. */
@@ -124,6 +128,7 @@ static int r_close(sqlite3_file *f)
 
 	if (rf->batched)
 		wal_batch_free(&rf->batch);
+	read_ahead_free(&rf->ra);
 	if (rf->db != NULL)
 		rf->db->wal = NULL;
 	if (rf->wal != NULL)
@@ -153,7 +158,20 @@ static int r_write(sqlite3_file *f, const void *buf, int amt,
 
 	if (rf->batched)
 		return wal_batch_write(&rf->batch, buf, amt, off);
+	read_ahead_forget(&rf->ra);
 	return write_real(rf, buf, amt, off);
+}
+
+static int r_read(sqlite3_file *f, void *buf, int amt, sqlite3_int64 off)
+{
+	struct rfile *rf = (struct rfile *)f;
+	int rc = flush(rf);
+
+	if (rc != SQLITE_OK)
+		return rc;
+	if (rf->is_db)
+		return read_ahead_read(&rf->ra, rf->real, buf, amt, off);
+	return rf->real->pMethods->xRead(rf->real, buf, amt, off);
 }
 
 /* The methods the reserve leaves alone: each writes what a WAL batch
@@ -179,17 +197,30 @@ static int r_write(sqlite3_file *f, const void *buf, int amt,
 	}
 #define LIST(...) __VA_ARGS__
 
-PASS_THROUGH(r_read, xRead,
-	     LIST(void *buf, int amt, sqlite3_int64 off), LIST(buf, amt, off))
-PASS_THROUGH(r_truncate, xTruncate, sqlite3_int64 size, size)
 PASS_THROUGH(r_sync, xSync, int flags, flags)
 PASS_THROUGH(r_file_size, xFileSize, sqlite3_int64 *size_r, size_r)
-PASS_THROUGH(r_lock, xLock, int lock, lock)
-PASS_THROUGH(r_unlock, xUnlock, int lock, lock)
 PASS_THROUGH(r_check_reserved_lock, xCheckReservedLock, int *out, out)
 PASS_THROUGH(r_shm_unmap, xShmUnmap, int delete_flag, delete_flag)
 PASS_THROUGH_NO_ARGS(int, r_sector_size, xSectorSize)
 PASS_THROUGH_NO_ARGS(int, r_device_characteristics, xDeviceCharacteristics)
+
+/* Truncate and lock changes pass through as above, and drop what the
+   database's read-ahead holds: a lock change starts or ends a
+   transaction (read-ahead.h). */
+#define PASS_THROUGH_FORGET(name, method, type, param)			\
+	static int name(sqlite3_file *f, type param)			\
+	{								\
+		struct rfile *rf = (struct rfile *)f;			\
+		int rc = flush(rf);					\
+									\
+		read_ahead_forget(&rf->ra);				\
+		if (rc != SQLITE_OK)					\
+			return rc;					\
+		return rf->real->pMethods->method(rf->real, param);	\
+	}
+PASS_THROUGH_FORGET(r_truncate, xTruncate, sqlite3_int64, size)
+PASS_THROUGH_FORGET(r_lock, xLock, int, lock)
+PASS_THROUGH_FORGET(r_unlock, xUnlock, int, lock)
 
 /* The shared-memory methods are the database's (SQLite calls none on a
    WAL).  Before a wal-index lock is released, the WAL's batch is written:
@@ -206,6 +237,7 @@ static int r_shm_lock(sqlite3_file *f, int offset, int n, int flags)
 	/* The shm methods are the database file's, which holds no batch
 	   (only a WAL file does): nothing of its own to flush here. */
 	assert(!rf->batched);
+	read_ahead_forget(&rf->ra);
 	if ((flags & SQLITE_SHM_UNLOCK) && rf->wal != NULL &&
 	    (frc = flush(rf->wal)) != SQLITE_OK)
 		wal_batch_drop(&rf->wal->batch);
@@ -368,6 +400,8 @@ static int r_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f,
 		return rc;
 	}
 	rf->reserve = reserve_path_of(name, flags);
+	rf->is_db = (flags & SQLITE_OPEN_MAIN_DB) != 0;
+	read_ahead_init(&rf->ra);
 	rf->base.pMethods = &rfile_methods;
 	if (flags & SQLITE_OPEN_WAL)
 		wal_start_batch(rf, name);
