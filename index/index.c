@@ -376,8 +376,9 @@ int dbox_index_convert_pages(struct dbox_index *index)
 
 	if (index->page_size == INDEX_PAGE_SIZE)
 		return 0;
-	if (stat(index->path, &st) == 0 &&
-	    (uint64_t)st.st_size > INDEX_REWRITE_MAX) {
+	if (stat(index->path, &st) < 0 || statvfs(index->path, &fs) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size > INDEX_REWRITE_MAX) {
 		dbox_warning("index %s: not rewritten with %d-byte pages: it "
 			     "is %llu MiB, and the rewrite builds the new "
 			     "one in memory (at most %d MiB); 'dboxadm "
@@ -390,8 +391,7 @@ int dbox_index_convert_pages(struct dbox_index *index)
 	/* Room for the rollback journal (up to the whole file) and the
 	   new file's growth, without the index reserve (reserve.h): that
 	   is for clients' changes on a full disk, not for this. */
-	if (stat(index->path, &st) == 0 && statvfs(index->path, &fs) == 0 &&
-	    (uint64_t)fs.f_bavail * fs.f_frsize < 2 * (uint64_t)st.st_size) {
+	if ((uint64_t)fs.f_bavail * fs.f_frsize < 2 * (uint64_t)st.st_size) {
 		dbox_warning("index %s: not rewritten with %d-byte pages: "
 			     "that needs %llu MiB free, the disk has %llu; "
 			     "the next open tries again", index->path,

@@ -530,17 +530,29 @@ def test_refusals_change_nothing(make_mount, tmp_path):
 
 # --- a full disk ------------------------------------------------------------------
 
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 6 MiB tmpfs, unmounted in teardown (after any dboxfs on it)."""
-    d = tmp_path / "small"
+def tmpfs(d, size):
+    """A tmpfs of size on the new directory d, unmounted when the
+    generator resumes (after any dboxfs on it)."""
     d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs", str(d)],
-                   check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
+                    str(d)], check=True)
     try:
         yield d
     finally:
         subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 6 MiB tmpfs, unmounted in teardown (after any dboxfs on it)."""
+    yield from tmpfs(tmp_path / "small", "6m")
+
+
+@pytest.fixture
+def mid_fs(tmp_path):
+    """A 32 MiB tmpfs: room for a WAL at its checkpoint bounds (4 and
+    8 MiB) besides a store, unmounted in teardown."""
+    yield from tmpfs(tmp_path / "mid", "32m")
 
 
 def test_disk_full(small_fs, make_mount, tmp_path):
@@ -715,12 +727,12 @@ def test_index_rewrite_cut_by_a_crash(make_mount):
     assert_clean(m.store)
 
 
-def test_index_rewrite_on_a_full_disk(small_fs, make_mount, tmp_path):
+def test_index_rewrite_on_a_full_disk(mid_fs, make_mount, tmp_path):
     """The first mount of an index with 4096-byte pages on a disk with no
     room for the rewrite's journal: the mount goes on with the old pages,
     says so, and loses nothing; once there is room the next mount
     rewrites it."""
-    m = make_mount(store=small_fs / "store", mnt=tmp_path / "mnt")
+    m = make_mount(store=mid_fs / "store", mnt=tmp_path / "mnt")
     md = m.maildir()
     want = {}
     for i in range(400):
@@ -734,8 +746,8 @@ def test_index_rewrite_on_a_full_disk(small_fs, make_mount, tmp_path):
     db.close()
     assert page_size(m.store) == 4096
     index_bytes = (m.store / "index.sqlite").stat().st_size
-    ballast = small_fs / "ballast"
-    free = os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize
+    ballast = mid_fs / "ballast"
+    free = os.statvfs(mid_fs).f_bavail * os.statvfs(mid_fs).f_frsize
     assert free > index_bytes // 4 + (64 << 10), (free, index_bytes)
     ballast.write_bytes(b"\0" * (free - index_bytes // 4))
     m.mount()
