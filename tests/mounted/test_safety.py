@@ -306,6 +306,15 @@ def test_rebuild_of_a_whole_index_changes_nothing(make_mount):
     assert len(list(m.store.glob("index.sqlite.broken-*"))) >= 2
 
 
+def make_old_page_size(store):
+    """STORE's index rewritten with 4096-byte pages, as indexes were made
+    before 2026-12-02 (the store unmounted)."""
+    db = sqlite3.connect(store / "index.sqlite", isolation_level=None)
+    db.executescript("PRAGMA journal_mode=DELETE; PRAGMA page_size=4096;"
+                     " VACUUM; PRAGMA journal_mode=WAL;")
+    db.close()
+
+
 def page_size(store):
     db = sqlite3.connect(f"file:{store / 'index.sqlite'}?mode=ro", uri=True)
     try:
@@ -324,10 +333,7 @@ def test_index_with_old_page_size_is_rewritten_at_mount(make_mount):
     before, files_before = stat_tree(m.mnt), tree(m.mnt)
     m.unmount()
     assert page_size(m.store) == 1024
-    db = sqlite3.connect(m.store / "index.sqlite", isolation_level=None)
-    db.executescript("PRAGMA journal_mode=DELETE; PRAGMA page_size=4096;"
-                     " VACUUM; PRAGMA journal_mode=WAL;")
-    db.close()
+    make_old_page_size(m.store)
     assert page_size(m.store) == 4096
     m.mount()
     assert "rewriting its 4096-byte pages as 1024-byte ones" in m.log_text()
@@ -368,10 +374,7 @@ def test_index_rewrite_never_follows_a_planted_journal(make_mount, tmp_path):
     m = make_mount()
     deliver(m.maildir(), "a:2,S", b"message a\n")
     m.unmount()
-    db = sqlite3.connect(m.store / "index.sqlite", isolation_level=None)
-    db.executescript("PRAGMA journal_mode=DELETE; PRAGMA page_size=4096;"
-                     " VACUUM; PRAGMA journal_mode=WAL;")
-    db.close()
+    make_old_page_size(m.store)
     secret = tmp_path / "secret"
     secret.write_bytes(b"root's file\n")
     os.symlink(secret, m.store / "index.sqlite-journal")
@@ -705,10 +708,7 @@ def test_index_rewrite_cut_by_a_crash(make_mount):
     before = stat_tree(m.mnt), tree(m.mnt)
     m.unmount()
     index = m.store / "index.sqlite"
-    db = sqlite3.connect(index, isolation_level=None)
-    db.executescript("PRAGMA journal_mode=DELETE; PRAGMA page_size=4096;"
-                     " VACUUM; PRAGMA journal_mode=WAL;")
-    db.close()
+    make_old_page_size(m.store)
     killed = subprocess.run([sys.executable, "-c", (
         "import os, sqlite3, sys\n"
         "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
@@ -740,10 +740,7 @@ def test_index_rewrite_on_a_full_disk(mid_fs, make_mount, tmp_path):
         want[name] = b"Subject: %d\n\nbody\n" % i
         deliver(md, name, want[name])
     m.unmount()
-    db = sqlite3.connect(m.store / "index.sqlite", isolation_level=None)
-    db.executescript("PRAGMA journal_mode=DELETE; PRAGMA page_size=4096;"
-                     " VACUUM; PRAGMA journal_mode=WAL;")
-    db.close()
+    make_old_page_size(m.store)
     assert page_size(m.store) == 4096
     index_bytes = (m.store / "index.sqlite").stat().st_size
     ballast = mid_fs / "ballast"
