@@ -404,6 +404,7 @@ static const char *odd_index_file(const struct dbox_store *st)
 /* Open the index of st (at st->index_path), logging why it cannot be. */
 static int open_index(struct dbox_store *st, const char *path)
 {
+	const char *odd;
 	int ret = st->readonly ?
 		dbox_index_open_readonly(st->index_path, &st->index) :
 		dbox_index_open(st->index_path, true, &st->index);
@@ -419,11 +420,10 @@ static int open_index(struct dbox_store *st, const char *path)
 	if (ret < 0 && !st->readonly && store_is_read_only(st->dir_fd))
 		dbox_error("the store is read-only (%s): mount it with -o ro",
 			   path);
-	else if (ret == -EIO && odd_index_file(st) != NULL)
+	else if (ret == -EIO && (odd = odd_index_file(st)) != NULL)
 		dbox_error("%s: %s is not a regular file (SQLite never makes "
 			   "one so; planted?): the index is not opened through "
-			   "it; remove it and open the store again", path,
-			   odd_index_file(st));
+			   "it; remove it and open the store again", path, odd);
 	else if (ret == -EIO)
 		dbox_error("%s: the index is unreadable; 'dboxadm rebuild %s' "
 			   "recreates it from " DBOX_STORE_STORAGE "/", path, path);
