@@ -412,8 +412,16 @@ int dbox_index_convert_pages(struct dbox_index *index)
 		snprintf(sql, sizeof(sql), "PRAGMA temp_store=MEMORY;"
 			 " PRAGMA page_size=%d; VACUUM;", INDEX_PAGE_SIZE);
 		ret = index_exec_sql(index, DBOX_LOG_ERROR, NULL, sql);
+		/* A failed VACUUM is rolled back and leaves the index as
+		   it was: not -EIO, which the caller takes for an index
+		   it cannot use. */
+		if (ret < 0)
+			ret = (sqlite3_errcode(index->db) & 0xff) ==
+				SQLITE_FULL ? -ENOSPC : -EAGAIN;
 		index_exec_sql(index, DBOX_LOG_ERROR, NULL,
 			       "PRAGMA temp_store=DEFAULT;");
+	} else if (ret != -EBUSY) {
+		ret = -EAGAIN; /* still in WAL mode, as it was */
 	}
 	/* Back to WAL in any case: SQLite has rolled a failed VACUUM back. */
 	if ((back = set_journal_mode(index, "WAL")) < 0 ||

@@ -151,7 +151,9 @@ int dbox_index_open_readonly(const char *path, struct dbox_index **index_r);
    the index reserve, reserve.h, is not counted as room) or fills
    meanwhile (the reserve may then be drawn on, as by any index write),
    -EFBIG when the index is larger than the rewrite builds in memory
-   (index-private.h: 512 MiB; nothing is written to /var/tmp); the index is then unchanged and fully usable, and
+   (index-private.h: 512 MiB; nothing is written to /var/tmp), -EAGAIN
+   when SQLite could not do it (a damaged index: VACUUM reads every
+   page; logged); the index is then unchanged and fully usable, and
    the next open tries again.  -EIO (logged) only if the index could not
    be put back in WAL mode: then close it. */
 int dbox_index_convert_pages(struct dbox_index *index);

@@ -2705,6 +2705,49 @@ static void test_convert_pages_busy(void **state)
 	assert_int_equal(error_count, 0);
 }
 
+/* A damaged old index (a page of garbage past what opening it reads):
+   the rewrite fails, is not taken for an unusable index (-EIO: the
+   store would not open), and leaves it in WAL mode with its old
+   pages. */
+static void test_convert_pages_damaged(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_attr m;
+	char garbage[4096], name[16];
+	sqlite3_stmt *stmt;
+	sqlite3 *db;
+	off_t size;
+	int fd;
+
+	for (int i = 0; i < 400; i++) {
+		snprintf(name, sizeof(name), "message-%d", i);
+		assert_int_equal(tx_create(f, DBOX_ROOT_INO, name,
+					   DBOX_KIND_MESSAGE, &m), 0);
+	}
+	make_old_page_size(f);
+	dbox_index_close(&f->index);
+	size = file_size(f->path);
+	memset(garbage, 0x5a, sizeof(garbage));
+	fd = open(f->path, O_WRONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, garbage, sizeof(garbage),
+				size - (off_t)sizeof(garbage)),
+			 (ssize_t)sizeof(garbage));
+	close(fd);
+	assert_int_equal(dbox_index_open(f->path, false, &f->index), 0);
+	errors_reset();
+	assert_int_equal(dbox_index_convert_pages(f->index), -EAGAIN);
+	assert_int_equal(file_page_size(f), 4096);
+	assert_int_equal(sqlite3_open_v2(f->path, &db, SQLITE_OPEN_READONLY,
+					 NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1,
+					    &stmt, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(stmt), SQLITE_ROW);
+	assert_string_equal((const char *)sqlite3_column_text(stmt, 0), "wal");
+	sqlite3_finalize(stmt);
+	sqlite3_close(db);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, fix_setup, fix_teardown)
 
 int main(void)
@@ -2752,6 +2795,7 @@ int main(void)
 		T(test_xattr),
 		T(test_convert_pages),
 		T(test_convert_pages_busy),
+		T(test_convert_pages_damaged),
 	};
 
 	dbox_log_set_sink(capture_sink);
