@@ -9,6 +9,8 @@
 #include "engine/store-layout.h"
 
 #include "index/index-check.h"
+#include "storage/dbox-file.h"
+#include "storage/dbox-scan.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -131,6 +133,37 @@ int check_plain_files(struct check *c)
 	return 0;
 }
 
+/* How many whole records the copy lost+found/<name> (crash recovery's
+   m.N-OFFSET) holds from its start: 0 for none, for a name of another
+   form or for anything but a regular file (never followed, never a
+   FIFO's open that would wait). */
+static long lost_found_whole(int dir_fd, const char *name)
+{
+	char mfile[16];
+	uint32_t id;
+	uint64_t end;
+	struct stat sb;
+	const char *dash = strrchr(name, '-');
+	long whole = 0;
+	int fd;
+
+	if (dash == NULL || (size_t)(dash - name) >= sizeof(mfile))
+		return 0;
+	memcpy(mfile, name, (size_t)(dash - name));
+	mfile[dash - name] = '\0';
+	if (!dbox_mfile_parse_name(mfile, &id))
+		return 0;
+	fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+		    O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
+		whole = dbox_file_tail_records(fd, id, 0, UINT64_MAX, &end,
+					       NULL, NULL);
+	close(fd);
+	return whole > 0 ? whole : 0;
+}
+
 void check_lost_found(struct check *c)
 {
 	int fd = dbox_store_open_in(c->view->path, DBOX_STORE_LOST_FOUND,
@@ -146,14 +179,29 @@ void check_lost_found(struct check *c)
 	}
 	while ((de = readdir(d)) != NULL) {
 		struct stat sb;
+		long whole;
 
 		if (de->d_name[0] == '.' ||
 		    fstatat(fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
-		check_note(c, DBOX_CHECK_LOST_FOUND, NULL, "%s/%s: %llu bytes crash recovery cut off an m.N, "
-			   "kept as a copy; delete it once check finds no "
-			   "problem", DBOX_STORE_LOST_FOUND, de->d_name,
-			   (unsigned long long)sb.st_size);
+		whole = lost_found_whole(fd, de->d_name);
+		if (whole > 0)
+			check_note(c, DBOX_CHECK_LOST_FOUND, NULL, "%s/%s: %llu bytes crash recovery "
+				   "cut off an m.N, kept as a copy; it holds %ld "
+				   "whole message records: a save a crash cut "
+				   "short, or mail delivered after the index was "
+				   "copied ('dboxadm cat %s %s/%s/%s 0' shows the "
+				   "first); delete it once you know it is not "
+				   "needed", DBOX_STORE_LOST_FOUND, de->d_name,
+				   (unsigned long long)sb.st_size, whole,
+				   c->view->path, c->view->path,
+				   DBOX_STORE_LOST_FOUND, de->d_name);
+		else
+			check_note(c, DBOX_CHECK_LOST_FOUND, NULL, "%s/%s: %llu bytes crash recovery "
+				   "cut off an m.N, kept as a copy; delete it "
+				   "once check finds no problem",
+				   DBOX_STORE_LOST_FOUND, de->d_name,
+				   (unsigned long long)sb.st_size);
 	}
 	closedir(d);
 }

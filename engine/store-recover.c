@@ -5,9 +5,10 @@
  * past a committed end) and purged.m.N (a file a purge forgot).
  *
  * Nothing a client was told is stored is ever cut: the record in flight
- * is cut as its delivery is dropped; whole records the index does not
- * know are kept (an index older than storage/); any other byte cut is
- * copied to lost+found/ first.
+ * is cut as its delivery is dropped (after a copy in lost+found/ when it
+ * is whole: see recover_mfile); whole records the index does not know
+ * are kept (an index older than storage/); any other byte cut is copied
+ * to lost+found/ first.
  */
 #include "engine/store-layout.h"
 #include "engine/store-dirs.h"
@@ -84,7 +85,8 @@ static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
    flight starts where its m.N ended when it took the file: a delivery's
    WRITING row says where, as inflight.m.N does for a copy-on-write copy
    or a purge's copies (committed before their first byte is written).
-   That record and what follows nobody was told is stored, and is cut.
+   That record and what follows is cut: nobody was told it is stored,
+   unless this index is a copy older than the record's finish (below).
    Whole records before it are no unfinished write but messages an older
    index does not know (a restored backup, a lost WAL): they are never
    cut; kept.m.N remembers them, the file takes no new records, and
@@ -151,21 +153,39 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 		st->kept_records += (unsigned long)whole;
 	}
 	if ((uint64_t)stbuf.st_size > keep_end) {
-		/* The record in flight is dropped as its delivery is; other
-		   bytes only after a copy: also more than one whole record
-		   from the in-flight mark on (purge copies; or a mark an older
-		   copy of the index kept while later saves went on). */
+		/* The record in flight is dropped as its delivery is, when
+		   it is no whole record (its header is written last).  Other
+		   bytes only after a copy, and so is a whole record at the
+		   in-flight mark: a save the crash cut between its seal and
+		   its commit looks exactly like one finished, acknowledged
+		   and renamed under a newer copy of the index (this one
+		   restored from a copy taken while it was in flight), and
+		   the second must not be lost. */
 		uint64_t end;
-		bool only_inflight = inflight >= 0 &&
-			(uint64_t)inflight == keep_end &&
-			dbox_file_tail_records(fd, file_id, keep_end, UINT64_MAX,
-					       &end, NULL, NULL) < 2;
+		long whole_inflight = inflight >= 0 &&
+			(uint64_t)inflight == keep_end ?
+			dbox_file_tail_records(fd, file_id, keep_end,
+					       UINT64_MAX, &end, NULL, NULL) : -1;
+		bool only_inflight = whole_inflight == 0;
 
 		if (!only_inflight &&
 		    save_cut_bytes(st, fd, name, alt, keep_end, stbuf.st_size) < 0) {
 			close(fd);
 			return 0;
 		}
+		if (whole_inflight > 0)
+			dbox_warning("%s/" DBOX_STORE_STORAGE "/%s: %ld whole records from "
+				     "offset %llu, where the index has a write in "
+				     "flight: a save the crash cut short, or mail "
+				     "delivered after this index was copied (a "
+				     "restored index); kept in %s/%s/%s-%llu "
+				     "('dboxadm cat %s %s/%s/%s-%llu 0' shows the "
+				     "first)", dbox_store_dir_name(st, alt), name,
+				     whole_inflight, (unsigned long long)keep_end,
+				     st->path, DBOX_STORE_LOST_FOUND, name,
+				     (unsigned long long)keep_end, st->path,
+				     st->path, DBOX_STORE_LOST_FOUND, name,
+				     (unsigned long long)keep_end);
 		dbox_info("%s/" DBOX_STORE_STORAGE "/%s: cutting %llu bytes of unfinished "
 			  "writes after %llu", dbox_store_dir_name(st, alt), name,
 			  (unsigned long long)(stbuf.st_size - keep_end),

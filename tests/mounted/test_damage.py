@@ -5,6 +5,7 @@ damaged field keeps its names through rebuild and purge."""
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 
 import pytest
@@ -109,6 +110,78 @@ def test_index_older_than_storage(tmp_path, lose):
         m.unmount()
         rc, out = adm("check", m.store)
         assert rc == 0, out
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
+
+
+def test_index_copied_mid_delivery_loses_no_delivery(tmp_path):
+    """An index copied while a delivery was in flight (a backup tool
+    copying index.sqlite of a mounted store) names that delivery as
+    WRITING at its offset.  The delivery then finished: fsync, close,
+    rename into new/, acknowledged.  With that copy put back, the mount
+    finds a whole record where the index has a write in flight: it must
+    not cut it silently (it did: the message was gone for good, and
+    check and rebuild found nothing) but keep a copy that dboxadm cat
+    shows.  A delivery that really was in flight at a crash (no whole
+    record yet) is still dropped without a copy."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        for i in range(3):
+            deliver(md, f"old{i}")
+        fd = os.open(md / "tmp" / "late", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, body("late")[:100])
+        # The copy, taken now through SQLite's backup API (one snapshot).
+        live = sqlite3.connect(f"file:{m.store / 'index.sqlite'}?mode=ro",
+                               uri=True)
+        old = sqlite3.connect(tmp_path / "old.sqlite")
+        live.backup(old)
+        live.close()
+        assert old.execute("SELECT e.name FROM message m JOIN entry e"
+                           " ON e.ino = m.ino WHERE m.state = 1"
+                           ).fetchall() == [(b"late",)]
+        old.close()
+        os.write(fd, body("late")[100:])
+        os.fsync(fd)
+        os.close(fd)
+        os.rename(md / "tmp" / "late", md / "new" / "late")
+        assert (md / "new" / "late").read_bytes() == body("late")
+        m.unmount()
+        for suffix in ("-wal", "-shm"):
+            if (m.store / ("index.sqlite" + suffix)).exists():
+                os.unlink(m.store / ("index.sqlite" + suffix))
+        shutil.copy(tmp_path / "old.sqlite", m.store / "index.sqlite")
+
+        m.mount()
+        log = m.log_text()
+        assert sorted(os.listdir(md / "new")) == ["old0", "old1", "old2"]
+        m.unmount()
+        copies = list((m.store / "lost+found").iterdir())
+        assert len(copies) == 1, (copies, log)
+        assert "where the index has a write in flight" in log, log
+        r = subprocess.run([str(DBOXADM), "cat", m.store, copies[0], "0"],
+                           capture_output=True, timeout=60)
+        assert r.returncode == 0 and r.stdout == body("late"), r
+        rc, out = adm("check", m.store)
+        assert rc == 0 and "holds 1 whole message records" in out, out
+
+        # A delivery in flight at a crash: dropped, and no copy made.
+        shutil.rmtree(m.store / "lost+found")
+        m.mount()
+        fd = os.open(md / "tmp" / "cut", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, body("cut"))
+        m.kill()
+        try:
+            os.close(fd)
+        except OSError:
+            pass  # ENOTCONN: the mount is gone
+        m.mount()
+        log = m.log_text()
+        assert os.listdir(md / "tmp") == [], log
+        m.unmount()
+        assert not (m.store / "lost+found").exists() or \
+            list((m.store / "lost+found").iterdir()) == [], log
+        assert "unfinished" in log, log
     finally:
         m.kill() if m.proc is not None else m.unmount()
 
