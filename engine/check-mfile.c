@@ -115,6 +115,7 @@ static int list_one(struct check *c, int dir_fd, bool alt, const char *name)
 	f->exists = true;
 	f->on_alt = alt;
 	f->size = (uint64_t)sb.st_size;
+	f->purged = !f->known && dbox_store_purged_file(c->index, f->id, &sb);
 	if (f->known && f->alt != alt)
 		check_problem(c, DBOX_CHECK_MFILE, &(struct check_at){
 				      .file_id = id },
@@ -350,7 +351,7 @@ static void judge_file(struct check *c, const struct check_mfile *f,
 		check_problem(c, DBOX_CHECK_MFILE, &at, "%s: the file header "
 			      "line is not \"2 M1e C...\"", shown);
 	else if (!f->known && f->nrecs > 0 &&
-		 dbox_store_purged_key(c->index, f->id, false) == 1)
+		 f->purged)
 		check_note(c, DBOX_CHECK_MFILE, &at, "%s was purged: its %zu "
 			   "records are copies left by a crash before its "
 			   "removal (the next purge removes it)", shown,

@@ -39,6 +39,8 @@ struct check_mfile {
 	bool on_alt;           /* found in ALT/storage/ */
 	uint64_t committed;    /* the index's committed end */
 	uint64_t size;         /* on disk */
+	bool purged;           /* not known: the very file a purge of this
+				  index forgot (dbox_store_purged_file) */
 	struct check_rec *recs;
 	size_t nrecs, recs_size;
 	struct check_bad *bads;

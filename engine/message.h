@@ -82,7 +82,8 @@ int dbox_msg_finish(struct dbox_store *st, uint64_t ino,
 /* Patch the received date (R) of message ino's committed record to
    received_sec in place (dbox_store_set_received).  Returns 0 (also when
    ino has no record yet), -ERANGE when the new date needs another width
-   (the caller rewrites the record: a copy), or another negative errno. */
+   or the m.N is linked into another store (the caller rewrites the
+   record: a copy), or another negative errno. */
 int dbox_msg_set_received(struct dbox_store *st, uint64_t ino,
 			  time_t received_sec);
 

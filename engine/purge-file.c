@@ -237,7 +237,8 @@ static int dest_fd(const struct purge *p, uint32_t file_id)
 }
 
 /* One durable transaction: rows to their copies, the pool files' new
-   committed ends, the old file forgotten.  Needs st->lock.  Returns 0
+   committed ends, the old file (inode number ino) forgotten and marked
+   purged.  Needs st->lock.  Returns 0
    when committed and on disk; 1 when committed but the sync failed (the
    copies are in use, but the old file must stay until a later sync);
    -EAGAIN when rows are left in the old file (nothing switched), or
@@ -245,7 +246,7 @@ static int dest_fd(const struct purge *p, uint32_t file_id)
    moves some records only: rows left in the old file are fine, and the
    file is forgotten only when none is left and it takes no new ones (out
    of the append pool); *forgot_r says whether it was. */
-static int switch_file(struct purge *p, uint32_t file_id,
+static int switch_file(struct purge *p, uint32_t file_id, uint64_t ino,
 		       struct dbox_msg_move *moves, size_t nmoves,
 		       bool *forgot_r)
 {
@@ -275,7 +276,7 @@ static int switch_file(struct purge *p, uint32_t file_id,
 	if (ret == 0 && *forgot_r)
 		ret = dbox_index_mfile_delete(index, file_id);
 	if (ret == 0 && *forgot_r)
-		ret = dbox_store_purged_key(index, file_id, true);
+		ret = dbox_store_purged_mark(index, file_id, ino);
 	if (ret < 0 || (ret = dbox_index_commit(index, false)) < 0) {
 		dbox_index_rollback(index);
 		return ret;
@@ -405,7 +406,8 @@ int purge_file(struct purge *p, uint32_t file_id)
 
 	purge_lock(p);
 	if (ret == 0)
-		ret = switch_file(p, file_id, moves, nrecs, &forgot);
+		ret = switch_file(p, file_id, (uint64_t)sb.st_ino, moves,
+				  nrecs, &forgot);
 	if (ret >= 0) {
 		fix_received(p, recs, moves, nrecs);
 		dbox_file_name(name, file_id);

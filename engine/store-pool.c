@@ -10,6 +10,8 @@
  *    it, only past its committed end;
  *  - an m.N is appended to only after whole records: at open, the last
  *    m.N rejoins the pool only if its records run to its committed end;
+ *  - an m.N with other names (hard links) is never appended to: it is
+ *    another store's file too;
  *  - a full m.N (past the rotate size) leaves the pool when given back.
  */
 #include "engine/store-private.h"
@@ -100,8 +102,11 @@ void dbox_store_pool_adopt(struct dbox_store *st, uint32_t file_id, bool walk)
 	if (fd < 0)
 		return;
 	/* Recovery cut the file to its committed end; anything else means
-	   someone else wrote to it: leave it alone. */
-	if (fstat(fd, &stbuf) < 0 || (uint64_t)stbuf.st_size != size) {
+	   someone else wrote to it: leave it alone.  So is a file with other
+	   names (a backup's --link-dest, a Dovecot store adopted in place):
+	   appending would write into the other store's file too. */
+	if (fstat(fd, &stbuf) < 0 || (uint64_t)stbuf.st_size != size ||
+	    stbuf.st_nlink != 1) {
 		close(fd);
 		return;
 	}

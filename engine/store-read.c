@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int dbox_store_mfile_dir(struct dbox_store *st, uint32_t file_id, bool *alt_r)
@@ -162,6 +163,7 @@ int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc
 			    time_t received)
 {
 	char name[16];
+	struct stat sb;
 	int fd, ret = 0;
 
 	dbox_store_assert_locked(st);
@@ -170,8 +172,12 @@ int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc
 	fd = dbox_store_mfile_open(st, loc->file_id, O_RDWR);
 	if (fd < 0)
 		return -EIO; /* logged */
-	if ((ret = dbox_record_set_received(fd, loc->file_id, loc->offset,
-					    received)) < 0) {
+	/* A file with other names is another store's too (a backup's
+	   --link-dest, a Dovecot store adopted in place): not written. */
+	if (fstat(fd, &sb) == 0 && sb.st_nlink > 1)
+		ret = -ERANGE;
+	else if ((ret = dbox_record_set_received(fd, loc->file_id, loc->offset,
+						 received)) < 0) {
 		if (ret != -ERANGE)
 			dbox_warning("%s/" DBOX_STORE_STORAGE "/%s offset %llu: received date "
 				     "not updated: %s", st->path, name,

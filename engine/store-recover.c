@@ -21,6 +21,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,24 @@ static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
 	return ret;
 }
 
+/* Is the m.N sb (root/storage/name) linked under another name too - a
+   backup made with --link-dest, a Dovecot store adopted in place
+   (import-dovecot)?  Then its bytes are that name's as much as ours, and
+   recovery cuts none of them: the store never appends to such a file
+   (dbox_store_pool_adopt), so bytes past our committed end are not ours
+   to cut.  Logged when true. */
+static bool shared_file(const char *root, const char *name,
+			const struct stat *sb)
+{
+	if (sb->st_nlink <= 1)
+		return false;
+	dbox_warning("%s/" DBOX_STORE_STORAGE "/%s: bytes past what the index knows, but the "
+		     "file has %ju other names (hard links: a backup's "
+		     "--link-dest, a Dovecot store adopted in place); left as "
+		     "it is", root, name, (uintmax_t)(sb->st_nlink - 1));
+	return true;
+}
+
 /* Recovery of one m.N past its committed end `size`, before the index's
    own recovery drops the WRITING rows.  The record a save or purge had in
    flight starts where its m.N ended when it took the file: a delivery's
@@ -114,7 +133,8 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 			   name, strerror(errno));
 		return 0;
 	}
-	if (fstat(fd, &stbuf) < 0 || (uint64_t)stbuf.st_size <= size) {
+	if (fstat(fd, &stbuf) < 0 || (uint64_t)stbuf.st_size <= size ||
+	    shared_file(dbox_store_dir_name(st, alt), name, &stbuf)) {
 		close(fd);
 		return 0;
 	}
@@ -198,15 +218,24 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 	return 0;
 }
 
-int dbox_store_purged_key(struct dbox_index *index, uint32_t file_id, bool set)
+int dbox_store_purged_mark(struct dbox_index *index, uint32_t file_id,
+			   uint64_t ino)
+{
+	char key[32];
+
+	snprintf(key, sizeof(key), "purged.m.%u", file_id);
+	return dbox_index_set_meta(index, key, (int64_t)ino);
+}
+
+bool dbox_store_purged_file(struct dbox_index *index, uint32_t file_id,
+			    const struct stat *sb)
 {
 	char key[32];
 	int64_t v;
 
 	snprintf(key, sizeof(key), "purged.m.%u", file_id);
-	if (set)
-		return dbox_index_set_meta(index, key, 1);
-	return dbox_index_meta_get(index, key, &v) == 0 && v == 1;
+	return dbox_index_meta_get(index, key, &v) == 0 && v > 1 &&
+		(uint64_t)v == (uint64_t)sb->st_ino;
 }
 
 int dbox_store_unknown_records(struct dbox_store *st, int fd, uint32_t file_id)
@@ -216,8 +245,9 @@ int dbox_store_unknown_records(struct dbox_store *st, int fd, uint32_t file_id)
 	struct stat sb;
 
 	dbox_store_assert_locked(st);
-	if (dbox_store_purged_key(st->index, file_id, false) == 1 ||
-	    (fstat(fd, &sb) == 0 && sb.st_size == 0))
+	if (fstat(fd, &sb) < 0)
+		return 1;
+	if (sb.st_size == 0 || dbox_store_purged_file(st->index, file_id, &sb))
 		return 0;
 	if (dbox_file_read_header(fd, &header_len) < 0)
 		return 1;
@@ -270,13 +300,26 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 							    NULL, NULL);
 
 			/* A file this index purged (a crash between the
-			   switch and the unlink) holds copies: garbage.  Any
-			   other may hold the only copy of a message the index
-			   lost (purge copies of an index older than storage/
+			   switch and the unlink) holds copies: garbage, and
+			   its name goes as the purge would have removed it
+			   (only the name: the file may have other links, a
+			   backup's --link-dest or a Dovecot store adopted in
+			   place, whose records must stay).  Any other may
+			   hold the only copy of a message the index lost
+			   (purge copies of an index older than storage/
 			   carry GUIDs the index has, at locations that are
 			   gone), so its whole records are kept. */
-			if (dbox_store_purged_key(st->index, id, false) == 1)
-				whole = 0;
+			if (dbox_store_purged_file(st->index, id, &stbuf)) {
+				dbox_info("%s/" DBOX_STORE_STORAGE "/%s: purged by this index (a "
+					  "crash came before its removal); "
+					  "removed", root, d->d_name);
+				if (unlinkat(dir_fd, d->d_name, 0) < 0)
+					dbox_error("%s/" DBOX_STORE_STORAGE "/%s: unlink: %s",
+						   root, d->d_name,
+						   strerror(errno));
+				close(fd);
+				continue;
+			}
 			if (whole > 0) {
 				dbox_info("%s/" DBOX_STORE_STORAGE "/%s: unknown to the index; its "
 					  "%ld whole records are kept ('dboxadm "
@@ -287,6 +330,7 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 				keep_end = header_len;
 			}
 			if ((uint64_t)stbuf.st_size > keep_end &&
+			    !shared_file(root, d->d_name, &stbuf) &&
 			    (keep_end == header_len ||
 			     save_cut_bytes(st, fd, d->d_name, alt, keep_end,
 					    stbuf.st_size) == 0)) {

@@ -56,6 +56,7 @@
 #include <assert.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/stat.h>
 #include <stdint.h>
 
 /* Dovecot's mdbox_rotate_size default: start a new m.N past 10 MiB. */
@@ -152,12 +153,22 @@ bool dbox_store_mutex_held(const struct dbox_store *st);
    that recovery kept (an index older than storage/). */
 void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32]);
 
-/* Was m.<file_id> forgotten by a purge of this index (meta key
-   purged.m.N, set in the purge's switch)?  Then a copy of it left on
-   disk is garbage, not messages of a newer index.  set: record that in
-   the caller's transaction (returns 0 or a negative errno); else returns
-   1 or 0. */
-int dbox_store_purged_key(struct dbox_index *index, uint32_t file_id, bool set);
+/* Record, in the caller's transaction, that a purge of this index
+   forgot m.<file_id>, the file with inode number ino (meta key
+   purged.m.N = ino).  Returns 0 or a negative errno. */
+int dbox_store_purged_mark(struct dbox_index *index, uint32_t file_id,
+			   uint64_t ino);
+
+/* Is sb (an m.<file_id> found on disk, in storage/ or ALT/storage/) the
+   very file a purge of this index forgot, so that its records are copies
+   left by a crash before the purge's unlink: garbage, not messages of a
+   newer index?  Only when purged.m.N holds sb's inode number: another
+   file of that number (an ALT of another store given by mistake, a copy
+   restored from elsewhere) or a mark from before 2026-12-02 (1: no
+   number) is not, and its whole records are kept.  Returns true or
+   false. */
+bool dbox_store_purged_file(struct dbox_index *index, uint32_t file_id,
+			    const struct stat *sb);
 
 /* Tell crash recovery that a record about to be appended to mf (at
    mf->size) is in flight until committed (meta inflight.m.N): for a
@@ -260,8 +271,10 @@ const char *dbox_store_dir_name(const struct dbox_store *st, bool alt);
 
 /* Set the R metadata of a finished message record to received (UNIX
    seconds), in place (dbox_record_set_received).  Returns 0 or a negative
-   errno (-ERANGE when the new date does not fit the old width: then only
-   the index has it; other errors are logged). */
+   errno (-ERANGE when it cannot be set in place: the new date does not
+   fit the old width, or the m.N has other names - hard links into
+   another store, never written; then only the index has it; other errors
+   are logged). */
 int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc,
 			    time_t received);
 
