@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int dbox_dir_walk(int dir_fd, dbox_dir_walk_cb_t *cb, void *ctx)
@@ -57,4 +58,33 @@ bool dbox_files_name_ino(const char *name, uint64_t *ino_r)
 void dbox_files_name(char buf[DBOX_FILES_NAME_SIZE], uint64_t ino)
 {
 	snprintf(buf, DBOX_FILES_NAME_SIZE, "%llu", (unsigned long long)ino);
+}
+
+uid_t dbox_path_foreign_owner(const char *path, uid_t except)
+{
+	char *paths[2] = { strdup(path), realpath(path, NULL) };
+	uid_t owner = 0;
+
+	for (int i = 0; i < 2; i++) {
+		char *p = paths[i];
+		struct stat sb;
+
+		for (size_t len = p != NULL ? strlen(p) : 0; len > 0; len--) {
+			char saved;
+
+			if (p[len] != '/' && p[len] != '\0')
+				continue;
+			if (len > 1 && p[len - 1] == '/')
+				continue;
+			saved = p[len];
+			p[len] = '\0';
+			if (lstat(p, &sb) == 0 && sb.st_uid != 0 &&
+			    sb.st_uid != except && owner == 0)
+				owner = sb.st_uid;
+			p[len] = saved;
+		}
+	}
+	free(paths[0]);
+	free(paths[1]);
+	return owner;
 }

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Called with each entry name of the directory; return 0 to go on, any
    other value to stop the walk (dbox_dir_walk returns it). */
@@ -31,5 +32,14 @@ void dbox_files_name(char buf[DBOX_FILES_NAME_SIZE], uint64_t ino);
 /* Is name a plain file's name in STORE/files/: its inode number in
    decimal, no leading zero, no sign?  Then true and *ino_r (not 0). */
 bool dbox_files_name_ino(const char *name, uint64_t *ino_r);
+
+/* Who could switch what path names: the owner of the last directory or
+   symbolic link on the way to path (each prefix of the path as given,
+   compared with lstat(), then of its real path; the longest first) whose
+   owner is neither root nor except, or 0 when there is none.  Whoever
+   owns a step of the way can put something else beyond it.  Used for
+   paths a process of root's opens for a store: STORE itself (dboxadm) and
+   its alternate storage. */
+uid_t dbox_path_foreign_owner(const char *path, uid_t except);
 
 #endif

@@ -559,6 +559,40 @@ def test_alt_of_another_owner_is_refused(tmp_path, make_mount):
     assert (store / "index.sqlite").exists()
 
 
+def test_alt_reached_through_a_third_users_directory_is_refused(tmp_path, make_mount):
+    """Root's store whose ALT (root's) lies in a directory another user
+    owns: that user can put a symbolic link to any store of root's there,
+    and root's purge would then cut and remove that store's m.N (it did,
+    before 2026-12-02).  The ALT is refused: its messages fail with EIO,
+    and the store behind the switched link keeps every byte."""
+    store, pub = tmp_path / "store", tmp_path / "pub"
+    pub.mkdir()
+    alt = pub / "alt"
+    alt.mkdir(mode=0o700)
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    data, old = fill(m.mnt / "cur", 6)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    victim = tmp_path / "victim"
+    v = make_mount(store=victim, mnt=tmp_path / "mnt-v", options=["-o", ROTATE])
+    fill(v.mnt / "cur", 20)
+    v.unmount()
+    before = {p.name: p.read_bytes() for p in (victim / "storage").iterdir()}
+    os.chown(pub, 65534, 65534)
+    os.rename(alt, pub / "alt.real")
+    os.symlink(victim, alt)
+
+    m.mount()
+    with pytest.raises(OSError) as e:
+        (m.mnt / "cur" / sorted(old)[0]).read_bytes()
+    assert e.value.errno == errno.EIO
+    assert "directory or symbolic link of uid 65534" in m.log_text()
+    m.unmount()
+    adm("purge", store)
+    assert {p.name: p.read_bytes() for p in (victim / "storage").iterdir()} == before
+    r = adm("check", victim, check_rc=0)
+
+
 def test_dovecot_resync_over_primary_and_alt(dovecot_tmp, make_mount):
     """storage/ and ALT/storage/ copied to a Dovecot mdbox root with ALT=:
     force-resync finds every message, byte-equal."""

@@ -8,6 +8,7 @@
  *   dboxadm VERB [--help] ARGS...
  */
 #include "dboxadm.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "progress.h"
 
@@ -216,39 +217,6 @@ static int drop_to(uid_t uid, gid_t gid)
 	return 0;
 }
 
-/* The owner of the last directory or symbolic link on the way to path
-   (the path as given, compared with lstat(), then its real path) that is
-   not root's, or 0: whoever owns a step of the way can switch what lies
-   beyond it, so root's store reached that way is treated as theirs, and
-   another user's store reached that way is refused. */
-static uid_t path_owner(const char *path)
-{
-	char *paths[2] = { strdup(path), realpath(path, NULL) };
-	uid_t owner = 0;
-
-	for (int i = 0; i < 2; i++) {
-		char *p = paths[i];
-		struct stat sb;
-
-		for (size_t len = p != NULL ? strlen(p) : 0; len > 0; len--) {
-			char saved;
-
-			if (p[len] != '/' && p[len] != '\0')
-				continue;
-			if (len > 1 && p[len - 1] == '/')
-				continue;
-			saved = p[len];
-			p[len] = '\0';
-			if (lstat(p, &sb) == 0 && sb.st_uid != 0 && owner == 0)
-				owner = sb.st_uid;
-			p[len] = saved;
-		}
-	}
-	free(paths[0]);
-	free(paths[1]);
-	return owner;
-}
-
 int adm_store_enter(const char *store)
 {
 	struct stat sb, again;
@@ -286,7 +254,10 @@ int adm_store_enter(const char *store)
 		free(parent);
 		return ADM_EXIT_USAGE;
 	}
-	way = path_owner(what);
+	/* Whoever owns a step of the way decides what the path names: root's
+	   store reached that way is treated as theirs, and another user's
+	   store reached that way is refused. */
+	way = dbox_path_foreign_owner(what, 0);
 	if (sb.st_uid == 0 && way != 0) {
 		sb.st_uid = way;
 		sb.st_gid = (gid_t)-1; /* the group of that user's passwd entry */
