@@ -134,7 +134,8 @@ static void report_dirs(struct check *c)
 			      "%s/%s: %s; the messages in it are unreadable",
 			      v->alt_path, DBOX_STORE_STORAGE,
 			      v->alt_err == -EPERM ? "not owned by the store's "
-			      "owner (refused)" : strerror(-v->alt_err));
+			      "owner, or reached through another user's "
+			      "directory (refused)" : strerror(-v->alt_err));
 	if (v->alt_fd >= 0)
 		c->alt_shown = v->alt_path;
 }

@@ -2,6 +2,7 @@
  * view.c: a store opened for reading without the store lock (view.h).
  */
 #include "engine/view.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 
 #include "index/index-stats.h"
@@ -43,7 +44,8 @@ int dbox_store_open_alt_dir(const char *store, const char *alt)
 	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd >= 0 && (fstat(fd, &alt_sb) < 0 || stat(store, &store_sb) < 0)) {
 		sfd = -errno;
-	} else if (fd >= 0 && alt_sb.st_uid != store_sb.st_uid) {
+	} else if (fd >= 0 && (alt_sb.st_uid != store_sb.st_uid ||
+			       dbox_path_foreign_owner(alt, store_sb.st_uid) != 0)) {
 		sfd = -EPERM;
 	} else if (fd >= 0) {
 		sfd = openat(fd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |

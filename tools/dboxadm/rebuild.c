@@ -53,7 +53,8 @@ static void report_refusal(const char *store,
 			  "there; give --alt=PATH where it is now)",
 			  store, rep->alt_path, DBOX_STORE_STORAGE,
 			  err == -EPERM ?
-			  "not owned by the store's owner (refused)" :
+			  "not owned by the store's owner, or reached through "
+			  "another user's directory (refused)" :
 			  strerror(-err), rep->alt_files);
 		break;
 	case DBOX_REBUILD_NEWER_INDEX:
