@@ -354,6 +354,38 @@ def doveadm_wrapper(path, *options):
     return path
 
 
+def test_doveadm_config_stays_roots(dovecot_tmp, make_mount):
+    """Root's import-dovecot runs doveadm as root with a config of its own,
+    and doveadm then works as the owner of the mdbox root.  The config and
+    its directory must stay root's: the owner could otherwise put a config
+    of their own there (mail_uid of another user) for root's doveadm (an
+    attack run did: doveadm made a directory in another user's 0700
+    home).  A wrapper around the real doveadm records what it was given."""
+    tmp_path = dovecot_tmp
+    root, store = tmp_path / "mdbox", tmp_path / "store"
+    dv = Mdbox(root, tmp_path / "dovecot")
+    dv.save("INBOX", b"From: a@example.org\nSubject: one\n\nbody\n")
+    dv.chown()
+    seen = tmp_path / "seen"
+    doveadm = tmp_path / "doveadm"
+    doveadm.write_text(
+        "#!/bin/sh\n"
+        "conf=; prev=\n"
+        "for a in \"$@\"; do [ \"$prev\" = -c ] && conf=$a; prev=$a; done\n"
+        f"stat -c '%u %a %n' \"$conf\" \"$(dirname \"$conf\")\" \"$HOME\" >> {seen}\n"
+        "exec doveadm \"$@\"\n")
+    doveadm.chmod(0o755)
+    r = adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=0)
+    assert b"adopted 1 messages" in r.stdout, r.stdout
+    lines = seen.read_text().split("\n")
+    conf, confdir, home = (l.split(" ", 2) for l in lines[:3])
+    assert conf[0] == "0" and confdir[0] == "0", lines
+    assert int(confdir[1], 8) & 0o022 == 0, lines
+    assert home[0] == str(dv.uid), lines
+    # Nothing of the run is left behind.
+    assert not os.path.exists(confdir[2])
+
+
 def test_adopt_retries_without_zlib_only_when_it_is_missing(dovecot_tmp, make_mount):
     """A Dovecot whose plugin directory has no zlib plugin: doveadm says so,
     and the import goes on without it (a plain store adopts in full)."""

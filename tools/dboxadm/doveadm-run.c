@@ -8,12 +8,14 @@
 #include "dboxadm.h"
 #include "dovecot-names.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +32,15 @@ int doveadm_config_write(struct doveadm_run *d)
 		if (mkdtemp(d->tmpdir) == NULL)
 			return -errno;
 		d->tmpdir_made = true;
+		snprintf(d->home, sizeof(d->home), "%s/home", d->tmpdir);
+		/* The owner goes through tmpdir to home, and reads the
+		   config only as root. */
+		if (chmod(d->tmpdir, 0711) < 0 || mkdir(d->home, 0700) < 0)
+			return -errno;
+		/* doveadm chdirs to its home as the owner. */
+		if (geteuid() == 0 &&
+		    chown(d->home, d->owner_uid, d->owner_gid) < 0)
+			return -errno;
 	}
 	if (d->conf == NULL &&
 	    asprintf(&d->conf, "%s/dovecot.conf", d->tmpdir) < 0) {
@@ -55,25 +66,58 @@ int doveadm_config_write(struct doveadm_run *d)
 		"  inbox = yes\n"
 		"  separator = /\n"
 		"}\n",
-		d->location, d->tmpdir, d->tmpdir,
+		d->location, d->home, d->home,
 		(unsigned)d->owner_uid, (unsigned)d->owner_gid,
 		(unsigned)d->owner_uid, (unsigned)d->owner_gid,
 		d->zlib ? "mail_plugins = zlib\n" : "");
 	if (fclose(f) != 0)
 		return -errno;
-	/* doveadm chdirs to its home (this directory) as the owner. */
-	if (geteuid() == 0 &&
-	    chown(d->tmpdir, d->owner_uid, d->owner_gid) < 0)
-		return -errno;
 	return 0;
+}
+
+/* Remove what dir_fd holds and, depth levels down, what its directories
+   hold, by name relative to dir_fd: never through a symbolic link (one is
+   removed as a name), so the owner of the directory cannot send the
+   removal elsewhere.  Deeper directories are left (doveadm makes none). */
+static void remove_below(int dir_fd, int depth)
+{
+	DIR *dir = fdopendir(dir_fd);
+	struct dirent *de;
+
+	if (dir == NULL) {
+		close(dir_fd);
+		return;
+	}
+	while ((de = readdir(dir)) != NULL) {
+		int sub;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (unlinkat(dirfd(dir), de->d_name, 0) == 0 || depth == 0)
+			continue;
+		sub = openat(dirfd(dir), de->d_name, O_RDONLY | O_DIRECTORY |
+			     O_NOFOLLOW | O_CLOEXEC);
+		if (sub >= 0) {
+			remove_below(sub, depth - 1);
+			unlinkat(dirfd(dir), de->d_name, AT_REMOVEDIR);
+		}
+	}
+	closedir(dir);
 }
 
 void doveadm_config_remove(struct doveadm_run *d)
 {
 	if (d->conf != NULL)
 		unlink(d->conf);
-	if (d->tmpdir_made)
+	if (d->tmpdir_made) {
+		int home = open(d->home, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+				O_CLOEXEC);
+
+		if (home >= 0)
+			remove_below(home, 2);
+		rmdir(d->home);
 		rmdir(d->tmpdir);
+	}
 	free(d->conf);
 }
 
@@ -156,7 +200,7 @@ int doveadm_run(struct doveadm_run *d, const char *const *args,
 		setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:"
 		       "/usr/bin:/sbin:/bin", 1);
 		setenv("USER", "dboxadm", 1);
-		setenv("HOME", d->tmpdir, 1);
+		setenv("HOME", d->home, 1);
 		execvp(argv[0], (char *const *)argv);
 		dprintf(STDERR_FILENO, "dboxadm: cannot run %s: %s%s\n",
 			argv[0], strerror(errno), errno == ENOENT ?

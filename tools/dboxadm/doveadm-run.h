@@ -21,17 +21,24 @@ struct doveadm_run {
 	gid_t owner_gid;
 	bool zlib;               /* load Dovecot's zlib plugin */
 	bool zlib_missing;       /* doveadm said it cannot load that plugin */
-	char tmpdir[64];         /* a mkdtemp() template, then the directory */
+	char tmpdir[64];         /* a mkdtemp() template, then the directory
+				    (ours: it holds the config) */
 	bool tmpdir_made;
+	char home[80];           /* tmpdir/home: doveadm's home, base_dir and
+				    state_dir (the owner's when run as root) */
 	char *conf;              /* tmpdir/dovecot.conf, owned */
 };
 
 /* Write (again: after zlib changed) the temporary dovecot.conf, making
-   tmpdir the first time (given to the owner when run as root: doveadm
-   chdirs there).  Returns 0 or a negative errno. */
+   tmpdir and tmpdir/home the first time.  Run as root, doveadm reads
+   the config as root and then works as the owner of the mdbox root, so
+   only home is given to the owner: tmpdir and the config stay root's,
+   or the owner could put a config of their own in its place (mail_uid
+   of another user) for root's doveadm.  Returns 0 or a negative errno. */
 int doveadm_config_write(struct doveadm_run *d);
 
-/* Remove the config and tmpdir; free conf. */
+/* Remove the config, what doveadm left in home (never following a
+   symbolic link: home is the owner's), home and tmpdir; free conf. */
 void doveadm_config_remove(struct doveadm_run *d);
 
 /* Called for every line of doveadm's output after the header, with the
