@@ -178,6 +178,45 @@ static void export_bytes(struct export *ex, struct dbox_export_item *item)
 	progress_add(&ex->progress, message ? 1 : 0, total);
 }
 
+/* Owner (keep_owner), mode (not of a symbolic link) and times of the
+   node of type type (S_IFMT bits) just made as name in dirfd, set through
+   a descriptor of that very node: DIR may be writable by another user,
+   who could put a symbolic link or a hard link of someone else's file
+   under that name between the mknod and a call by name (an attack run
+   made root's export chmod a file of root's that way).  The descriptor
+   must be a node of that type with one name, made by us.  Returns 0 or a
+   negative errno (-EAGAIN: the name no longer is our node). */
+static int node_attrs(int dirfd, const char *name, mode_t type,
+		      const struct dbox_attr *attr, bool keep_owner,
+		      const struct timespec times[2])
+{
+	int fd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	char proc[40];
+	struct stat sb;
+	int ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &sb) < 0)
+		ret = -errno;
+	else if ((sb.st_mode & S_IFMT) != type || sb.st_nlink != 1 ||
+		 sb.st_uid != geteuid())
+		ret = -EAGAIN;
+	/* Owner before mode (chown may clear set-id bits); a symlink has
+	   no mode of its own.  /proc/self/fd/N names the node itself. */
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	if (ret == 0 && keep_owner &&
+	    fchownat(fd, "", attr->uid, attr->gid, AT_EMPTY_PATH) < 0)
+		ret = -errno;
+	if (ret == 0 && type != S_IFLNK &&
+	    chmod(proc, attr->mode & EXPORT_MODE_MASK) < 0)
+		ret = -errno;
+	if (ret == 0 && utimensat(fd, "", times, AT_EMPTY_PATH) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
 /* A symbolic link (its target from the index, never followed) or a
    fifo, socket or device (mknod: devices need root), with its owner as
    root, mode and mtime. */
@@ -187,6 +226,8 @@ static void export_other(struct export *ex, struct dbox_export_item *item)
 	struct timespec times[2] = { item->atime, item->mtime };
 	int dirfd = item->parent_fd;
 	const char *name = item->name;
+	mode_t type = attr->kind == DBOX_KIND_SYMLINK ? S_IFLNK :
+		attr->mode & S_IFMT;
 	int ret;
 
 	if (attr->kind == DBOX_KIND_SYMLINK)
@@ -198,14 +239,11 @@ static void export_other(struct export *ex, struct dbox_export_item *item)
 		item_failed(ex, "", -ret);
 		return;
 	}
-	/* Owner before mode (chown may clear set-id bits); a symlink has
-	   no mode of its own. */
-	if ((ex->keep_owner &&
-	     fchownat(dirfd, name, attr->uid, attr->gid, AT_SYMLINK_NOFOLLOW) < 0) ||
-	    (attr->kind != DBOX_KIND_SYMLINK &&
-	     fchmodat(dirfd, name, attr->mode & EXPORT_MODE_MASK, 0) < 0) ||
-	    utimensat(dirfd, name, times, AT_SYMLINK_NOFOLLOW) < 0)
-		item_failed(ex, "setting owner, mode and times", errno);
+	if ((ret = node_attrs(dirfd, name, type, attr, ex->keep_owner,
+			      times)) < 0)
+		item_failed(ex, ret == -EAGAIN ? "setting owner, mode and "
+			    "times: the name was changed meanwhile" :
+			    "setting owner, mode and times", -ret);
 	ex->files++;
 }
 
