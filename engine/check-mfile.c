@@ -172,7 +172,7 @@ int check_mfile_open(const struct check *c, const struct check_mfile *f)
 
 	dbox_file_name(name, f->id);
 	fd = openat(f->on_alt ? c->view->alt_fd : c->view->storage_fd, name,
-		    O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	return fd < 0 ? -errno : fd;
 }
 

@@ -11,6 +11,7 @@
 #include "index/index-stats.h"
 #include "storage/dbox-read.h"
 #include "storage/fd-cache.h"
+#include "storage/io.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -269,7 +270,12 @@ static int open_file(struct dbox_export *ex, struct dbox_export_item *item)
 	if (ex->files_fd < 0)
 		return -ENOENT;
 	dbox_files_name(backing, item->attr.ino);
-	fd = openat(ex->files_fd, backing, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	fd = dbox_fd_regular(openat(ex->files_fd, backing, O_RDONLY |
+				    O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+	if (fd < 0) {
+		errno = -fd;
+		fd = -1;
+	}
 	if (fd < 0 || fstat(fd, &sb) < 0) {
 		int err = -errno;
 

@@ -107,7 +107,8 @@ int adopt_walk_storage(struct dbox_adopt *adopt, bool alt)
 	while (ret == 0 && (de = readdir(dir)) != NULL) {
 		if (!dbox_mfile_parse_name(de->d_name, &dfile))
 			continue;
-		fd = openat(dfd, de->d_name, O_RDONLY | O_CLOEXEC);
+		fd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+			    O_CLOEXEC);
 		if (fd < 0) {
 			adopt_note(adopt, (struct dbox_adopt_note){
 				.kind = DBOX_ADOPT_MFILE_UNREADABLE,
@@ -302,7 +303,7 @@ int adopt_sync(struct dbox_adopt *adopt)
 	for (size_t i = 0; i < adopt->nfiles; i++) {
 		stage_name(name, adopt->files[i].file_id);
 		fd = openat(our_dir(adopt, adopt->files[i].alt), name,
-			    O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+			    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		if (fd < 0 || fdatasync(fd) < 0) {
 			err = errno;
 			if (fd >= 0)

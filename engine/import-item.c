@@ -400,7 +400,7 @@ static int open_stored(struct dbox_import *imp, const struct dbox_attr *attr,
 	}
 	dbox_files_name(backing, attr->ino);
 	fd = openat(imp->st->files_fd, backing,
-		    O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	return fd < 0 ? -errno : fd;
 }
 

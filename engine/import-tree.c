@@ -52,7 +52,8 @@ static void import_reg(struct dbox_import *imp, int dirfd, const char *name,
 	struct stat sb;
 	int fd, ret;
 
-	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+		    O_NOCTTY | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &sb) < 0) {
 		import_item_failed(imp, "", errno);
 		if (fd >= 0)

@@ -209,7 +209,7 @@ int dbox_mfile_open_id(const char *store, uint32_t file_id,
 int dbox_mfile_open_path(const char *store, const char *path,
 			 uint32_t file_id, struct dbox_mfile_ref *ref_r)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC), ret;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), ret;
 
 	if (fd < 0)
 		return -errno;

@@ -38,7 +38,8 @@ bool purge_in_pool(const struct dbox_store *st, uint32_t file_id)
 static bool holds_records(struct dbox_store *st, int dir_fd, const char *name,
 			  uint32_t id)
 {
-	int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+		    O_CLOEXEC);
 	bool ret = fd < 0 || dbox_store_unknown_records(st, fd, id) != 0;
 
 	if (fd >= 0)

@@ -53,7 +53,7 @@ static int make_plain_file(struct rebuild *rb, uint64_t parent,
 		return ret;
 	dbox_files_name(backing, attr.ino);
 	fd = openat(rb->files_fd, backing, O_WRONLY | O_CREAT | O_TRUNC |
-		    O_NOFOLLOW | O_CLOEXEC, 0600);
+		    O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
 	if (fchown(fd, rb->uid, rb->gid) < 0 && errno != EPERM)

@@ -236,7 +236,7 @@ static int open_mfile(struct rebuild *rb, const struct mfile_id *f,
 
 	dbox_file_name(name, f->id);
 	fd = openat(f->alt ? rb->alt_fd : rb->storage_fd, name,
-		    O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
 		const char *why = fd < 0 ? strerror(errno) :
 			"not a regular file";
@@ -341,9 +341,11 @@ int rebuild_record_in_place(struct rebuild *rb,
 	int fd;
 
 	dbox_file_name(name, m->file_id);
-	fd = openat(rb->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(rb->storage_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+		    O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT && rb->alt_fd >= 0)
-		fd = openat(rb->alt_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		fd = openat(rb->alt_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+			    O_CLOEXEC);
 	if (fd < 0)
 		return 0;
 	ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&

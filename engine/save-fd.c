@@ -5,6 +5,7 @@
  */
 #include "engine/save-fd.h"
 #include "engine/store-dirs.h"
+#include "storage/io.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -84,7 +85,8 @@ int dbox_store_file_create(struct dbox_store *st, uint64_t ino, bool append)
 
 	dbox_files_name(name, ino);
 	fd = openat(st->files_fd, name, O_WRONLY | O_CREAT | O_TRUNC |
-		    O_NOFOLLOW | O_CLOEXEC | (append ? O_APPEND : 0), 0600);
+		    O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC |
+		    (append ? O_APPEND : 0), 0600);
 	if (fd < 0)
 		return -errno;
 	/* The umask may have taken bits off; the mode is 0600 whatever. */
@@ -150,12 +152,18 @@ int dbox_store_file_open(struct dbox_store *st, uint64_t ino, int flags)
 	dbox_files_name(name, ino);
 	/* O_NOFOLLOW: files/ holds files by inode number, never a symlink
 	   out of the store (ELOOP -> EIO). */
-	fd = openat(st->files_fd, name, flags | O_NOFOLLOW | O_CLOEXEC | access,
-		    0600);
+	fd = openat(st->files_fd, name, flags | O_NOFOLLOW | O_NONBLOCK |
+		    O_CLOEXEC | access, 0600);
 	if (fd < 0 && errno == EPERM && (flags & O_NOATIME)) {
 		/* O_NOATIME needs the file's owner (or CAP_FOWNER). */
 		fd = openat(st->files_fd, name, (flags & ~O_NOATIME) |
-			    O_NOFOLLOW | O_CLOEXEC | access, 0600);
+			    O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | access,
+			    0600);
+	}
+	if (fd >= 0 && (fd = dbox_fd_regular(fd)) == -EIO) {
+		dbox_error("%s/" DBOX_STORE_FILES "/%s: not a regular file", st->path,
+			   name);
+		return -EIO;
 	}
 	if (fd >= 0)
 		return fd;
@@ -173,9 +181,11 @@ int dbox_store_file_open_ro(struct dbox_store *st, uint64_t ino,
 	int fd, ret;
 
 	dbox_files_name(name, ino);
-	if ((fd = openat(st->files_fd, name, O_RDONLY | O_NOFOLLOW |
+	if ((fd = openat(st->files_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
 			 O_CLOEXEC)) < 0)
 		return -errno;
+	if ((fd = dbox_fd_regular(fd)) < 0)
+		return fd;
 	if (fstat(fd, stat_r) < 0) {
 		ret = -errno;
 		close(fd);

@@ -202,7 +202,8 @@ static int disk_cb(void *ctx, const struct dbox_mfile_ent *ent)
 		st->alt_bytes += size;
 	}
 	st->disk_bytes += (uint64_t)ent->st.st_blocks * 512;
-	fd = openat(ent->dir_fd, ent->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(ent->dir_fd, ent->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+		    O_CLOEXEC);
 	if (fd >= 0) {
 		if (dbox_file_read_header(fd, &header_len) == 0)
 			st->header_bytes += header_len;

@@ -98,7 +98,8 @@ void dbox_store_pool_adopt(struct dbox_store *st, uint32_t file_id, bool walk)
 	    size >= st->rotate_size)
 		return;
 	dbox_file_name(name, file_id);
-	fd = openat(st->storage_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(st->storage_fd, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK |
+		    O_CLOEXEC);
 	if (fd < 0)
 		return;
 	/* Recovery cut the file to its committed end; anything else means

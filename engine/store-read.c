@@ -9,6 +9,7 @@
 #include "engine/store-layout.h"
 
 #include "storage/dbox-read.h"
+#include "storage/io.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -62,10 +63,11 @@ int dbox_store_mfile_open(struct dbox_store *st, uint32_t file_id, int flags)
 	if (dir < 0)
 		return -EIO;
 	dbox_file_name(name, file_id);
-	fd = openat(dir, name, flags | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
+	fd = openat(dir, name, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0 || (fd = dbox_fd_regular(fd)) < 0) {
 		dbox_error("%s/" DBOX_STORE_STORAGE "/%s: %s", dbox_store_dir_name(st, alt),
-			   name, strerror(errno));
+			   name, fd == -EIO ? "not a regular file" :
+			   strerror(errno));
 		return -EIO;
 	}
 	return fd;

@@ -51,7 +51,7 @@ static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
 				    O_CLOEXEC);
 	snprintf(copy, sizeof(copy), "%s-%llu", name, (unsigned long long)from);
 	out = dir < 0 ? -1 : openat(dir, copy, O_WRONLY | O_CREAT | O_TRUNC |
-				    O_NOFOLLOW | O_CLOEXEC, 0600);
+				    O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
 	if (out < 0 && ret == 0)
 		ret = -errno;
 	for (uint64_t off = from; ret == 0 && off < end; ) {
@@ -126,7 +126,7 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 	dir = dbox_store_mfile_dir(st, file_id, &alt);
 	if (dir < 0)
 		return 0; /* logged: ALT is missing */
-	fd = openat(dir, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(dir, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		dbox_error("%s/" DBOX_STORE_STORAGE "/%s: %s; its messages will fail with EIO "
 			   "(run 'dboxadm check')", dbox_store_dir_name(st, alt),
@@ -284,7 +284,7 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 		if (!dbox_mfile_parse_name(d->d_name, &id) ||
 		    dbox_index_mfile_get(st->index, id, &size) != -ENOENT)
 			continue;
-		fd = openat(dir_fd, d->d_name, O_RDWR | O_NOFOLLOW |
+		fd = openat(dir_fd, d->d_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK |
 			    O_CLOEXEC);
 		if (fd < 0)
 			continue;

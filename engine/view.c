@@ -30,7 +30,7 @@ int dbox_store_open_in(const char *store, const char *sub, const char *name,
 		return ret;
 	if (name == NULL)
 		return sub_fd;
-	fd = openat(sub_fd, name, flags | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(sub_fd, name, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	ret = -errno;
 	close(sub_fd);
 	return fd < 0 ? ret : fd;
@@ -130,12 +130,12 @@ int dbox_view_mfile_open(struct dbox_view *view, const char *name)
 
 	if (view->storage_fd >= 0) {
 		fd = openat(view->storage_fd, name,
-			    O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+			    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		fd = fd < 0 ? -errno : fd;
 	}
 	if (fd == -ENOENT && view->alt_fd >= 0) {
 		fd = openat(view->alt_fd, name,
-			    O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+			    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		fd = fd < 0 ? -errno : fd;
 	}
 	return fd;

@@ -63,7 +63,7 @@ static bool reserve_release(const char *path)
 
 	if (path == NULL)
 		return false;
-	fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+	fd = open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return false;
 	if (fstat(fd, &st) < 0 || st.st_size <= 0) {
@@ -376,6 +376,7 @@ static int r_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f,
 		  int flags, int *out_flags)
 {
 	struct rfile *rf = (struct rfile *)f;
+	struct stat sb;
 	int rc;
 
 	memset(rf, 0, sizeof(*rf));
@@ -390,6 +391,17 @@ static int r_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f,
 			   "its super-journal; the index never writes one: "
 			   "refusing it (remove the planted %s-journal)",
 			   name != NULL ? name : "?", "index.sqlite");
+		rf->base.pMethods = NULL;
+		return SQLITE_CANTOPEN;
+	}
+	if (name != NULL && lstat(name, &sb) == 0 && !S_ISREG(sb.st_mode) &&
+	    !S_ISLNK(sb.st_mode)) {
+		/* A FIFO (or device) planted as the index or one of its
+		   files: SQLite's reads of it would wait forever (a FIFO
+		   opened read-write never ends).  Refused.  (A symbolic
+		   link: SQLITE_OPEN_NOFOLLOW refuses the database; the
+		   store refuses planted side files, engine/store.c.) */
+		dbox_error("%s: not a regular file; refusing it", name);
 		rf->base.pMethods = NULL;
 		return SQLITE_CANTOPEN;
 	}
@@ -575,7 +587,8 @@ int dbox_index_reserve_open(struct dbox_index *index)
 		return 0;
 	if (asprintf(&path, "%s" DBOX_RESERVE_SUFFIX, index->path) < 0)
 		return -ENOMEM;
-	fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
+		    O_CLOEXEC, 0600);
 	if (fd < 0) {
 		ret = -errno;
 		dbox_error("%s: %s; the index has no reserve for a full disk",

@@ -51,7 +51,7 @@ static int wal_fd(struct dbox_index *index)
 	}
 	if (ws->fd >= 0)
 		close(ws->fd);
-	ws->fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	ws->fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (ws->fd < 0) {
 		dbox_error("index %s: %s", path, strerror(errno));
 		free(path);

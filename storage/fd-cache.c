@@ -8,6 +8,7 @@
 #include "fd-cache.h"
 
 #include "dbox-file.h"
+#include "io.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -73,12 +74,14 @@ int dbox_fd_cache_get(struct dbox_fd_cache *cache, int dir_fd,
 	    (cache->slots = calloc(cache->max, sizeof(*cache->slots))) == NULL)
 		return -ENOMEM;
 	dbox_file_name(name, file_id);
-	while ((fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW |
+	while ((fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
 			    O_CLOEXEC)) < 0 &&
 	       (errno == EMFILE || errno == ENFILE) && evict(cache))
 		;
 	if (fd < 0)
 		return -errno;
+	if ((fd = dbox_fd_regular(fd)) < 0)
+		return fd;
 	if (cache->count == cache->max)
 		evict(cache);
 	cache->slots[cache->count++] = (struct dbox_fd_slot){

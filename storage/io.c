@@ -4,6 +4,7 @@
 #include "io.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 ssize_t dbox_pread_full(int fd, void *buf, size_t len, uint64_t off)
@@ -25,4 +26,21 @@ ssize_t dbox_pread_full(int fd, void *buf, size_t len, uint64_t off)
 		done += (size_t)ret;
 	}
 	return (ssize_t)done;
+}
+
+int dbox_fd_regular(int fd)
+{
+	struct stat sb;
+	int ret;
+
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, &sb) < 0)
+		ret = -errno;
+	else if (!S_ISREG(sb.st_mode))
+		ret = -EIO;
+	else
+		return fd;
+	close(fd);
+	return ret;
 }

@@ -17,4 +17,11 @@
    -errno of pread (never -EINTR). */
 ssize_t dbox_pread_full(int fd, void *buf, size_t len, uint64_t off);
 
+/* fd, just opened (with O_NONBLOCK, so that opening a FIFO did not wait)
+   where a store keeps a regular file, if it is one; else fd is closed and
+   -EIO returned (a FIFO or device planted by whoever owns the store: its
+   reads would wait forever or mean nothing), as for -errno of fstat.
+   Takes ownership of fd; fd < 0 is returned as it is. */
+int dbox_fd_regular(int fd);
+
 #endif
