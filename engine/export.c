@@ -4,6 +4,7 @@
  * STORE/files/<ino>, never through a symbolic link.
  */
 #include "engine/export.h"
+#include "engine/maildir.h"
 #include "engine/store-dirs.h"
 #include "engine/mfile-read.h"
 #include "engine/store-layout.h"
@@ -31,6 +32,10 @@ struct dbox_export {
 	struct dbox_fd_cache mfds; /* m.N O_RDONLY, bounded */
 	char *path;                /* of the current item, from the root */
 	size_t path_len, path_size;
+	/* The directories being walked, root first: a hostile or damaged
+	   index may name a directory inside itself. */
+	uint64_t ancestors[DBOX_TREE_MAX_DEPTH];
+	size_t depth;
 	const struct dbox_export_ops *ops;
 	void *ctx;
 };
@@ -175,9 +180,22 @@ static int walk_entry(struct dbox_export *ex, const char *name,
 
 	item.parent_fd = parent_fd;
 	if (attr->kind == DBOX_KIND_DIR) {
+		for (size_t i = 0; i < ex->depth; i++)
+			if (ex->ancestors[i] == attr->ino) {
+				dbox_error("%s: directory inode %llu is inside "
+					   "itself (the index's tree has a "
+					   "cycle; run 'dboxadm check'); not "
+					   "entered", ex->path,
+					   (unsigned long long)attr->ino);
+				return index_failed(ex, "readdir", -ELOOP);
+			}
+		if (ex->depth == DBOX_TREE_MAX_DEPTH)
+			return index_failed(ex, "readdir", -ELOOP);
 		if ((ret = ex->ops->dir_begin(ex->ctx, &item)) != 0)
 			return ret < 0 ? ret : 0;
+		ex->ancestors[ex->depth++] = attr->ino;
 		ret = walk_dir(ex, attr->ino, item.dir_fd);
+		ex->depth--;
 		item.path = ex->path; /* may have moved while growing */
 		ex->ops->dir_end(ex->ctx, &item);
 		return ret;
@@ -193,7 +211,11 @@ static int page_cb(void *ctx, const struct dbox_dirent *ent)
 {
 	struct page *page = ctx;
 
-	if ((page->ents[page->n].name = strndup(ent->name, ent->namelen)) == NULL)
+	/* An empty name's blob is NULL (a hostile index); name checks
+	   downstream refuse "". */
+	page->ents[page->n].name = ent->namelen == 0 ? strdup("") :
+		strndup(ent->name, ent->namelen);
+	if (page->ents[page->n].name == NULL)
 		return -ENOMEM;
 	page->ents[page->n].attr = ent->attr;
 	page->last_cookie = ent->cookie;
@@ -241,6 +263,8 @@ int dbox_export_walk(struct dbox_export *ex, const struct dbox_export_ops *ops,
 	ex->path_len = 0;
 	if (path_push(ex, "") < 0)
 		return -ENOMEM;
+	ex->ancestors[0] = DBOX_ROOT_INO;
+	ex->depth = 1;
 	return walk_dir(ex, DBOX_ROOT_INO, root_fd);
 }
 

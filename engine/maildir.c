@@ -8,6 +8,7 @@
  * '.' as the hierarchy separator.
  */
 #include "engine/maildir.h"
+#include "storage/log.h"
 
 #include <errno.h>
 #include <iconv.h>
@@ -248,10 +249,19 @@ int maildir_folder_mailbox(struct dbox_index *index, uint64_t folder,
 			   char **name_r)
 {
 	char *path = NULL, *comp = NULL, *joined;
+	unsigned int depth = 0;
 	uint64_t parent;
 	int ret;
 
 	while (folder != DBOX_ROOT_INO) {
+		if (++depth > DBOX_TREE_MAX_DEPTH) {
+			dbox_error("index: the directories above inode %llu "
+				   "never reach the root (the index's tree has "
+				   "a cycle; run 'dboxadm check')",
+				   (unsigned long long)folder);
+			free(path);
+			return -EIO;
+		}
 		if ((ret = dbox_index_entry_of(index, folder, &parent,
 					       &comp)) < 0) {
 			free(path);

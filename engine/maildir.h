@@ -39,7 +39,9 @@ bool maildir_is_subdir(const char *name, size_t len);
    left in modified UTF-7, as stored), a nested directory's path
    otherwise.  Reads the index (needs the store lock, or a read-only
    connection).  Returns 0 and a malloc()ed *name_r, -ENOENT when subdir
-   is unknown, -ENOMEM, or -EIO (logged). */
+   is unknown, -ENOMEM, or -EIO (logged; also when the way up to the root
+   is longer than DBOX_TREE_MAX_DEPTH directories: a damaged or hostile
+   index whose tree has a cycle). */
 int maildir_mailbox_name(struct dbox_index *index, uint64_t subdir,
 			 char **name_r);
 

@@ -238,8 +238,9 @@ static void d_past_end(sqlite3_stmt *stmt, char *buf, size_t size)
 			 "index does not know", I64(0), I64(1));
 	else
 		snprintf(buf, size, "message inode %lld: record m.%lld "
-			 "[%lld, %lld) is past the committed end %lld", I64(0),
-			 I64(1), I64(2), I64(2) + I64(3), I64(4));
+			 "[%lld, %llu) is past the committed end %lld", I64(0),
+			 I64(1), I64(2), (unsigned long long)I64(2) +
+			 (unsigned long long)I64(3), I64(4));
 }
 
 static void d_format(sqlite3_stmt *stmt, char *buf, size_t size)

@@ -281,11 +281,18 @@ int dbox_index_parent(struct dbox_index *index, uint64_t dir,
 static int check_not_ancestor(struct dbox_index *index, uint64_t dir,
 			      uint64_t node)
 {
+	unsigned int depth = 0;
 	int ret;
 
 	while (node != DBOX_ROOT_INO) {
 		if (node == dir)
 			return -EINVAL;
+		if (++depth > DBOX_TREE_MAX_DEPTH) {
+			dbox_error("index: the directories above inode %llu "
+				   "never reach the root (a cycle)",
+				   (unsigned long long)node);
+			return -EIO;
+		}
 		if ((ret = dbox_index_parent(index, node, &node)) < 0)
 			return ret;
 	}

@@ -45,6 +45,12 @@
    kernel leaves this check to FUSE filesystems (its own limit is 1024). */
 #define DBOX_NAME_MAX 255
 
+/* Directories on the way from any inode up to the root, at the most: a
+   path of PATH_MAX (4096) bytes has no more than 2048 components.  Walks
+   up or down the tree stop there (-EIO, or -ELOOP where said): a damaged
+   or hostile index may hold a cycle. */
+#define DBOX_TREE_MAX_DEPTH 2048
+
 enum dbox_kind {
 	DBOX_KIND_DIR = 1,
 	DBOX_KIND_MESSAGE = 2,

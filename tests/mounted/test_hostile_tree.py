@@ -1,0 +1,79 @@
+"""Index rows a store's owner wrote to trap root's dboxadm: a directory
+tree with a cycle, an empty name, sizes near 2^63.  Each verb must finish
+and say what is wrong.  Before 2026-12-02 an attack run made `stats` spin
+forever on a directory that is its own parent, `export` make 80,000
+nested directories (the ASan build: a stack overflow), and check and
+export do undefined arithmetic and a strndup(NULL) (UBSan, `make
+check-asan`)."""
+import sqlite3
+import subprocess
+
+import pytest
+
+from conftest import DBOXADM, Mount
+
+LIMIT = 60
+
+
+def adm(*args):
+    try:
+        return subprocess.run([str(DBOXADM), *map(str, args)],
+                              capture_output=True, text=True,
+                              errors="replace", timeout=LIMIT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"dboxadm {args[0]}: still running after {LIMIT} s")
+
+
+@pytest.fixture
+def store(tmp_path):
+    """An unmounted store: INBOX with 2 messages, folder .Sent with 1."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    m.mount()
+    for folder, names in ((m.maildir(), ("a", "b")), (m.maildir(".Sent"), ("c",))):
+        for n in names:
+            (folder / "tmp" / n).write_bytes(b"Subject: %s\n\nbody\n" % n.encode())
+            (folder / "tmp" / n).rename(folder / "new" / n)
+    m.unmount()
+    return m.store
+
+
+def edit(store, sql, *args):
+    db = sqlite3.connect(store / "index.sqlite")
+    with db:
+        db.execute(sql, args)
+    db.close()
+
+
+def sent_ino(store):
+    db = sqlite3.connect(store / "index.sqlite")
+    (ino,), = db.execute("SELECT ino FROM entry WHERE name = CAST('.Sent' AS BLOB)")
+    db.close()
+    return ino
+
+
+def test_directory_inside_itself(store, tmp_path):
+    ino = sent_ino(store)
+    edit(store, "UPDATE entry SET parent = ? WHERE ino = ?", ino, ino)
+    r = adm("stats", store)
+    assert r.returncode != 0, r
+    r = adm("check", store)
+    assert r.returncode == 1 and "cannot be reached from the root" in r.stdout, r
+    # A second name of .Sent inside .Sent: a loop export must not follow.
+    edit(store, "UPDATE entry SET parent = 1 WHERE ino = ?", ino)
+    edit(store, "INSERT INTO entry (parent, name, ino) VALUES (?, CAST('loop' AS BLOB), ?)",
+         ino, ino)
+    r = adm("export", store, tmp_path / "out")
+    assert r.returncode == 1 and "cycle" in r.stderr, r
+    assert (tmp_path / "out" / ".Sent" / "new" / "c").read_bytes() == b"Subject: c\n\nbody\n"
+    assert not (tmp_path / "out" / ".Sent" / "loop" / "loop").exists()
+
+
+def test_empty_name_and_huge_sizes(store, tmp_path):
+    edit(store, "UPDATE entry SET name = CAST('' AS BLOB) WHERE name = CAST('a' AS BLOB)")
+    edit(store, "UPDATE message SET body_size = ?, record_size = ? WHERE rowid = "
+         "(SELECT min(rowid) FROM message)", 2**63 - 1, 2**63 - 2)
+    r = adm("check", store)
+    assert r.returncode == 1, r
+    r = adm("export", store, tmp_path / "out")
+    assert r.returncode == 1, r
+    assert (tmp_path / "out" / ".Sent" / "new" / "c").exists()
