@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define COPY_TRIES 3
@@ -67,10 +68,21 @@ static int64_t copy_bytes(struct bk *b, int in, int out, uint64_t len)
 	bool plain = false;
 
 	while ((uint64_t)off_in < len) {
-		size_t want = len - (uint64_t)off_in > CHUNK ? CHUNK :
-			(size_t)(len - (uint64_t)off_in);
+		/* Holes stay holes: a store's owner can make a terabyte of
+		   hole on a few blocks, which a plain copy would write out
+		   in full (out is extended to len at the end). */
+		off_t data = lseek(in, off_in, SEEK_DATA);
+		size_t want;
 		ssize_t n;
 
+		if (data < 0 && errno == ENXIO)
+			break; /* a hole up to the end of the file */
+		if (data > off_in) {
+			off_in = off_out = data < (off_t)len ? data : (off_t)len;
+			continue;
+		}
+		want = len - (uint64_t)off_in > CHUNK ? CHUNK :
+			(size_t)(len - (uint64_t)off_in);
 		if (plain) {
 			n = copy_step_plain(b, in, out, &off_in, want);
 			off_out = off_in;
@@ -88,9 +100,20 @@ static int64_t copy_bytes(struct bk *b, int in, int out, uint64_t len)
 		if (n < 0)
 			return n;
 		if (n == 0)
-			break; /* the source ended early */
+			return off_in; /* the source ended early */
 		progress(b, 0, (uint64_t)n);
 	}
+	/* Only holes after off_in (or none): the copy is as long as the
+	   source's len bytes, unless the source ended before len. */
+	if ((uint64_t)off_in < len) {
+		struct stat sb;
+
+		if (fstat(in, &sb) < 0)
+			return -errno;
+		off_in = (uint64_t)sb.st_size < len ? sb.st_size : (off_t)len;
+	}
+	if (ftruncate(out, off_in) < 0)
+		return -errno;
 	return off_in;
 }
 

@@ -98,8 +98,27 @@ static int sub_open(int dir_fd, const char *path, const char *sub,
 	return -errno;
 }
 
+struct alt_count {
+	struct dbox_index *index;
+	unsigned long files;
+};
+
+static int alt_count_cb(void *ctx, uint32_t file_id, uint64_t size)
+{
+	struct alt_count *ac = ctx;
+	bool alt = false;
+
+	(void)size;
+	if (dbox_index_mfile_where(ac->index, file_id, &size, &alt) == 0 && alt)
+		ac->files++;
+	return 0;
+}
+
 /* The source: the view's storage/ and alternate storage, and files/ (a
-   missing one is an empty one). */
+   missing one is an empty one).  An alternate storage that holds m.N of
+   the index but cannot be opened (its disk not mounted, refused) refuses
+   the backup: without its files it would be half a store that looks
+   whole (-ENODEV, logged). */
 static int src_open(struct bk *b)
 {
 	struct dbox_view *v = b->view;
@@ -121,6 +140,21 @@ static int src_open(struct bk *b)
 		return -ENOMEDIUM;
 	}
 	close(ret);
+	if (v->alt_path != NULL && v->alt_fd < 0) {
+		struct alt_count ac = { .index = v->index };
+
+		if ((ret = dbox_index_mfile_list(v->index, alt_count_cb,
+						 &ac)) < 0)
+			return ret;
+		if (ac.files > 0) {
+			dbox_error("%s: the alternate storage %s/%s is not "
+				   "available (%s) and holds %lu m.N of the "
+				   "store: nothing was backed up", b->store,
+				   v->alt_path, DBOX_STORE_STORAGE,
+				   strerror(-v->alt_err), ac.files);
+			return -ENODEV;
+		}
+	}
 	if (v->storage_fd < 0) {
 		dbox_error("%s/%s: %s", b->store, DBOX_STORE_STORAGE,
 			   strerror(-v->storage_err));

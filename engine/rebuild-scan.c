@@ -14,6 +14,7 @@
 #include "storage/dbox-file.h"
 #include "storage/dbox-read.h"
 #include "storage/dbox-scan.h"
+#include "storage/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -120,7 +121,6 @@ static int scan_cb(void *ctx, uint64_t offset, uint64_t body_size,
 static int keep_bad_bytes(struct rebuild *rb, uint64_t start, uint64_t end,
 			  const char *copy)
 {
-	char buf[65536];
 	int dir, out, ret = 0;
 
 	if (mkdirat(rb->dir_fd, DBOX_STORE_LOST_FOUND, 0700) < 0 &&
@@ -137,14 +137,7 @@ static int keep_bad_bytes(struct rebuild *rb, uint64_t start, uint64_t end,
 		close(dir);
 		return ret;
 	}
-	for (uint64_t off = start; ret == 0 && off < end; ) {
-		size_t want = end - off < sizeof(buf) ? end - off : sizeof(buf);
-		ssize_t n = pread(rb->scan_fd, buf, want, (off_t)off);
-
-		if (n <= 0 || write(out, buf, (size_t)n) != n)
-			ret = n < 0 ? -errno : -EIO;
-		off += n > 0 ? (uint64_t)n : 0;
-	}
+	ret = dbox_copy_range(rb->scan_fd, start, end, out);
 	if (ret == 0 && fsync(out) < 0)
 		ret = -errno;
 	close(out);

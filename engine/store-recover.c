@@ -16,6 +16,7 @@
 
 #include "index/index-rebuild.h"
 #include "storage/dbox-scan.h"
+#include "storage/io.h"
 #include "storage/log.h"
 
 #include <dirent.h>
@@ -40,7 +41,7 @@ void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32])
 static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
 			  bool alt, uint64_t from, uint64_t end)
 {
-	char copy[48], buf[65536];
+	char copy[48];
 	int dir, out, ret = 0;
 
 	if (mkdirat(st->dir_fd, DBOX_STORE_LOST_FOUND, 0700) < 0 &&
@@ -54,14 +55,8 @@ static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
 				    O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
 	if (out < 0 && ret == 0)
 		ret = -errno;
-	for (uint64_t off = from; ret == 0 && off < end; ) {
-		size_t want = end - off < sizeof(buf) ? end - off : sizeof(buf);
-		ssize_t n = pread(fd, buf, want, (off_t)off);
-
-		if (n <= 0 || write(out, buf, (size_t)n) != n)
-			ret = n < 0 ? -errno : -EIO;
-		off += n > 0 ? (uint64_t)n : 0;
-	}
+	if (ret == 0)
+		ret = dbox_copy_range(fd, from, end, out);
 	if (ret == 0 && fsync(out) < 0)
 		ret = -errno;
 	if (out >= 0)

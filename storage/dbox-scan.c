@@ -71,7 +71,9 @@ static int record_at(int fd, uint64_t offset, uint64_t end,
 }
 
 /* The first offset in [from, end) where a whole record starts, or end,
-   into *next_r.  Returns 0 or a negative errno. */
+   into *next_r.  Holes of a sparse file are skipped (SEEK_DATA): they
+   read as zeros, where no record starts, and a store's owner can make
+   one of a terabyte on a few blocks.  Returns 0 or a negative errno. */
 static int find_next(int fd, uint64_t from, uint64_t end, uint64_t *next_r)
 {
 	char *buf = malloc(SCAN_CHUNK);
@@ -81,10 +83,19 @@ static int find_next(int fd, uint64_t from, uint64_t end, uint64_t *next_r)
 	if (buf == NULL)
 		return -ENOMEM;
 	while (pos < end) {
-		size_t want = end - pos < SCAN_CHUNK ? (size_t)(end - pos) :
-			SCAN_CHUNK;
-		ssize_t n = dbox_pread_full(fd, buf, want, pos);
+		off_t data = lseek(fd, (off_t)pos, SEEK_DATA);
+		size_t want;
+		ssize_t n;
 		size_t i = 0;
+
+		if (data < 0 && errno == ENXIO)
+			break; /* only a hole up to the end of the file */
+		if (data > (off_t)pos)
+			pos = (uint64_t)data;
+		if (pos >= end)
+			break;
+		want = end - pos < SCAN_CHUNK ? (size_t)(end - pos) : SCAN_CHUNK;
+		n = dbox_pread_full(fd, buf, want, pos);
 
 		if (n < 0) {
 			ret = (int)n;

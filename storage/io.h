@@ -17,6 +17,13 @@
    -errno of pread (never -EINTR). */
 ssize_t dbox_pread_full(int fd, void *buf, size_t len, uint64_t off);
 
+/* Copy bytes [start, end) of in to out from out's offset 0, leaving the
+   holes of a sparse in as holes (SEEK_DATA/SEEK_HOLE: a store's owner
+   can make a terabyte of hole on a few blocks, which a plain copy would
+   write out in full); out ends up end - start bytes long.  Returns 0, -EIO
+   when in ends before end, or -errno of a read or write. */
+int dbox_copy_range(int in, uint64_t start, uint64_t end, int out);
+
 /* fd, just opened (with O_NONBLOCK, so that opening a FIFO did not wait)
    where a store keeps a regular file, if it is one; else fd is closed and
    -EIO returned (a FIFO or device planted by whoever owns the store: its

@@ -595,6 +595,26 @@ def test_alt_reached_through_a_third_users_directory_is_refused(tmp_path, make_m
     adm("check", victim, check_rc=0)
 
 
+def test_backup_without_its_alt_is_refused(tmp_path, make_mount):
+    """A backup of a store whose ALT (holding some of its m.N) is not
+    there, its disk not mounted: refused, and no DEST made, rather than
+    a half store that looks whole (an attack run found one, exit 1 and
+    warnings naming the ALT files as storage/)."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    fill(m.mnt / "cur", 6)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    assert list((alt / "storage").glob("m.*"))
+    alt.rename(tmp_path / "alt.off")
+    r = adm("backup", store, tmp_path / "bk", check_rc=2)
+    assert b"nothing was backed up" in r.stderr, r.stderr
+    assert not (tmp_path / "bk").exists()
+    (tmp_path / "alt.off").rename(alt)
+    adm("backup", store, tmp_path / "bk", check_rc=0)
+
+
 def test_dovecot_resync_over_primary_and_alt(dovecot_tmp, make_mount):
     """storage/ and ALT/storage/ copied to a Dovecot mdbox root with ALT=:
     force-resync finds every message, byte-equal."""

@@ -1,10 +1,11 @@
-"""Index rows a store's owner wrote to trap root's dboxadm: a directory
-tree with a cycle, an empty name, sizes near 2^63.  Each verb must finish
-and say what is wrong.  Before 2026-12-02 an attack run made `stats` spin
+"""Index rows and files a store's owner wrote to trap root's dboxadm: a
+directory tree with a cycle, an empty name, sizes near 2^63, an m.N of a
+terabyte of hole.  Each verb must finish and say what is wrong.  Before 2026-12-02 an attack run made `stats` spin
 forever on a directory that is its own parent, `export` make 80,000
 nested directories (the ASan build: a stack overflow), and check and
 export do undefined arithmetic and a strndup(NULL) (UBSan, `make
 check-asan`)."""
+import os
 import sqlite3
 import subprocess
 
@@ -77,3 +78,26 @@ def test_empty_name_and_huge_sizes(store, tmp_path):
     r = adm("export", store, tmp_path / "out")
     assert r.returncode == 1, r
     assert (tmp_path / "out" / ".Sent" / "new" / "c").exists()
+
+
+def test_terabyte_hole(store, tmp_path):
+    """An m.N made a terabyte long with a hole (a few blocks on disk) and
+    an index that says so: check, backup and rebuild finish, and the
+    backup keeps the hole a hole (it wrote it out as zeros, 3.5 GB in 20
+    seconds, before 2026-12-02)."""
+    db = sqlite3.connect(store / "index.sqlite")
+    (file_id,), = db.execute("SELECT DISTINCT file_id FROM message")
+    db.close()
+    mfile = store / "storage" / f"m.{file_id}"
+    os.truncate(mfile, 2**40)
+    edit(store, "UPDATE mfile SET size = ? WHERE file_id = ?", 2**40, file_id)
+    adm("check", store)
+    r = adm("backup", store, tmp_path / "bk")
+    assert r.returncode in (0, 1), r
+    copy = tmp_path / "bk" / "storage" / f"m.{file_id}"
+    assert copy.stat().st_size == 2**40
+    assert copy.stat().st_blocks * 512 < 16 * 2**20
+    r = adm("rebuild", store)
+    assert r.returncode == 0, r
+    assert all(p.stat().st_blocks * 512 < 16 * 2**20
+               for p in (store / "lost+found").iterdir())
