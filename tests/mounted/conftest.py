@@ -28,6 +28,18 @@ SHARED = Path(os.environ.get("DBOXFS_SHARED", Path(__file__).resolve().parents[2
 CORPORA = SHARED / "corpora"
 
 
+def adm_finishing(*args, limit=60):
+    """dboxadm ARGS run to its end (text output), failing the test when it
+    is still running after limit seconds: for stores made to trap it."""
+    try:
+        return subprocess.run([str(DBOXADM), *map(str, args)],
+                              capture_output=True, text=True,
+                              errors="replace", timeout=limit)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"dboxadm {' '.join(map(str, args))}: still running "
+                    f"after {limit} s")
+
+
 def index_rows(store, sql):
     """The rows of a read-only query of STORE/index.sqlite."""
     db = sqlite3.connect(f"file:{store / 'index.sqlite'}?mode=ro", uri=True)

@@ -61,6 +61,20 @@ def fill(cur, count, old_every=2, prefix="m"):
     return data, old
 
 
+def altmoved(tmp_path, make_mount, count=6):
+    """A store (tmp_path/store, mounted once on tmp_path/mnt, small m.N)
+    with count messages in cur/, then altmoved offline to tmp_path/alt
+    (made here): (store, alt, the unmounted Mount, data, old) as fill()
+    gives them."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    data, old = fill(m.mnt / "cur", count)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    return store, alt, m, data, old
+
+
 def where(store):
     """name -> (file_id, alt) of every message name."""
     rows = index_rows(store, "SELECT e.name, m.file_id, f.alt FROM entry e"
@@ -96,12 +110,7 @@ def test_dump_of_alt_mfile_stops_at_committed_end(tmp_path, make_mount):
     as it does for one in storage/: bytes after it (a crash's leftovers)
     are counted in a warning, not listed nor taken for a corrupt record.
     The same bytes as a file outside the store are walked to the end."""
-    store, alt = tmp_path / "store", tmp_path / "alt"
-    alt.mkdir()
-    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
-    fill(m.mnt / "cur", 6)
-    m.unmount()
-    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    store, alt, m, _, _ = altmoved(tmp_path, make_mount)
     fid = next(f for f, a in where(store).values() if a)
     mfile = alt / "storage" / f"m.{fid}"
     before = adm("dump", store, f"m.{fid}", check_rc=0).stdout
@@ -485,12 +494,7 @@ def test_refused_alt_is_not_recorded(tmp_path, make_mount):
 def test_logs_name_alt_files_by_the_alt_path(tmp_path, make_mount):
     """check and recovery name an m.N of the alternate storage as
     ALT/storage/m.N, not STORE/storage/m.N (which does not exist)."""
-    store, alt = tmp_path / "store", tmp_path / "alt"
-    alt.mkdir()
-    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
-    data, old = fill(m.mnt / "cur", 6)
-    m.unmount()
-    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    store, alt, m, data, old = altmoved(tmp_path, make_mount)
     moved = sorted((alt / "storage").iterdir())[0]
     shutil.copyfile(moved, alt / "storage" / "m.99")
     r = adm("check", store, check_rc=1)
@@ -510,12 +514,7 @@ def test_rebuild_never_drops_alt_files_silently(tmp_path, make_mount):
     (any more) its path: refused, saying how many and that --alt is
     needed; with --alt every message is back."""
     import sqlite3
-    store, alt = tmp_path / "store", tmp_path / "alt"
-    alt.mkdir()
-    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
-    data, old = fill(m.mnt / "cur", 6)
-    m.unmount()
-    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    store, alt, m, data, old = altmoved(tmp_path, make_mount)
     n_alt = len(list((alt / "storage").iterdir()))
     assert n_alt > 0
     db = sqlite3.connect(store / "index.sqlite")
@@ -536,12 +535,7 @@ def test_alt_of_another_owner_is_refused(tmp_path, make_mount):
     """An ALT directory not owned by the store's owner is not used (a path
     recorded in a user-writable index must not lead another user's process
     elsewhere): its messages fail with EIO and the log says why."""
-    store, alt = tmp_path / "store", tmp_path / "alt"
-    alt.mkdir()
-    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
-    data, old = fill(m.mnt / "cur", 6)
-    m.unmount()
-    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    store, alt, m, data, old = altmoved(tmp_path, make_mount)
     os.chown(alt, 65534, 65534)
     m.mount()
     n = sorted(old)[0]
@@ -600,12 +594,7 @@ def test_backup_without_its_alt_is_refused(tmp_path, make_mount):
     there, its disk not mounted: refused, and no DEST made, rather than
     a half store that looks whole (an attack run found one, exit 1 and
     warnings naming the ALT files as storage/)."""
-    store, alt = tmp_path / "store", tmp_path / "alt"
-    alt.mkdir()
-    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
-    fill(m.mnt / "cur", 6)
-    m.unmount()
-    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    store, alt, m, _, _ = altmoved(tmp_path, make_mount)
     assert list((alt / "storage").glob("m.*"))
     alt.rename(tmp_path / "alt.off")
     r = adm("backup", store, tmp_path / "bk", check_rc=2)

@@ -7,22 +7,16 @@ export do undefined arithmetic and a strndup(NULL) (UBSan, `make
 check-asan`)."""
 import os
 import sqlite3
-import subprocess
 
 import pytest
 
-from conftest import DBOXADM, Mount
+from conftest import Mount, adm_finishing
 
 LIMIT = 60
 
 
 def adm(*args):
-    try:
-        return subprocess.run([str(DBOXADM), *map(str, args)],
-                              capture_output=True, text=True,
-                              errors="replace", timeout=LIMIT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"dboxadm {args[0]}: still running after {LIMIT} s")
+    return adm_finishing(*args, limit=LIMIT)
 
 
 @pytest.fixture

@@ -9,19 +9,13 @@ import subprocess
 
 import pytest
 
-from conftest import DBOXADM, DBOXFS, Mount, index_rows, is_mounted, unmount
+from conftest import DBOXFS, Mount, adm_finishing, index_rows, is_mounted, unmount
 
 LIMIT = 30  # seconds: any of these takes well under one
 
 
 def adm(*args):
-    try:
-        return subprocess.run([str(DBOXADM), *map(str, args)],
-                              capture_output=True, text=True,
-                              errors="replace", timeout=LIMIT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"dboxadm {' '.join(map(str, args))}: still waiting "
-                    f"after {LIMIT} s")
+    return adm_finishing(*args, limit=LIMIT)
 
 
 def made_store(tmp_path):
