@@ -94,8 +94,13 @@ int bk_manifest_create(struct bk *b)
 	static const char tmp[] = DBOX_BACKUP_MANIFEST ".new";
 	int fd;
 
-	fd = openat(b->part.dir, tmp, O_WRONLY | O_CREAT | O_TRUNC |
-		    O_NOFOLLOW | O_CLOEXEC, 0600);
+	/* A new file (whatever a killed run left is removed first): never
+	   an existing node, a FIFO whose open would wait included. */
+	if (unlinkat(b->part.dir, tmp, 0) < 0 && errno != ENOENT)
+		fd = -1;
+	else
+		fd = openat(b->part.dir, tmp, O_WRONLY | O_CREAT | O_EXCL |
+			    O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0 || (b->manifest = fdopen(fd, "w")) == NULL ||
 	    fputs(BK_MANIFEST_HEADER, b->manifest) == EOF ||
 	    fflush(b->manifest) != 0 ||

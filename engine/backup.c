@@ -289,6 +289,18 @@ static int partial_open(struct bk *b)
 		dbox_error("%s: %s", b->partial, strerror(errno));
 		return ret;
 	}
+	/* A DEST.partial left by an earlier run is resumed only if it is
+	   ours and no one else may write in it: one another user made (in a
+	   shared directory) would let them swap what this backup writes. */
+	if (fstat(b->part.dir, &st) < 0)
+		return dest_error(b, b->partial, "");
+	if (st.st_uid != geteuid() || (st.st_mode & 022) != 0) {
+		dbox_error("%s: exists, but belongs to uid %u or others may "
+			   "write in it (mode %o); not used (remove it)",
+			   b->partial, (unsigned)st.st_uid,
+			   (unsigned)(st.st_mode & 07777));
+		return -EPERM;
+	}
 	/* One backup at a time into it (held until the end). */
 	if ((ret = dbox_dir_lock_try(b->part.dir)) < 0) {
 		dbox_error("%s: %s", b->partial, ret == -EBUSY ?

@@ -421,6 +421,8 @@ int purge_file(struct purge *p, uint32_t file_id)
 				   "(the next full purge removes it)",
 				   dbox_store_dir_name(st, alt), name,
 				   strerror(errno));
+		else if (ret == 0 && forgot)
+			(void)dbox_store_purged_forget(st->index, file_id);
 		for (size_t i = 0; i < nrecs; i++) {
 			if (moves[i].moved) {
 				p->res->records_moved++;

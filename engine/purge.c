@@ -77,6 +77,7 @@ static void remove_garbage_files(struct purge *p, bool alt)
 		if (unlinkat(dir_fd, de->d_name, 0) == 0) {
 			dbox_info("%s/" DBOX_STORE_STORAGE "/%s: not in the index; removed",
 				  dbox_store_dir_name(st, alt), de->d_name);
+			(void)dbox_store_purged_forget(st->index, id);
 			p->res->garbage_files++;
 			p->res->bytes_freed += (uint64_t)sb.st_size;
 		}

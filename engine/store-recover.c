@@ -222,6 +222,14 @@ int dbox_store_purged_mark(struct dbox_index *index, uint32_t file_id,
 	return dbox_index_set_meta(index, key, (int64_t)ino);
 }
 
+int dbox_store_purged_forget(struct dbox_index *index, uint32_t file_id)
+{
+	char key[32];
+
+	snprintf(key, sizeof(key), "purged.m.%u", file_id);
+	return dbox_index_set_meta(index, key, 0);
+}
+
 bool dbox_store_purged_file(struct dbox_index *index, uint32_t file_id,
 			    const struct stat *sb)
 {
@@ -312,6 +320,9 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 					dbox_error("%s/" DBOX_STORE_STORAGE "/%s: unlink: %s",
 						   root, d->d_name,
 						   strerror(errno));
+				else
+					(void)dbox_store_purged_forget(st->index,
+								       id);
 				close(fd);
 				continue;
 			}

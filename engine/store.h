@@ -159,6 +159,13 @@ void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32]);
 int dbox_store_purged_mark(struct dbox_index *index, uint32_t file_id,
 			   uint64_t ino);
 
+/* The file purged.m.<file_id> names is gone (unlinked): forget its inode
+   number, which the filesystem may give to a later file (an m.N copied
+   back from a backup) that must not be taken for it.  On its own (a
+   commit) or in the caller's transaction.  Returns 0 or a negative
+   errno (then the mark stays: harmless but for that reuse). */
+int dbox_store_purged_forget(struct dbox_index *index, uint32_t file_id);
+
 /* Is sb (an m.<file_id> found on disk, in storage/ or ALT/storage/) the
    very file a purge of this index forgot, so that its records are copies
    left by a crash before the purge's unlink: garbage, not messages of a

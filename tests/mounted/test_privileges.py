@@ -14,6 +14,7 @@ rights, and nothing root does may leave the store unusable to its owner:
 """
 import os
 import shutil
+import tempfile
 import sqlite3
 import stat
 import subprocess
@@ -456,3 +457,37 @@ def test_permission_denied_outside_the_store_says_whose_uid(scratch, user,
     assert "Permission denied" in r.stderr, r.stderr
     assert f"(dboxadm runs as uid {uid}, who owns the store)" in r.stderr, \
         r.stderr
+
+
+def test_backup_resumes_no_partial_another_user_made(user, tmp_path):
+    """Root backs up its own store into a shared sticky directory (a
+    backup spool) where a user made DEST.partial first, writable by all:
+    resuming it would let that user swap what root writes (an attack run
+    replaced storage/m.1 of root's finished backup).  Refused; and a FIFO
+    as the manifest's temporary file in root's own partial makes no
+    backup wait forever."""
+    store = tmp_path / "store"
+    m = Mount(store, tmp_path / "mnt")
+    m.mount().maildir()
+    (m.mnt / "new" / "a").write_bytes(b"Subject: a\n\nbody\n")
+    m.unmount()
+    spool = Path(tempfile.mkdtemp(prefix="dboxfs-spool-", dir="/tmp"))
+    try:
+        spool.chmod(0o1777)
+        r = as_user(user[0], ["mkdir", "-m", "777", spool / "today.partial"])
+        assert r.returncode == 0, r
+        r = adm("backup", store, spool / "today")
+        assert r.returncode == 2 and "not used" in r.stderr, r
+        assert not (spool / "today").exists()
+        assert os.listdir(spool / "today.partial") == []
+
+        mine = spool / "mine.partial"
+        mine.mkdir(mode=0o700)
+        (mine / "backup-manifest").write_bytes(b"dboxfs-backup 1\n")
+        os.mkfifo(mine / "backup-manifest.new")
+        r = subprocess.run([str(DBOXADM), "backup", str(store), str(spool / "mine")],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r
+        assert (spool / "mine" / "index.sqlite").is_file()
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)

@@ -705,7 +705,11 @@ static void test_crash_after_switch(void **state)
 	struct dbox_purge_settings set = { .threshold = 0 };
 	struct dbox_purge_result res;
 	uint32_t file_id = loc_of(f, &f->msgs[0]).file_id;
-	char path[256], link[300], copy[300], cmd[700];
+	char path[256], link[300], copy[300], cmd[700], index_path[300];
+	struct dbox_index *index = NULL;
+	struct stat sb;
+	char key[32];
+	int64_t mark = -1;
 	int64_t size = file_size(f, file_id);
 
 	/* A crash after the switch committed but before the unlink leaves
@@ -721,9 +725,24 @@ static void test_crash_after_switch(void **state)
 	expunge(f, &f->msgs[0]);
 	assert_int_equal(dbox_purge(f->st, &set, &res), 0);
 	assert_int_equal(file_size(f, file_id), -1);
+	/* Unlinked: the mark no longer names an inode (the number may be
+	   handed out again, to a file that must not be taken for it). */
+	snprintf(key, sizeof(key), "purged.m.%u", file_id);
+	assert_int_equal(dbox_index_meta_get(f->st->index, key, &mark), 0);
+	assert_int_equal(mark, 0);
 	dbox_store_close(&f->st);
 	assert_int_equal(rename(link, path), 0);
 	assert_int_equal(file_size(f, file_id), size);
+	/* The purge forgot the mark after its unlink; a kill before the
+	   unlink leaves it naming the file's inode. */
+	assert_int_equal(stat(path, &sb), 0);
+	snprintf(index_path, sizeof(index_path), "%s/index.sqlite", f->store);
+	assert_int_equal(dbox_index_open(index_path, false, &index), 0);
+	assert_int_equal(dbox_index_begin(index), 0);
+	assert_int_equal(dbox_store_purged_mark(index, file_id,
+						(uint64_t)sb.st_ino), 0);
+	assert_int_equal(dbox_index_commit(index, true), 0);
+	dbox_index_close(&index);
 
 	/* Recovery removes the very file the purge forgot (purged.m.N holds
 	   its inode number); every message is intact. */
@@ -732,11 +751,20 @@ static void test_crash_after_switch(void **state)
 	expect_messages(f);
 	expect_guids_once(f);
 
-	/* A file of that number that is not that file (another inode: a
-	   copy restored from elsewhere, another store's ALT) may hold the
-	   only copy of mail: recovery and purge keep it whole. */
+	/* Once removed, the mark is forgotten: a file of that number later
+	   (another inode, or that inode number handed out again: a copy
+	   restored from elsewhere, another store's ALT) may hold the only
+	   copy of mail, and recovery and purge keep it whole. */
 	dbox_store_close(&f->st);
 	assert_int_equal(rename(copy, path), 0);
+	/* Even with a mark left naming the old inode (a kill between an
+	   unlink and the forgetting), a file of another inode is not it. */
+	assert_int_equal(dbox_index_open(index_path, false, &index), 0);
+	assert_int_equal(dbox_index_begin(index), 0);
+	assert_int_equal(dbox_store_purged_mark(index, file_id,
+						(uint64_t)sb.st_ino), 0);
+	assert_int_equal(dbox_index_commit(index, true), 0);
+	dbox_index_close(&index);
 	open_store(f);
 	assert_int_equal(file_size(f, file_id), size);
 	assert_int_equal(dbox_purge(f->st, &set, &res), 0);
