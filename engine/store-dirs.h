@@ -4,7 +4,8 @@
 /*
  * store-dirs: reading the directories of a store (the store directory,
  * storage/, files/; engine/store-layout.h names them): one walk over a
- * directory descriptor, and what a name in files/ means.
+ * directory descriptor, what a name in files/ means, and who owns the
+ * way to a store's directory (STORE, ALT).
  */
 
 #include <stdbool.h>
