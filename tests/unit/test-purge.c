@@ -699,14 +699,28 @@ static void test_crash_before_switch(void **state)
 	expect_guids_once(f);
 }
 
+/* purged.m.<file_id> = ino in the index of the closed store: what a
+   purge killed between its switch and its unlink leaves. */
+static void set_purged_mark(struct fix *f, uint32_t file_id, uint64_t ino)
+{
+	struct dbox_index *index = NULL;
+	char path[300];
+
+	snprintf(path, sizeof(path), "%s/index.sqlite", f->store);
+	assert_int_equal(dbox_index_open(path, false, &index), 0);
+	assert_int_equal(dbox_index_begin(index), 0);
+	assert_int_equal(dbox_store_purged_mark(index, file_id, ino), 0);
+	assert_int_equal(dbox_index_commit(index, true), 0);
+	dbox_index_close(&index);
+}
+
 static void test_crash_after_switch(void **state)
 {
 	struct fix *f = *state;
 	struct dbox_purge_settings set = { .threshold = 0 };
 	struct dbox_purge_result res;
 	uint32_t file_id = loc_of(f, &f->msgs[0]).file_id;
-	char path[256], link[300], copy[300], cmd[700], index_path[300];
-	struct dbox_index *index = NULL;
+	char path[256], link[300], copy[300], cmd[1200];
 	struct stat sb;
 	char key[32];
 	int64_t mark = -1;
@@ -736,13 +750,7 @@ static void test_crash_after_switch(void **state)
 	/* The purge forgot the mark after its unlink; a kill before the
 	   unlink leaves it naming the file's inode. */
 	assert_int_equal(stat(path, &sb), 0);
-	snprintf(index_path, sizeof(index_path), "%s/index.sqlite", f->store);
-	assert_int_equal(dbox_index_open(index_path, false, &index), 0);
-	assert_int_equal(dbox_index_begin(index), 0);
-	assert_int_equal(dbox_store_purged_mark(index, file_id,
-						(uint64_t)sb.st_ino), 0);
-	assert_int_equal(dbox_index_commit(index, true), 0);
-	dbox_index_close(&index);
+	set_purged_mark(f, file_id, (uint64_t)sb.st_ino);
 
 	/* Recovery removes the very file the purge forgot (purged.m.N holds
 	   its inode number); every message is intact. */
@@ -759,12 +767,7 @@ static void test_crash_after_switch(void **state)
 	assert_int_equal(rename(copy, path), 0);
 	/* Even with a mark left naming the old inode (a kill between an
 	   unlink and the forgetting), a file of another inode is not it. */
-	assert_int_equal(dbox_index_open(index_path, false, &index), 0);
-	assert_int_equal(dbox_index_begin(index), 0);
-	assert_int_equal(dbox_store_purged_mark(index, file_id,
-						(uint64_t)sb.st_ino), 0);
-	assert_int_equal(dbox_index_commit(index, true), 0);
-	dbox_index_close(&index);
+	set_purged_mark(f, file_id, (uint64_t)sb.st_ino);
 	open_store(f);
 	assert_int_equal(file_size(f, file_id), size);
 	assert_int_equal(dbox_purge(f->st, &set, &res), 0);
