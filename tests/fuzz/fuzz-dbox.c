@@ -16,7 +16,9 @@
  * Built and run by `make fuzz` (FUZZ_TIME seconds, default 300) with a
  * seed corpus written by gen-seeds.c; `make check` runs it briefly.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "storage/dbox-file.h"
 #include "storage/dbox-format.h"
 #include "storage/dbox-read.h"

@@ -573,7 +573,7 @@ static void make_dove(struct fix *f, struct dove_msg *msgs, size_t n)
 	dbox_store_mutex_lock(dove);
 	assert_int_equal(dbox_index_begin(dove->index), 0);
 	for (size_t i = 0; i < n; i++) {
-		char name[16];
+		char name[24];
 
 		snprintf(name, sizeof(name), "d%zu", i);
 		write_file(f, "src", msgs[i].text, strlen(msgs[i].text), 0);

@@ -2573,7 +2573,7 @@ static void test_xattr(void **state)
 					      DBOX_XATTR_SIZE_MAX + 1, 0), -ERANGE);
 	/* The total per inode: 1 MiB of names and values. */
 	for (int i = 0; i < 14; i++) {
-		char n[16];
+		char n[24];
 
 		snprintf(n, sizeof(n), "user.v%d", i);
 		assert_int_equal(dbox_index_xattr_set(f->index, p, n, big,
@@ -2713,7 +2713,7 @@ static void test_convert_pages_damaged(void **state)
 {
 	struct fix *f = *state;
 	struct dbox_attr m;
-	char garbage[4096], name[16];
+	char garbage[4096], name[24];
 	sqlite3_stmt *stmt;
 	sqlite3 *db;
 	off_t size;
