@@ -294,19 +294,12 @@ static int open_file(struct dbox_export *ex, struct dbox_export_item *item)
 	if (ex->files_fd < 0)
 		return -ENOENT;
 	dbox_files_name(backing, item->attr.ino);
-	fd = dbox_fd_regular(openat(ex->files_fd, backing, O_RDONLY |
-				    O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-	if (fd < 0) {
-		errno = -fd;
-		fd = -1;
-	}
-	if (fd < 0 || fstat(fd, &sb) < 0) {
-		int err = -errno;
-
-		if (fd >= 0)
-			close(fd);
-		return err;
-	}
+	fd = openat(ex->files_fd, backing, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+		    O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if ((fd = dbox_fd_regular(fd, &sb)) < 0)
+		return fd;
 	item->fd = fd;
 	item->atime = sb.st_atim;
 	item->mtime = sb.st_mtim;

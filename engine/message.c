@@ -149,7 +149,8 @@ static int create_bytes(struct dbox_store *st, uint64_t folder,
 	int ret;
 
 	if (attr->kind != DBOX_KIND_MESSAGE) {
-		*fd_r = dbox_store_file_open(st, attr->ino, O_CREAT | O_EXCL);
+		*fd_r = dbox_store_file_open(st, attr->ino, O_CREAT | O_EXCL,
+					     NULL);
 		return *fd_r < 0 ? *fd_r : 0;
 	}
 	ret = maildir_folder_mailbox(st->index, folder, &mailbox);

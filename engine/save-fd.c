@@ -143,7 +143,8 @@ int dbox_store_file_remove(struct dbox_store *st, uint64_t ino)
 	return 0;
 }
 
-int dbox_store_file_open(struct dbox_store *st, uint64_t ino, int flags)
+int dbox_store_file_open(struct dbox_store *st, uint64_t ino, int flags,
+			 struct stat *stat_r)
 {
 	int access = st->readonly ? O_RDONLY : O_RDWR;
 	char name[24];
@@ -160,7 +161,7 @@ int dbox_store_file_open(struct dbox_store *st, uint64_t ino, int flags)
 			    O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | access,
 			    0600);
 	}
-	if (fd >= 0 && (fd = dbox_fd_regular(fd)) == -EIO) {
+	if (fd >= 0 && (fd = dbox_fd_regular(fd, stat_r)) == -EIO) {
 		dbox_error("%s/" DBOX_STORE_FILES "/%s: not a regular file", st->path,
 			   name);
 		return -EIO;
@@ -178,18 +179,11 @@ int dbox_store_file_open_ro(struct dbox_store *st, uint64_t ino,
 			    struct stat *stat_r)
 {
 	char name[24];
-	int fd, ret;
+	int fd;
 
 	dbox_files_name(name, ino);
 	if ((fd = openat(st->files_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
 			 O_CLOEXEC)) < 0)
 		return -errno;
-	if ((fd = dbox_fd_regular(fd)) < 0)
-		return fd;
-	if (fstat(fd, stat_r) < 0) {
-		ret = -errno;
-		close(fd);
-		return ret;
-	}
-	return fd;
+	return dbox_fd_regular(fd, stat_r);
 }

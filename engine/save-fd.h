@@ -65,10 +65,12 @@ int64_t dbox_store_file_from_fd(struct dbox_store *st, uint64_t ino, int fd,
    flags (O_CREAT | O_EXCL for a new one, mode 0600; O_NOATIME, dropped
    again when the caller may not use it), read-write, or read-only in a
    store opened readonly; never through a symbolic link.  Needs no lock.
-   Returns the descriptor (the caller's to close), -ENOSPC, -EDQUOT,
-   -EMFILE, -ENFILE, or -EIO for any other failure (logged with the
-   path). */
-int dbox_store_file_open(struct dbox_store *st, uint64_t ino, int flags);
+   stat_r (may be NULL) gets its fstat.  Returns the descriptor (the
+   caller's to close), -ENOSPC, -EDQUOT, -EMFILE, -ENFILE, or -EIO for
+   any other failure, a file that is not a regular one included (logged
+   with the path). */
+int dbox_store_file_open(struct dbox_store *st, uint64_t ino, int flags,
+			 struct stat *stat_r);
 
 /* Open the backing file of plain file ino read-only (never through a
    symbolic link) and fstat it into *stat_r.  Needs no lock.  Returns the

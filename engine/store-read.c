@@ -64,7 +64,7 @@ int dbox_store_mfile_open(struct dbox_store *st, uint32_t file_id, int flags)
 		return -EIO;
 	dbox_file_name(name, file_id);
 	fd = openat(dir, name, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0 || (fd = dbox_fd_regular(fd)) < 0) {
+	if (fd < 0 || (fd = dbox_fd_regular(fd, NULL)) < 0) {
 		dbox_error("%s/" DBOX_STORE_STORAGE "/%s: %s", dbox_store_dir_name(st, alt),
 			   name, fd == -EIO ? "not a regular file" :
 			   strerror(errno));

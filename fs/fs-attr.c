@@ -58,14 +58,11 @@ bool fs_atime_due(struct fs *fs, const struct dbox_attr *attr, int64_t now)
 		relatime_due(attr->atime_ns, mtime, attr->ctime_ns, now);
 }
 
-bool fs_backing_atime_due(struct fs *fs, int fd)
+bool fs_backing_atime_due(struct fs *fs, const struct stat *st)
 {
-	struct stat st;
-
 	return !fs->opts.noatime && !fs->opts.readonly &&
-		fstat(fd, &st) == 0 &&
-		relatime_due(fs_ts_time(&st.st_atim), fs_ts_time(&st.st_mtim),
-			     fs_ts_time(&st.st_ctim), dbox_now_ns());
+		relatime_due(fs_ts_time(&st->st_atim), fs_ts_time(&st->st_mtim),
+			     fs_ts_time(&st->st_ctim), dbox_now_ns());
 }
 
 int fs_atime_touch(struct fs *fs, uint64_t ino)

@@ -240,6 +240,7 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fs_inode *inode;
 	struct dbox_attr attr;
 	struct fs_handle *h = NULL;
+	struct stat backing;
 	struct dbox_cred c;
 	enum dbox_kind kind;
 	int ret = 0;
@@ -293,12 +294,13 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			h->fd = ret = dbox_store_file_open(fs->st, ino,
 						   fs->opts.noatime ||
 						   (fi->flags & O_NOATIME) ?
-						   O_NOATIME : 0);
+						   O_NOATIME : 0, &backing);
 			/* A read that moves atime must reach the backing
 			   file: no cached pages then (as for messages). */
 			if (ret >= 0 && (fi->flags & O_ACCMODE) != O_WRONLY &&
 			    !(fi->flags & O_NOATIME))
-				h->atime_due = fs_backing_atime_due(fs, h->fd);
+				h->atime_due = fs_backing_atime_due(fs,
+								    &backing);
 			if (ret >= 0 && (fi->flags & O_TRUNC) &&
 			    ftruncate(h->fd, 0) < 0)
 				ret = -errno;

@@ -103,7 +103,7 @@ static int set_size(struct fs *fs, const struct dbox_attr *attr,
 	if (attr->kind == DBOX_KIND_FILE) {
 		fd = fi != NULL && fs_handle_of(fi)->fd >= 0 ?
 			dup(fs_handle_of(fi)->fd) :
-			dbox_store_file_open(fs->st, attr->ino, 0);
+			dbox_store_file_open(fs->st, attr->ino, 0, NULL);
 		if (fd < 0)
 			return fd == -1 ? -errno : fd;
 		if (ftruncate(fd, size) < 0)

@@ -250,10 +250,11 @@ int64_t fs_message_mtime(struct fs *fs, const struct dbox_attr *attr);
    or more; never with -o noatime.  Needs the lock. */
 bool fs_atime_due(struct fs *fs, const struct dbox_attr *attr, int64_t now);
 
-/* Would a read of the plain file open as fd move its backing file's
-   atime (by the same rule; the read itself moves it, by the backing
-   mount's rule)?  Never with -o noatime. */
-bool fs_backing_atime_due(struct fs *fs, int fd);
+/* Would a read of the plain file whose backing file has the attributes
+   st (its fstat at open) move that file's atime (by the same rule; the
+   read itself moves it, by the backing mount's rule)?  Never with -o
+   noatime. */
+bool fs_backing_atime_due(struct fs *fs, const struct stat *st);
 
 /* A read of ino happened: set its atime to now when fs_atime_due, in a
    transaction of its own, not synced: a power loss may lose a read-driven

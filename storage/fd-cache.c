@@ -80,7 +80,7 @@ int dbox_fd_cache_get(struct dbox_fd_cache *cache, int dir_fd,
 		;
 	if (fd < 0)
 		return -errno;
-	if ((fd = dbox_fd_regular(fd)) < 0)
+	if ((fd = dbox_fd_regular(fd, NULL)) < 0)
 		return fd;
 	if (cache->count == cache->max)
 		evict(cache);

@@ -28,19 +28,22 @@ ssize_t dbox_pread_full(int fd, void *buf, size_t len, uint64_t off)
 	return (ssize_t)done;
 }
 
-int dbox_fd_regular(int fd)
+int dbox_fd_regular(int fd, struct stat *sb_r)
 {
 	struct stat sb;
 	int ret;
 
 	if (fd < 0)
 		return fd;
-	if (fstat(fd, &sb) < 0)
+	if (fstat(fd, &sb) < 0) {
 		ret = -errno;
-	else if (!S_ISREG(sb.st_mode))
+	} else if (!S_ISREG(sb.st_mode)) {
 		ret = -EIO;
-	else
+	} else {
+		if (sb_r != NULL)
+			*sb_r = sb;
 		return fd;
+	}
 	close(fd);
 	return ret;
 }

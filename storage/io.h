@@ -28,7 +28,10 @@ int dbox_copy_range(int in, uint64_t start, uint64_t end, int out);
    where a store keeps a regular file, if it is one; else fd is closed and
    -EIO returned (a FIFO or device planted by whoever owns the store: its
    reads would wait forever or mean nothing), as for -errno of fstat.
-   Takes ownership of fd; fd < 0 is returned as it is. */
-int dbox_fd_regular(int fd);
+   sb_r (may be NULL) gets the fstat of a regular file, so the caller
+   needs no second one.  Takes ownership of fd; fd < 0 is returned as it
+   is. */
+struct stat;
+int dbox_fd_regular(int fd, struct stat *sb_r);
 
 #endif
