@@ -111,8 +111,9 @@ static void dests_release(struct purge *p, bool keep)
 {
 	for (size_t i = 0; i < p->ndests; i++) {
 		struct dest *d = &p->dests[i];
-
-		bool cut = true;
+		/* A cut that failed before (copy_records) leaves the
+		   in-flight mark to recovery. */
+		bool cut = !d->mf->cut_failed;
 
 		if (!keep && d->mf->size != d->start_size) {
 			if (ftruncate(d->mf->fd, d->start_size) < 0) {
@@ -205,6 +206,10 @@ static int copy_records(struct purge *p, uint32_t file_id, int fd,
 				   "at %llu: %s", p->st->path, file_id,
 				   d->mf->file_id, (unsigned long long)r->offset,
 				   strerror(-ret));
+			/* The part copied lies past mf->size, where
+			   dests_release does not look: cut it now. */
+			if (ftruncate(d->mf->fd, (off_t)d->mf->size) < 0)
+				d->mf->cut_failed = true; /* recovery cuts it */
 			return ret;
 		}
 		moves[i] = (struct dbox_msg_move){

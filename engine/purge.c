@@ -160,7 +160,7 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 	struct candidates c = { 0 };
 	struct candidate *todo = NULL;
 	size_t n = 0;
-	int ret = 0, r;
+	int ret = 0, first_failure = 0, r;
 
 	dbox_store_assert_unlocked(st); /* taken as needed */
 	memset(res_r, 0, sizeof(*res_r));
@@ -205,11 +205,12 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 		purge_unlock(&p);
 		if (r == 0)
 			continue;
-		if (r == -EBUSY)
+		if (r == -EBUSY) {
 			res_r->files_busy++;
-		else if (r < 0)
+		} else if (r < 0) {
 			res_r->files_failed++;
-		else
+			first_failure = first_failure < 0 ? first_failure : r;
+		} else
 			todo[n++] = (struct candidate){ c.ids[i], live };
 	}
 	/* Fewest live bytes first: a file with none needs no room for
@@ -223,10 +224,12 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 			ret = r;
 		} else if (r < 0) {
 			res_r->files_failed++;
+			first_failure = first_failure < 0 ? first_failure : r;
 		}
 	}
+	/* A full disk says so (ENOSPC), not a bare EIO. */
 	if (ret == 0 && res_r->files_failed > 0)
-		ret = -EIO;
+		ret = first_failure;
 	res_r->end_ns = dbox_now_ns();
 	res_r->error = ret;
 	for (size_t i = 0; i < p.nalts; i++) {

@@ -40,6 +40,19 @@ def adm_finishing(*args, limit=60):
                     f"after {limit} s")
 
 
+def tmpfs(d, size):
+    """A generator: a tmpfs of size (mount(8)'s size=, e.g. "6m") on the
+    new directory d, yielded, and unmounted when the generator resumes
+    (after any dboxfs on it).  For fixtures: `yield from tmpfs(...)`."""
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
+                    str(d)], check=True)
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
 def index_rows(store, sql):
     """The rows of a read-only query of STORE/index.sqlite."""
     db = sqlite3.connect(f"file:{store / 'index.sqlite'}?mode=ro", uri=True)

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import DBOXADM, index_rows, need_corpora
+from conftest import DBOXADM, index_rows, need_corpora, tmpfs
 from dovecot_mdbox import Mdbox, dovecot_tmp  # noqa: F401
 
 ROTATE = "rotate_size=16384"
@@ -453,6 +453,46 @@ def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
     m.mount()
     for n, body in data.items():
         assert (cur / n).read_bytes() == body
+
+
+@pytest.fixture
+def tiny_alt_fs(tmp_path):
+    """A 1 MiB tmpfs for an ALT, unmounted in teardown."""
+    yield from tmpfs(tmp_path / "altfs", "1m")
+
+
+def test_alt_full_is_enospc_and_leaves_no_partial_copy(tmp_path, make_mount,
+                                                       tiny_alt_fs):
+    """An altmove that fills ALT says so (ENOSPC, not a bare EIO), on the
+    mount and offline, loses nothing, and cuts the copy it was making at
+    once: check finds no unfinished write in ALT afterwards."""
+    alt = tiny_alt_fs / "alt"
+    alt.mkdir(mode=0o700)
+    store = tmp_path / "store"
+    m = make_mount(store=store, mnt=tmp_path / "mnt",
+                   options=["-o", f"{ROTATE},alt={alt}"])
+    cur, rnd = m.mnt / "cur", random.Random(7)
+    data = {}
+    for i in range(40):   # some 2 MiB: twice what ALT holds
+        body = b"Subject: %d\n\n" % i + rnd.randbytes(40000).hex().encode()
+        name = f"{1600000000 + i}.full{i}.test:2,S"
+        (cur / name).write_bytes(body)
+        os.utime(cur / name, ns=(OLD_NS + i * 10**9,) * 2)
+        data[name] = body
+
+    r = adm("altmove", store, "--older-than", "30", check_rc=1)
+    assert b"No space left on device" in r.stderr, r.stderr[-2000:]
+    assert {n: (cur / n).read_bytes() for n in data} == data
+    m.unmount()
+    r = adm("check", store, check_rc=0)
+    assert b"unfinished write" not in r.stdout + r.stderr, r.stdout[-2000:]
+
+    r = adm("altmove", store, "--older-than", "30", check_rc=1)
+    assert b"No space left on device" in r.stderr, r.stderr[-2000:]
+    r = adm("check", store, check_rc=0)
+    assert b"unfinished write" not in r.stdout + r.stderr, r.stdout[-2000:]
+    m.mount()
+    assert {n: (cur / n).read_bytes() for n in data} == data
 
 
 def recorded_alt(store):

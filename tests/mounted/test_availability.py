@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBOXADM
+from conftest import DBOXADM, tmpfs
 
 RNG = random.Random(12)
 
@@ -47,14 +47,7 @@ def tree(root):
 @pytest.fixture
 def small_tmpfs(tmp_path):
     """A 6 MiB tmpfs, unmounted in teardown (after any dboxfs on it)."""
-    d = tmp_path / "small"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs",
-                    str(d)], check=True)
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], check=False)
+    yield from tmpfs(tmp_path / "small", "6m")
 
 
 def delivery_errors(path, data):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBOXADM, DBOXFS, Mount, index_rows, is_mounted, unmount
+from conftest import DBOXADM, DBOXFS, Mount, index_rows, is_mounted, tmpfs, unmount
 
 RNG = random.Random(61)
 
@@ -532,18 +532,6 @@ def test_refusals_change_nothing(make_mount, tmp_path):
 
 
 # --- a full disk ------------------------------------------------------------------
-
-def tmpfs(d, size):
-    """A tmpfs of size on the new directory d, unmounted when the
-    generator resumes (after any dboxfs on it)."""
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
-                    str(d)], check=True)
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], check=False)
-
 
 @pytest.fixture
 def small_fs(tmp_path):
