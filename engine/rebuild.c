@@ -119,6 +119,7 @@ static int move_old_index(struct rebuild *rb)
 		/* A rebuild cut short: read the newest kept index
 		   again. */
 		(void)dbox_dir_walk(rb->dir_fd, newest_cb, &rb->rep->old_index);
+		rb->rep->old_index_earlier = rb->rep->old_index != NULL;
 		return 0;
 	}
 	if ((ret = broken_name(rb->dir_fd, &name)) < 0)

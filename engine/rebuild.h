@@ -107,6 +107,8 @@ struct dbox_rebuild_report {
 	enum dbox_rebuild_stage stage; /* DBOX_REBUILD_DONE when rebuilt */
 	char *old_index;          /* the name (in STORE) the old index is kept
 				     as, or NULL when there was none */
+	bool old_index_earlier;   /* no index.sqlite: old_index is the newest
+				     one an earlier rebuild kept, read again */
 	bool old_damaged;         /* it opened but was not read whole */
 	int index_format;         /* the index format this dboxfs writes
 				     (NEWER_INDEX: the old one is above) */

@@ -234,8 +234,7 @@ static int create_inbox(struct dbox_store *st)
    set up, and hang), and a FUSE mount there already.  Returns 0, or
    -ENOTCONN (a dead mount), -EBUSY (a FUSE mount) or -EINVAL (the store
    inside), reported on stderr. */
-static int check_mountpoint(const char *prog, const char *store,
-			    const char *mnt)
+static int check_mountpoint(const char *store, const char *mnt)
 {
 	char *abs_store = realpath(store, NULL), *parent = NULL;
 	struct statfs sfs;
@@ -247,9 +246,9 @@ static int check_mountpoint(const char *prog, const char *store,
 	   kernel's attribute cache, statfs() always asks the daemon. */
 	if ((stat(mnt, &stbuf) < 0 && errno == ENOTCONN) ||
 	    (statfs(mnt, &sfs) < 0 && errno == ENOTCONN)) {
-		fprintf(stderr, "%s: %s: a dead mount is still there (its "
+		fprintf(stderr, "dboxfs: %s: a dead mount is still there (its "
 			"daemon died); run 'fusermount3 -u %s' first\n",
-			prog, mnt, mnt);
+			mnt, mnt);
 		return -ENOTCONN;
 	}
 	/* Mounting over a FUSE mount hides it, and takes two fusermount3
@@ -257,9 +256,9 @@ static int check_mountpoint(const char *prog, const char *store,
 	if (statfs(mnt, &sfs) == 0 && sfs.f_type == FUSE_SUPER_MAGIC &&
 	    stat(mnt, &stbuf) == 0 && asprintf(&parent, "%s/..", mnt) > 0 &&
 	    stat(parent, &parent_sb) == 0 && parent_sb.st_dev != stbuf.st_dev) {
-		fprintf(stderr, "%s: %s is a FUSE mount already; unmount it "
-			"first ('fusermount3 -u %s') or choose another mount "
-			"point\n", prog, mnt, mnt);
+		fprintf(stderr, "dboxfs: %s is a FUSE mount already; unmount "
+			"it first ('fusermount3 -u %s') or choose another mount "
+			"point\n", mnt, mnt);
 		free(parent);
 		free(abs_store);
 		return -EBUSY;
@@ -280,8 +279,8 @@ static int check_mountpoint(const char *prog, const char *store,
 	if (abs_store != NULL && strncmp(abs_store, mnt, len) == 0 &&
 	    (abs_store[len] == '\0' || abs_store[len] == '/' ||
 	     strcmp(mnt, "/") == 0)) {
-		fprintf(stderr, "%s: the store %s is inside the mount point "
-			"%s; put it elsewhere\n", prog, store, mnt);
+		fprintf(stderr, "dboxfs: the store %s is inside the mount "
+			"point %s; put it elsewhere\n", store, mnt);
 		ret = -EINVAL;
 	}
 	free(parent);
@@ -293,7 +292,7 @@ static int check_mountpoint(const char *prog, const char *store,
    compression of new bodies, the alternate storage (made absolute: the
    daemon changes directory).  Returns 0, or -1 after saying what is
    wrong on stderr. */
-static int store_settings(const char *prog, struct fs_options *opts,
+static int store_settings(struct fs_options *opts,
 			  struct dbox_store_settings *set)
 {
 	set->rotate_size = opts->rotate_size;
@@ -301,15 +300,15 @@ static int store_settings(const char *prog, struct fs_options *opts,
 	set->create = !opts->readonly;
 	if (opts->compress != NULL &&
 	    dbox_compress_parse(opts->compress, &set->compress) < 0) {
-		fprintf(stderr, "%s: compress=%s: want none, gz or gz:LEVEL "
-			"(1-9)\n", prog, opts->compress);
+		fprintf(stderr, "dboxfs: -o compress=%s: want none, gz or "
+			"gz:LEVEL (1-9)\n", opts->compress);
 		return -1;
 	}
 	if (opts->alt != NULL && opts->alt[0] != '/') {
 		char *abs = realpath(opts->alt, NULL);
 
 		if (abs == NULL) {
-			fprintf(stderr, "%s: alt=%s: %s\n", prog, opts->alt,
+			fprintf(stderr, "dboxfs: -o alt=%s: %s\n", opts->alt,
 				strerror(errno));
 			return -1;
 		}
@@ -541,12 +540,12 @@ int main(int argc, char *argv[])
 	}
 	log_debug = cmd.debug;
 	raise_nofile();
-	if (check_mountpoint(argv[0], fs.opts.store, cmd.mountpoint) < 0)
+	if (check_mountpoint(fs.opts.store, cmd.mountpoint) < 0)
 		goto out_args;
 
 	/* Open the store before mounting, so a refusal (locked, not a
 	   store, newer format) is reported here and nothing is mounted. */
-	if (store_settings(argv[0], &fs.opts, &set) < 0)
+	if (store_settings(&fs.opts, &set) < 0)
 		goto out_args;
 	/* The session first: it rejects unknown -o options before the
 	   store is created or opened. */
@@ -569,6 +568,11 @@ int main(int argc, char *argv[])
 	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0) {
 		dbox_error("%s: cannot mount (the reason is on stderr, from "
 			   "libfuse); exiting", cmd.mountpoint);
+		/* The usual reason a user's mount fails where root's works. */
+		if (access("/dev/fuse", R_OK | W_OK) < 0)
+			fprintf(stderr, "dboxfs: /dev/fuse is not open to you "
+				"(%s); see dboxfs(1), FILES\n",
+				strerror(errno));
 		goto out_signals;
 	}
 	{

@@ -40,7 +40,6 @@ static const struct fuse_opt check_spec[] = {
 };
 
 struct check {
-	const char *prog;
 	bool bad;
 };
 
@@ -78,8 +77,8 @@ static int check_proc(void *data, const char *arg, int key,
 		return 0; /* not ours: main() parses it */
 	r = &ranges[key];
 	if (!in_range(r, arg + strlen(r->name) + 1)) {
-		fprintf(stderr, "%s: -o %s: want %s from %.15g to %.15g\n",
-			c->prog, arg, r->what, r->min, r->max);
+		fprintf(stderr, "dboxfs: -o %s: want %s from %.15g to %.15g\n",
+			arg, r->what, r->min, r->max);
 		c->bad = true;
 	}
 	return 0;
@@ -88,7 +87,7 @@ static int check_proc(void *data, const char *arg, int key,
 int fs_options_check(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-	struct check c = { .prog = argc > 0 ? argv[0] : "dboxfs" };
+	struct check c = { 0 };
 	int ret = fuse_opt_parse(&args, &c, check_spec, check_proc);
 
 	fuse_opt_free_args(&args);

@@ -83,7 +83,7 @@ def test_numeric_option_out_of_range_is_refused(tmp_path, opt, want):
     finally:
         unmount(tmp_path / "mnt")
     assert r.returncode == 1
-    assert r.stderr == f"{DBOXFS}: -o {opt}: {want}\n"
+    assert r.stderr == f"dboxfs: -o {opt}: {want}\n"
     assert not (tmp_path / "store").exists()
 
 
@@ -106,7 +106,7 @@ def test_numeric_options_at_their_limits_mount(make_mount):
     finally:
         unmount(m.mnt)
     assert r.returncode == 1
-    assert r.stderr.splitlines() == [f"{DBOXFS}: -o purge_threshold=500: "
+    assert r.stderr.splitlines() == ["dboxfs: -o purge_threshold=500: "
                                      "want a whole percentage from 0 to 100"]
     assert sorted(os.listdir(m.store)) == before
     assert not is_mounted(m.mnt)

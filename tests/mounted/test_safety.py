@@ -304,6 +304,20 @@ def test_rebuild_of_a_whole_index_changes_nothing(make_mount):
     back = [n for n in os.listdir(m.mnt / ".Sent" / "cur") if n.endswith(".rebuild:2,")]
     assert len(back) == 1 and (m.mnt / ".Sent" / "cur" / back[0]).read_bytes() == b"deleted mail\n"
     assert len(list(m.store.glob("index.sqlite.broken-*"))) >= 2
+    m.unmount()
+
+    # Without index.sqlite the newest kept one is read again, and
+    # rebuild says which and that it may be older than the mail.
+    newest = max(p.name for p in m.store.glob("index.sqlite.broken-*")
+                 if not p.name.endswith(("-wal", "-shm")))
+    (m.store / "index.sqlite").unlink()
+    r = adm("rebuild", m.store)
+    assert r.returncode == 0, r.stderr
+    assert (b"no index.sqlite: names are read from the newest index an "
+            b"earlier rebuild kept, %s/%s" % (bytes(m.store), newest.encode())
+            in r.stderr), r.stderr
+    m.mount()
+    assert stat_tree(m.mnt) == before   # the --restore-all came after it
 
 
 def make_old_page_size(store):

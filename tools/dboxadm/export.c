@@ -408,10 +408,10 @@ static void export_report(const struct export *ex, const char *dir)
 			    "exported", ex->unfinished);
 	if (ex->failed > 0)
 		adm_error("%lu items failed", ex->failed);
-	if (isatty(STDERR_FILENO))
-		fprintf(stderr, "dboxadm: %lu messages, %lu plain files, %lu "
-			"directories, %lu hard links exported to %s\n",
-			ex->messages, ex->files, ex->dirs, ex->linked, dir);
+	/* Always, on stdout, as import's summary. */
+	printf("%s: %lu messages, %lu plain files, %lu directories, %lu hard "
+	       "links exported to %s\n", ex->store, ex->messages, ex->files,
+	       ex->dirs, ex->linked, dir);
 }
 
 static int export_main(int argc, char **argv)

@@ -146,7 +146,12 @@ static int rebuild_main(int argc, char **argv)
 	ret = dbox_rebuild(argv[0], &opts, &rep);
 	progress_finish(&progress);
 	free(alt);
-	if (rep.old_index != NULL)
+	if (rep.old_index_earlier)
+		fprintf(stderr, "dboxadm: no %s: names are read from the "
+			"newest index an earlier rebuild kept, %s/%s (its "
+			"names may be older than the mail)\n",
+			DBOX_STORE_INDEX, argv[0], rep.old_index);
+	else if (rep.old_index != NULL)
 		fprintf(stderr, "dboxadm: the old index is kept as %s/%s\n",
 			argv[0], rep.old_index);
 	for (size_t i = 0; i < rep.nnotes; i++)
