@@ -204,7 +204,7 @@ static int rebuild_steps(struct rebuild *rb)
 	    (ret = dbox_index_rebuild_nlinks(rb->index)) < 0)
 		return ret;
 	if (rb->old->uidvalidity > 0)
-		ret = dbox_index_set_meta(rb->index, "uidvalidity",
+		ret = dbox_index_meta_set(rb->index, "uidvalidity",
 					  rb->old->uidvalidity);
 	return ret;
 }

@@ -160,7 +160,7 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 			  "names them and 'dboxadm rebuild' brings them back",
 			  dbox_store_dir_name(st, alt), name, whole,
 			  (unsigned long long)size);
-		if (dbox_index_set_meta(st->index, kept_key,
+		if (dbox_index_meta_set(st->index, kept_key,
 					(int64_t)keep_end) < 0) {
 			close(fd);
 			return 0; /* nothing cut */
@@ -219,7 +219,7 @@ int dbox_store_purged_mark(struct dbox_index *index, uint32_t file_id,
 	char key[32];
 
 	snprintf(key, sizeof(key), "purged.m.%u", file_id);
-	return dbox_index_set_meta(index, key, (int64_t)ino);
+	return dbox_index_meta_set(index, key, (int64_t)ino);
 }
 
 int dbox_store_purged_forget(struct dbox_index *index, uint32_t file_id)
@@ -227,7 +227,7 @@ int dbox_store_purged_forget(struct dbox_index *index, uint32_t file_id)
 	char key[32];
 
 	snprintf(key, sizeof(key), "purged.m.%u", file_id);
-	return dbox_index_set_meta(index, key, 0);
+	return dbox_index_meta_set(index, key, 0);
 }
 
 bool dbox_store_purged_file(struct dbox_index *index, uint32_t file_id,
@@ -467,7 +467,7 @@ int dbox_store_note_inflight(struct dbox_store *st, const struct dbox_mfile *mf)
 
 	dbox_store_assert_locked(st);
 	dbox_store_tail_keys(mf->file_id, inflight_key, kept_key);
-	return dbox_index_set_meta(st->index, inflight_key, (int64_t)mf->size);
+	return dbox_index_meta_set(st->index, inflight_key, (int64_t)mf->size);
 }
 
 void dbox_store_clear_inflight(struct dbox_store *st, uint32_t file_id)
@@ -478,5 +478,5 @@ void dbox_store_clear_inflight(struct dbox_store *st, uint32_t file_id)
 	dbox_store_assert_locked(st);
 	dbox_store_tail_keys(file_id, inflight_key, kept_key);
 	if (dbox_index_meta_get(st->index, inflight_key, &v) == 0 && v != -1)
-		(void)dbox_index_set_meta(st->index, inflight_key, -1);
+		(void)dbox_index_meta_set(st->index, inflight_key, -1);
 }

@@ -261,9 +261,3 @@ int dbox_index_file_has_records(struct dbox_index *index, uint32_t file_id)
 	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "has records");
 }
 
-int dbox_index_meta_set(struct dbox_index *index, const char *key,
-			int64_t value)
-{
-	return exec_bound(index, "INSERT OR REPLACE INTO meta (key, value)"
-			  " VALUES (?2, ?1)", value, key);
-}

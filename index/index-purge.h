@@ -93,8 +93,4 @@ int dbox_index_file_has_records(struct dbox_index *index, uint32_t file_id);
 int dbox_index_ino_in_folder(struct dbox_index *index, uint64_t ino,
 			     uint64_t dir);
 
-/* Set a key of the meta table (see dbox_index_meta_get) to value. */
-int dbox_index_meta_set(struct dbox_index *index, const char *key,
-			int64_t value);
-
 #endif

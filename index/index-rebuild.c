@@ -558,22 +558,6 @@ int dbox_index_rebuild_entry(struct dbox_index *index, uint64_t parent,
 	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "rebuild entry");
 }
 
-int dbox_index_set_meta(struct dbox_index *index, const char *key,
-			int64_t value)
-{
-	sqlite3_stmt *stmt;
-	int rc;
-
-	if (prepare(index, "INSERT OR REPLACE INTO meta (key, value)"
-		     " VALUES (?1, ?2)", &stmt) != SQLITE_OK)
-		return index_sql_error(index, "meta");
-	sqlite3_bind_text(stmt, 1, key, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(stmt, 2, value);
-	rc = sqlite3_step(stmt);
-	sqlite3_finalize(stmt);
-	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "meta");
-}
-
 int dbox_index_reserve_ino(struct dbox_index *index, uint64_t ino)
 {
 	sqlite3_stmt *stmt;

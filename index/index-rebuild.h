@@ -114,10 +114,6 @@ int dbox_index_rebuild_inode(struct dbox_index *index,
 int dbox_index_rebuild_entry(struct dbox_index *index, uint64_t parent,
 			     const char *name, size_t namelen, uint64_t ino);
 
-/* Set meta key to value (e.g. "uidvalidity"). */
-int dbox_index_set_meta(struct dbox_index *index, const char *key,
-			int64_t value);
-
 /* Make inode numbers handed out later (dbox_index_create) larger than
    ino, e.g. when STORE/files/<ino> exists for no inode: a transaction
    that created it was rolled back, and SQLite would hand the number out

@@ -92,6 +92,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_SETTING_GET] = "SELECT value FROM setting WHERE key = ?1",
 	[ST_SETTING_SET] = "INSERT OR REPLACE INTO setting (key, value) VALUES (?1, ?2)",
 	[ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
+	[ST_META_SET] = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
 	[ST_SYNC_TOUCH] = "UPDATE meta SET value = value WHERE key = 'format'",
 	[ST_SYMLINK_SET] = "INSERT OR REPLACE INTO symlink (ino, target) VALUES (?1, ?2)",
 	[ST_SYMLINK_GET] = "SELECT target FROM symlink WHERE ino = ?1",
@@ -641,4 +642,14 @@ int dbox_index_meta_get(struct dbox_index *index, const char *key,
 		return index_done(stmt, 0);
 	}
 	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "meta");
+}
+
+int dbox_index_meta_set(struct dbox_index *index, const char *key,
+			int64_t value)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_META_SET);
+
+	sqlite3_bind_text(stmt, 1, key, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 2, value);
+	return index_exec_stmt(index, stmt, "meta");
 }

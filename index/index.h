@@ -439,4 +439,9 @@ int dbox_index_recover(struct dbox_index *index, unsigned int *writing_r,
 int dbox_index_meta_get(struct dbox_index *index, const char *key,
 			int64_t *value_r);
 
+/* Set a key of the meta table to value (inserting it if new).  Returns
+   0 or the convention's SQLite errno. */
+int dbox_index_meta_set(struct dbox_index *index, const char *key,
+			int64_t value);
+
 #endif
