@@ -146,7 +146,7 @@ struct dbox_adopt_counts {
 struct dbox_adopt;
 
 /* Begin adopting src into the store st (opened read-write by the caller,
-   who holds the store lock): every record of src's m.N files is read,
+   so this process holds STORE/lock, store-lock.h): every record of src's m.N files is read,
    and an index transaction begins.  The adoption holds st->lock from
    here until dbox_adopt_free (the caller must not hold it).  Returns 0 and *adopt_r (free with
    dbox_adopt_free), or a negative errno (-ENOMEM; an unreadable storage

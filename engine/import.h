@@ -96,8 +96,8 @@ struct dbox_import_counts {
 };
 
 /* Import the tree of source directory srcfd (named src in notes) into
-   the root of the store st (opened read-write, not mounted: the caller
-   holds the store lock).  A store root that holds nothing yet takes the
+   the root of the store st (opened read-write, not mounted: this process
+   holds STORE/lock, store-lock.h).  A store root that holds nothing yet takes the
    source root's mode, owner and times.  keep_owner: keep the source's
    uid/gid (root), else the caller's.  The source must not be inside the
    store (the caller checks; its directory is skipped if met).  Takes

@@ -192,6 +192,8 @@ int dbox_altmove_record(struct dbox_store *st, int64_t request_ns,
 #define DBOX_META_PURGE_REQUEST_RECORDS "purge_request_records_moved"
 #define DBOX_META_PURGE_REQUEST_FAILED "purge_request_files_failed"
 #define DBOX_META_PURGE_REQUEST_BUSY "purge_request_files_busy"
+/* Add res to the keys above (and, when requested, leave its outcome
+   too) in one durable transaction; takes st->lock.  Returns 0 or -EIO. */
 int dbox_purge_record(struct dbox_store *st,
 		      const struct dbox_purge_result *res, bool requested);
 

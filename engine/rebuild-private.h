@@ -101,7 +101,7 @@ bool rebuild_damaged_in_place(struct rebuild *rb,
 			      const struct dbox_salvage_msg *m);
 
 /* rebuild-match.c: GUIDs compared as the index keeps them (the first 32
-   characters). */
+   characters), as strcmp: <0, 0 or >0. */
 int rebuild_guid_cmp(const char *a, const char *b);
 
 /* rebuild-match.c: the index location of a committed message. */

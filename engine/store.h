@@ -91,7 +91,7 @@ struct dbox_mfile {
    dropped only through dbox_store_mutex_lock/unlock/wait. */
 struct dbox_store_mutex {
 	pthread_mutex_t mutex;
-	uintptr_t owner; /* the holder's dbox_store_thread_id(), 0: free
+	uintptr_t owner; /* the holder's thread token (store.c, thread_token), 0: free
 			    (atomic: read by threads that do not hold it) */
 };
 
@@ -330,7 +330,8 @@ int dbox_save_begin_copy(struct dbox_store *st, uint64_t ino,
 int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,
 		    uint64_t off);
 
-/* Set the message size in bytes.  No lock needed. */
+/* Set the message size in bytes.  No lock needed.  Returns 0 or a
+   negative errno of the body (dbox-body.h: -EFBIG, -ENOSPC, -EIO). */
 int dbox_save_truncate(struct dbox_save *save, uint64_t size);
 
 /* Read plaintext bytes [off, off+len) of the message being saved (clipped
@@ -403,8 +404,11 @@ int dbox_save_seal(struct dbox_save *save, time_t received_sec);
 
 /* Mark the index row WRITING again.  Recovery drops a WRITING message
    with all its names, so this is only for a record nobody was told is
-   stored; fs/ never writes a finished record again (it makes a copy). */
+   stored; fs/ never writes a finished record again (it makes a copy):
+   the tests make with it the state a damaged index may hold.  Needs
+   st->lock and a transaction; returns 0 or the index's errno. */
 int dbox_save_reopen(struct dbox_save *save);
+
 
 /* Drop a reference (*save = NULL; safe on NULL).  The last one releases
    the m.N: a save that never finished is cut off the file (its index row

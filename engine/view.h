@@ -10,7 +10,7 @@
  *
  * Every open inside the store is relative to the store directory and
  * never follows a symbolic link (O_NOFOLLOW): a store is a user's, and
- * root may be the one reading it (docs/administration.md, privileges).
+ * root may be the one reading it (docs/durability.md, "Privileges and safety of the store").
  * The layout is engine/store-layout.h's.
  */
 

@@ -267,8 +267,9 @@ int fs_atime_touch(struct fs *fs, uint64_t ino);
 int fs_entry(struct fs *fs, const struct dbox_attr *attr,
 	     struct fuse_entry_param *e);
 
-/* Drop n kernel references to ino; an unlinked inode nobody holds any more
-   is deleted (index row, backing file).  Needs the lock. */
+/* Drop nlookup kernel references to ino (FORGET), and one open handle
+   when close (RELEASE); an unlinked inode nobody holds any more is
+   deleted (index row, backing file).  Needs the lock. */
 void fs_inode_unref(struct fs *fs, uint64_t ino, uint64_t nlookup,
 		    bool close);
 
@@ -303,12 +304,13 @@ int fs_file_copy_out(struct fs *fs, uint64_t ino, uint64_t parent,
 		     struct dbox_save **save_r);
 
 /* Turn plain file ino (closed) into a message: its bytes are saved as an
-   m.N record (the one save holds, from fs_file_copy_out, or copied now
-   when save is NULL) and the index says it is a message
+   m.N record (the one copied holds, from fs_file_copy_out, or copied now
+   when copied is NULL) and the index says it is a message
    (dbox_msg_from_file), inside the caller's transaction or, with own_tx,
    one of its own; the caller removes the backing file after the commit
-   and frees save.  Needs the lock. */
+   and frees copied.  Needs the lock.  Returns 0 or a negative errno, as
+   dbox_msg_from_file. */
 int fs_file_to_message(struct fs *fs, uint64_t ino, uint64_t parent,
-		       struct dbox_save *save, bool own_tx);
+		       struct dbox_save *copied, bool own_tx);
 
 #endif

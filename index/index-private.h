@@ -98,7 +98,8 @@ struct dbox_index {
 	struct index_attr_cache attrs;
 };
 
-/* The statement for id, reset and with bindings cleared. */
+/* The statement for id, reset and with bindings cleared.  The index owns
+   it (prepared at open, finalized at close): never finalize it. */
 sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id);
 
 /* Log a SQLite failure (what, plus sqlite3_errmsg) and return -EIO, or
@@ -116,7 +117,7 @@ int index_done(sqlite3_stmt *stmt, int ret);
 int index_exec_sql(struct dbox_index *index, enum dbox_log_level level,
 		   const char *what, const char *sql);
 
-/* Step a statement that returns no row; 0 or -EIO. */
+/* Step a statement that returns no row; 0 or index_sql_error's errno. */
 int index_exec_stmt(struct dbox_index *index, sqlite3_stmt *stmt,
 		    const char *what);
 

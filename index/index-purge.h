@@ -33,7 +33,8 @@ struct dbox_file_rec {
 /* Every message row whose record is in m.<file_id>, by offset, into a
    malloc()ed array *recs_r (caller frees; NULL when none) of *count_r
    entries.  Rows in any state, also of inodes with no name left (still
-   open on the mount): all of them are bytes someone may read. */
+   open on the mount): all of them are bytes someone may read.  Returns 0,
+   -ENOMEM or -EIO. */
 int dbox_index_file_records(struct dbox_index *index, uint32_t file_id,
 			    struct dbox_file_rec **recs_r, size_t *count_r);
 
@@ -57,7 +58,8 @@ typedef int dbox_file_usage_cb_t(void *ctx, const struct dbox_file_usage *u);
 
 /* Usage of every m.N the index knows, by file_id, in one scan of the
    message table (O(messages)).  The rows are read before the first
-   callback. */
+   callback.  Returns 0, the value of the callback that stopped it,
+   -ENOMEM or -EIO. */
 int dbox_index_file_usage_all(struct dbox_index *index,
 			      dbox_file_usage_cb_t *cb, void *ctx);
 

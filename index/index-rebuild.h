@@ -88,8 +88,9 @@ struct dbox_salvage {
    rowid order and, at a damaged page, going on after it where SQLite
    can find later rows.  The file is not changed (the WAL next to it,
    path + "-wal", is read but never checkpointed into it).  Returns 0
-   and *salvage_r (possibly empty when nothing was readable), or -ENOMEM.
-   Problems found are logged as warnings. */
+   and *salvage_r (possibly empty when nothing was readable; the caller
+   frees it with dbox_index_salvage_free), or -ENOMEM.  Problems found
+   are logged as warnings. */
 int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r);
 
 /* The salvaged target of symbolic link ino, or NULL when it was not

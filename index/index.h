@@ -24,7 +24,9 @@
  * Return convention: 0 (or a count / 1 = found) on success, a negative
  * errno on failure: -ENOENT, -EEXIST, -ENOTEMPTY, -ENOTDIR, -EISDIR,
  * -EINVAL as POSIX has them for the operation, -EIO for any SQLite error
- * (logged with the SQLite message; -ENOSPC when the disk is full).  Callers bracket each client-visible
+ * (logged with the SQLite message; -ENOSPC when the disk is full, -EDQUOT
+ * when the quota is: index_sql_error).  A comment below that names no
+ * return value means 0 or one of these SQLite errnos.  Callers bracket each client-visible
  * operation in dbox_index_begin()/dbox_index_commit(); the functions here
  * do not start transactions of their own.
  *
@@ -194,7 +196,8 @@ int dbox_index_sync(struct dbox_index *index);
 int64_t dbox_now_ns(void);
 
 /* Look up name (namelen bytes, not NUL-terminated) in directory parent.
-   Returns 0 and fills *attr_r, -ENOENT when absent. */
+   Returns 0 and fills *attr_r, -ENOENT when absent, -ENAMETOOLONG for a
+   name longer than DBOX_NAME_MAX. */
 int dbox_index_lookup(struct dbox_index *index, uint64_t parent,
 		      const char *name, size_t namelen,
 		      struct dbox_attr *attr_r);
@@ -226,8 +229,9 @@ int dbox_index_create(struct dbox_index *index, uint64_t parent,
 		      struct dbox_attr *attr_r);
 
 /* Add the name newparent/name for the existing non-directory ino; nlink+1,
-   ino's ctime and newparent's mtime and ctime set to now_ns.  Returns 0 and the new attributes;
-   -EEXIST, -EPERM for a directory. */
+   ino's ctime and newparent's mtime and ctime set to now_ns.  Returns 0
+   and the new attributes in *attr_r; -EEXIST (name taken), -EPERM (ino
+   is a directory), -ENOENT (no inode ino). */
 int dbox_index_link(struct dbox_index *index, uint64_t ino,
 		    uint64_t newparent, const char *name, size_t namelen,
 		    int64_t now_ns, struct dbox_attr *attr_r);
@@ -337,7 +341,8 @@ int dbox_index_parent(struct dbox_index *index, uint64_t dir,
 		      uint64_t *parent_r);
 
 /* The name of directory dir (its one entry), malloc()ed into *name_r
-   (caller frees); the root has no name (-ENOENT). */
+   (caller frees).  Returns 0, -ENOENT (the root has no name), -ENOMEM or
+   -EIO. */
 int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r);
 
 /* Name and parent of an entry of inode ino in one query (for an inode
@@ -377,7 +382,8 @@ int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
 int dbox_index_msg_finish(struct dbox_index *index, uint64_t ino,
 			  const struct dbox_msgloc *loc);
 
-/* Set only the state of ino's message row. */
+/* Set only the state of ino's message row (the tests make the WRITING
+   row of a finished record with it, as a damaged index may hold). */
 int dbox_index_msg_set_state(struct dbox_index *index, uint64_t ino,
 			     enum dbox_msg_state state);
 
@@ -414,13 +420,16 @@ int dbox_index_setting_set(struct dbox_index *index, const char *key,
    open that names one (dboxfs -o alt=, dboxadm altmove --alt=). */
 #define DBOX_SETTING_ALT_PATH "alt_path"
 
-/* Highest file_id known (0 when none). */
+/* Highest file_id known into *file_id_r (0 when none).  Returns 0 or
+   -EIO. */
 int dbox_index_mfile_max(struct dbox_index *index, uint32_t *file_id_r);
 
-/* Called per m.N file by dbox_index_mfile_list. */
+/* Called per m.N file by dbox_index_mfile_list with its committed end
+   (bytes); returns 0 to go on, anything else to stop the list. */
 typedef int dbox_mfile_cb_t(void *ctx, uint32_t file_id, uint64_t size);
 
-/* List every m.N the index knows, by file_id. */
+/* List every m.N the index knows, by file_id.  Returns 0, the value of
+   the callback that stopped it, or -EIO. */
 int dbox_index_mfile_list(struct dbox_index *index, dbox_mfile_cb_t *cb,
 			  void *ctx);
 
@@ -429,7 +438,9 @@ int dbox_index_mfile_list(struct dbox_index *index, dbox_mfile_cb_t *cb,
    their directories' mtime and ctime become now) and every inode with nlink 0 (unlinked
    while open when the process died).  *writing_r and *orphans_r count them;
    *files_r receives a malloc()ed array of plain-file inode numbers whose
-   backing files the caller removes (count in *nfiles_r). */
+   backing files the caller removes (count in *nfiles_r), and frees.
+   Returns 0, -ENOMEM or the convention's SQLite errno (nothing in
+   *files_r then). */
 int dbox_index_recover(struct dbox_index *index, unsigned int *writing_r,
 		       unsigned int *orphans_r, uint64_t **files_r,
 		       size_t *nfiles_r);

@@ -5,7 +5,8 @@
  * dboxadm: the store administration command.  main.c parses the verb and
  * the common options (--help, --version) and calls one adm_<verb>()
  * function, each in its own file (import.c, export.c, stats.c, dump.c,
- * purge.c, import-dovecot.c, cat.c, check.c, rebuild.c, backup.c).
+ * purge.c, altmove.c, import-dovecot.c, cat.c, check.c, rebuild.c,
+ * backup.c).
  *
  * Exit codes, returned by every adm_<verb>():
  *   ADM_EXIT_OK      everything done

@@ -33,12 +33,14 @@ struct dovecot_flags {
    system flags (a backslash word Dovecot does not define) are ignored. */
 int dovecot_flags_parse(const char *field, struct dovecot_flags *flags_r);
 
+/* Free the keywords of flags (from dovecot_flags_parse) and leave it
+   empty; fine on a zeroed struct and twice. */
 void dovecot_flags_free(struct dovecot_flags *flags);
 
 /* The maildir info letters of flags, in ASCII order ("DFRST" then
-   keyword letters), into buf (at least 32 bytes).  keyword_letter(i)
-   maps flags->keywords[i] to 'a'..'z', or 0 when it has none (more than
-   26 keywords in the folder; it is then left out). */
+   keyword letters), into buf (at least 32 bytes).  keyword_letter(ctx,
+   kw) maps each keyword kw of flags->keywords to 'a'..'z', or 0 when it
+   has none (more than 26 keywords in the folder; it is then left out). */
 void dovecot_flags_letters(const struct dovecot_flags *flags,
 			   char (*keyword_letter)(void *ctx, const char *kw),
 			   void *ctx, char buf[32]);
