@@ -8,7 +8,8 @@
  * a caller's credentials and an inode's attributes; no lock, no index.
  *
  * The rules are Linux's (fs/namei.c generic_permission, may_delete,
- * may_linkat; fs/attr.c setattr_prepare, may_setattr; Linux 6.18), for a
+ * may_linkat; fs/attr.c setattr_prepare, may_setattr; Linux 6.18; the
+ * rules in words: docs/design.md, "Permission checks"), for a
  * filesystem without ACLs:
  *  - the class is the owner's when the caller's fsuid is the file's uid,
  *    else the group's when the file's gid is the caller's fsgid or one of

@@ -19,7 +19,8 @@
  *     with writes still held, and no other connection can write where
  *     stale bytes would later land.
  *
- * Format facts (SQLite's file format document, "WAL File Format"): the
+ * Format facts (SQLite's file format document, "WAL File Format"; what
+ * dboxfs relies on is in docs/durability.md, "The WAL's writes"): the
  * WAL starts with a 32-byte header; each frame is a 24-byte header (page
  * number, size of the database in pages after commit, two salts, two
  * checksums; 32-bit big-endian) followed by one page.  The second field
