@@ -60,6 +60,24 @@ void dbox_files_name(char buf[DBOX_FILES_NAME_SIZE], uint64_t ino)
 	snprintf(buf, DBOX_FILES_NAME_SIZE, "%llu", (unsigned long long)ino);
 }
 
+int dbox_alt_owner_check(int alt_fd, const char *alt, uid_t owner,
+			 uid_t *uid_r, bool *way_r)
+{
+	struct stat sb;
+
+	*uid_r = 0;
+	*way_r = false;
+	if (fstat(alt_fd, &sb) < 0)
+		return -errno;
+	if (sb.st_uid != owner) {
+		*uid_r = sb.st_uid;
+		return -EPERM;
+	}
+	*uid_r = dbox_path_foreign_owner(alt, owner);
+	*way_r = *uid_r != 0;
+	return *way_r ? -EPERM : 0;
+}
+
 uid_t dbox_path_foreign_owner(const char *path, uid_t except)
 {
 	char *paths[2] = { strdup(path), realpath(path, NULL) };

@@ -43,4 +43,16 @@ bool dbox_files_name_ino(const char *name, uint64_t *ino_r);
    its alternate storage. */
 uid_t dbox_path_foreign_owner(const char *path, uid_t except);
 
+/* May a store owned by owner use the alternate storage alt (a directory,
+   open as alt_fd)?  Only when alt belongs to owner and is reached through
+   no directory or symbolic link of a third user's
+   (dbox_path_foreign_owner): a path recorded in an index its user may
+   write, or a step of the way another user may switch, must not make a
+   process of another user (root) read, create, cut or remove m.N files
+   where that user could not.  Returns 0, or -EPERM with *uid_r the user
+   at fault and *way_r false when alt itself is that user's, true when a
+   step of the way is; -errno of fstat. */
+int dbox_alt_owner_check(int alt_fd, const char *alt, uid_t owner,
+			 uid_t *uid_r, bool *way_r);
+
 #endif

@@ -237,40 +237,28 @@ const char *dbox_store_dir_name(const struct dbox_store *st, bool alt)
 
 /* Open ALT/storage/ for the store: ALT itself is an admin's path (like
    STORE: symbolic links on the way are followed); storage/ inside it is
-   not followed.  Owned by the store's owner, and reached through no
-   directory or symbolic link of a third user's (only root's and the
-   owner's): a path recorded in an index its user may write, or a step of
-   the way another user may switch, must not make a process of another
-   user (root) read, create, cut or remove m.N files where that user
-   could not.  Returns the fd of storage/ or -errno (-EPERM: another
-   owner, logged). */
+   not followed.  Only an ALT dbox_alt_owner_check accepts.  Returns the
+   fd of storage/ or -errno (-EPERM: refused, logged). */
 static int open_alt_storage(struct dbox_store *st, const char *alt)
 {
-	struct stat store_sb, alt_sb;
-	uid_t way;
+	struct stat store_sb;
+	bool way;
+	uid_t uid;
 	int ret, fd;
 
 	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &alt_sb) < 0 || fstat(st->dir_fd, &store_sb) < 0) {
-		ret = -errno;
-	} else if (alt_sb.st_uid != store_sb.st_uid) {
-		ret = -EPERM;
-		dbox_error("%s: the alternate storage %s belongs to uid %u, the "
-			   "store to uid %u; refused", st->path, alt,
-			   (unsigned)alt_sb.st_uid, (unsigned)store_sb.st_uid);
-	} else if ((way = dbox_path_foreign_owner(alt, store_sb.st_uid)) != 0) {
-		/* A step of the way that a third user owns could point ALT
-		   at any store of the owner's, root's included. */
-		ret = -EPERM;
-		dbox_error("%s: the alternate storage %s is reached through a "
-			   "directory or symbolic link of uid %u, the store "
-			   "belongs to uid %u; refused", st->path, alt,
-			   (unsigned)way, (unsigned)store_sb.st_uid);
-	} else {
+	ret = fstat(st->dir_fd, &store_sb) < 0 ? -errno :
+		dbox_alt_owner_check(fd, alt, store_sb.st_uid, &uid, &way);
+	if (ret == 0)
 		ret = open_subdir(fd, DBOX_STORE_STORAGE, !st->readonly);
-	}
+	else if (ret == -EPERM)
+		dbox_error("%s: the alternate storage %s %s uid %u, the store "
+			   "belongs to uid %u; refused", st->path, alt,
+			   way ? "is reached through a directory or symbolic "
+			   "link of" : "belongs to", (unsigned)uid,
+			   (unsigned)store_sb.st_uid);
 	close(fd);
 	return ret;
 }

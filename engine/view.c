@@ -38,25 +38,23 @@ int dbox_store_open_in(const char *store, const char *sub, const char *name,
 
 int dbox_store_open_alt_dir(const char *store, const char *alt)
 {
-	struct stat store_sb, alt_sb;
-	int fd, sfd = -1;
+	struct stat store_sb;
+	bool way;
+	uid_t uid;
+	int fd, sfd;
 
 	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0 && (fstat(fd, &alt_sb) < 0 || stat(store, &store_sb) < 0)) {
-		sfd = -errno;
-	} else if (fd >= 0 && (alt_sb.st_uid != store_sb.st_uid ||
-			       dbox_path_foreign_owner(alt, store_sb.st_uid) != 0)) {
-		sfd = -EPERM;
-	} else if (fd >= 0) {
+	if (fd < 0)
+		return -errno;
+	sfd = stat(store, &store_sb) < 0 ? -errno :
+		dbox_alt_owner_check(fd, alt, store_sb.st_uid, &uid, &way);
+	if (sfd == 0) {
 		sfd = openat(fd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |
 			     O_NOFOLLOW | O_CLOEXEC);
 		if (sfd < 0)
 			sfd = -errno;
-	} else {
-		sfd = -errno;
 	}
-	if (fd >= 0)
-		close(fd);
+	close(fd);
 	return sfd;
 }
 

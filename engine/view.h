@@ -55,7 +55,7 @@ int dbox_store_open_in(const char *store, const char *sub, const char *name,
 
 /* Open ALT/storage/ of the alternate storage alt of store: alt must be a
    directory owned by the owner of store and reached through no directory
-   or symbolic link of a third user's (dbox_path_foreign_owner; else
+   or symbolic link of a third user's (dbox_alt_owner_check; else
    -EPERM), storage/ in it is never followed through a symbolic link.
    Returns the fd or a negative errno. */
 int dbox_store_open_alt_dir(const char *store, const char *alt);
