@@ -113,51 +113,21 @@ static int scan_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	return 0;
 }
 
-/* Copy bytes [start, end) of the m.N being scanned to
-   STORE/lost+found/<copy> (as crash recovery keeps the bytes it cuts),
-   so that a purge of that m.N cannot take the only copy of a body whose
-   record no longer parses.  An existing copy of that name is kept.
-   Returns 0 or a negative errno. */
-static int keep_bad_bytes(struct rebuild *rb, uint64_t start, uint64_t end,
-			  const char *copy)
-{
-	int dir, out, ret = 0;
-
-	if (mkdirat(rb->dir_fd, DBOX_STORE_LOST_FOUND, 0700) < 0 &&
-	    errno != EEXIST)
-		return -errno;
-	dir = openat(rb->dir_fd, DBOX_STORE_LOST_FOUND, O_RDONLY | O_DIRECTORY |
-		     O_NOFOLLOW | O_CLOEXEC);
-	if (dir < 0)
-		return -errno;
-	out = openat(dir, copy, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
-		     O_CLOEXEC, 0600);
-	if (out < 0) {
-		ret = errno == EEXIST ? 0 : -errno;
-		close(dir);
-		return ret;
-	}
-	ret = dbox_copy_range(rb->scan_fd, start, end, out);
-	if (ret == 0 && fsync(out) < 0)
-		ret = -errno;
-	close(out);
-	if (ret < 0)
-		unlinkat(dir, copy, 0);
-	close(dir);
-	return ret;
-}
-
 static int scan_bad_cb(void *ctx, uint64_t start, uint64_t end,
 		       const struct dbox_fault *fault)
 {
 	struct rebuild *rb = ctx;
 	struct dbox_rebuild_note *note;
-	char copy[48];
+	char base[32], copy[DBOX_LOST_FOUND_NAME_SIZE];
 	int ret;
 
-	snprintf(copy, sizeof(copy), "m.%u-%llu", rb->scan_id,
+	/* As crash recovery keeps the bytes it cuts: a purge of this m.N
+	   must not take the only copy of a body whose record no longer
+	   parses. */
+	snprintf(base, sizeof(base), "m.%u-%llu", rb->scan_id,
 		 (unsigned long long)start);
-	ret = keep_bad_bytes(rb, start, end, copy);
+	ret = dbox_lost_found_keep(rb->dir_fd, rb->scan_fd, start, end, base,
+				   copy);
 	if (ret < 0) {
 		rebuild_note(rb, DBOX_REBUILD_NOTE_BAD_BYTES, rb->scan_id,
 			     fault->offset, fault->reason, DBOX_STORE_STORAGE "/m.%u: "

@@ -41,6 +41,7 @@
  * nothing: what it did and every problem it met are in the report.
  */
 
+#include "engine/lost-found.h"
 #include "storage/dbox-fault.h"
 
 #include <stdbool.h>
@@ -96,7 +97,8 @@ struct dbox_rebuild_note {
 	uint32_t file_id;          /* the m.N, or 0 */
 	struct dbox_fault fault;   /* offset in the m.N and a short reason
 				      ("damaged GUID field") */
-	char copy[48];             /* BAD_BYTES: "m.N-<start>" in lost+found/,
+	char copy[DBOX_LOST_FOUND_NAME_SIZE]; /* BAD_BYTES: "m.N-<start>" (or
+				      with a ".K" suffix) in lost+found/,
 				      or "" */
 	char *text;                /* one line for people (with the m.N, the
 				      bytes read escaped), malloc()ed */

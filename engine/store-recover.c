@@ -10,6 +10,7 @@
  * are kept (an index older than storage/); any other byte cut is copied
  * to lost+found/ first.
  */
+#include "engine/lost-found.h"
 #include "engine/store-layout.h"
 #include "engine/store-dirs.h"
 #include "engine/store-private.h"
@@ -36,37 +37,22 @@ void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32])
 }
 
 /* Copy bytes [from, end) of storage/name (open as fd; ALT/storage/name
-   when alt) to STORE/lost+found/name-<from> before recovery cuts them.  Returns 0 or
-   a negative errno (logged): then nothing is cut. */
+   when alt) to STORE/lost+found/name-<from> (lost-found.h; the name it
+   got in copy) before recovery cuts them.  Returns 0 or a negative errno
+   (logged): then nothing is cut. */
 static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
-			  bool alt, uint64_t from, uint64_t end)
+			  bool alt, uint64_t from, uint64_t end,
+			  char copy[DBOX_LOST_FOUND_NAME_SIZE])
 {
-	char copy[48];
-	int dir, out, ret = 0;
+	char base[48];
+	int ret;
 
-	if (mkdirat(st->dir_fd, DBOX_STORE_LOST_FOUND, 0700) < 0 &&
-	    errno != EEXIST)
-		ret = -errno;
-	dir = ret < 0 ? -1 : openat(st->dir_fd, DBOX_STORE_LOST_FOUND,
-				    O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-				    O_CLOEXEC);
-	snprintf(copy, sizeof(copy), "%s-%llu", name, (unsigned long long)from);
-	out = dir < 0 ? -1 : openat(dir, copy, O_WRONLY | O_CREAT | O_TRUNC |
-				    O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
-	if (out < 0 && ret == 0)
-		ret = -errno;
-	if (ret == 0)
-		ret = dbox_copy_range(fd, from, end, out);
-	if (ret == 0 && fsync(out) < 0)
-		ret = -errno;
-	if (out >= 0)
-		close(out);
-	if (dir >= 0)
-		close(dir);
+	snprintf(base, sizeof(base), "%s-%llu", name, (unsigned long long)from);
+	ret = dbox_lost_found_keep(st->dir_fd, fd, from, end, base, copy);
 	if (ret < 0)
 		dbox_error("%s/%s/%s: cannot keep the bytes recovery would cut "
 			   "(%s); " DBOX_STORE_STORAGE "/%s is left as it is", st->path,
-			   DBOX_STORE_LOST_FOUND, copy, strerror(-ret), name);
+			   DBOX_STORE_LOST_FOUND, base, strerror(-ret), name);
 	else
 		dbox_info("%s/" DBOX_STORE_STORAGE "/%s: the %llu bytes cut after %llu are kept "
 			  "in %s/%s/%s until 'dboxadm check' finds the store "
@@ -176,6 +162,7 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 		   and renamed under a newer copy of the index (this one
 		   restored from a copy taken while it was in flight), and
 		   the second must not be lost. */
+		char copy[DBOX_LOST_FOUND_NAME_SIZE];
 		uint64_t end;
 		long whole_inflight = inflight >= 0 &&
 			(uint64_t)inflight == keep_end ?
@@ -184,7 +171,8 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 		bool only_inflight = whole_inflight == 0;
 
 		if (!only_inflight &&
-		    save_cut_bytes(st, fd, name, alt, keep_end, stbuf.st_size) < 0) {
+		    save_cut_bytes(st, fd, name, alt, keep_end, stbuf.st_size,
+				   copy) < 0) {
 			close(fd);
 			return 0;
 		}
@@ -193,14 +181,13 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 				     "offset %llu, where the index has a write in "
 				     "flight: a save the crash cut short, or mail "
 				     "delivered after this index was copied (a "
-				     "restored index); kept in %s/%s/%s-%llu "
-				     "('dboxadm cat %s %s/%s/%s-%llu 0' shows the "
+				     "restored index); kept in %s/%s/%s "
+				     "('dboxadm cat %s %s/%s/%s 0' shows the "
 				     "first)", dbox_store_dir_name(st, alt), name,
 				     whole_inflight, (unsigned long long)keep_end,
-				     st->path, DBOX_STORE_LOST_FOUND, name,
-				     (unsigned long long)keep_end, st->path,
-				     st->path, DBOX_STORE_LOST_FOUND, name,
-				     (unsigned long long)keep_end);
+				     st->path, DBOX_STORE_LOST_FOUND, copy,
+				     st->path, st->path, DBOX_STORE_LOST_FOUND,
+				     copy);
 		dbox_info("%s/" DBOX_STORE_STORAGE "/%s: cutting %llu bytes of unfinished "
 			  "writes after %llu", dbox_store_dir_name(st, alt), name,
 			  (unsigned long long)(stbuf.st_size - keep_end),
@@ -297,6 +284,7 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 			/* Whole records: messages of an index newer than this
 			   one (a save commits its file first, so a file whose
 			   creation never committed holds none). */
+			char copy[DBOX_LOST_FOUND_NAME_SIZE];
 			uint64_t keep_end;
 			long whole = dbox_file_tail_records(fd, id, header_len,
 							    UINT64_MAX, &keep_end,
@@ -339,7 +327,7 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 			    !shared_file(root, d->d_name, &stbuf) &&
 			    (keep_end == header_len ||
 			     save_cut_bytes(st, fd, d->d_name, alt, keep_end,
-					    stbuf.st_size) == 0)) {
+					    stbuf.st_size, copy) == 0)) {
 				dbox_info("%s/" DBOX_STORE_STORAGE "/%s: unknown to the index; "
 					  "cutting %llu bytes of uncommitted "
 					  "writes", root, d->d_name,

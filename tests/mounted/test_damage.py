@@ -306,6 +306,34 @@ def test_torn_tail_is_cut_with_a_copy(tmp_path):
         m.kill() if m.proc is not None else m.unmount()
 
 
+def test_second_cut_at_the_same_offset_keeps_the_first_copy(tmp_path):
+    """Two crashes that leave bytes past the same committed end of one m.N
+    (the pool appends there again after the first cut) keep both copies
+    in lost+found/: the first may be the only copy of a delivery."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        deliver(md, "a")
+        m.unmount()
+        (file_id,), = index_rows(m.store, "SELECT DISTINCT file_id FROM message")
+        mfile = m.store / "storage" / f"m.{file_id}"
+        data = mfile.read_bytes()
+        tails = [b"first torn record " * 10, b"second, other bytes " * 7]
+        for tail in tails:
+            mfile.write_bytes(data + tail)
+            m.mount()
+            assert (md / "new" / "a").read_bytes() == body("a")
+            m.unmount()
+            assert mfile.read_bytes() == data
+        copies = sorted((m.store / "lost+found").iterdir())
+        assert sorted(c.read_bytes() for c in copies) == sorted(tails), copies
+        assert copies[0].name == f"m.{file_id}-{len(data)}"
+        rc, out = adm("check", m.store)
+        assert rc == 0 and all(f"lost+found/{c.name}" in out for c in copies), out
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
+
+
 def record_at(store, name):
     """(m.N path, offset of the record) of the message named name."""
     (file_id, offset), = [
