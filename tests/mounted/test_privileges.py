@@ -119,6 +119,87 @@ def test_root_export_of_a_user_store_makes_no_setuid_root_file(scratch, user):
     assert r.returncode == 0, r.stdout[-2000:]
 
 
+# As the user: watch DIR (inotify) and rename a symbolic link to TARGET
+# over every FIFO that appears there, at once, for SECONDS.
+SWAPPER_C = r"""
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+	char buf[65536], tmp[PATH_MAX], dst[PATH_MAX];
+	int fd = inotify_init(), n = 0;
+
+	if (argc != 5 || fd < 0 || inotify_add_watch(fd, argv[1], IN_CREATE) < 0)
+		return 2;
+	alarm(atoi(argv[4]));
+	for (;;) {
+		ssize_t len = read(fd, buf, sizeof(buf));
+
+		if (len <= 0)
+			return 0;
+		for (char *p = buf; p < buf + len;) {
+			struct inotify_event *ev = (void *)p;
+
+			if (ev->len > 0 && strncmp(ev->name, "fifo", 4) == 0) {
+				snprintf(tmp, sizeof(tmp), "%s/s%d", argv[3], n++);
+				snprintf(dst, sizeof(dst), "%s/%s", argv[1], ev->name);
+				if (symlink(argv[2], tmp) == 0)
+					rename(tmp, dst);
+			}
+			p += sizeof(*ev) + ev->len;
+		}
+	}
+}
+"""
+
+
+def test_root_export_sets_no_mode_through_a_swapped_name(scratch, user, tmp_path):
+    """Root exports a store of root's into a directory a user may write
+    (the user's home, say).  Each FIFO export makes there is swapped by the
+    user, at once, for a symbolic link to a file of root's: export must
+    set no mode, owner or time through it (it did: fchmodat by name made
+    root's 0600 file 0777).  The swap is a race; a C program watching with
+    inotify wins it most of the time on the old build."""
+    name = user[0]
+    swapper = scratch / "swapper"
+    (tmp_path / "swapper.c").write_text(SWAPPER_C)
+    subprocess.run(["cc", "-O2", "-o", str(swapper), str(tmp_path / "swapper.c")],
+                   check=True)
+    md = tmp_path / "md"
+    for sub in ("cur", "new", "tmp"):
+        (md / sub).mkdir(parents=True)
+    for i in range(1500):
+        os.mkfifo(md / f"fifo{i}", 0o777)
+        os.chmod(md / f"fifo{i}", 0o777)
+    store = tmp_path / "store"
+    assert adm("import", store, md).returncode == 0
+    canary = tmp_path / "canary"
+    canary.write_bytes(b"root's secret\n")
+    canary.chmod(0o600)
+    exp, links = scratch / "exp", scratch / "links"
+    for d in (exp, links):
+        assert as_user(name, ["mkdir", "-m", "755", d]).returncode == 0
+    racer = subprocess.Popen(["runuser", "-u", name, "--", str(swapper), str(exp),
+                              str(canary), str(links), "120"])
+    try:
+        time.sleep(0.5)
+        assert racer.poll() is None
+        adm("export", store, exp)
+    finally:
+        racer.kill()
+        racer.wait()
+    st = canary.stat()
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o600, 0, 0)
+    assert canary.read_bytes() == b"root's secret\n"
+    swapped = [p for p in exp.iterdir() if p.is_symlink()]
+    assert swapped, "the swapper never won a race: the test proves nothing"
+
+
 def test_same_owner_is_refused_on_a_user_store(scratch, user):
     store, _ = user_store(scratch, user, messages=3)
     out = scratch / "export"
