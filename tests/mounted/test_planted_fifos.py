@@ -5,6 +5,7 @@ never comes.  Before 2026-12-02 an attack run hung root's mount (a FIFO
 as lost+found/m.N-OFFSET), dump, cat, check, export, purge and rebuild
 (a FIFO as storage/m.N, files/N or index.sqlite)."""
 import os
+import stat
 import subprocess
 
 import pytest
@@ -95,8 +96,9 @@ def test_index_fifo(tmp_path):
 
 def test_lost_found_fifo(tmp_path):
     """Bytes past an m.N's committed end, and a FIFO where recovery keeps
-    its copy of them: the mount comes up (nothing is cut without the
-    copy), and purge finishes."""
+    its copy of them: the mount comes up, the copy goes to the next free
+    name (the FIFO is no copy, and is left alone) before the cut, and
+    purge finishes."""
     m, mfile, _ = made_store(tmp_path)
     path = m.store / "storage" / mfile
     end = path.stat().st_size
@@ -112,5 +114,8 @@ def test_lost_found_fifo(tmp_path):
         if m.proc is not None:
             m.kill()
         unmount(m.mnt)
-    assert path.stat().st_size == end + 100
+    assert path.stat().st_size == end
+    lost = m.store / "lost+found"
+    assert stat.S_ISFIFO((lost / f"{mfile}-{end}").lstat().st_mode)
+    assert (lost / f"{mfile}-{end}.1").read_bytes() == b"\0" * 100
     adm("purge", m.store)
