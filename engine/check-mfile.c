@@ -289,24 +289,13 @@ static void report_bads(struct check *c, const struct check_mfile *f)
 static void check_tail(struct check *c, const struct check_mfile *f, int fd,
 		       const char *name)
 {
-	char inflight_key[32], kept_key[32];
-	int64_t inflight = -1, kept = 0;
-	uint64_t start, end, writing;
+	int64_t inflight;
+	uint64_t start, end;
 	long whole = 0, kept_whole = 0;
 	struct check_at at = { .file_id = f->id, .offset = f->committed };
 
-	dbox_store_tail_keys(f->id, inflight_key, kept_key);
-	if (dbox_index_meta_get(c->index, inflight_key, &inflight) < 0 ||
-	    (uint64_t)inflight < f->committed)
-		inflight = -1;
-	if (dbox_index_writing_offset(c->index, f->id, f->committed,
-				      &writing) == 1 &&
-	    (inflight < 0 || writing < (uint64_t)inflight))
-		inflight = (int64_t)writing;
-	if (dbox_index_meta_get(c->index, kept_key, &kept) < 0 ||
-	    (uint64_t)kept < f->committed)
-		kept = (int64_t)f->committed;
-	start = (uint64_t)kept;
+	dbox_store_tail_state(c->index, f->id, f->committed, &inflight,
+			      &start);
 	if (start > f->committed)
 		kept_whole = dbox_file_tail_records(fd, f->id, f->committed,
 						    start, &end, NULL, NULL);

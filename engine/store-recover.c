@@ -36,6 +36,50 @@ void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32])
 	snprintf(kept, 32, "kept.m.%u", file_id);
 }
 
+/* The key of the mark a cut recovery could not make leaves (the in-flight
+   offset it judged), for the next recovery: the inflight.m.N marks and
+   WRITING rows it read are gone by then. */
+static void uncut_key(uint32_t file_id, char key[32])
+{
+	snprintf(key, 32, "uncut.m.%u", file_id);
+}
+
+/* Forget the mark of key once its cut is made (no row is left behind for
+   every file ever cut). */
+static void forget_uncut(struct dbox_index *index, const char *key)
+{
+	int64_t v;
+
+	if (dbox_index_meta_get(index, key, &v) == 0 && v != -1)
+		(void)dbox_index_meta_set(index, key, -1);
+}
+
+void dbox_store_tail_state(struct dbox_index *index, uint32_t file_id,
+			   uint64_t committed, int64_t *inflight_r,
+			   uint64_t *kept_r)
+{
+	char inflight_key[32], kept_key[32], uncut[32];
+	int64_t v, kept;
+	uint64_t writing;
+
+	*inflight_r = -1;
+	dbox_store_tail_keys(file_id, inflight_key, kept_key);
+	uncut_key(file_id, uncut);
+	if (dbox_index_meta_get(index, inflight_key, &v) == 0 && v >= 0 &&
+	    (uint64_t)v >= committed)
+		*inflight_r = v;
+	if (dbox_index_meta_get(index, uncut, &v) == 0 && v >= 0 &&
+	    (uint64_t)v >= committed && (*inflight_r < 0 || v < *inflight_r))
+		*inflight_r = v;
+	if (dbox_index_writing_offset(index, file_id, committed, &writing) == 1 &&
+	    (*inflight_r < 0 || writing < (uint64_t)*inflight_r))
+		*inflight_r = (int64_t)writing;
+	if (dbox_index_meta_get(index, kept_key, &kept) < 0 || kept < 0 ||
+	    (uint64_t)kept < committed)
+		kept = (int64_t)committed;
+	*kept_r = (uint64_t)kept;
+}
+
 /* Copy bytes [from, end) of storage/name (open as fd; ALT/storage/name
    when alt) to STORE/lost+found/name-<from> (lost-found.h; the name it
    got in copy) before recovery cuts them.  Returns 0 or a negative errno
@@ -95,9 +139,9 @@ static bool shared_file(const char *root, const char *name,
 static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 {
 	struct dbox_store *st = ctx;
-	char name[16], inflight_key[32], kept_key[32];
-	int64_t inflight = -1, kept = 0;
-	uint64_t start, keep_end, writing;
+	char name[16], inflight_key[32], kept_key[32], uncut[32];
+	int64_t inflight;
+	uint64_t start, keep_end;
 	struct stat stbuf;
 	long whole = 0;
 	bool alt;
@@ -120,17 +164,8 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 		return 0;
 	}
 	dbox_store_tail_keys(file_id, inflight_key, kept_key);
-	if (dbox_index_meta_get(st->index, inflight_key, &inflight) < 0 ||
-	    (uint64_t)inflight < size)
-		inflight = -1;
-	/* A delivery in flight: its WRITING row says where it starts. */
-	if (dbox_index_writing_offset(st->index, file_id, size, &writing) == 1 &&
-	    (inflight < 0 || writing < (uint64_t)inflight))
-		inflight = (int64_t)writing;
-	if (dbox_index_meta_get(st->index, kept_key, &kept) < 0 ||
-	    (uint64_t)kept < size)
-		kept = (int64_t)size;
-	start = (uint64_t)kept;
+	uncut_key(file_id, uncut);
+	dbox_store_tail_state(st->index, file_id, size, &inflight, &start);
 	keep_end = start;
 	if (inflight < 0 || (uint64_t)inflight > start) {
 		whole = dbox_file_tail_records(fd, file_id, start, inflight < 0 ?
@@ -173,6 +208,11 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 		if (!only_inflight &&
 		    save_cut_bytes(st, fd, name, alt, keep_end, stbuf.st_size,
 				   copy) < 0) {
+			/* The next recovery must judge these bytes as this
+			   one did: remember where the write in flight (or
+			   the torn record) starts. */
+			(void)dbox_index_meta_set(st->index, uncut,
+						  (int64_t)keep_end);
 			close(fd);
 			return 0;
 		}
@@ -192,9 +232,14 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 			  "writes after %llu", dbox_store_dir_name(st, alt), name,
 			  (unsigned long long)(stbuf.st_size - keep_end),
 			  (unsigned long long)keep_end);
-		if (ftruncate(fd, keep_end) < 0)
+		if (ftruncate(fd, keep_end) < 0) {
 			dbox_error("%s/" DBOX_STORE_STORAGE "/%s: ftruncate: %s",
 				   dbox_store_dir_name(st, alt), name, strerror(errno));
+			(void)dbox_index_meta_set(st->index, uncut,
+						  (int64_t)keep_end);
+		} else {
+			forget_uncut(st->index, uncut);
+		}
 	}
 	close(fd);
 	return 0;

@@ -114,6 +114,39 @@ def test_index_older_than_storage(tmp_path, lose):
         m.kill() if m.proc is not None else m.unmount()
 
 
+def restore_index_copied_mid_delivery(m, tmp_path):
+    """On the unmounted store of m: 3 deliveries, then a copy of the index
+    taken while a 4th ("late") was being written, which then finished and
+    was acknowledged (renamed into new/); the copy put back.  Returns the
+    maildir (not mounted)."""
+    md = m.mount().maildir()
+    for i in range(3):
+        deliver(md, f"old{i}")
+    fd = os.open(md / "tmp" / "late", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, body("late")[:100])
+    # The copy, taken now through SQLite's backup API (one snapshot).
+    live = sqlite3.connect(f"file:{m.store / 'index.sqlite'}?mode=ro",
+                           uri=True)
+    old = sqlite3.connect(tmp_path / "old.sqlite")
+    live.backup(old)
+    live.close()
+    assert old.execute("SELECT e.name FROM message m JOIN entry e"
+                       " ON e.ino = m.ino WHERE m.state = 1"
+                       ).fetchall() == [(b"late",)]
+    old.close()
+    os.write(fd, body("late")[100:])
+    os.fsync(fd)
+    os.close(fd)
+    os.rename(md / "tmp" / "late", md / "new" / "late")
+    assert (md / "new" / "late").read_bytes() == body("late")
+    m.unmount()
+    for suffix in ("-wal", "-shm"):
+        if (m.store / ("index.sqlite" + suffix)).exists():
+            os.unlink(m.store / ("index.sqlite" + suffix))
+    shutil.copy(tmp_path / "old.sqlite", m.store / "index.sqlite")
+    return md
+
+
 def test_index_copied_mid_delivery_loses_no_delivery(tmp_path):
     """An index copied while a delivery was in flight (a backup tool
     copying index.sqlite of a mounted store) names that delivery as
@@ -126,32 +159,7 @@ def test_index_copied_mid_delivery_loses_no_delivery(tmp_path):
     record yet) is still dropped without a copy."""
     m = Mount(tmp_path / "store", tmp_path / "mnt")
     try:
-        md = m.mount().maildir()
-        for i in range(3):
-            deliver(md, f"old{i}")
-        fd = os.open(md / "tmp" / "late", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, body("late")[:100])
-        # The copy, taken now through SQLite's backup API (one snapshot).
-        live = sqlite3.connect(f"file:{m.store / 'index.sqlite'}?mode=ro",
-                               uri=True)
-        old = sqlite3.connect(tmp_path / "old.sqlite")
-        live.backup(old)
-        live.close()
-        assert old.execute("SELECT e.name FROM message m JOIN entry e"
-                           " ON e.ino = m.ino WHERE m.state = 1"
-                           ).fetchall() == [(b"late",)]
-        old.close()
-        os.write(fd, body("late")[100:])
-        os.fsync(fd)
-        os.close(fd)
-        os.rename(md / "tmp" / "late", md / "new" / "late")
-        assert (md / "new" / "late").read_bytes() == body("late")
-        m.unmount()
-        for suffix in ("-wal", "-shm"):
-            if (m.store / ("index.sqlite" + suffix)).exists():
-                os.unlink(m.store / ("index.sqlite" + suffix))
-        shutil.copy(tmp_path / "old.sqlite", m.store / "index.sqlite")
-
+        md = restore_index_copied_mid_delivery(m, tmp_path)
         m.mount()
         log = m.log_text()
         assert sorted(os.listdir(md / "new")) == ["old0", "old1", "old2"]
@@ -182,6 +190,42 @@ def test_index_copied_mid_delivery_loses_no_delivery(tmp_path):
         assert not (m.store / "lost+found").exists() or \
             list((m.store / "lost+found").iterdir()) == [], log
         assert "unfinished" in log, log
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
+
+
+def test_a_cut_recovery_could_not_make_is_judged_alike_next_time(tmp_path):
+    """Recovery that cannot keep its copy (lost+found/ unusable: a full
+    disk, here a plain file in its place) cuts nothing, and the next
+    recovery must judge those bytes as this one did: the delivery's
+    WRITING row that said where the write in flight starts is gone by
+    then, and without a mark of its own the whole record there was taken
+    for mail an older index does not know - kept for ever, a problem for
+    every check, and a duplicate for rebuild (an attack run found it
+    after kills during purge on a full disk)."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = restore_index_copied_mid_delivery(m, tmp_path)
+        (m.store / "lost+found").write_bytes(b"in the way\n")
+        (file_id,), = index_rows(m.store, "SELECT DISTINCT file_id FROM message")
+        size = (m.store / "storage" / f"m.{file_id}").stat().st_size
+        m.mount()
+        assert sorted(os.listdir(md / "new")) == ["old0", "old1", "old2"]
+        m.unmount()
+        assert (m.store / "storage" / f"m.{file_id}").stat().st_size == size
+        os.unlink(m.store / "lost+found")
+
+        m.mount()
+        log = m.log_text()
+        assert "where the index has a write in flight" in log, log
+        m.unmount()
+        copies = list((m.store / "lost+found").iterdir())
+        assert len(copies) == 1, (copies, log)
+        r = subprocess.run([str(DBOXADM), "cat", m.store, copies[0], "0"],
+                           capture_output=True, timeout=60)
+        assert r.returncode == 0 and r.stdout == body("late"), r
+        rc, out = adm("check", m.store)
+        assert rc == 0 and "unknown to the index" not in out, out
     finally:
         m.kill() if m.proc is not None else m.unmount()
 
