@@ -100,6 +100,7 @@ static int copy_pages(struct dbox_index *src, const char *dest_path,
 {
 	sqlite3_backup *bk;
 	sqlite3 *dest = NULL;
+	char *real;
 	int fd, rc, ret = 0;
 
 	/* Created here, private (0600) whatever the umask: the index holds
@@ -113,9 +114,12 @@ static int copy_pages(struct dbox_index *src, const char *dest_path,
 		return -errno;
 	}
 	close(fd);
-	rc = sqlite3_open_v2(dest_path, &dest, SQLITE_OPEN_READWRITE |
+	if ((real = index_dir_real(dest_path)) == NULL)
+		return -errno;
+	rc = sqlite3_open_v2(real, &dest, SQLITE_OPEN_READWRITE |
 			     SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW,
 			     dbox_reserve_vfs());
+	free(real);
 	if (rc != SQLITE_OK) {
 		dbox_error("index copy %s: open: %s", dest_path,
 			   dest != NULL ? sqlite3_errmsg(dest) :

@@ -98,6 +98,14 @@ struct dbox_index {
 	struct index_attr_cache attrs;
 };
 
+/* path with its directory resolved (realpath(3)) and its last name as
+   given, malloc()ed (caller frees), or NULL (errno set).  For every
+   SQLite open with SQLITE_OPEN_NOFOLLOW: SQLite refuses a symbolic link
+   anywhere in the path, and a store's directory may be reached through
+   one (STORE is an admin's path, like ALT), while the index file itself
+   must stay refused when it is one. */
+char *index_dir_real(const char *path);
+
 /* The statement for id, reset and with bindings cleared.  The index owns
    it (prepared at open, finalized at close): never finalize it. */
 sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id);

@@ -379,7 +379,7 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 	bool has_atime = false;
 	int on = 1, ret = 0;
 
-	char *aux[2] = { NULL, NULL };
+	char *aux[2] = { NULL, NULL }, *real = NULL;
 	bool aux_existed[2] = { false, false };
 
 	ctx.s = calloc(1, sizeof(*ctx.s));
@@ -394,7 +394,9 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 	/* Through the index's VFS: the old index may come with a planted
 	   rollback journal, whose rollback must not delete what it names
 	   (reserve.c). */
-	if (sqlite3_open_v2(path, &ctx.db, SQLITE_OPEN_READWRITE |
+	real = index_dir_real(path);
+	if (real == NULL ||
+	    sqlite3_open_v2(real, &ctx.db, SQLITE_OPEN_READWRITE |
 			    SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
 			    dbox_reserve_vfs()) != SQLITE_OK) {
 		dbox_warning("old index %s: cannot open: %s", path,
@@ -464,6 +466,7 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 	}
 out:
 	free(ctx.rdevs);
+	free(real);
 	sqlite3_close(ctx.db);
 	/* Reading a WAL-mode file made its -wal and -shm: leave the old
 	   index as it was found. */

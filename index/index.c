@@ -448,6 +448,27 @@ int dbox_index_open_readonly(const char *path, struct dbox_index **index_r)
 	return index_open(path, false, true, index_r);
 }
 
+char *index_dir_real(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir, *real, *out = NULL;
+
+	if (slash == NULL)
+		dir = strdup(".");
+	else if (slash == path)
+		dir = strdup("/");
+	else
+		dir = strndup(path, (size_t)(slash - path));
+	real = dir != NULL ? realpath(dir, NULL) : NULL;
+	if (real != NULL && asprintf(&out, "%s/%s", strcmp(real, "/") == 0 ?
+				     "" : real, slash != NULL ? slash + 1 :
+				     path) < 0)
+		out = NULL;
+	free(dir);
+	free(real);
+	return out;
+}
+
 /* Is path (not followed) a FIFO, socket or device?  (A symbolic link
    is SQLite's to refuse: SQLITE_OPEN_NOFOLLOW.) */
 static bool special_file(const char *path)
@@ -458,8 +479,9 @@ static bool special_file(const char *path)
 		!S_ISLNK(sb.st_mode);
 }
 
-static int index_open(const char *path, bool create, bool readonly,
-		      struct dbox_index **index_r)
+/* index_open with path as index_dir_real made it. */
+static int open_resolved(const char *path, bool create, bool readonly,
+			 struct dbox_index **index_r)
 {
 	struct dbox_index *index;
 	int64_t format;
@@ -553,6 +575,19 @@ static int index_open(const char *path, bool create, bool readonly,
 	return 0;
 fail:
 	dbox_index_close(&index);
+	return ret;
+}
+
+static int index_open(const char *path, bool create, bool readonly,
+		      struct dbox_index **index_r)
+{
+	char *real = index_dir_real(path);
+	int ret;
+
+	if (real == NULL)
+		return -errno;
+	ret = open_resolved(real, create, readonly, index_r);
+	free(real);
 	return ret;
 }
 

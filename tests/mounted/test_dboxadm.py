@@ -707,3 +707,32 @@ def test_corrupt_index_points_at_rebuild(tmp_path, verb):
     r = adm(verb, store, *args)
     assert r.returncode != 0, r.stdout
     assert f"run 'dboxadm rebuild {store}'".encode() in r.stderr, r.stderr
+
+
+def test_store_reached_through_a_symlink(tmp_path, make_mount):
+    """STORE is an admin's path, symbolic links on the way followed, as
+    the mount does: check, stats, rebuild and backup through a link to
+    the store work (SQLite's NOFOLLOW refused the whole path: check
+    called a healthy index unreadable and told to rebuild, and rebuild
+    moved it aside and failed).  The index file itself stays refused as
+    a link."""
+    real, link = tmp_path / "real" / "store", tmp_path / "link"
+    real.mkdir(parents=True)
+    link.symlink_to(real)
+    m = make_mount(store=link, mnt=tmp_path / "mnt")
+    (m.mnt / "cur" / "1.a:2,S").write_bytes(b"Subject: a\n\nbody\n")
+    m.unmount()
+    r = adm("check", link, check_rc=0)
+    assert b"1 messages" in r.stdout and b"0 problems" in r.stdout, r.stdout
+    assert b"messages            1" in adm("stats", link, check_rc=0).stdout
+    adm("rebuild", link, check_rc=0)
+    assert b"0 problems" in adm("check", link, check_rc=0).stdout
+    adm("backup", link, tmp_path / "bk", check_rc=0)
+    assert b"1 messages" in adm("check", tmp_path / "bk", check_rc=0).stdout
+    m.mount()
+    assert (m.mnt / "cur" / "1.a:2,S").read_bytes() == b"Subject: a\n\nbody\n"
+    m.unmount()
+
+    (real / "index.sqlite").rename(real / "elsewhere.sqlite")
+    (real / "index.sqlite").symlink_to(real / "elsewhere.sqlite")
+    assert adm("check", link).returncode != 0
