@@ -572,3 +572,53 @@ def test_backup_resumes_no_partial_another_user_made(user, tmp_path):
         assert (spool / "mine" / "index.sqlite").is_file()
     finally:
         shutil.rmtree(spool, ignore_errors=True)
+
+
+# --- 6. sources a user can point root's import at ----------------------
+
+def test_root_import_refuses_a_source_reached_through_a_users_link(scratch, user,
+                                                                    tmp_path):
+    """A user's symbolic link to a maildir of root's (or to another
+    user's mdbox) must not make root's import read it: the import read
+    root's mail into a store the user was to get."""
+    name = user[0]
+    private = tmp_path / "private"
+    for sub in ("cur", "new", "tmp"):
+        (private / "Maildir" / sub).mkdir(parents=True)
+    (private / "Maildir" / "cur" / "1.secret:2,S").write_bytes(b"root's mail\n")
+    private.chmod(0o700)
+    link = scratch / "Maildir"
+    assert as_user(name, ["ln", "-s", private / "Maildir", link]).returncode == 0
+    for verb, what in (("import", "MAILDIR"), ("import-dovecot", "DOVECOT_MDBOX_ROOT")):
+        store = tmp_path / f"store-{verb}"
+        r = adm(verb, store, link)
+        assert r.returncode == 2, r
+        assert f"{what} {link}: owned by uid 0 but reached through a symbolic " \
+            f"link or directory of uid {user[1]}" in r.stderr, r.stderr
+        assert not store.exists()
+    # By its own path, root's maildir imports as before.
+    assert adm("import", tmp_path / "store", private / "Maildir").returncode == 0
+
+
+def test_import_dovecot_path_cannot_write_doveadms_config(scratch, user, tmp_path):
+    """The mdbox root's real path goes into the dovecot.conf of the run:
+    a user's directory named with newlines added settings of the user's
+    choosing (a mail_uid of another user: doveadm read that user's mail,
+    and root linked it into the store).  Refused before anything runs;
+    so is a storage/ that is a symbolic link (to another user's files)."""
+    name = user[0]
+    evil = scratch / "x\nprotocol doveadm {\nmail_uid = 0\n}\n#"
+    assert as_user(name, ["mkdir", "-p", evil / "storage"]).returncode == 0
+    store = tmp_path / "store"
+    r = adm("import-dovecot", store, evil)
+    assert r.returncode == 2, r
+    assert "holds a character doveadm's configuration cannot carry" in r.stderr, r
+    assert not store.exists()
+
+    root = scratch / "mdbox"
+    assert as_user(name, ["mkdir", root]).returncode == 0
+    assert as_user(name, ["ln", "-s", tmp_path, root / "storage"]).returncode == 0
+    r = adm("import-dovecot", store, root)
+    assert r.returncode == 2 and "storage: Not a directory" \
+        in r.stderr, r
+    assert not store.exists()

@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/stat.h>
 
 #define DBOXADM_VERSION "0.1"
 
@@ -113,6 +114,24 @@ void adm_path_free(struct adm_path *path);
    switch failed, or the path was switched to another directory
    meanwhile). */
 int adm_store_enter(const char *store);
+
+/* Before root reads a source tree (import's MAILDIR, import-dovecot's
+   DOVECOT_MDBOX_ROOT and ALT): the source must not be reached through a
+   directory or symbolic link of a user other than the source's owner
+   (dbox_path_foreign_owner), or that user could point root's reads at
+   anything root may read (a root-only maildir, another user's mail).
+   Run as anyone but root, or on a missing path (the verb reports it),
+   nothing is checked.  what names the argument in the message.  *sb_r
+   gets what path named when checked (st_ino 0: nothing checked), for
+   adm_source_same once the verb opened it.  Returns ADM_EXIT_OK, or
+   ADM_EXIT_USAGE after saying why. */
+int adm_source_check(const char *path, const char *what, struct stat *sb_r);
+
+/* Is fd, the source the verb opened by path, the directory
+   adm_source_check judged (checked: its sb)?  Says so on stderr when not
+   (a step of the way was switched meanwhile).  Returns true when it is
+   or nothing was checked. */
+bool adm_source_same(int fd, const char *path, const struct stat *checked);
 
 /* Why err denied a path outside the store, for an error message: after
    adm_store_enter switched to the store's owner and err is EACCES or

@@ -36,6 +36,7 @@ struct imp {
 	struct dbox_adopt *adopt;
 	struct doveadm_run run;  /* Dovecot's view of the root */
 	const char *root;
+	struct stat root_sb;     /* root as adm_source_check judged it */
 	int storage_dfd;         /* ROOT/storage */
 	int alt_dfd;             /* Dovecot's ALT/storage, or -1 */
 	const char *dalt;        /* Dovecot's ALT root (--dovecot-alt) */
@@ -306,6 +307,24 @@ static int parse_options(int argc, char **argv, struct imp *imp,
 	return ADM_EXIT_OK;
 }
 
+/* Can s go as it is into the one-run dovecot.conf doveadm reads?  Its
+   config parser (Dovecot 2.3, config-parser.c) reads a value to the end
+   of the line, cuts it at '#', takes quotes, '\\', '$' and '{' '}' as
+   syntax and '<' as an include, so a newline in a path a user named
+   would add settings of the user's choosing (mail_uid: doveadm reading
+   as another user).  mail_location splits at ':' (ROOT:ALT=...:INDEX=...)
+   and expands '%': a path, unlike root's own --mail-location, may hold
+   neither, nor a space.  Returns the first byte that cannot go, or 0. */
+static int conf_unsafe(const char *s, bool path)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
+		if (*p < 0x20 || *p == 0x7f || strchr("#\"'\\${}<", *p) != NULL ||
+		    (path && strchr(":% ", *p) != NULL))
+			return *p;
+	}
+	return 0;
+}
+
 /* The Dovecot root and its ALT: their owner, Dovecot's ALT/storage
    opened, the mail_location.  Returns ADM_EXIT_OK or ADM_EXIT_USAGE
    (ADM_EXIT_FAILED out of memory) after saying why. */
@@ -338,6 +357,20 @@ static int open_source(struct imp *imp, const char *location,
 			  "absolute path", alt_path);
 		goto out;
 	}
+	if (location != NULL ? conf_unsafe(location, false) != 0 :
+	    conf_unsafe(root_real, true) != 0 ||
+	    (dalt_real != NULL && conf_unsafe(dalt_real, true) != 0)) {
+		const char *bad = location != NULL ? location :
+			conf_unsafe(root_real, true) != 0 ? root_real : dalt_real;
+
+		adm_error("%s: holds a character doveadm's configuration "
+			  "cannot carry as it is (a control character, space, "
+			  "':', '%%', '#', a quote, '\\', '$', '{', '}' or "
+			  "'<'); rename the directory (or give a plain "
+			  "--mail-location); nothing was imported", bad);
+		ret = ADM_EXIT_USAGE;
+		goto out;
+	}
 	ret = location != NULL ? asprintf(&imp->run.location, "%s", location) :
 		dalt_real != NULL ?
 		asprintf(&imp->run.location, "mdbox:%s:ALT=%s", root_real, dalt_real) :
@@ -356,9 +389,17 @@ static int open_storage(struct imp *imp)
 	int dfd = openat(AT_FDCWD, imp->root, O_RDONLY | O_DIRECTORY |
 			 O_CLOEXEC);
 
+	if (dfd >= 0 && !adm_source_same(dfd, imp->root, &imp->root_sb)) {
+		close(dfd);
+		return ADM_EXIT_USAGE;
+	}
 	if (dfd >= 0) {
+		/* Never through a symbolic link: the root's owner could
+		   point storage/ at another user's files, which root would
+		   then link into the store. */
 		imp->storage_dfd = openat(dfd, DBOX_STORE_STORAGE,
-					  O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+					  O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+					  O_CLOEXEC);
 		close(dfd);
 	}
 	if (imp->storage_dfd < 0) {
@@ -453,13 +494,19 @@ static int import_dovecot_main(int argc, char **argv)
 			   .storage_dfd = -1, .alt_dfd = -1 };
 	const char *location = NULL, *store;
 	bool store_new, dir_made, committed;
+	struct stat dalt_sb;
 	int ret;
 
 	if ((ret = parse_options(argc, argv, &imp, &location, &set)) != 0)
 		return ret;
 	store = argv[optind];
 	imp.root = argv[optind + 1];
-	if ((ret = adm_store_enter(store)) != 0 ||
+	if ((ret = adm_source_check(imp.root, "DOVECOT_MDBOX_ROOT",
+				    &imp.root_sb)) != 0 ||
+	    (imp.dalt != NULL &&
+	     (ret = adm_source_check(imp.dalt, "--dovecot-alt",
+				     &dalt_sb)) != 0) ||
+	    (ret = adm_store_enter(store)) != 0 ||
 	    (ret = open_source(&imp, location, set.alt_path)) != 0 ||
 	    (ret = open_storage(&imp)) != 0 ||
 	    (ret = open_store(&imp, store, &set, &dir_made, &store_new)) != 0) {

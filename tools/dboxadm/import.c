@@ -173,10 +173,11 @@ static void import_summary(const struct dbox_import_counts *c, int ret,
 	       c->linked);
 }
 
-/* Open the source directory and the store, the source checked first.
-   Returns ADM_EXIT_OK with *srcfd_r and *st_r, or ADM_EXIT_USAGE after
+/* Open the source directory (the one adm_source_check judged as
+   checked) and the store, the source checked first.  Returns ADM_EXIT_OK with *srcfd_r and *st_r, or ADM_EXIT_USAGE after
    saying why. */
-static int import_open(const char *store, const char *src, int *srcfd_r,
+static int import_open(const char *store, const char *src,
+		       const struct stat *checked, int *srcfd_r,
 		       const struct dbox_store_settings *set,
 		       struct dbox_store **st_r)
 {
@@ -186,6 +187,10 @@ static int import_open(const char *store, const char *src, int *srcfd_r,
 	if (srcfd < 0) {
 		adm_error("%s: %s%s", src, strerror(errno),
 			  adm_denied_why(errno, why, sizeof(why)));
+		return ADM_EXIT_USAGE;
+	}
+	if (!adm_source_same(srcfd, src, checked)) {
+		close(srcfd);
 		return ADM_EXIT_USAGE;
 	}
 	if (!dbox_import_is_maildir(srcfd)) {
@@ -223,6 +228,7 @@ static int import_main(int argc, char **argv)
 		.stop = import_stopped,
 	};
 	struct dbox_store *st = NULL;
+	struct stat src_sb;
 	int npos, srcfd, ret;
 
 	if ((ret = take_compress(&argc, argv, &set.compress)) != 0 ||
@@ -232,9 +238,12 @@ static int import_main(int argc, char **argv)
 	if ((ret = adm_check_npos(&adm_verb_import, argv, npos, 2,
 				  "STORE and MAILDIR")) != 0)
 		return ret;
-	if ((ret = adm_store_enter(argv[0])) != 0 ||
-	    (ret = import_open(argv[0], argv[1], &srcfd, &set, &st)) != 0)
+	if ((ret = adm_source_check(argv[1], "MAILDIR", &src_sb)) != 0 ||
+	    (ret = adm_store_enter(argv[0])) != 0 ||
+	    (ret = import_open(argv[0], argv[1], &src_sb, &srcfd, &set,
+			       &st)) != 0)
 		return ret;
+
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);

@@ -218,6 +218,39 @@ static int drop_to(uid_t uid, gid_t gid)
 	return 0;
 }
 
+int adm_source_check(const char *path, const char *what, struct stat *sb_r)
+{
+	uid_t way;
+
+	memset(sb_r, 0, sizeof(*sb_r));
+	if (geteuid() != 0 || stat(path, sb_r) < 0) {
+		sb_r->st_ino = 0;
+		return ADM_EXIT_OK;
+	}
+	way = dbox_path_foreign_owner(path, sb_r->st_uid);
+	if (way == 0)
+		return ADM_EXIT_OK;
+	adm_error("%s %s: owned by uid %u but reached through a symbolic "
+		  "link or directory of uid %u; refusing it (name it by its "
+		  "own path, or run dboxadm as that user)", what, path,
+		  (unsigned)sb_r->st_uid, (unsigned)way);
+	return ADM_EXIT_USAGE;
+}
+
+bool adm_source_same(int fd, const char *path, const struct stat *checked)
+{
+	struct stat sb;
+
+	if (checked->st_ino == 0)
+		return true;
+	if (fstat(fd, &sb) == 0 && sb.st_dev == checked->st_dev &&
+	    sb.st_ino == checked->st_ino)
+		return true;
+	adm_error("%s: changed while dboxadm looked at it; nothing was "
+		  "done", path);
+	return false;
+}
+
 int adm_store_enter(const char *store)
 {
 	struct stat sb, again;
