@@ -622,3 +622,60 @@ def test_import_dovecot_path_cannot_write_doveadms_config(scratch, user, tmp_pat
     assert r.returncode == 2 and "storage: Not a directory" \
         in r.stderr, r
     assert not store.exists()
+
+
+# As the user: once root's export reaches y/, move the export directory
+# away and put in its place one whose x/a is a symbolic link to TARGET.
+SWAP_EXPORT_PY = r"""
+import os, sys, time
+exp, target = sys.argv[1], sys.argv[2]
+deadline = time.time() + 60
+while not os.path.exists(os.path.join(exp, "y")) and time.time() < deadline:
+    time.sleep(0.0005)
+os.rename(exp, exp + ".moved")
+os.makedirs(os.path.join(exp, "x"))
+os.symlink(target, os.path.join(exp, "x", "a"))
+"""
+
+
+def test_root_export_links_no_file_through_a_users_switch(scratch, user, tmp_path):
+    """Root exports a store of root's with a hard-linked file into a
+    directory of a user's.  While export copies y/, the user switches
+    the export directory for one whose x/a is a link to a root-only
+    directory: export made the second name by linkat() of the first
+    one's path, and so gave root's file a name in the user's tree.  It
+    now links from the first name's own directory, never through a
+    symbolic link."""
+    name = user[0]
+    src = tmp_path / "src"
+    for sub in ("cur", "x/a", "y", "zz"):
+        (src / sub).mkdir(parents=True)
+    (src / "x" / "a" / "f").write_bytes(b"exported\n")
+    for i in range(5000):
+        (src / "y" / f"f{i}").write_bytes(b"%d\n" % i)
+    os.link(src / "x" / "a" / "f", src / "zz" / "f2")
+    store = tmp_path / "store"
+    assert adm("import", store, src).returncode == 0
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "f").write_bytes(b"root's secret\n")
+    (private / "f").chmod(0o600)
+    secret = (private / "f").stat()
+
+    exp = scratch / "exp"
+    assert as_user(name, ["mkdir", exp]).returncode == 0
+    swap = scratch / "swap.py"
+    swap.write_text(SWAP_EXPORT_PY)
+    swap.chmod(0o644)
+    racer = subprocess.Popen(["runuser", "-u", name, "--", sys.executable,
+                              str(swap), str(exp), str(private)])
+    try:
+        adm("export", store, exp)
+    finally:
+        assert racer.wait(timeout=90) == 0
+    assert (scratch / "exp.moved" / "y").is_dir(), "the switch came too late"
+    assert secret.st_nlink == (private / "f").stat().st_nlink == 1
+    for d, _dirs, files in os.walk(scratch):
+        for f in files:
+            st = os.lstat(os.path.join(d, f))
+            assert (st.st_dev, st.st_ino) != (secret.st_dev, secret.st_ino), (d, f)

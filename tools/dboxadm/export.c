@@ -27,6 +27,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,9 @@
 struct export {
 	struct dbox_export *walk;
 	const char *store;
-	struct inomap links;       /* (0, index ino) -> exported path */
+	struct inomap links;       /* (0, index ino) -> the first exported
+				      name (below DIR) and its inode number */
+	int out_fd;                /* DIR */
 	struct progress progress;
 	struct adm_path path;      /* output path of the current item */
 	size_t root_len;           /* of DIR in path */
@@ -290,21 +293,78 @@ static void on_dir_end(void *ctx, struct dbox_export_item *item)
 	ex->dirs++;
 }
 
+/* The directory holding rel (names below DIR, '/'-separated), opened
+   from DIR one name at a time and never through a symbolic link: whoever
+   may write in DIR could switch a directory on the way for a link to
+   anywhere (a linkat() by path made /etc/shadow a name of root's export
+   that way).  *name_r: rel's last name.  Returns the fd or -errno. */
+static int open_parent(int root_fd, const char *rel, const char **name_r)
+{
+	const char *p = rel, *slash;
+	int fd = fcntl(root_fd, F_DUPFD_CLOEXEC, 0);
+
+	while (fd >= 0 && (slash = strchr(p, '/')) != NULL) {
+		char part[NAME_MAX + 1];
+		size_t len = (size_t)(slash - p);
+		int next;
+
+		if (len == 0 || len > NAME_MAX) {
+			close(fd);
+			return -EINVAL;
+		}
+		memcpy(part, p, len);
+		part[len] = '\0';
+		next = openat(fd, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			      O_CLOEXEC);
+		close(fd);
+		fd = next;
+		p = slash + 1;
+	}
+	*name_r = p;
+	return fd < 0 ? -errno : fd;
+}
+
+/* Another name of a file exported already (link): a hard link to it,
+   made from its directory's descriptor, never following a link, and
+   checked to be the very file exported. */
+static void export_link(struct export *ex, struct dbox_export_item *item,
+			const struct inomap_entry *link)
+{
+	const char *name;
+	struct stat sb;
+	int dir = open_parent(ex->out_fd, link->path, &name);
+
+	if (dir < 0) {
+		item_failed(ex, "link", -dir);
+		return;
+	}
+	if (linkat(dir, name, item->parent_fd, item->name, 0) < 0) {
+		item_failed(ex, "link", errno);
+	} else if (fstatat(item->parent_fd, item->name, &sb,
+			   AT_SYMLINK_NOFOLLOW) < 0 || sb.st_ino != link->value) {
+		unlinkat(item->parent_fd, item->name, 0);
+		adm_error("%s: link: its other name %s was changed meanwhile; "
+			  "not exported", ex->path.buf, link->path);
+		ex->failed++;
+	} else {
+		ex->linked++;
+	}
+	close(dir);
+}
+
 static int on_entry(void *ctx, struct dbox_export_item *item)
 {
 	struct export *ex = ctx;
 	const struct dbox_attr *attr = &item->attr;
 	struct inomap_entry *link;
+	struct stat sb;
 
 	at(ex, item->path);
 	if (!name_ok(ex, item->name))
 		return 0;
 	if (attr->nlink > 1 &&
 	    (link = inomap_get(&ex->links, 0, attr->ino)) != NULL) {
-		if (linkat(AT_FDCWD, link->path, item->parent_fd, item->name, 0) < 0)
-			item_failed(ex, "link", errno);
-		else
-			ex->linked++;
+		export_link(ex, item, link);
 		return 0;
 	}
 	if (attr->kind == DBOX_KIND_MESSAGE && item->unfinished) {
@@ -317,8 +377,8 @@ static int on_entry(void *ctx, struct dbox_export_item *item)
 	else
 		export_bytes(ex, item);
 	if (attr->nlink > 1 &&
-	    faccessat(item->parent_fd, item->name, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    inomap_put(&ex->links, 0, attr->ino, 0, ex->path.buf) < 0)
+	    fstatat(item->parent_fd, item->name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    inomap_put(&ex->links, 0, attr->ino, sb.st_ino, item->path) < 0)
 		adm_warning("%s: out of memory: its other names are exported "
 			    "as copies", ex->path.buf);
 	return 0;
@@ -391,6 +451,7 @@ static void export_tree(struct export *ex, int outfd, const char *dir,
 	int ret;
 
 	progress_init(&ex->progress, "exported");
+	ex->out_fd = outfd;
 	if (dbox_export_walk(ex->walk, &export_ops, ex, outfd) < 0)
 		ex->fatal = true;
 	at(ex, "");
