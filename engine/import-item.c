@@ -125,6 +125,7 @@ int import_batch_commit(struct dbox_import *imp, bool final)
 	imp->batch = 0;
 	imp->ntouched = 0;
 	imp->nnew_files = 0;
+	imp->committed = *imp->counts;
 	if (!final && (ret = dbox_index_begin(imp->index)) < 0) {
 		import_index_failed(imp, "begin", -ret);
 		return ret;
@@ -137,6 +138,13 @@ int import_batch_commit(struct dbox_import *imp, bool final)
 void import_batch_rollback(struct dbox_import *imp)
 {
 	dbox_index_rollback(imp->index);
+	dbox_store_rolled_back(imp->st, imp->touched, imp->ntouched);
+	imp->ntouched = 0;
+	/* The summary counts what is in the store. */
+	imp->counts->messages = imp->committed.messages;
+	imp->counts->files = imp->committed.files;
+	imp->counts->dirs_made = imp->committed.dirs_made;
+	imp->counts->linked = imp->committed.linked;
 	for (size_t i = 0; i < imp->nnew_files; i++)
 		dbox_store_file_remove(imp->st, imp->new_files[i]);
 	imp->nnew_files = 0;

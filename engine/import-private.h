@@ -32,6 +32,8 @@ struct dbox_import {
 	ino_t store_ino;
 
 	/* The current transaction. */
+	struct dbox_import_counts committed; /* *counts when it began: what
+						a rollback leaves made */
 	unsigned int batch;          /* items in it */
 	uint32_t *touched;           /* m.N ids written in it */
 	size_t ntouched, touched_size;

@@ -321,6 +321,13 @@ static void import_name(struct dbox_import *imp, int fd, const char *name,
 
 	if (fstatat(fd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
 		import_item_failed(imp, "", errno);
+	} else if (S_ISDIR(sb.st_mode) && imp->depth >= DBOX_TREE_MAX_DEPTH) {
+		/* Deeper than any walk of the index goes (and than a path of
+		   PATH_MAX bytes reaches): that directory fails, not the
+		   import. */
+		import_item_failed(imp, "more directories above it than a store "
+				   "holds (2048, DBOX_TREE_MAX_DEPTH)",
+				   ENAMETOOLONG);
 	} else if (S_ISDIR(sb.st_mode)) {
 		import_subdir(imp, fd, name, &sb, dir);
 	} else if (S_ISREG(sb.st_mode)) {

@@ -207,6 +207,61 @@ int dbox_store_mfile_seal(struct dbox_store *st, uint32_t file_id)
 	return 0;
 }
 
+/* dbox_store_rolled_back for one m.N. */
+static void rolled_back_one(struct dbox_store *st, uint32_t file_id)
+{
+	struct dbox_mfile *mf = NULL;
+	size_t slot = 0;
+	char name[16];
+	uint64_t end;
+	int fd, ret;
+
+	for (size_t i = 0; i < st->append_count; i++) {
+		if (st->append[i]->file_id == file_id) {
+			mf = st->append[i];
+			slot = i;
+		}
+	}
+	if (mf != NULL && mf->busy)
+		return;
+	dbox_file_name(name, file_id);
+	ret = dbox_index_mfile_get(st->index, file_id, &end);
+	if (ret == 0 && mf != NULL && end >= mf->size)
+		return;
+	fd = mf != NULL ? mf->fd :
+		openat(st->storage_fd, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK |
+		       O_CLOEXEC);
+	if (ret == 0 && fd >= 0 && ftruncate(fd, (off_t)end) == 0) {
+		if (mf != NULL)
+			mf->size = end;
+		else
+			close(fd);
+		return;
+	}
+	if (ret == 0)
+		dbox_error("%s/" DBOX_STORE_STORAGE "/%s: cutting the records of a "
+			   "rolled-back transaction at %llu: %s", st->path, name,
+			   (unsigned long long)end, strerror(errno));
+	else if (ret == -ENOENT && unlinkat(st->storage_fd, name, 0) < 0)
+		dbox_error("%s/" DBOX_STORE_STORAGE "/%s: removing the file of a "
+			   "rolled-back transaction: %s", st->path, name,
+			   strerror(errno));
+	if (mf != NULL) {
+		st->append[slot] = st->append[--st->append_count];
+		mfile_discard(mf);
+	} else if (fd >= 0) {
+		close(fd);
+	}
+}
+
+void dbox_store_rolled_back(struct dbox_store *st, const uint32_t *ids,
+			    size_t n)
+{
+	dbox_store_assert_locked(st);
+	for (size_t i = 0; i < n; i++)
+		rolled_back_one(st, ids[i]);
+}
+
 int dbox_store_alt_create(struct dbox_store *st, struct dbox_mfile **mf_r)
 {
 	struct dbox_mfile *mf;

@@ -452,6 +452,18 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 int dbox_store_mfile_acquire(struct dbox_store *st, struct dbox_mfile **mf_r);
 void dbox_store_mfile_release(struct dbox_store *st, struct dbox_mfile *mf);
 int dbox_store_mfile_seal(struct dbox_store *st, uint32_t file_id);
+
+/* After a transaction that finished saves into the m.N files ids[0..n)
+   was rolled back (dboxadm import's batch after an index error): each
+   is cut back to the committed end the index has again, and one the
+   index no longer knows (made in that transaction) is removed, in the
+   append pool or not (a full one left it).  Else the records of the
+   rolled-back saves stay past an end, and the next open takes them for
+   mail an older index does not know.  A file a save owns now is left as
+   it is; a failed cut is logged and takes the file out of the pool.
+   Needs st->lock. */
+void dbox_store_rolled_back(struct dbox_store *st, const uint32_t *ids,
+			    size_t n);
 void dbox_store_read_fd_forget(struct dbox_store *st, uint32_t file_id);
 
 /* For altmove and the purge of files in the alternate storage: create

@@ -95,3 +95,39 @@ def test_terabyte_hole(store, tmp_path):
     assert r.returncode == 0, r
     assert all(p.stat().st_blocks * 512 < 16 * 2**20
                for p in (store / "lost+found").iterdir())
+
+
+def test_import_of_a_source_deeper_than_a_store_holds(tmp_path):
+    """A source 2,100 directories deep: the part below the 2,048 levels a
+    store holds fails as one item (it stopped the whole import with
+    "the index's tree has a cycle", left the rolled-back batch's records
+    past the m.N's end for check to call unknown mail, and counted them
+    as imported); the folders after it are imported and check is clean."""
+    src = tmp_path / "src"
+    (src / "cur").mkdir(parents=True)
+    (src / "cur" / "1.top:2,S").write_bytes(b"Subject: top\n\nbody\n")
+    fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(2100):
+            os.mkdir("d", dir_fd=fd)
+            nfd = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+            for sub in ("cur", "new", "tmp"):
+                os.mkdir(sub, dir_fd=fd)
+    finally:
+        os.close(fd)
+    (src / "zz" / "cur").mkdir(parents=True)
+    (src / "zz" / "cur" / "2.after:2,S").write_bytes(b"Subject: after\n\nbody\n")
+    store = tmp_path / "store"
+    r = adm_finishing("import", store, src, limit=300)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "more directories above it than a store holds" in r.stderr, r.stderr[-2000:]
+    # The directories at that depth: d and the cur/, new/, tmp/ beside it.
+    assert "dboxadm: 4 items failed" in r.stderr, r.stderr[-2000:]
+    assert "2 messages" in r.stdout, r.stdout
+    r = adm_finishing("check", store)
+    assert r.returncode == 0 and "2 messages" in r.stdout and "0 problems" in r.stdout, r.stdout
+    exp = tmp_path / "exp"
+    assert adm_finishing("export", store, exp).returncode == 0
+    assert (exp / "zz" / "cur" / "2.after:2,S").read_bytes() == b"Subject: after\n\nbody\n"
