@@ -308,7 +308,8 @@ void import_message(struct dbox_import *imp, int fd, const struct stat *sb,
 	if (create_reg(imp, dir, name, sb, DBOX_KIND_MESSAGE, &attr) < 0)
 		return;
 	size = dbox_save_from_fd(imp->st, attr.ino, mailbox, fd,
-				 dbox_time_sec(ts_ns(&sb->st_mtim)), &loc);
+				 dbox_time_sec(ts_ns(&sb->st_mtim)),
+				 &imp->copy_stop, &loc);
 	if (size < 0) {
 		import_item_failed(imp, "", (int)-size);
 		undo_create(imp, dir, name);
@@ -333,7 +334,8 @@ void import_file(struct dbox_import *imp, int fd, const struct stat *sb,
 
 	if (create_reg(imp, dir, name, sb, DBOX_KIND_FILE, &attr) < 0)
 		return;
-	size = dbox_store_file_from_fd(imp->st, attr.ino, fd, times);
+	size = dbox_store_file_from_fd(imp->st, attr.ino, fd, times,
+					&imp->copy_stop);
 	if (size < 0) {
 		import_item_failed(imp, "", (int)-size);
 		undo_create(imp, dir, name);

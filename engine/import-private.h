@@ -9,6 +9,7 @@
 
 #include "engine/import.h"
 #include "engine/inomap.h"
+#include "engine/save-fd.h"
 
 #include <sys/stat.h>
 
@@ -25,6 +26,7 @@ struct dbox_import {
 	struct dbox_store *st;
 	struct dbox_index *index;    /* st->index */
 	const struct dbox_import_ops *ops;
+	struct dbox_copy_stop copy_stop; /* ops->stop for save-fd.h */
 	struct dbox_import_counts *counts;
 	struct inomap links;         /* source (st_dev, st_ino) -> ino */
 	bool keep_owner;             /* keep source uid/gid */

@@ -476,6 +476,9 @@ int dbox_import_maildir(struct dbox_store *st, int srcfd, const char *src,
 	};
 	int ret;
 
+	/* A long copy stops when the import is asked to. */
+	imp.copy_stop = (struct dbox_copy_stop){ imp.ops->stop, imp.ops->ctx };
+
 	memset(counts_r, 0, sizeof(*counts_r));
 	imp.buf = malloc(IMPORT_CMP_SIZE);
 	dbox_store_mutex_lock(st);

@@ -23,10 +23,11 @@
    copy.  Returns 0 or a negative errno. */
 typedef int sink_t(void *ctx, const char *buf, size_t len, uint64_t off);
 
-/* Read fd from its offset to its end (retrying EINTR) into sink.
-   Returns the byte count or a negative errno (the read's or the
-   sink's). */
-static int64_t copy_loop(int fd, sink_t *sink, void *ctx)
+/* Read fd from its offset to its end (retrying EINTR) into sink, asking
+   stop (may be NULL) between chunks.  Returns the byte count or a
+   negative errno (the read's or the sink's, -EINTR when stopped). */
+static int64_t copy_loop(int fd, sink_t *sink, void *ctx,
+			 const struct dbox_copy_stop *stop)
 {
 	char *buf = malloc(SAVE_FD_CHUNK);
 	uint64_t off = 0;
@@ -43,6 +44,9 @@ static int64_t copy_loop(int fd, sink_t *sink, void *ctx)
 		}
 		if ((ret = sink(ctx, buf, (size_t)n, off)) == 0)
 			off += (uint64_t)n;
+		if (ret == 0 && stop != NULL && stop->stop != NULL &&
+		    stop->stop(stop->ctx))
+			ret = -EINTR;
 	}
 	free(buf);
 	return ret < 0 ? ret : (int64_t)off;
@@ -55,11 +59,12 @@ static int save_sink(void *ctx, const char *buf, size_t len, uint64_t off)
 
 int64_t dbox_save_copy_fd(struct dbox_save *save, int fd)
 {
-	return copy_loop(fd, save_sink, save);
+	return copy_loop(fd, save_sink, save, NULL);
 }
 
 int64_t dbox_save_from_fd(struct dbox_store *st, uint64_t ino,
 			  const char *mailbox, int fd, time_t received,
+			  const struct dbox_copy_stop *stop,
 			  struct dbox_msgloc *loc_r)
 {
 	struct dbox_save *save = NULL;
@@ -70,7 +75,7 @@ int64_t dbox_save_from_fd(struct dbox_store *st, uint64_t ino,
 	   so a failed copy leaves no row to take back. */
 	if ((ret = dbox_save_begin_unindexed(st, ino, mailbox, &save)) < 0)
 		return ret;
-	size = dbox_save_copy_fd(save, fd);
+	size = copy_loop(fd, save_sink, save, stop);
 	if (size >= 0 &&
 	    (ret = dbox_save_finish(save, received, false, loc_r)) < 0)
 		size = ret;
@@ -117,14 +122,15 @@ static int fd_sink(void *ctx, const char *buf, size_t len, uint64_t off)
 }
 
 int64_t dbox_store_file_from_fd(struct dbox_store *st, uint64_t ino, int fd,
-				const struct timespec times[2])
+				const struct timespec times[2],
+				const struct dbox_copy_stop *stop)
 {
 	int out = dbox_store_file_create(st, ino, false);
 	int64_t size;
 
 	if (out < 0)
 		return out;
-	size = copy_loop(fd, fd_sink, &out);
+	size = copy_loop(fd, fd_sink, &out, stop);
 	if (size >= 0 && futimens(out, times) < 0)
 		size = -errno;
 	close(out);

@@ -20,6 +20,14 @@
 #include <sys/stat.h>
 #include <time.h>
 
+/* Asked between the chunks of a long copy (may be NULL): true stops it
+   with -EINTR.  dboxadm import's SIGINT and SIGTERM reach a copy of a
+   huge (or endless) source file this way. */
+struct dbox_copy_stop {
+	bool (*stop)(void *ctx);
+	void *ctx;
+};
+
 /* Write everything fd holds from its offset to its end into save as the
    message's plaintext from offset 0 (compressed as the store says).  No
    store lock needed: the caller owns save (one caller per save at a
@@ -40,9 +48,11 @@ int64_t dbox_save_copy_fd(struct dbox_save *save, int fd);
    transaction.  Returns the byte count and *loc_r, or a negative errno
    (as dbox_save_copy_fd, or the index's -EIO): then its bytes are cut
    off the m.N again and the index holds no row of it (after an index
-   error the caller rolls its transaction back, as after any). */
+   error the caller rolls its transaction back, as after any); -EINTR
+   when stop said so. */
 int64_t dbox_save_from_fd(struct dbox_store *st, uint64_t ino,
 			  const char *mailbox, int fd, time_t received,
+			  const struct dbox_copy_stop *stop,
 			  struct dbox_msgloc *loc_r);
 
 /* Create (or truncate: an inode number handed out again after a rolled
@@ -56,10 +66,11 @@ int dbox_store_file_create(struct dbox_store *st, uint64_t ino, bool append);
    of plain file ino (dbox_store_file_create), then give it the access
    and modification times times[0] and times[1] (as futimens(2); NULL:
    now).  Not synced: the caller syncs files/ before it commits.  Returns
-   the byte count, or a negative errno; on error the backing file is
-   removed again. */
+   the byte count, or a negative errno (-EINTR when stop said so); on
+   error the backing file is removed again. */
 int64_t dbox_store_file_from_fd(struct dbox_store *st, uint64_t ino, int fd,
-				const struct timespec times[2]);
+				const struct timespec times[2],
+				const struct dbox_copy_stop *stop);
 
 /* Open the backing file STORE/files/<ino> of plain file ino with open(2)
    flags (O_CREAT | O_EXCL for a new one, mode 0600; O_NOATIME, dropped

@@ -6,11 +6,14 @@ nested directories (the ASan build: a stack overflow), and check and
 export do undefined arithmetic and a strndup(NULL) (UBSan, `make
 check-asan`)."""
 import os
+import signal
 import sqlite3
+import subprocess
+import time
 
 import pytest
 
-from conftest import Mount, adm_finishing
+from conftest import DBOXADM, Mount, adm_finishing
 
 LIMIT = 60
 
@@ -131,3 +134,30 @@ def test_import_of_a_source_deeper_than_a_store_holds(tmp_path):
     exp = tmp_path / "exp"
     assert adm_finishing("export", store, exp).returncode == 0
     assert (exp / "zz" / "cur" / "2.after:2,S").read_bytes() == b"Subject: after\n\nbody\n"
+
+
+def test_sigint_stops_the_copy_of_a_huge_source_file(tmp_path):
+    """SIGINT stops an import in the middle of one endless file (a
+    user's 1 TiB sparse message): it was heard only between items, so
+    root's import went on writing until the disk was full."""
+    src = tmp_path / "src"
+    for sub in ("cur", "new", "tmp"):
+        (src / sub).mkdir(parents=True)
+    with open(src / "cur" / "1.huge:2,S", "wb") as f:
+        f.truncate(1 << 40)
+    store = tmp_path / "store"
+    p = subprocess.Popen([str(DBOXADM), "import", str(store), str(src)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        assert p.poll() is None, p.communicate()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode != 0 and "interrupted" in err, (out, err)
+    r = adm_finishing("check", store)
+    assert r.returncode == 0 and "0 messages" in r.stdout, r.stdout
+    assert sum(f.stat().st_size for f in (store / "storage").iterdir()) < 1 << 30

@@ -221,7 +221,7 @@ static void save_fd_roundtrip(struct fix *f, bool gz)
 	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	ino = new_message(f->st, "m1");
-	n = dbox_save_from_fd(f->st, ino, "Archive/2024", fd, 1700000000, &loc);
+	n = dbox_save_from_fd(f->st, ino, "Archive/2024", fd, 1700000000, NULL, &loc);
 	assert_int_equal(n, (int64_t)len);
 	assert_int_equal(dbox_index_commit(f->st->index, true), 0);
 	dbox_store_mutex_unlock(f->st);
@@ -288,12 +288,12 @@ static void test_save_fd_unreadable(void **state)
 	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
 	ino = new_message(f->st, "m1");
-	assert_int_equal(dbox_save_from_fd(f->st, ino, "INBOX", fd, 1, &first),
+	assert_int_equal(dbox_save_from_fd(f->st, ino, "INBOX", fd, 1, NULL, &first),
 			 19);
 	dfd = open(f->dir, O_RDONLY | O_DIRECTORY);
 	assert_true(dfd >= 0);
 	ino2 = new_message(f->st, "m2");
-	assert_int_equal(dbox_save_from_fd(f->st, ino2, "INBOX", dfd, 1, &loc),
+	assert_int_equal(dbox_save_from_fd(f->st, ino2, "INBOX", dfd, 1, NULL, &loc),
 			 -EISDIR);
 	close(dfd);
 	assert_int_equal(dbox_index_msg_get(f->st->index, ino2, &loc), -ENOENT);
@@ -310,7 +310,7 @@ static void test_save_fd_unreadable(void **state)
 	assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
 	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_index_begin(f->st->index), 0);
-	assert_int_equal(dbox_save_from_fd(f->st, ino2, "INBOX", fd, 2, &second),
+	assert_int_equal(dbox_save_from_fd(f->st, ino2, "INBOX", fd, 2, NULL, &second),
 			 19);
 	assert_int_equal(dbox_index_commit(f->st->index, true), 0);
 	dbox_store_mutex_unlock(f->st);
@@ -334,7 +334,7 @@ static void test_file_from_fd(void **state)
 	fd = open(f->src, O_RDONLY);
 	assert_true(fd >= 0);
 	dbox_store_mutex_lock(f->st);
-	assert_int_equal(dbox_store_file_from_fd(f->st, 77, fd, times), 8);
+	assert_int_equal(dbox_store_file_from_fd(f->st, 77, fd, times, NULL), 8);
 	dbox_store_mutex_unlock(f->st);
 	close(fd);
 	snprintf(path, sizeof(path), "%s/" DBOX_STORE_FILES "/77", f->store);
@@ -351,7 +351,7 @@ static void test_file_from_fd(void **state)
 
 	dfd = open(f->dir, O_RDONLY | O_DIRECTORY);
 	dbox_store_mutex_lock(f->st);
-	assert_int_equal(dbox_store_file_from_fd(f->st, 78, dfd, NULL), -EISDIR);
+	assert_int_equal(dbox_store_file_from_fd(f->st, 78, dfd, NULL, NULL), -EISDIR);
 	dbox_store_mutex_unlock(f->st);
 	close(dfd);
 	snprintf(path, sizeof(path), "%s/" DBOX_STORE_FILES "/78", f->store);
@@ -579,7 +579,8 @@ static void make_dove(struct fix *f, struct dove_msg *msgs, size_t n)
 		write_file(f, "src", msgs[i].text, strlen(msgs[i].text), 0);
 		fd = open(f->src, O_RDONLY);
 		assert_int_equal(dbox_save_from_fd(dove, new_message(dove, name),
-						   "INBOX", fd, 5, &msgs[i].loc),
+						   "INBOX", fd, 5, NULL,
+						   &msgs[i].loc),
 				 (int64_t)strlen(msgs[i].text));
 		close(fd);
 	}
