@@ -437,3 +437,23 @@ def test_adopt_reports_other_doveadm_errors_and_removes_its_store(dovecot_tmp):
     adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=1)
     assert sorted(os.listdir(store / "storage")) == before
     assert (store / "index.sqlite").exists()
+
+
+def test_doveadm_errors_reach_the_terminal_escaped(dovecot_tmp):
+    """What doveadm writes to stderr names mailboxes the mdbox's owner
+    named: a name with terminal escapes reached root's terminal as it
+    was.  It is passed on escaped, line by line, as dboxadm's own
+    messages are."""
+    tmp_path = dovecot_tmp
+    root, store = tmp_path / "mdbox", tmp_path / "store"
+    dv = Mdbox(root, tmp_path / "dovecot")
+    dv.save("INBOX", b"From: a@example.org\nSubject: one\n\nbody\n")
+    dv.chown()
+    doveadm = tmp_path / "doveadm"
+    doveadm.write_text("#!/bin/sh\n"
+                       "printf 'Error: mailbox \\033]0;PWNED\\007\\033[31mred\\n' >&2\n"
+                       "exec doveadm \"$@\"\n")
+    doveadm.chmod(0o755)
+    r = adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=0)
+    assert b"\x1b" not in r.stderr and b"\x07" not in r.stderr, r.stderr
+    assert b"Error: mailbox \\x1b]0;PWNED\\x07\\x1b[31mred\n" in r.stderr, r.stderr

@@ -8,6 +8,8 @@
 #include "dboxadm.h"
 #include "dovecot-names.h"
 
+#include "storage/log.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -121,8 +123,10 @@ void doveadm_config_remove(struct doveadm_run *d)
 	free(d->conf);
 }
 
-/* Pass what doveadm wrote to stderr (the memfd errfd) on to ours, and
-   note whether it says the zlib plugin cannot be loaded: Dovecot's
+/* Pass what doveadm wrote to stderr (the memfd errfd) on to ours, each
+   line escaped (dbox_log_escape: it names mailboxes the store's owner
+   named, and a name with terminal escapes must not reach root's
+   terminal as they are), and note whether it says the zlib plugin cannot be loaded: Dovecot's
    module loader names the plugin ("Plugin 'zlib' not found from
    directory ...") or its file (lib20_zlib_plugin.so, when dlopen
    fails).  Any other error is doveadm's own and is not retried. */
@@ -135,7 +139,6 @@ static void doveadm_errors(struct doveadm_run *d, int errfd)
 	off_t off = 0;
 
 	while ((n = pread(errfd, buf, sizeof(buf), off)) > 0) {
-		fwrite(buf, 1, (size_t)n, stderr);
 		if (mem != NULL)
 			fwrite(buf, 1, (size_t)n, mem);
 		off += n;
@@ -145,6 +148,19 @@ static void doveadm_errors(struct doveadm_run *d, int errfd)
 	if (strstr(text, "Plugin 'zlib'") != NULL ||
 	    strstr(text, "_zlib_plugin") != NULL)
 		d->zlib_missing = true;
+	for (char *line = text, *end; line < text + len; line = end + 1) {
+		char *escaped;
+
+		if ((end = memchr(line, '\n', (size_t)(text + len - line))) == NULL)
+			end = text + len;
+		*end = '\0';
+		escaped = malloc(DBOX_LOG_ESCAPED_SIZE((size_t)(end - line)));
+		if (escaped != NULL) {
+			fprintf(stderr, "%s\n", dbox_log_escape(escaped,
+				DBOX_LOG_ESCAPED_SIZE((size_t)(end - line)), line));
+			free(escaped);
+		}
+	}
 	free(text);
 }
 
