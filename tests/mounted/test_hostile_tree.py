@@ -106,7 +106,16 @@ def test_import_of_a_source_deeper_than_a_store_holds(tmp_path):
     "the index's tree has a cycle", left the rolled-back batch's records
     past the m.N's end for check to call unknown mail, and counted them
     as imported); the folders after it are imported and check is clean."""
-    src = tmp_path / "src"
+    src, exp = tmp_path / "src", tmp_path / "exp"
+    try:
+        deep_import(tmp_path, src, exp)
+    finally:
+        # rm(1) walks without recursion: Python's shutil.rmtree (pytest's
+        # cleanup of old temporary directories) fails on 2,000 levels.
+        subprocess.run(["rm", "-rf", str(src), str(exp)], check=True)
+
+
+def deep_import(tmp_path, src, exp):
     (src / "cur").mkdir(parents=True)
     (src / "cur" / "1.top:2,S").write_bytes(b"Subject: top\n\nbody\n")
     fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
@@ -131,7 +140,6 @@ def test_import_of_a_source_deeper_than_a_store_holds(tmp_path):
     assert "2 messages" in r.stdout, r.stdout
     r = adm_finishing("check", store)
     assert r.returncode == 0 and "2 messages" in r.stdout and "0 problems" in r.stdout, r.stdout
-    exp = tmp_path / "exp"
     assert adm_finishing("export", store, exp).returncode == 0
     assert (exp / "zz" / "cur" / "2.after:2,S").read_bytes() == b"Subject: after\n\nbody\n"
 

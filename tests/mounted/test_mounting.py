@@ -79,8 +79,10 @@ def deliver(mnt, name):
     return ["sh", "-c", f'cat > "{mnt}/tmp/{name}" && mv "{mnt}/tmp/{name}" "{mnt}/new/{name}"']
 
 
-def test_mount_type_fuse_dboxfs_and_umount(namespace, scratch):
-    src = sample_maildir(scratch / "Maildir")
+def test_mount_type_fuse_dboxfs_and_umount(namespace, scratch, user):
+    # The user's maildir in the user's directory: root's import refuses a
+    # root-owned one reached through a user's directory.
+    src = sample_maildir(scratch / "Maildir", owner=user[0])
     store, mnt = scratch / "store", scratch / "mnt"
     mnt.mkdir()
     r = subprocess.run([str(DBOXADM), "import", str(store), str(src)],
