@@ -354,6 +354,16 @@ def doveadm_wrapper(path, *options):
     return path
 
 
+def one_message_mdbox(tmp_path):
+    """A Dovecot mdbox at tmp_path/mdbox with one message in INBOX, owned
+    by Dovecot's mail user: (its root, tmp_path/store, the Mdbox)."""
+    root = tmp_path / "mdbox"
+    dv = Mdbox(root, tmp_path / "dovecot")
+    dv.save("INBOX", b"From: a@example.org\nSubject: one\n\nbody\n")
+    dv.chown()
+    return root, tmp_path / "store", dv
+
+
 def test_doveadm_config_stays_roots(dovecot_tmp, make_mount):
     """Root's import-dovecot runs doveadm as root with a config of its own,
     and doveadm then works as the owner of the mdbox root.  The config and
@@ -362,10 +372,7 @@ def test_doveadm_config_stays_roots(dovecot_tmp, make_mount):
     attack run did: doveadm made a directory in another user's 0700
     home).  A wrapper around the real doveadm records what it was given."""
     tmp_path = dovecot_tmp
-    root, store = tmp_path / "mdbox", tmp_path / "store"
-    dv = Mdbox(root, tmp_path / "dovecot")
-    dv.save("INBOX", b"From: a@example.org\nSubject: one\n\nbody\n")
-    dv.chown()
+    root, store, dv = one_message_mdbox(tmp_path)
     seen = tmp_path / "seen"
     doveadm = tmp_path / "doveadm"
     doveadm.write_text(
@@ -445,10 +452,7 @@ def test_doveadm_errors_reach_the_terminal_escaped(dovecot_tmp):
     was.  It is passed on escaped, line by line, as dboxadm's own
     messages are."""
     tmp_path = dovecot_tmp
-    root, store = tmp_path / "mdbox", tmp_path / "store"
-    dv = Mdbox(root, tmp_path / "dovecot")
-    dv.save("INBOX", b"From: a@example.org\nSubject: one\n\nbody\n")
-    dv.chown()
+    root, store, dv = one_message_mdbox(tmp_path)
     doveadm = tmp_path / "doveadm"
     doveadm.write_text("#!/bin/sh\n"
                        "printf 'Error: mailbox \\033]0;PWNED\\007\\033[31mred\\n' >&2\n"
