@@ -37,6 +37,7 @@ struct imp {
 	struct doveadm_run run;  /* Dovecot's view of the root */
 	const char *root;
 	struct stat root_sb;     /* root as adm_source_check judged it */
+	struct stat dalt_sb;     /* dalt as adm_source_check judged it */
 	int storage_dfd;         /* ROOT/storage */
 	int alt_dfd;             /* Dovecot's ALT/storage, or -1 */
 	const char *dalt;        /* Dovecot's ALT root (--dovecot-alt) */
@@ -325,6 +326,28 @@ static int conf_unsafe(const char *s, bool path)
 	return 0;
 }
 
+/* Dovecot's ALT/storage/ (dalt_real is the real path of imp->dalt):
+   ALT the directory adm_source_check judged, storage/ in it never
+   through a symbolic link.  Returns the fd, -ESTALE when ALT changed
+   meanwhile (said), or -errno. */
+static int open_dalt_storage(struct imp *imp, const char *dalt_real)
+{
+	int dfd = open(dalt_real, O_RDONLY | O_DIRECTORY | O_CLOEXEC), sfd;
+
+	if (dfd < 0)
+		return -errno;
+	if (!adm_source_same(dfd, imp->dalt, &imp->dalt_sb)) {
+		close(dfd);
+		return -ESTALE;
+	}
+	sfd = openat(dfd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |
+		     O_NOFOLLOW | O_CLOEXEC);
+	if (sfd < 0)
+		sfd = -errno;
+	close(dfd);
+	return sfd;
+}
+
 /* The Dovecot root and its ALT: their owner, Dovecot's ALT/storage
    opened, the mail_location.  Returns ADM_EXIT_OK or ADM_EXIT_USAGE
    (ADM_EXIT_FAILED out of memory) after saying why. */
@@ -345,11 +368,11 @@ static int open_source(struct imp *imp, const char *location,
 	imp->run.owner_gid = sb.st_gid;
 	if (imp->dalt != NULL &&
 	    ((dalt_real = realpath(imp->dalt, NULL)) == NULL ||
-	     (imp->alt_dfd = dbox_store_open_in(dalt_real, DBOX_STORE_STORAGE,
-						NULL, 0)) < 0)) {
-		adm_error("%s/" DBOX_STORE_STORAGE ": %s (not Dovecot's ALT= "
-			  "root?)", imp->dalt, dalt_real == NULL ?
-			  strerror(errno) : strerror(-imp->alt_dfd));
+	     (imp->alt_dfd = open_dalt_storage(imp, dalt_real)) < 0)) {
+		if (imp->alt_dfd != -ESTALE)
+			adm_error("%s/" DBOX_STORE_STORAGE ": %s (not Dovecot's "
+				  "ALT= root?)", imp->dalt, dalt_real == NULL ?
+				  strerror(errno) : strerror(-imp->alt_dfd));
 		goto out;
 	}
 	if (alt_path != NULL && alt_path[0] != '/') {
@@ -494,7 +517,6 @@ static int import_dovecot_main(int argc, char **argv)
 			   .storage_dfd = -1, .alt_dfd = -1 };
 	const char *location = NULL, *store;
 	bool store_new, dir_made, committed;
-	struct stat dalt_sb;
 	int ret;
 
 	if ((ret = parse_options(argc, argv, &imp, &location, &set)) != 0)
@@ -505,7 +527,7 @@ static int import_dovecot_main(int argc, char **argv)
 				    &imp.root_sb)) != 0 ||
 	    (imp.dalt != NULL &&
 	     (ret = adm_source_check(imp.dalt, "--dovecot-alt",
-				     &dalt_sb)) != 0) ||
+				     &imp.dalt_sb)) != 0) ||
 	    (ret = adm_store_enter(store)) != 0 ||
 	    (ret = open_source(&imp, location, set.alt_path)) != 0 ||
 	    (ret = open_storage(&imp)) != 0 ||
