@@ -131,18 +131,23 @@ static void import_subdir(struct dbox_import *imp, int dirfd, const char *name,
 		imp->counts->skipped++;
 		return;
 	}
-	ret = import_check_free(imp, dir, name, &attr);
-	if (ret == -EEXIST && attr.kind != DBOX_KIND_DIR) {
-		import_item_failed(imp, "", EEXIST);
-		return;
-	}
-	if ((ret == 0 && make_dir(imp, dir, name, sb, &attr) < 0) ||
-	    (ret < 0 && ret != -EEXIST))
-		return; /* fatal, noted */
+	/* Opened first: a directory that cannot be read is not made in the
+	   store, empty. */
 	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		import_item_failed(imp, "", errno);
 		return;
+	}
+	ret = import_check_free(imp, dir, name, &attr);
+	if (ret == -EEXIST && attr.kind != DBOX_KIND_DIR) {
+		import_item_failed(imp, "", EEXIST);
+		close(fd);
+		return;
+	}
+	if ((ret == 0 && make_dir(imp, dir, name, sb, &attr) < 0) ||
+	    (ret < 0 && ret != -EEXIST)) {
+		close(fd);
+		return; /* fatal, noted */
 	}
 	if (ret == 0)
 		import_xattrs(imp, fd, attr.ino);

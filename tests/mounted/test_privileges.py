@@ -679,3 +679,19 @@ def test_root_export_links_no_file_through_a_users_switch(scratch, user, tmp_pat
         for f in files:
             st = os.lstat(os.path.join(d, f))
             assert (st.st_dev, st.st_ino) != (secret.st_dev, secret.st_ino), (d, f)
+
+
+def test_an_unreadable_source_directory_is_not_made_empty(scratch, user):
+    """A directory of the source the importing user cannot open fails as
+    one item and is not made in the store (it was, empty)."""
+    name = user[0]
+    src = scratch / "Maildir"
+    for sub in ("cur", "new", "tmp", ".Locked/cur", ".Open/cur"):
+        assert as_user(name, ["mkdir", "-p", src / sub]).returncode == 0
+    assert as_user(name, ["chmod", "000", src / ".Locked"]).returncode == 0
+    store = scratch / "store"
+    r = adm("import", store, src, user=name)
+    assert r.returncode == 1 and ".Locked: Permission denied" in r.stderr, r
+    exp = scratch / "exp"
+    assert adm("export", store, exp, user=name).returncode == 0
+    assert sorted(os.listdir(exp)) == [".Open", "cur", "new", "tmp"]
