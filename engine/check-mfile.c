@@ -294,7 +294,7 @@ static void check_tail(struct check *c, const struct check_mfile *f, int fd,
 	long whole = 0, kept_whole = 0;
 	struct check_at at = { .file_id = f->id, .offset = f->committed };
 
-	dbox_store_tail_state(c->index, f->id, f->committed, &inflight,
+	dbox_store_tail_state(c->index, f->id, f->committed, f->size, &inflight,
 			      &start);
 	if (start > f->committed)
 		kept_whole = dbox_file_tail_records(fd, f->id, f->committed,

@@ -36,39 +36,62 @@ void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32])
 	snprintf(kept, 32, "kept.m.%u", file_id);
 }
 
-/* The key of the mark a cut recovery could not make leaves (the in-flight
-   offset it judged), for the next recovery: the inflight.m.N marks and
-   WRITING rows it read are gone by then. */
-static void uncut_key(uint32_t file_id, char key[32])
+/* The keys of the mark a cut recovery could not make leaves, for the next
+   recovery (the inflight.m.N marks and WRITING rows it read are gone by
+   then): uncut.m.N the in-flight offset it judged, uncut_size.m.N the
+   file's size then.  The mark holds only while the file still has that
+   size: a file with bytes past its end takes no new records, so a size
+   that changed means the mark is stale (an index put back from a copy,
+   a file number used again after a purge). */
+static void uncut_keys(uint32_t file_id, char key[32], char size_key[32])
 {
 	snprintf(key, 32, "uncut.m.%u", file_id);
+	snprintf(size_key, 32, "uncut_size.m.%u", file_id);
 }
 
-/* Forget the mark of key once its cut is made (no row is left behind for
-   every file ever cut). */
-static void forget_uncut(struct dbox_index *index, const char *key)
+/* Leave the mark: the write in flight starts at offset, the file has
+   size bytes. */
+static void note_uncut(struct dbox_index *index, uint32_t file_id,
+		       uint64_t offset, uint64_t size)
 {
+	char key[32], size_key[32];
+
+	uncut_keys(file_id, key, size_key);
+	(void)dbox_index_meta_set(index, key, (int64_t)offset);
+	(void)dbox_index_meta_set(index, size_key, (int64_t)size);
+}
+
+/* Forget the mark once its cut is made (no row is left behind for every
+   file ever cut). */
+static void forget_uncut(struct dbox_index *index, uint32_t file_id)
+{
+	char key[32], size_key[32];
 	int64_t v;
 
+	uncut_keys(file_id, key, size_key);
 	if (dbox_index_meta_get(index, key, &v) == 0 && v != -1)
 		(void)dbox_index_meta_set(index, key, -1);
+	if (dbox_index_meta_get(index, size_key, &v) == 0 && v != -1)
+		(void)dbox_index_meta_set(index, size_key, -1);
 }
 
 void dbox_store_tail_state(struct dbox_index *index, uint32_t file_id,
-			   uint64_t committed, int64_t *inflight_r,
-			   uint64_t *kept_r)
+			   uint64_t committed, uint64_t file_size,
+			   int64_t *inflight_r, uint64_t *kept_r)
 {
-	char inflight_key[32], kept_key[32], uncut[32];
-	int64_t v, kept;
+	char inflight_key[32], kept_key[32], uncut[32], uncut_size[32];
+	int64_t v, size, kept;
 	uint64_t writing;
 
 	*inflight_r = -1;
 	dbox_store_tail_keys(file_id, inflight_key, kept_key);
-	uncut_key(file_id, uncut);
+	uncut_keys(file_id, uncut, uncut_size);
 	if (dbox_index_meta_get(index, inflight_key, &v) == 0 && v >= 0 &&
 	    (uint64_t)v >= committed)
 		*inflight_r = v;
 	if (dbox_index_meta_get(index, uncut, &v) == 0 && v >= 0 &&
+	    dbox_index_meta_get(index, uncut_size, &size) == 0 &&
+	    size >= 0 && (uint64_t)size == file_size &&
 	    (uint64_t)v >= committed && (*inflight_r < 0 || v < *inflight_r))
 		*inflight_r = v;
 	if (dbox_index_writing_offset(index, file_id, committed, &writing) == 1 &&
@@ -139,7 +162,7 @@ static bool shared_file(const char *root, const char *name,
 static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 {
 	struct dbox_store *st = ctx;
-	char name[16], inflight_key[32], kept_key[32], uncut[32];
+	char name[16], inflight_key[32], kept_key[32];
 	int64_t inflight;
 	uint64_t start, keep_end;
 	struct stat stbuf;
@@ -164,8 +187,8 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 		return 0;
 	}
 	dbox_store_tail_keys(file_id, inflight_key, kept_key);
-	uncut_key(file_id, uncut);
-	dbox_store_tail_state(st->index, file_id, size, &inflight, &start);
+	dbox_store_tail_state(st->index, file_id, size, (uint64_t)stbuf.st_size,
+			      &inflight, &start);
 	keep_end = start;
 	if (inflight < 0 || (uint64_t)inflight > start) {
 		whole = dbox_file_tail_records(fd, file_id, start, inflight < 0 ?
@@ -211,8 +234,8 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 			/* The next recovery must judge these bytes as this
 			   one did: remember where the write in flight (or
 			   the torn record) starts. */
-			(void)dbox_index_meta_set(st->index, uncut,
-						  (int64_t)keep_end);
+			note_uncut(st->index, file_id, keep_end,
+				   (uint64_t)stbuf.st_size);
 			close(fd);
 			return 0;
 		}
@@ -235,10 +258,10 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 		if (ftruncate(fd, keep_end) < 0) {
 			dbox_error("%s/" DBOX_STORE_STORAGE "/%s: ftruncate: %s",
 				   dbox_store_dir_name(st, alt), name, strerror(errno));
-			(void)dbox_index_meta_set(st->index, uncut,
-						  (int64_t)keep_end);
+			note_uncut(st->index, file_id, keep_end,
+				   (uint64_t)stbuf.st_size);
 		} else {
-			forget_uncut(st->index, uncut);
+			forget_uncut(st->index, file_id);
 		}
 	}
 	close(fd);

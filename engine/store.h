@@ -157,12 +157,13 @@ void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32]);
    recovery and check judge them, from the index: *inflight_r the offset
    where a write in flight starts - a delivery's WRITING row, the
    inflight.m.N mark of a copy or purge, or the uncut.m.N mark recovery
-   leaves when it could not cut (the lowest of them at or past the
+   leaves when it could not cut, while the file still has the size
+   (file_size, bytes) it had then (the lowest of them at or past the
    committed end) - or -1 when none; *kept_r the end of the whole records
    an earlier recovery kept there (committed when none). */
 void dbox_store_tail_state(struct dbox_index *index, uint32_t file_id,
-			   uint64_t committed, int64_t *inflight_r,
-			   uint64_t *kept_r);
+			   uint64_t committed, uint64_t file_size,
+			   int64_t *inflight_r, uint64_t *kept_r);
 
 /* Record, in the caller's transaction, that a purge of this index
    forgot m.<file_id>, the file with inode number ino (meta key

@@ -181,7 +181,8 @@ int dbox_index_backup_detach(struct dbox_index *index)
 			 "UPDATE mfile SET alt = 0 WHERE alt <> 0;"
 			 "DELETE FROM setting WHERE key = '" DBOX_SETTING_ALT_PATH "';"
 			 "DELETE FROM meta WHERE key LIKE 'inflight.m.%'"
-			 " OR key LIKE 'kept.m.%';"
+			 " OR key LIKE 'kept.m.%' OR key LIKE 'uncut.m.%'"
+			 " OR key LIKE 'uncut_size.m.%';"
 			 "COMMIT", NULL, NULL, &err) != SQLITE_OK) {
 		dbox_error("index copy: %s", err != NULL ? err :
 			   sqlite3_errmsg(index->db));

@@ -53,7 +53,7 @@ int dbox_index_backup(struct dbox_index *src, const char *dest_path,
    storage/, in one transaction: every mfile row's alt flag cleared and
    the alternate storage path (DBOX_SETTING_ALT_PATH) forgotten, as the
    backup copies ALT/storage/m.N into DEST/storage/; the crash-recovery
-   marks inflight.m.N and kept.m.N deleted, as each m.N is copied only up
+   marks inflight.m.N, kept.m.N and uncut.m.N deleted, as each m.N is copied only up
    to its committed end (nothing is in flight in the copy, and whole
    records a recovery of the source kept past that end are not in it).
    purged.m.N stay (those numbers are still not the copy's files).

@@ -230,6 +230,49 @@ def test_a_cut_recovery_could_not_make_is_judged_alike_next_time(tmp_path):
         m.kill() if m.proc is not None else m.unmount()
 
 
+def test_a_stale_uncut_mark_cuts_no_mail(tmp_path):
+    """An uncut mark that no longer fits its file - the index put back
+    from a copy taken while the mark was set, mail delivered since - must
+    not make recovery take that mail for a write in flight (an attack run
+    saw it cut into lost+found, out of its folders).  The mark holds only
+    while the file has the size it had; a backup's index carries none."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        deliver(md, "a")
+        m.unmount()
+        (file_id,), = index_rows(m.store, "SELECT DISTINCT file_id FROM message")
+        (end,), = index_rows(m.store, f"SELECT size FROM mfile WHERE file_id = {file_id}")
+        db = sqlite3.connect(m.store / "index.sqlite")
+        with db:
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?), (?, ?)",
+                       (f"uncut.m.{file_id}", end, f"uncut_size.m.{file_id}", end))
+        db.close()
+        r = subprocess.run([str(DBOXADM), "backup", m.store, tmp_path / "bk"],
+                           capture_output=True, timeout=60)
+        assert r.returncode == 0, r
+        assert index_rows(tmp_path / "bk", "SELECT key FROM meta WHERE key LIKE 'uncut%'") == []
+        shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
+
+        m.mount()
+        deliver(md, "b")
+        deliver(md, "c")
+        m.unmount()
+        for suffix in ("-wal", "-shm"):
+            if (m.store / ("index.sqlite" + suffix)).exists():
+                os.unlink(m.store / ("index.sqlite" + suffix))
+        shutil.copy(tmp_path / "old.sqlite", m.store / "index.sqlite")
+        size = (m.store / "storage" / f"m.{file_id}").stat().st_size
+        m.mount()
+        log = m.log_text()
+        m.unmount()
+        assert (m.store / "storage" / f"m.{file_id}").stat().st_size == size, log
+        assert "2 whole records after the committed end" in log, log
+        assert not (m.store / "lost+found").exists(), log
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
+
+
 def guid_span(store, name_like):
     """(m.N path, offset of the GUID value in it) of the message whose
     entry name starts with name_like."""
