@@ -348,24 +348,57 @@ static int open_dalt_storage(struct imp *imp, const char *dalt_real)
 	return sfd;
 }
 
-/* The Dovecot root and its ALT: their owner, Dovecot's ALT/storage
-   opened, the mail_location.  Returns ADM_EXIT_OK or ADM_EXIT_USAGE
-   (ADM_EXIT_FAILED out of memory) after saying why. */
-static int open_source(struct imp *imp, const char *location,
-		       const char *alt_path)
+/* The Dovecot root, opened once as the directory adm_source_check judged:
+   its owner (doveadm's mail_uid), its storage/ (never through a symbolic
+   link: the owner could point it at another user's files, which root
+   would link into the store), and its real path for the mail_location,
+   checked to name that directory.  Returns the real path (malloc()ed)
+   with imp->storage_dfd and the owner set, or NULL after saying why. */
+static char *open_root(struct imp *imp)
 {
-	char *root_real = realpath(imp->root, NULL), *dalt_real = NULL;
-	struct stat sb;
-	int ret = ADM_EXIT_USAGE;
+	int dfd = open(imp->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char *real = NULL;
+	struct stat sb, named;
 
-	if (root_real == NULL || stat(root_real, &sb) < 0 ||
-	    !S_ISDIR(sb.st_mode)) {
-		adm_error("%s: %s", imp->root, root_real == NULL ?
-			  strerror(errno) : "not a directory");
-		goto out;
+	if (dfd < 0) {
+		adm_error("%s: %s", imp->root, strerror(errno));
+		return NULL;
+	}
+	if (!adm_source_same(dfd, imp->root, &imp->root_sb) ||
+	    fstat(dfd, &sb) < 0) {
+		close(dfd);
+		return NULL;
 	}
 	imp->run.owner_uid = sb.st_uid;
 	imp->run.owner_gid = sb.st_gid;
+	imp->storage_dfd = openat(dfd, DBOX_STORE_STORAGE, O_RDONLY |
+				  O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (imp->storage_dfd < 0)
+		adm_error("%s/" DBOX_STORE_STORAGE ": %s (not a Dovecot mdbox "
+			  "root?)", imp->root, strerror(errno));
+	else if ((real = realpath(imp->root, NULL)) == NULL ||
+		 stat(real, &named) < 0 || named.st_dev != sb.st_dev ||
+		 named.st_ino != sb.st_ino) {
+		adm_error("%s: changed while dboxadm looked at it; nothing was "
+			  "done", imp->root);
+		free(real);
+		real = NULL;
+	}
+	close(dfd);
+	return real;
+}
+
+/* The Dovecot root and its ALT: their owner, Dovecot's storage/ and
+   ALT/storage/ opened, the mail_location.  Returns ADM_EXIT_OK or
+   ADM_EXIT_USAGE (ADM_EXIT_FAILED out of memory) after saying why. */
+static int open_source(struct imp *imp, const char *location,
+		       const char *alt_path)
+{
+	char *root_real = open_root(imp), *dalt_real = NULL;
+	int ret = ADM_EXIT_USAGE;
+
+	if (root_real == NULL)
+		goto out;
 	if (imp->dalt != NULL &&
 	    ((dalt_real = realpath(imp->dalt, NULL)) == NULL ||
 	     (imp->alt_dfd = open_dalt_storage(imp, dalt_real)) < 0)) {
@@ -405,31 +438,10 @@ out:
 	return ret;
 }
 
-/* ROOT/storage/ opened, and the root's owner one Dovecot reads mail as.
-   Returns ADM_EXIT_OK or ADM_EXIT_USAGE after saying why. */
-static int open_storage(struct imp *imp)
+/* The root's owner is one Dovecot reads mail as.  Returns ADM_EXIT_OK or
+   ADM_EXIT_USAGE after saying why. */
+static int check_owner(const struct imp *imp)
 {
-	int dfd = openat(AT_FDCWD, imp->root, O_RDONLY | O_DIRECTORY |
-			 O_CLOEXEC);
-
-	if (dfd >= 0 && !adm_source_same(dfd, imp->root, &imp->root_sb)) {
-		close(dfd);
-		return ADM_EXIT_USAGE;
-	}
-	if (dfd >= 0) {
-		/* Never through a symbolic link: the root's owner could
-		   point storage/ at another user's files, which root would
-		   then link into the store. */
-		imp->storage_dfd = openat(dfd, DBOX_STORE_STORAGE,
-					  O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-					  O_CLOEXEC);
-		close(dfd);
-	}
-	if (imp->storage_dfd < 0) {
-		adm_error("%s/" DBOX_STORE_STORAGE ": %s (not a Dovecot mdbox "
-			  "root?)", imp->root, strerror(errno));
-		return ADM_EXIT_USAGE;
-	}
 	if (imp->run.owner_uid == 0) {
 		/* doveadm runs as mail_uid = the root's owner, and Dovecot
 		   never opens mail as root ("Mail access not allowed for
@@ -530,7 +542,7 @@ static int import_dovecot_main(int argc, char **argv)
 				     &imp.dalt_sb)) != 0) ||
 	    (ret = adm_store_enter(store)) != 0 ||
 	    (ret = open_source(&imp, location, set.alt_path)) != 0 ||
-	    (ret = open_storage(&imp)) != 0 ||
+	    (ret = check_owner(&imp)) != 0 ||
 	    (ret = open_store(&imp, store, &set, &dir_made, &store_new)) != 0) {
 		imp_free(&imp);
 		return ret;
