@@ -57,6 +57,10 @@ int doveadm_config_write(struct doveadm_run *d)
 		"base_dir = %s\n"
 		"state_dir = %s\n"
 		"log_path = /dev/stderr\n"
+		/* No stats-writer socket: doveadm (root until it drops to
+		   mail_uid) would connect to one in base_dir, which is the
+		   owner's. */
+		"stats_writer_socket_path =\n"
 		"protocols =\n"
 		"ssl = no\n"
 		"mail_uid = %u\n"
