@@ -238,10 +238,7 @@ def test_a_stale_uncut_mark_cuts_no_mail(tmp_path):
     while the file has the size it had; a backup's index carries none."""
     m = Mount(tmp_path / "store", tmp_path / "mnt")
     try:
-        md = m.mount().maildir()
-        deliver(md, "a")
-        m.unmount()
-        (file_id,), = index_rows(m.store, "SELECT DISTINCT file_id FROM message")
+        md, file_id = one_delivery(m)
         (end,), = index_rows(m.store, f"SELECT size FROM mfile WHERE file_id = {file_id}")
         db = sqlite3.connect(m.store / "index.sqlite")
         with db:
@@ -393,16 +390,23 @@ def test_torn_tail_is_cut_with_a_copy(tmp_path):
         m.kill() if m.proc is not None else m.unmount()
 
 
+def one_delivery(m):
+    """Message "a" delivered through a mount of m's store, then unmounted:
+    (the maildir, the file id of the m.N holding it)."""
+    md = m.mount().maildir()
+    deliver(md, "a")
+    m.unmount()
+    (file_id,), = index_rows(m.store, "SELECT DISTINCT file_id FROM message")
+    return md, file_id
+
+
 def test_second_cut_at_the_same_offset_keeps_the_first_copy(tmp_path):
     """Two crashes that leave bytes past the same committed end of one m.N
     (the pool appends there again after the first cut) keep both copies
     in lost+found/: the first may be the only copy of a delivery."""
     m = Mount(tmp_path / "store", tmp_path / "mnt")
     try:
-        md = m.mount().maildir()
-        deliver(md, "a")
-        m.unmount()
-        (file_id,), = index_rows(m.store, "SELECT DISTINCT file_id FROM message")
+        md, file_id = one_delivery(m)
         mfile = m.store / "storage" / f"m.{file_id}"
         data = mfile.read_bytes()
         tails = [b"first torn record " * 10, b"second, other bytes " * 7]
