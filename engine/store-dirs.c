@@ -3,9 +3,11 @@
  * (store-dirs.h).
  */
 #include "engine/store-dirs.h"
+#include "engine/store-layout.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +60,14 @@ bool dbox_files_name_ino(const char *name, uint64_t *ino_r)
 void dbox_files_name(char buf[DBOX_FILES_NAME_SIZE], uint64_t ino)
 {
 	snprintf(buf, DBOX_FILES_NAME_SIZE, "%llu", (unsigned long long)ino);
+}
+
+int dbox_storage_dir_open(int dir_fd)
+{
+	int fd = openat(dir_fd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |
+			O_NOFOLLOW | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
 }
 
 int dbox_alt_owner_check(int alt_fd, const char *alt, uid_t owner,

@@ -43,6 +43,11 @@ bool dbox_files_name_ino(const char *name, uint64_t *ino_r);
    its alternate storage. */
 uid_t dbox_path_foreign_owner(const char *path, uid_t except);
 
+/* storage/ (DBOX_STORE_STORAGE) of the directory open as dir_fd, of a
+   store, an ALT or a Dovecot root: opened read-only, never through a
+   symbolic link.  Returns the descriptor (the caller's) or -errno. */
+int dbox_storage_dir_open(int dir_fd);
+
 /* May a store owned by owner use the alternate storage alt (a directory,
    open as alt_fd)?  Only when alt belongs to owner and is reached through
    no directory or symbolic link of a third user's

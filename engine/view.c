@@ -48,12 +48,8 @@ int dbox_store_open_alt_dir(const char *store, const char *alt)
 		return -errno;
 	sfd = stat(store, &store_sb) < 0 ? -errno :
 		dbox_alt_owner_check(fd, alt, store_sb.st_uid, &uid, &way);
-	if (sfd == 0) {
-		sfd = openat(fd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |
-			     O_NOFOLLOW | O_CLOEXEC);
-		if (sfd < 0)
-			sfd = -errno;
-	}
+	if (sfd == 0)
+		sfd = dbox_storage_dir_open(fd);
 	close(fd);
 	return sfd;
 }

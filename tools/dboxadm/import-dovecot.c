@@ -15,6 +15,7 @@
 #include "progress.h"
 
 #include "engine/import-dovecot.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "engine/view.h"
 
@@ -340,10 +341,7 @@ static int open_dalt_storage(struct imp *imp, const char *dalt_real)
 		close(dfd);
 		return -ESTALE;
 	}
-	sfd = openat(dfd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |
-		     O_NOFOLLOW | O_CLOEXEC);
-	if (sfd < 0)
-		sfd = -errno;
+	sfd = dbox_storage_dir_open(dfd);
 	close(dfd);
 	return sfd;
 }
@@ -371,11 +369,10 @@ static char *open_root(struct imp *imp)
 	}
 	imp->run.owner_uid = sb.st_uid;
 	imp->run.owner_gid = sb.st_gid;
-	imp->storage_dfd = openat(dfd, DBOX_STORE_STORAGE, O_RDONLY |
-				  O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	imp->storage_dfd = dbox_storage_dir_open(dfd);
 	if (imp->storage_dfd < 0)
 		adm_error("%s/" DBOX_STORE_STORAGE ": %s (not a Dovecot mdbox "
-			  "root?)", imp->root, strerror(errno));
+			  "root?)", imp->root, strerror(-imp->storage_dfd));
 	else if ((real = realpath(imp->root, NULL)) == NULL ||
 		 stat(real, &named) < 0 || named.st_dev != sb.st_dev ||
 		 named.st_ino != sb.st_ino) {
