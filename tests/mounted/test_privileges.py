@@ -14,6 +14,7 @@ rights, and nothing root does may leave the store unusable to its owner:
 """
 import os
 import shutil
+import signal
 import tempfile
 import sqlite3
 import stat
@@ -184,14 +185,16 @@ def test_root_export_sets_no_mode_through_a_swapped_name(scratch, user, tmp_path
     exp, links = scratch / "exp", scratch / "links"
     for d in (exp, links):
         assert as_user(name, ["mkdir", "-m", "755", d]).returncode == 0
+    # Its own process group: runuser forks, and the swapper must go too.
     racer = subprocess.Popen(["runuser", "-u", name, "--", str(swapper), str(exp),
-                              str(canary), str(links), "120"])
+                              str(canary), str(links), "120"],
+                             start_new_session=True)
     try:
         time.sleep(0.5)
         assert racer.poll() is None
         adm("export", store, exp)
     finally:
-        racer.kill()
+        os.killpg(racer.pid, signal.SIGKILL)
         racer.wait()
     st = canary.stat()
     assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o600, 0, 0)
