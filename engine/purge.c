@@ -209,7 +209,8 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 			res_r->files_busy++;
 		} else if (r < 0) {
 			res_r->files_failed++;
-			first_failure = first_failure < 0 ? first_failure : r;
+			if (first_failure == 0)
+				first_failure = r;
 		} else
 			todo[n++] = (struct candidate){ c.ids[i], live };
 	}
@@ -224,7 +225,8 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 			ret = r;
 		} else if (r < 0) {
 			res_r->files_failed++;
-			first_failure = first_failure < 0 ? first_failure : r;
+			if (first_failure == 0)
+				first_failure = r;
 		}
 	}
 	/* A full disk says so (ENOSPC), not a bare EIO. */

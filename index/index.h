@@ -51,7 +51,7 @@
    path of PATH_MAX (4096) bytes has no more than 2048 components.  Walks
    up or down the tree stop there (-EIO, or -ELOOP where said): a damaged
    or hostile index may hold a cycle. */
-#define DBOX_TREE_MAX_DEPTH 2048 /* said in messages: engine/import-tree.c */
+#define DBOX_TREE_MAX_DEPTH 2048
 
 enum dbox_kind {
 	DBOX_KIND_DIR = 1,

@@ -392,6 +392,7 @@ static int open_source(struct imp *imp, const char *location,
 		       const char *alt_path)
 {
 	char *root_real = open_root(imp), *dalt_real = NULL;
+	const char *bad;
 	int ret = ADM_EXIT_USAGE;
 
 	if (root_real == NULL)
@@ -410,12 +411,12 @@ static int open_source(struct imp *imp, const char *location,
 			  "absolute path", alt_path);
 		goto out;
 	}
-	if (location != NULL ? conf_unsafe(location, false) != 0 :
-	    conf_unsafe(root_real, true) != 0 ||
-	    (dalt_real != NULL && conf_unsafe(dalt_real, true) != 0)) {
-		const char *bad = location != NULL ? location :
-			conf_unsafe(root_real, true) != 0 ? root_real : dalt_real;
-
+	bad = location != NULL ?
+		(conf_unsafe(location, false) != 0 ? location : NULL) :
+		conf_unsafe(root_real, true) != 0 ? root_real :
+		dalt_real != NULL && conf_unsafe(dalt_real, true) != 0 ?
+		dalt_real : NULL;
+	if (bad != NULL) {
 		adm_error("%s: holds a character doveadm's configuration "
 			  "cannot carry as it is (a control character, space, "
 			  "':', '%%', '#', a quote, '\\', '$', '{', '}' or "
