@@ -20,7 +20,6 @@
 
 #include "index/checkpoint.h"
 #include "index/reserve.h"
-#include "index/wal-sync.h"
 #include "storage/log.h"
 
 #include <dirent.h>
@@ -403,23 +402,6 @@ static const char *odd_index_file(const struct dbox_store *st)
 	return NULL;
 }
 
-/* With want (and a writable store), make the index's group sync a
-   syncfs of storage/'s filesystem (st->fsync_syncfs).  Failing that
-   (logged), fsyncs keep their two fdatasyncs. */
-static void sync_whole_fs(struct dbox_store *st, bool want)
-{
-	int ret;
-
-	st->fsync_syncfs = false;
-	if (st->readonly || !want)
-		return;
-	if ((ret = dbox_index_sync_whole_fs(st->index, st->storage_fd)) < 0)
-		dbox_error("%s: fsync falls back to fdatasync: %s", st->path,
-			   strerror(-ret));
-	else
-		st->fsync_syncfs = true;
-}
-
 /* Open the index of st (at st->index_path), logging why it cannot be. */
 static int open_index(struct dbox_store *st, const char *path)
 {
@@ -474,7 +456,6 @@ static int store_open(struct dbox_store *st, const char *path,
 	}
 	if ((ret = open_index(st, path)) < 0)
 		return ret;
-	sync_whole_fs(st, set->fsync_syncfs);
 	/* Without a reserve the store works as before: logged, not fatal.
 	   A read-only store writes nothing, a reserve neither. */
 	if (!st->readonly)
@@ -535,7 +516,6 @@ int dbox_store_index_resume(struct dbox_store *st)
 	if (ret == 0) {
 		(void)dbox_index_reserve_open(st->index);
 		dbox_index_cache_attrs(st->index); /* the store lock is ours */
-		sync_whole_fs(st, st->fsync_syncfs); /* as before */
 	}
 	return ret;
 }

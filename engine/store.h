@@ -73,10 +73,6 @@ struct dbox_store_settings {
 	   here is recorded in the index (unless readonly) for later opens
 	   and dboxadm; see dbox_store_open. */
 	const char *alt_path;
-	/* An fsync is one syncfs of storage/'s filesystem instead of an
-	   fdatasync of the m.N and then of the WAL (dboxfs -o fsync=syncfs):
-	   see dbox_store.fsync_syncfs. */
-	bool fsync_syncfs;
 };
 
 /* An m.N open for appending.  busy while a save owns its tail. */
@@ -122,13 +118,6 @@ struct dbox_store {
 	unsigned long kept_records; /* whole records recovery kept past what
 				       the index knows (index older than
 				       storage/) */
-	bool fsync_syncfs;          /* the index's group sync (dbox_ns_sync_upto)
-				       is a syncfs of storage/'s filesystem:
-				       it puts the bytes written to any m.N
-				       of storage/ on disk with the commits,
-				       so an fsync needs no fdatasync of its
-				       own m.N (docs/durability.md, "One
-				       flush per fsync") */
 };
 
 /* Take st->lock (the store lock; lock order above), recording the

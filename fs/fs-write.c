@@ -297,13 +297,12 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, 0);
 }
 
-/* fsync of a message.  Its m.N bytes and its index row are on disk
-   before the reply, without holding the store lock across a sync: the
-   record is sealed under the lock, the row committed under it, and the
-   index synced by group commit with every other fsync in flight
-   (wal-sync.h).  That sync is one syncfs of storage/'s filesystem, which
-   puts the sealed bytes on disk too (st->fsync_syncfs); else the bytes
-   are fdatasync()ed first, outside the lock, and then the WAL.  Only a
+/* fsync of a message.  Its m.N bytes are fdatasync()ed and its index
+   row committed and synced before the reply, in that order (a durable
+   index row never points at bytes that are not), but without holding the
+   store lock across either sync: the record is sealed under the lock, its
+   bytes synced outside it, the row committed under it, and the WAL synced
+   by group commit with every other fsync in flight (wal-sync.h).  Only a
    writer's handle keeps the save alive outside the lock; other cases, and
    a write that lands between the steps, sync under the lock. */
 static int message_fsync(struct fs *fs, struct fs_handle *h)
@@ -364,7 +363,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	   at once when synced already). */
 	if (inflight_seq != 0)
 		ret = dbox_ns_sync_upto(st, inflight_seq);
-	if (ret == 0 && !st->fsync_syncfs)
+	if (ret == 0)
 		ret = dbox_save_sync(save);
 	fs_lock(fs);
 	/* Before anything else on the inode: a write may be copying into a
@@ -376,8 +375,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		/* Finished by a flush, then replaced by a copy: its record is
 		   committed (and copied), and holds every byte written before
 		   this fsync; resealed since, it needs another sync. */
-		if (ret == 0 && dbox_save_seals(save) != seals &&
-		    !st->fsync_syncfs)
+		if (ret == 0 && dbox_save_seals(save) != seals)
 			ret = dbox_save_sync(save);
 		dbox_save_free(&save);
 	} else {

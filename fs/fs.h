@@ -46,7 +46,6 @@ struct fs_options {
 	unsigned int purge_threshold; /* -o purge_threshold=PERCENT (0 off) */
 	char *compress;          /* -o compress=none|gz[:LEVEL] */
 	char *alt;               /* -o alt=PATH: the alternate storage */
-	char *fsync;             /* -o fsync=fdatasync|syncfs */
 	bool readonly;           /* -o ro (also passed on to libfuse) */
 	int user_xattr;          /* -o user_xattr: store user.* xattrs */
 	int noatime;             /* -o noatime: reads never move atime */

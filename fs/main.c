@@ -42,7 +42,6 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FS_OPT("purge_threshold=%u", purge_threshold),
 	FS_OPT("compress=%s", compress),
 	FS_OPT("alt=%s", alt),
-	FS_OPT("fsync=%s", fsync),
 	FUSE_OPT_KEY("ro", KEY_RO),
 	FUSE_OPT_KEY("rw", KEY_RW),
 	FS_OPT("user_xattr", user_xattr),
@@ -80,11 +79,6 @@ static void usage(const char *prog)
 	       "                           m.N moved by 'dboxadm altmove' live in\n"
 	       "                           PATH/" DBOX_STORE_STORAGE "/; recorded in the store, so\n"
 	       "                           later mounts may leave it out\n"
-	       "    -o fsync=fdatasync|syncfs  how a client's fsync(2) reaches the\n"
-	       "                           disk: an fdatasync of the m.N and then of\n"
-	       "                           the index (the default), or one syncfs of\n"
-	       "                           the store's filesystem (faster, but it\n"
-	       "                           writes out every other file there too)\n"
 	       "    -o user_xattr          store user.* extended attributes (off:\n"
 	       "                           EOPNOTSUPP; on, every write(2) costs the\n"
 	       "                           kernel's security.capability query)\n"
@@ -322,14 +316,6 @@ static int store_settings(struct fs_options *opts,
 		opts->alt = abs;
 	}
 	set->alt_path = opts->alt;
-	if (opts->fsync != NULL && strcmp(opts->fsync, "syncfs") != 0 &&
-	    strcmp(opts->fsync, "fdatasync") != 0) {
-		fprintf(stderr, "dboxfs: -o fsync=%s: want syncfs or fdatasync\n",
-			opts->fsync);
-		return -1;
-	}
-	set->fsync_syncfs = opts->fsync != NULL &&
-		strcmp(opts->fsync, "syncfs") == 0;
 	return 0;
 }
 
@@ -642,7 +628,6 @@ out_args:
 	free(fs.opts.store);
 	free(fs.opts.compress);
 	free(fs.opts.alt);
-	free(fs.opts.fsync);
 	fuse_opt_free_args(&args);
 	return ret;
 }

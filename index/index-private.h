@@ -36,9 +36,6 @@ struct index_wal_sync {
 	int fd;            /* the WAL, or -1 */
 	ino_t ino;
 	dev_t dev;
-	int fs_fd;         /* dbox_index_sync_whole_fs: a descriptor (ours) on
-			      the filesystem a sync puts on disk whole, or -1 */
-	dev_t fs_dev;      /* its filesystem */
 };
 
 /* WAL checkpointer thread (checkpoint.c). */

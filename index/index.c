@@ -516,7 +516,6 @@ static int open_resolved(const char *path, bool create, bool readonly,
 		return -ENOMEM;
 	}
 	index->wal_sync.fd = -1;
-	index->wal_sync.fs_fd = -1;
 	index->reserve_fd = -1;
 	pthread_mutex_init(&index->wal_sync.mutex, NULL);
 	pthread_cond_init(&index->wal_sync.cond, NULL);
@@ -605,8 +604,6 @@ void dbox_index_close(struct dbox_index **indexp)
 	sqlite3_close(index->db);
 	if (index->wal_sync.fd >= 0)
 		close(index->wal_sync.fd);
-	if (index->wal_sync.fs_fd >= 0)
-		close(index->wal_sync.fs_fd);
 	if (index->reserve_fd >= 0)
 		close(index->reserve_fd);
 	pthread_mutex_destroy(&index->wal_sync.mutex);

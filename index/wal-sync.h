@@ -11,12 +11,6 @@
  * store stays usable meanwhile.  SQLite's own syncs (checkpoints) are
  * unaffected: we only add syncs of a file it wrote.
  *
- * With dbox_index_sync_whole_fs, the one sync is a syncfs(2) of a whole
- * filesystem instead (the one the store's m.N files are on): every file
- * written there so far reaches the disk in one journal commit and one
- * flush, where an fdatasync of the m.N and then of the WAL cost two
- * (docs/durability.md, "One flush per fsync").
- *
  * Thread-safe (its own mutex, a leaf of the lock order in
  * engine/store.h); dbox_index_commit_seq needs the store lock like every
  * other index call.
@@ -32,19 +26,10 @@ struct dbox_index;
 uint64_t dbox_index_commit_seq(struct dbox_index *index);
 
 /* Return once the first seq commits of this connection are on disk:
-   by one sync shared with concurrent callers (group commit), an
-   fdatasync of the WAL or, after dbox_index_sync_whole_fs, a syncfs of
-   that filesystem (plus an fdatasync of the WAL if it lies elsewhere).
-   Needs no lock, and must be called without the store lock for the
-   grouping to work.  Returns 0, or -EIO when the sync fails (logged). */
+   by one fdatasync of the WAL shared with concurrent callers (group
+   commit).  Needs no lock, and must be called without the store lock for
+   the grouping to work.  Returns 0, or -EIO when the WAL cannot be synced
+   (logged). */
 int dbox_index_sync_upto(struct dbox_index *index, uint64_t seq);
-
-/* From now on every sync of dbox_index_sync_upto also puts on disk every
-   file written so far on the filesystem fd is on (syncfs(2)), and is that
-   one syncfs alone while the WAL is on the same filesystem.  fd is
-   duplicated (the caller keeps its own).  Call before the first sync,
-   with no other thread using the index.  Returns 0 or a negative errno
-   (fstat, dup: then nothing changed). */
-int dbox_index_sync_whole_fs(struct dbox_index *index, int fd);
 
 #endif

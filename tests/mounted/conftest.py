@@ -95,15 +95,13 @@ def sanitizer_report(text):
 class Mount:
     """A dboxfs mount of `store` on `mnt`, started with extra `options`,
     by root or, with `user`, by that user (uid, primary gid and
-    supplementary groups; the store must be theirs), under the command
-    `prefix` if given (strace ...)."""
+    supplementary groups; the store must be theirs)."""
 
-    def __init__(self, store, mnt, options=(), user=None, prefix=()):
+    def __init__(self, store, mnt, options=(), user=None):
         self.store = Path(store)
         self.mnt = Path(mnt)
         self.options = list(options)
         self.user = user
-        self.prefix = list(prefix)
         self.mnt.mkdir(parents=True, exist_ok=True)
         self.log = self.mnt.parent / (self.mnt.name + ".dboxfs.log")
         self.proc = None
@@ -119,8 +117,7 @@ class Mount:
                          extra_groups=os.getgrouplist(self.user, pw.pw_gid))
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [*self.prefix, str(DBOXFS), str(self.store), str(self.mnt), "-f",
-                 *self.options],
+                [str(DBOXFS), str(self.store), str(self.mnt), "-f", *self.options],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, **creds)
         deadline = time.monotonic() + 30
         while not is_mounted(self.mnt):
@@ -201,9 +198,8 @@ def make_mount(tmp_path):
     """Factory for mounts with options or of existing stores."""
     made = []
 
-    def make(store=None, mnt=None, options=(), mounted=True, prefix=()):
-        m = Mount(store or tmp_path / "store", mnt or tmp_path / "mnt", options,
-                  prefix=prefix)
+    def make(store=None, mnt=None, options=(), mounted=True):
+        m = Mount(store or tmp_path / "store", mnt or tmp_path / "mnt", options)
         made.append(m)
         _all_mounts.append(m)
         return m.mount() if mounted else m
