@@ -116,3 +116,22 @@ uid_t dbox_path_foreign_owner(const char *path, uid_t except)
 	free(paths[1]);
 	return owner;
 }
+
+int dbox_alt_storage_open(const char *alt, uid_t owner, bool create,
+			  uid_t *uid_r, bool *way_r)
+{
+	int fd, ret;
+
+	*uid_r = 0;
+	*way_r = false;
+	if ((fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return -errno;
+	ret = dbox_alt_owner_check(fd, alt, owner, uid_r, way_r);
+	if (ret == 0 && create &&
+	    mkdirat(fd, DBOX_STORE_STORAGE, 0700) < 0 && errno != EEXIST)
+		ret = -errno;
+	if (ret == 0)
+		ret = dbox_storage_dir_open(fd);
+	close(fd);
+	return ret;
+}

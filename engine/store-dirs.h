@@ -60,4 +60,13 @@ int dbox_storage_dir_open(int dir_fd);
 int dbox_alt_owner_check(int alt_fd, const char *alt, uid_t owner,
 			 uid_t *uid_r, bool *way_r);
 
+/* ALT/storage/ of the alternate storage alt for a store owned by owner:
+   alt opened as given (symbolic links on the way followed: an admin's
+   path, like STORE), accepted by dbox_alt_owner_check, and its storage/
+   opened without following a link, made first (mode 0700) with create.
+   Returns the descriptor (the caller's) or -errno; -EPERM: refused, with
+   *uid_r and *way_r as dbox_alt_owner_check sets them. */
+int dbox_alt_storage_open(const char *alt, uid_t owner, bool create,
+			  uid_t *uid_r, bool *way_r);
+
 #endif

@@ -244,22 +244,18 @@ static int open_alt_storage(struct dbox_store *st, const char *alt)
 	struct stat store_sb;
 	bool way;
 	uid_t uid;
-	int ret, fd;
+	int ret;
 
-	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	if (fstat(st->dir_fd, &store_sb) < 0)
 		return -errno;
-	ret = fstat(st->dir_fd, &store_sb) < 0 ? -errno :
-		dbox_alt_owner_check(fd, alt, store_sb.st_uid, &uid, &way);
-	if (ret == 0)
-		ret = open_subdir(fd, DBOX_STORE_STORAGE, !st->readonly);
-	else if (ret == -EPERM)
+	ret = dbox_alt_storage_open(alt, store_sb.st_uid, !st->readonly,
+				    &uid, &way);
+	if (ret == -EPERM)
 		dbox_error("%s: the alternate storage %s %s uid %u, the store "
 			   "belongs to uid %u; refused", st->path, alt,
 			   way ? "is reached through a directory or symbolic "
 			   "link of" : "belongs to", (unsigned)uid,
 			   (unsigned)store_sb.st_uid);
-	close(fd);
 	return ret;
 }
 

@@ -41,17 +41,10 @@ int dbox_store_open_alt_dir(const char *store, const char *alt)
 	struct stat store_sb;
 	bool way;
 	uid_t uid;
-	int fd, sfd;
 
-	fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	if (stat(store, &store_sb) < 0)
 		return -errno;
-	sfd = stat(store, &store_sb) < 0 ? -errno :
-		dbox_alt_owner_check(fd, alt, store_sb.st_uid, &uid, &way);
-	if (sfd == 0)
-		sfd = dbox_storage_dir_open(fd);
-	close(fd);
-	return sfd;
+	return dbox_alt_storage_open(alt, store_sb.st_uid, false, &uid, &way);
 }
 
 int dbox_view_open(const char *path, struct dbox_view **view_r)
