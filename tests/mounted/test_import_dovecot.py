@@ -458,6 +458,26 @@ def test_doveadm_errors_reach_the_terminal_escaped(dovecot_tmp):
                        "printf 'Error: mailbox \\033]0;PWNED\\007\\033[31mred\\n' >&2\n"
                        "exec doveadm \"$@\"\n")
     doveadm.chmod(0o755)
-    r = adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=0)
+    r = adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=1)
     assert b"\x1b" not in r.stderr and b"\x07" not in r.stderr, r.stderr
     assert b"Error: mailbox \\x1b]0;PWNED\\x07\\x1b[31mred\n" in r.stderr, r.stderr
+
+
+def test_doveadm_errors_with_exit_0_fail_the_import(dovecot_tmp):
+    """doveadm that cannot lock an mdbox's index (its files read-only to
+    their owner, as a copy of a backup may be) logs "Error: Index is
+    read-only" and exits 0 with no mailbox listed: the import said
+    "adopted 0 messages" with exit 0 and left an empty store.  Now an
+    error doveadm logs fails the run, and the store it made is removed;
+    once writable, the same mdbox imports."""
+    tmp_path = dovecot_tmp
+    root, store, dv = one_message_mdbox(tmp_path)
+    subprocess.run(["chmod", "-R", "a-w", str(root)], check=True)
+    r = adm("import-dovecot", store, root, check_rc=1)
+    assert b"Index is read-only" in r.stderr, r.stderr
+    assert b"reported 1 error" in r.stderr or b"reported 2 errors" in r.stderr, r.stderr
+    assert b"adopted" not in r.stdout, r.stdout
+    assert not store.exists()
+    subprocess.run(["chmod", "-R", "u+w", str(root)], check=True)
+    r = adm("import-dovecot", store, root, check_rc=0)
+    assert b"adopted 1 messages" in r.stdout, r.stdout

@@ -133,7 +133,9 @@ void doveadm_config_remove(struct doveadm_run *d)
    terminal as they are), and note whether it says the zlib plugin cannot be loaded: Dovecot's
    module loader names the plugin ("Plugin 'zlib' not found from
    directory ...") or its file (lib20_zlib_plugin.so, when dlopen
-   fails).  Any other error is doveadm's own and is not retried. */
+   fails).  Any other error is doveadm's own and is not retried.  Lines
+   of Dovecot's levels Error, Fatal and Panic ("doveadm(USER): Error:
+   ...") are counted in d->errors. */
 static void doveadm_errors(struct doveadm_run *d, int errfd)
 {
 	char buf[4096], *text = NULL;
@@ -142,6 +144,7 @@ static void doveadm_errors(struct doveadm_run *d, int errfd)
 	ssize_t n;
 	off_t off = 0;
 
+	d->errors = 0;
 	while ((n = pread(errfd, buf, sizeof(buf), off)) > 0) {
 		if (mem != NULL)
 			fwrite(buf, 1, (size_t)n, mem);
@@ -158,6 +161,10 @@ static void doveadm_errors(struct doveadm_run *d, int errfd)
 		if ((end = memchr(line, '\n', (size_t)(text + len - line))) == NULL)
 			end = text + len;
 		*end = '\0';
+		if (strstr(line, "Error: ") != NULL ||
+		    strstr(line, "Fatal: ") != NULL ||
+		    strstr(line, "Panic: ") != NULL)
+			d->errors++;
 		escaped = malloc(DBOX_LOG_ESCAPED_SIZE((size_t)(end - line)));
 		if (escaped != NULL) {
 			fprintf(stderr, "%s\n", dbox_log_escape(escaped,
@@ -274,6 +281,15 @@ int doveadm_run(struct doveadm_run *d, const char *const *args,
 	if (ret == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
 		adm_error("doveadm %s failed (exit %d; its messages are above)",
 			  args[0], WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		ret = -EIO;
+	} else if (ret == 0 && d->errors > 0) {
+		/* Exit 0 after errors: what it printed may be short of what
+		   the mdbox holds (an index it could not lock lists nothing). */
+		adm_error("doveadm %s reported %u error%s (above) although it "
+			  "exited 0; nothing of this run is taken: fix what it "
+			  "names (an mdbox it cannot lock or write; a damaged "
+			  "one: 'doveadm force-resync') and run again",
+			  args[0], d->errors, d->errors == 1 ? "" : "s");
 		ret = -EIO;
 	}
 	return ret;

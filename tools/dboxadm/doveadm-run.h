@@ -21,6 +21,7 @@ struct doveadm_run {
 	gid_t owner_gid;
 	bool zlib;               /* load Dovecot's zlib plugin */
 	bool zlib_missing;       /* doveadm said it cannot load that plugin */
+	unsigned int errors;     /* Error/Fatal/Panic lines of its last run */
 	char tmpdir[64];         /* a mkdtemp() template, then the directory
 				    (ours: it holds the config) */
 	bool tmpdir_made;
@@ -51,8 +52,10 @@ typedef int doveadm_line_cb_t(void *ctx, char **fields, size_t nfields);
    fields in the order of names (nnames <= 16; columns found by the
    header).  doveadm's stderr is passed on to ours (and zlib_missing set
    when it says the zlib plugin cannot be loaded).  Returns 0, -EPROTO
-   when a column is missing, -EIO when doveadm failed (both reported), a
-   negative errno from cb, or one of starting doveadm. */
+   when a column is missing, -EIO when doveadm failed - a non-zero exit,
+   or an error logged with exit 0, as doveadm does when it cannot lock
+   an index and lists nothing (both reported) -, a negative errno from
+   cb, or one of starting doveadm. */
 int doveadm_run(struct doveadm_run *d, const char *const *args,
 		const char *const *names, size_t nnames,
 		doveadm_line_cb_t *cb, void *ctx);
