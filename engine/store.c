@@ -20,6 +20,7 @@
 
 #include "index/checkpoint.h"
 #include "index/reserve.h"
+#include "index/verify.h"
 #include "storage/log.h"
 
 #include <dirent.h>
@@ -402,7 +403,13 @@ static const char *odd_index_file(const struct dbox_store *st)
 static int open_index(struct dbox_store *st, const char *path)
 {
 	const char *odd;
-	int ret = st->readonly ?
+	struct stat wal;
+	int ret;
+
+	st->wal_left = fstatat(st->dir_fd, DBOX_STORE_INDEX "-wal", &wal,
+			       AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(wal.st_mode) &&
+		wal.st_size > 0;
+	ret = st->readonly ?
 		dbox_index_open_readonly(st->index_path, &st->index) :
 		dbox_index_open(st->index_path, true, &st->index);
 
@@ -519,6 +526,13 @@ int dbox_store_index_resume(struct dbox_store *st)
 int dbox_store_checkpointer_start(struct dbox_store *st)
 {
 	return dbox_index_checkpointer_start(st->index);
+}
+
+int dbox_store_verify_start(struct dbox_store *st)
+{
+	if (!st->wal_left || st->readonly)
+		return 0;
+	return dbox_index_verify_start(st->index);
 }
 
 int dbox_store_data_room(struct dbox_store *st)

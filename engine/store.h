@@ -118,6 +118,9 @@ struct dbox_store {
 	unsigned long kept_records; /* whole records recovery kept past what
 				       the index knows (index older than
 				       storage/) */
+	bool wal_left;              /* the open found index.sqlite-wal not
+				       empty: left by a process that died
+				       (dbox_store_verify_start) */
 };
 
 /* Take st->lock (the store lock; lock order above), recording the
@@ -256,6 +259,14 @@ int dbox_store_index_resume(struct dbox_store *st);
    before fork()).  Returns 0, or a negative errno (-EIO, logged): the
    index then checkpoints inside its commits. */
 int dbox_store_checkpointer_start(struct dbox_store *st);
+
+/* When the open found a WAL a crash left (st->wal_left), start the
+   index's check in the background (index/verify.h): damage it finds, as
+   when a backup's index.sqlite was copied over the crashed store and got
+   that WAL's pages, stops every change to the index.  Else nothing.
+   Like the checkpointer, in the process that goes on using the store.
+   Returns 0 or a negative errno (logged; the store stays usable). */
+int dbox_store_verify_start(struct dbox_store *st);
 
 /* May data (message bytes, plain files' bytes) take disk space now?  0
    when the index reserve is whole (or refilled now); -ENOSPC while the

@@ -450,6 +450,7 @@ static void start_threads(struct fs *fs)
 	}
 	fs_purge_start(fs);
 	dbox_store_checkpointer_start(fs->st);
+	dbox_store_verify_start(fs->st);
 	if (fs_walkcut_start(fs) < 0)
 		dbox_warning("%s: no thread to drop cached names after a chmod "
 			     "that takes search permission away: such a walk "

@@ -51,6 +51,14 @@ struct index_checkpointer {
 			      0: not since the WAL started over */
 };
 
+/* The background check of verify.c: its thread and read-only
+   connection, while running. */
+struct index_verifier {
+	pthread_t thread;
+	sqlite3 *db;
+	bool running;
+};
+
 /* Attributes of recently read inodes (index-ns.c), direct-mapped by
    inode number.  An entry is dropped by SQLite's update hook whenever this
    connection changes its inode or message row (any statement), and all
@@ -96,6 +104,11 @@ struct dbox_index {
 	uint64_t reserve_whole_ns;
 	uint64_t reserve_whole_releases;
 	struct index_attr_cache attrs;
+	/* SQLite said the index is damaged (SQLITE_CORRUPT or NOTADB, here
+	   or in the check of verify.c): from then on dbox_index_begin
+	   refuses every write transaction (atomic: set by any thread). */
+	int damaged;
+	struct index_verifier verifier;
 };
 
 /* path with its directory resolved (realpath(3)) and its last name as
@@ -113,6 +126,10 @@ sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id);
 /* Log a SQLite failure (what, plus sqlite3_errmsg) and return -EIO, or
    -ENOSPC / -EDQUOT when SQLite found the disk or the quota full. */
 int index_sql_error(struct dbox_index *index, const char *what);
+
+/* Mark the index damaged (index->damaged: every later write transaction
+   is refused) and log why, the first time only.  Any thread. */
+void index_mark_damaged(struct dbox_index *index, const char *why);
 
 /* Reset stmt (ending its read of the database: a statement left on a row
    would pin the WAL snapshot) and return ret.  Every statement is reset

@@ -252,7 +252,8 @@ static int read_table(struct salvage_ctx *ctx, const char *table,
 {
 	char sql[512];
 	sqlite3_stmt *stmt;
-	int64_t after = 0;
+	int64_t after = 0, failed_after = -1;
+	bool stuck;
 	int rc, ret;
 
 	snprintf(sql, sizeof(sql), "SELECT %s FROM %s WHERE rowid > ?1"
@@ -279,7 +280,12 @@ static int read_table(struct salvage_ctx *ctx, const char *table,
 			     ctx->path, table, (long long)after,
 			     sqlite3_errmsg(ctx->db));
 		ctx->s->read_errors++;
-		/* Find a later row SQLite can still reach. */
+		/* Find a later row SQLite can still reach.  Failing again
+		   where the last try failed (stuck), the next row is one the
+		   probe reaches but whose columns cannot be read: skip it, so
+		   that every round moves on (it looped for ever). */
+		stuck = after == failed_after;
+		failed_after = after;
 		rc = SQLITE_ERROR;
 		for (int k = 0; k < SKIP_PROBES && rc != SQLITE_ROW &&
 			     rc != SQLITE_DONE; k++) {
@@ -288,7 +294,7 @@ static int read_table(struct salvage_ctx *ctx, const char *table,
 			rc = probe_rowid(ctx->db, table, after + ((int64_t)1 << k),
 					 &next);
 			if (rc == SQLITE_ROW)
-				after = next - 1;
+				after = stuck ? next : next - 1;
 		}
 		if (rc != SQLITE_ROW)
 			return 0;

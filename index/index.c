@@ -10,6 +10,7 @@
 #include "index-private.h"
 #include "checkpoint.h"
 #include "reserve.h"
+#include "verify.h"
 
 #include "storage/log.h"
 
@@ -106,10 +107,26 @@ static const char *const stmt_sql[ST_COUNT] = {
 			   " FROM xattr WHERE ino = ?1 AND name != ?2",
 };
 
+void index_mark_damaged(struct dbox_index *index, const char *why)
+{
+	/* A read-only connection (dboxadm check, stats, ...) changes
+	   nothing anyway: its caller reports the error. */
+	if (__atomic_exchange_n(&index->damaged, 1, __ATOMIC_ACQ_REL) == 0 &&
+	    sqlite3_db_readonly(index->db, "main") == 0)
+		dbox_error("index %s is damaged (%s): no change is made to it "
+			   "from now on (EIO); 'dboxadm check' names the damage "
+			   "and 'dboxadm rebuild', with the store unmounted, "
+			   "repairs it", index->path, why);
+}
+
 int index_sql_error(struct dbox_index *index, const char *what)
 {
+	int code = sqlite3_errcode(index->db) & 0xff;
+
 	dbox_error("index %s: %s: %s", index->path, what,
 		   sqlite3_errmsg(index->db));
+	if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB)
+		index_mark_damaged(index, sqlite3_errmsg(index->db));
 	/* A full disk is the client's to know (ENOSPC), not an I/O error;
 	   so is a full quota, which SQLite reports as a write error with the
 	   system errno EDQUOT. */
@@ -598,6 +615,7 @@ void dbox_index_close(struct dbox_index **indexp)
 	if (index == NULL)
 		return;
 	*indexp = NULL;
+	dbox_index_verify_stop(index);
 	dbox_index_checkpointer_stop(index);
 	for (int i = 0; i < ST_COUNT; i++)
 		sqlite3_finalize(index->stmt[i]);
@@ -616,6 +634,10 @@ void dbox_index_close(struct dbox_index **indexp)
 
 int dbox_index_begin(struct dbox_index *index)
 {
+	/* A damaged index takes no more changes: a message acknowledged
+	   into it could be lost to the damage (docs/durability.md). */
+	if (__atomic_load_n(&index->damaged, __ATOMIC_ACQUIRE))
+		return -EIO;
 	return index_exec_stmt(index, index_stmt(index, ST_BEGIN), "begin");
 }
 
