@@ -262,7 +262,7 @@ int dbox_altmove(struct dbox_store *st, const struct dbox_purge_settings *set,
 	if (purge_r != NULL)
 		memset(purge_r, 0, sizeof(*purge_r));
 	dbox_store_mutex_lock(st);
-	ret = st->alt_fd >= 0 ? 0 : -ENOENT;
+	ret = dbox_store_alt_fd(st) >= 0 ? 0 : -ENOENT;
 	if (ret < 0)
 		dbox_error("%s: no alternate storage to move messages to (%s)",
 			   st->path, st->alt_path == NULL ? "no ALT path set" :

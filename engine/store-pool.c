@@ -268,7 +268,7 @@ int dbox_store_alt_create(struct dbox_store *st, struct dbox_mfile **mf_r)
 	int ret;
 
 	dbox_store_assert_locked(st);
-	if (st->alt_fd < 0) {
+	if (dbox_store_alt_fd(st) < 0) {
 		dbox_error("%s: no alternate storage to move messages to (%s)",
 			   st->path, st->alt_path == NULL ? "no ALT path set" :
 			   strerror(st->alt_err));

@@ -36,7 +36,7 @@ int dbox_store_mfile_dir(struct dbox_store *st, uint32_t file_id, bool *alt_r)
 		return ret;
 	if (!*alt_r)
 		return st->storage_fd;
-	if (st->alt_fd >= 0)
+	if (dbox_store_alt_fd(st) >= 0)
 		return st->alt_fd;
 	if (st->alt_path == NULL)
 		dbox_error("%s: m.%u is in the alternate storage, and the store "

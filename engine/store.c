@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A token naming the calling thread: the address of a thread-local
@@ -260,6 +261,38 @@ static int open_alt_storage(struct dbox_store *st, const char *alt)
 	return ret;
 }
 
+/* CLOCK_MONOTONIC in whole seconds. */
+static int64_t monotonic_sec(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64_t)now.tv_sec;
+}
+
+int dbox_store_alt_fd(struct dbox_store *st)
+{
+	int64_t now;
+	int fd;
+
+	dbox_store_assert_locked(st);
+	if (st->alt_fd >= 0 || st->alt_path == NULL || st->alt_err == EPERM)
+		return st->alt_fd;
+	now = monotonic_sec();
+	if (now < st->alt_tried + DBOX_ALT_RETRY_SECONDS)
+		return -1;
+	st->alt_tried = now;
+	if ((fd = open_alt_storage(st, st->alt_path)) < 0) {
+		st->alt_err = -fd;
+		return -1;
+	}
+	st->alt_fd = fd;
+	st->alt_err = 0;
+	dbox_info("%s/storage: the alternate storage is back; its messages "
+		  "read again", st->alt_path);
+	return fd;
+}
+
 /* The alternate storage: set->alt_path, else the recorded one.  A new
    path given is recorded only once it opened and was accepted; a refused
    one changes nothing (the recorded one stays in use, and both are
@@ -323,6 +356,7 @@ static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set
 		return 0;
 	if ((fd = open_alt_storage(st, recorded)) < 0) {
 		st->alt_err = -fd;
+		st->alt_tried = monotonic_sec();
 		dbox_error("%s/storage: alternate storage not available: %s; "
 			   "messages stored there fail with EIO", recorded,
 			   strerror(st->alt_err));

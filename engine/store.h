@@ -113,6 +113,8 @@ struct dbox_store {
 	int alt_fd;                 /* ALT/storage/, or -1 (none, or missing:
 				       alt_err says why) */
 	int alt_err;                /* errno of opening ALT/storage/ */
+	int64_t alt_tried;          /* when it was last tried (CLOCK_MONOTONIC
+				       seconds): see dbox_store_alt_fd */
 
 	struct dbox_fd_cache read_fds; /* m.N O_RDONLY, bounded (LRU) */
 	unsigned long kept_records; /* whole records recovery kept past what
@@ -253,6 +255,16 @@ void dbox_store_close(struct dbox_store **st);
    is inherited.  resume returns 0 or a negative errno (logged). */
 void dbox_store_index_suspend(struct dbox_store *st);
 int dbox_store_index_resume(struct dbox_store *st);
+
+/* Seconds between tries to open a missing alternate storage again. */
+#define DBOX_ALT_RETRY_SECONDS 10
+
+/* The descriptor of ALT/storage/, or -1 while there is none.  A missing
+   or unreadable ALT (its disk not mounted yet) is tried again at most
+   every DBOX_ALT_RETRY_SECONDS, so a mount serves its messages again once
+   it is back (logged); one refused for its owner (EPERM) is not.  Needs
+   st->lock. */
+int dbox_store_alt_fd(struct dbox_store *st);
 
 /* Start the index's WAL checkpointer thread (index/checkpoint.h) of a
    store opened read-write, in the process that goes on using it (not

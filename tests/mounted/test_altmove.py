@@ -446,10 +446,24 @@ def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
             assert (cur / n).read_bytes() == body
     log = m.log_text()
     assert f"{alt}/storage" in log, log[-3000:]
-    m.unmount()
 
-    # Back in place: everything reads again.
+    # Back in place (its disk mounted late): the running mount tries it
+    # again and its messages read again (they stayed EIO until a remount).
     (tmp_path / "alt.away").rename(alt)
+    first = sorted(old)[0]
+    deadline = time.monotonic() + 3 * 10  # DBOX_ALT_RETRY_SECONDS
+    while True:
+        try:
+            assert (cur / first).read_bytes() == data[first]
+            break
+        except OSError as e:
+            assert e.errno == errno.EIO
+            assert time.monotonic() < deadline, "ALT never tried again"
+            time.sleep(0.5)
+    assert "the alternate storage is back" in m.log_text()
+    for n, body in data.items():
+        assert (cur / n).read_bytes() == body
+    m.unmount()
     m.mount()
     for n, body in data.items():
         assert (cur / n).read_bytes() == body
