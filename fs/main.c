@@ -147,7 +147,7 @@ static int opt_proc(void *data, const char *arg, int key,
 }
 
 /* Log sink: syslog always, stderr too while in the foreground. */
-static bool log_to_stderr = true;
+static bool log_to_stderr = true;  /* atomic both: every thread logs */
 static bool log_debug;
 static unsigned long errors_logged; /* so an exit says why once */
 
@@ -163,8 +163,8 @@ static void syslog_sink(enum dbox_log_level level, const char *fmt,
 	if (level == DBOX_LOG_DEBUG && !log_debug)
 		return;
 	if (level == DBOX_LOG_ERROR)
-		errors_logged++;
-	if (log_to_stderr) {
+		__atomic_add_fetch(&errors_logged, 1, __ATOMIC_RELAXED);
+	if (__atomic_load_n(&log_to_stderr, __ATOMIC_RELAXED)) {
 		va_copy(copy, args);
 		fprintf(stderr, "dboxfs: ");
 		vfprintf(stderr, fmt, copy);
@@ -178,7 +178,7 @@ static void syslog_sink(enum dbox_log_level level, const char *fmt,
    was logged since errors_before, which said it already. */
 static void exit_reason(unsigned long errors_before, const char *what, int err)
 {
-	if (errors_logged != errors_before)
+	if (__atomic_load_n(&errors_logged, __ATOMIC_RELAXED) != errors_before)
 		return;
 	if (err != 0)
 		dbox_error("%s: %s; exiting", what, strerror(err));
@@ -553,7 +553,7 @@ int main(int argc, char *argv[])
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
 	if (fs.se == NULL)
 		goto out_args;
-	errors_before = errors_logged;
+	errors_before = __atomic_load_n(&errors_logged, __ATOMIC_RELAXED);
 	if (open_store(&fs, &set, errors_before) < 0)
 		goto out_session;
 	if (fs_inode_table_init(&fs.inodes) < 0) {
@@ -589,7 +589,7 @@ int main(int argc, char *argv[])
 	   opened again in the child.  The store lock (STORE/lock) is
 	   inherited. */
 	dbox_store_index_suspend(fs.st);
-	errors_before = errors_logged;
+	errors_before = __atomic_load_n(&errors_logged, __ATOMIC_RELAXED);
 	if ((ret = background_fork(cmd.foreground, &ready_fd)) < 0) {
 		exit_reason(errors_before, "going to the background", -ret);
 		ret = 1;
@@ -602,9 +602,10 @@ int main(int argc, char *argv[])
 		ret = 1;
 		goto out_unmount;
 	}
+	/* Before the threads start: they log (the index check, purge). */
+	__atomic_store_n(&log_to_stderr, cmd.foreground, __ATOMIC_RELAXED);
 	start_threads(&fs);
 	background_ready(ready_fd, true);
-	log_to_stderr = cmd.foreground;
 	ret = run_loop(&fs, &cmd);
 out_unmount:
 	fs_purge_stop(&fs);
