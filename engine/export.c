@@ -271,12 +271,16 @@ int dbox_export_walk(struct dbox_export *ex, const struct dbox_export_ops *ops,
 static int open_message(struct dbox_export *ex, struct dbox_export_item *item)
 {
 	const struct dbox_msgloc *loc = &item->loc;
+	bool alt;
 	int fd, ret;
 
-	fd = dbox_view_mfile_fd(ex->view, &ex->mfds, loc->file_id);
+	fd = dbox_view_mfile_fd(ex->view, &ex->mfds, loc->file_id, &alt);
 	if (fd < 0) {
-		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: %s", ex->view->path,
-			   loc->file_id, strerror(-fd));
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: %s%s",
+			   alt && ex->view->alt_path != NULL ?
+			   ex->view->alt_path : ex->view->path,
+			   loc->file_id, strerror(-fd), alt && ex->view->alt_fd < 0 ?
+			   " (the alternate storage is not available)" : "");
 		return -EIO;
 	}
 	ret = dbox_record_open_reader(fd, loc->file_id, loc->offset,

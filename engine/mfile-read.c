@@ -64,13 +64,17 @@ int dbox_view_mfile_walk(struct dbox_view *view, dbox_mfile_walk_cb_t *cb,
 }
 
 int dbox_view_mfile_fd(struct dbox_view *view, struct dbox_fd_cache *cache,
-		       uint32_t file_id)
+		       uint32_t file_id, bool *alt_r)
 {
 	uint64_t size;
 	bool alt = false;
 
 	if (dbox_index_mfile_where(view->index, file_id, &size, &alt) < 0)
 		alt = false;
+	if (alt_r != NULL)
+		*alt_r = alt;
+	if (alt && view->alt_fd < 0 && view->alt_err < 0)
+		return view->alt_err;
 	return dbox_fd_cache_get(cache, alt ? view->alt_fd : view->storage_fd,
 				 file_id);
 }

@@ -57,10 +57,12 @@ int dbox_view_mfile_walk(struct dbox_view *view, dbox_mfile_walk_cb_t *cb,
 /* The read descriptor of m.<file_id> of the view from cache (a
    storage/fd-cache.h the caller owns): in the alternate storage when
    the index says so, else in storage/.  The fd is the cache's, valid
-   until the next call on it.  Returns the fd or a negative errno
-   (-ENOENT: not there, -ELOOP: a symbolic link, -EMFILE). */
+   until the next call on it; *alt_r (may be NULL) tells which of the
+   two, for messages.  Returns the fd or a negative errno (-ENOENT: not
+   there, -ELOOP: a symbolic link, -EMFILE; an ALT that could not be
+   opened: its view->alt_err). */
 int dbox_view_mfile_fd(struct dbox_view *view, struct dbox_fd_cache *cache,
-		       uint32_t file_id);
+		       uint32_t file_id, bool *alt_r);
 
 /* Check the whole record at byte offset of fd (m.<file_id>, named in log
    lines): message header, body size (expected_body_size, or UINT64_MAX:
