@@ -7,6 +7,7 @@
 #include "engine/store-layout.h"
 #include "fs.h"
 #include "fs-purge.h"
+#include "fs-stop.h"
 #include "options.h"
 
 #include "engine/store-lock.h"
@@ -484,7 +485,8 @@ static int run_loop(struct fs *fs, const struct fuse_cmdline_opts *cmd)
 			   strerror(-ret));
 	else if (ret > 0)
 		dbox_info("%s received; unmounting", strsignal(ret));
-	return ret != 0;
+	/* A signal is an orderly stop (systemd's, a ^C): exit 0. */
+	return ret < 0;
 }
 
 int main(int argc, char *argv[])
@@ -605,8 +607,13 @@ int main(int argc, char *argv[])
 	/* Before the threads start: they log (the index check, purge). */
 	__atomic_store_n(&log_to_stderr, cmd.foreground, __ATOMIC_RELAXED);
 	start_threads(&fs);
+	/* (A mount passed in as /dev/fd/N has no path to sync by.) */
+	if (fs.opts.writeback_cache && !fs.opts.readonly &&
+	    strncmp(cmd.mountpoint, "/dev/fd/", 8) != 0)
+		fs_stop_start(&fs, cmd.mountpoint);
 	background_ready(ready_fd, true);
 	ret = run_loop(&fs, &cmd);
+	fs_stop_finish(&fs);
 out_unmount:
 	fs_purge_stop(&fs);
 	fs_walkcut_stop(&fs);

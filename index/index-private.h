@@ -93,6 +93,7 @@ struct dbox_index {
 	sqlite3 *db;
 	char *path;
 	int page_size;     /* bytes, read when opened */
+	bool readonly;     /* opened by dbox_index_open_readonly */
 	sqlite3_stmt *stmt[ST_COUNT];
 	uint64_t commits;  /* successful commits (atomic: read by wal-sync) */
 	struct index_wal_sync wal_sync;

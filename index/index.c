@@ -112,7 +112,7 @@ void index_mark_damaged(struct dbox_index *index, const char *why)
 	/* A read-only connection (dboxadm check, stats, ...) changes
 	   nothing anyway: its caller reports the error. */
 	if (__atomic_exchange_n(&index->damaged, 1, __ATOMIC_ACQ_REL) == 0 &&
-	    sqlite3_db_readonly(index->db, "main") == 0)
+	    !index->readonly)
 		dbox_error("index %s is damaged (%s): no change is made to it "
 			   "from now on (EIO); 'dboxadm check' names the damage "
 			   "and 'dboxadm rebuild', with the store unmounted, "
@@ -534,6 +534,7 @@ static int open_resolved(const char *path, bool create, bool readonly,
 	}
 	index->wal_sync.fd = -1;
 	index->reserve_fd = -1;
+	index->readonly = readonly;
 	pthread_mutex_init(&index->wal_sync.mutex, NULL);
 	pthread_cond_init(&index->wal_sync.cond, NULL);
 	pthread_mutex_init(&index->ckpt.mutex, NULL);

@@ -1,0 +1,31 @@
+#ifndef DBOXFS_FS_STOP_H
+#define DBOXFS_FS_STOP_H
+
+/*
+ * fs-stop: an orderly stop (SIGTERM, SIGINT, SIGHUP) of a mount with
+ * -o writeback_cache.  The kernel then keeps bytes that write(2) took in
+ * its page cache and sends them later (WRITE requests); libfuse's own
+ * signal handlers end the session at once, and those bytes were lost
+ * with the unmount although every write() had returned (an attack run:
+ * Dovecot's index log cut short, acknowledged flag changes and expunges
+ * undone).  Here the signal wakes a thread that syncfs()es the mount
+ * point while the request threads go on serving the WRITEs it causes,
+ * and only then passes the signal on to libfuse's handler, which ends
+ * the session.  A killed daemon (SIGKILL) still loses what the kernel
+ * had not sent: dboxfs(1), -o writeback_cache.
+ */
+
+struct fs;
+
+/* Take over SIGTERM, SIGINT and SIGHUP from libfuse's handlers (already
+   installed: fuse_set_signal_handlers) for a mount of mountpoint, made
+   and serving from now on, whose session loop runs in the calling
+   thread.  Returns 0, or a negative errno (logged): the stop then stays
+   libfuse's. */
+int fs_stop_start(struct fs *fs, const char *mountpoint);
+
+/* Give the signals back to libfuse's handlers and end the thread.  Safe
+   when fs_stop_start was not called or failed. */
+void fs_stop_finish(struct fs *fs);
+
+#endif
