@@ -421,7 +421,7 @@ static void test_symlinked_mfile_refused(void **state)
 	tree_open_view(f);
 	assert_int_equal(dbox_view_mfile_open(f->view, "m.1"), -ELOOP);
 	dbox_fd_cache_init(&cache, 0);
-	assert_int_equal(dbox_view_mfile_fd(f->view, &cache, 1), -ELOOP);
+	assert_int_equal(dbox_view_mfile_fd(f->view, &cache, 1, NULL), -ELOOP);
 	dbox_fd_cache_deinit(&cache);
 	assert_int_equal(dbox_mfile_open_id(f->store, 1, &ref, NULL), -ELOOP);
 
