@@ -340,7 +340,49 @@ struct fs_dirhandle {
 	pthread_mutex_t lock;
 	char *buf;
 	size_t size;
+	struct fs_dirhandle *prev, *next; /* in fs->dirs (st->lock) */
 };
+
+/* Link dh into fs->dirs, or unlink it. */
+static void dirhandle_link(struct fs *fs, struct fs_dirhandle *dh)
+{
+	fs_lock(fs);
+	dh->prev = NULL;
+	dh->next = fs->dirs;
+	if (fs->dirs != NULL)
+		fs->dirs->prev = dh;
+	fs->dirs = dh;
+	fs_unlock(fs);
+}
+
+static void dirhandle_unlink(struct fs *fs, struct fs_dirhandle *dh)
+{
+	fs_lock(fs);
+	if (dh->prev != NULL)
+		dh->prev->next = dh->next;
+	else
+		fs->dirs = dh->next;
+	if (dh->next != NULL)
+		dh->next->prev = dh->prev;
+	fs_unlock(fs);
+}
+
+static void dirhandle_free(struct fs_dirhandle *dh)
+{
+	pthread_mutex_destroy(&dh->lock);
+	free(dh->buf);
+	free(dh);
+}
+
+void fs_dirhandles_free(struct fs *fs)
+{
+	while (fs->dirs != NULL) {
+		struct fs_dirhandle *dh = fs->dirs;
+
+		fs->dirs = dh->next;
+		dirhandle_free(dh);
+	}
+}
 
 static struct fs_dirhandle *dirhandle_of(struct fuse_file_info *fi)
 {
@@ -381,6 +423,7 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	}
 	pthread_mutex_init(&dh->lock, NULL);
+	dirhandle_link(fs, dh);
 	fi->fh = (uintptr_t)dh;
 	/* The kernel may keep listings: every change to a directory goes
 	   through this mount, and the kernel drops its cached listing when
@@ -391,8 +434,8 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fi->keep_cache = 1;
 	if (fuse_reply_open(req, fi) != 0) {
 		/* The open was interrupted: no RELEASEDIR will come. */
-		pthread_mutex_destroy(&dh->lock);
-		free(dh);
+		dirhandle_unlink(fs, dh);
+		dirhandle_free(dh);
 	}
 }
 
@@ -527,9 +570,8 @@ static void fs_releasedir(fuse_req_t req, fuse_ino_t ino,
 	   wait for it. */
 	pthread_mutex_lock(&dh->lock);
 	pthread_mutex_unlock(&dh->lock);
-	pthread_mutex_destroy(&dh->lock);
-	free(dh->buf);
-	free(dh);
+	dirhandle_unlink(req_fs(req), dh);
+	dirhandle_free(dh);
 	fuse_reply_err(req, 0);
 }
 

@@ -70,12 +70,16 @@ struct fs {
 	struct fs_handle *handles; /* every open handle (st->lock): the ones
 				      the kernel never released are freed
 				      at exit (fs_handles_free) */
+	struct fs_dirhandle *dirs; /* every open directory (st->lock), the
+				      same way (fs_dirhandles_free) */
 	bool own_checks;           /* the daemon checks permissions
 				      (fs-perm.c), not the kernel */
 	bool protected_hardlinks;  /* sysctl fs.protected_hardlinks at
 				      mount time */
 	struct fs_walkcut *walkcut;/* fs-walkcut.c's thread, or NULL */
 };
+
+struct fs_dirhandle; /* fs-dir.c: an open directory */
 
 /* An open file: fi->fh points at one. */
 struct fs_handle {
@@ -94,6 +98,10 @@ struct fs_handle {
    still queued when the session ended at unmount).  At exit, after the
    request loop, on one thread. */
 void fs_handles_free(struct fs *fs);
+
+/* fs-dir.c: the same for directory handles (a RELEASEDIR still queued:
+   a directory open at an unmount, or the one fs-stop.c syncs by). */
+void fs_dirhandles_free(struct fs *fs);
 
 /* Take and drop the store lock (st->lock, dbox_store_mutex_lock: lock
    order in engine/store.h). */

@@ -627,6 +627,7 @@ out_signals:
 	fuse_remove_signal_handlers(fs.se);
 out_inodes:
 	fs_handles_free(&fs);
+	fs_dirhandles_free(&fs);
 	fs_inode_table_deinit(&fs.inodes);
 out_store:
 	dbox_store_close(&fs.st);
