@@ -3,8 +3,9 @@
  * stop of a writeback_cache mount (fs-stop.h).
  *
  * The handler only writes the signal's number into a pipe (async-signal
- * safe); the thread reads it, syncs the mount and re-raises the signal
- * in the session loop's thread with libfuse's handler back in place.
+ * safe); the thread reads it, has the kernel write back the open files
+ * and re-raises the signal in the session loop's thread with libfuse's
+ * handler back in place.
  */
 #include "fs/fs.h"
 #include "fs/fs-stop.h"
@@ -13,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -26,7 +28,7 @@ struct fs_stop {
 	int pipe[2];                  /* the handler writes, the thread reads */
 	pthread_t thread;
 	pthread_t loop;               /* the session loop's thread */
-	char *mountpoint;
+	struct fs *fs;
 	struct sigaction fuse_sa[NSIGNALS]; /* libfuse's handlers */
 };
 
@@ -51,12 +53,61 @@ static void give_back_signals(struct fs_stop *s)
 		sigaction(stop_signals[i], &s->fuse_sa[i], NULL);
 }
 
+/* Have the kernel write back the cached pages of every regular file a
+   client holds open (a closed one was written back at its close: FUSE's
+   flush does that with the writeback cache).  Invalidating an inode's
+   pages makes the kernel write each dirty one first and wait for the
+   WRITE's reply (launder), which the request threads serve meanwhile; a
+   syncfs() of the mount point does not wait for them (FUSE ends a page's
+   writeback before the daemon has it), and an attack run still lost
+   bytes with it.  Returns how many inodes failed (logged). */
+static unsigned int write_back_open_files(struct fs *fs)
+{
+	fuse_ino_t *inos = NULL;
+	size_t n = 0, size = 0;
+	unsigned int failed = 0;
+	int ret;
+
+	fs_lock(fs);
+	for (struct fs_handle *h = fs->handles; h != NULL; h = h->next) {
+		fuse_ino_t *v;
+
+		if (n == size) {
+			size = size == 0 ? 64 : size * 2;
+			if ((v = realloc(inos, size * sizeof(*v))) == NULL) {
+				failed++;
+				break;
+			}
+			inos = v;
+		}
+		inos[n++] = h->inode->ino;
+	}
+	fs_unlock(fs);
+	for (size_t i = 0; i < n; i++) {
+		/* Several handles of one inode: once is enough. */
+		bool seen = false;
+
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = inos[j] == inos[i];
+		if (seen)
+			continue;
+		ret = fuse_lowlevel_notify_inval_inode(fs->se, inos[i], 0, 0);
+		if (ret < 0 && ret != -ENOENT) {
+			dbox_error("inode %llu: writing back its cached writes "
+				   "before unmounting: %s",
+				   (unsigned long long)inos[i], strerror(-ret));
+			failed++;
+		}
+	}
+	free(inos);
+	return failed;
+}
+
 static void *stop_thread(void *arg)
 {
 	struct fs_stop *s = arg;
 	unsigned char b;
 	ssize_t n;
-	int fd;
 
 	while ((n = read(s->pipe[0], &b, 1)) < 0 && errno == EINTR)
 		;
@@ -64,31 +115,25 @@ static void *stop_thread(void *arg)
 		return NULL; /* fs_stop_finish: the session ended otherwise */
 	dbox_info("%s received; writing back the kernel's cached writes, then "
 		  "unmounting", strsignal(b));
-	fd = open(s->mountpoint, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || syncfs(fd) < 0)
-		dbox_error("%s: writing back cached writes before unmounting: "
-			   "%s", s->mountpoint, strerror(errno));
-	if (fd >= 0)
-		close(fd);
+	write_back_open_files(s->fs);
 	give_back_signals(s);
 	pthread_kill(s->loop, b);
 	return NULL;
 }
 
-int fs_stop_start(struct fs *fs, const char *mountpoint)
+int fs_stop_start(struct fs *fs)
 {
 	struct sigaction sa = { .sa_handler = on_stop_signal };
 	struct fs_stop *s = calloc(1, sizeof(*s));
 	int ret;
 
-	if (s == NULL || (s->mountpoint = strdup(mountpoint)) == NULL) {
-		free(s);
+	if (s == NULL) {
 		ret = -ENOMEM;
 		goto fail;
 	}
+	s->fs = fs;
 	if (pipe2(s->pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
 		ret = -errno;
-		free(s->mountpoint);
 		free(s);
 		goto fail;
 	}
@@ -98,7 +143,6 @@ int fs_stop_start(struct fs *fs, const char *mountpoint)
 	if ((ret = -pthread_create(&s->thread, NULL, stop_thread, s)) < 0) {
 		close(s->pipe[0]);
 		close(s->pipe[1]);
-		free(s->mountpoint);
 		free(s);
 		goto fail;
 	}
@@ -125,7 +169,6 @@ void fs_stop_finish(struct fs *fs)
 	close(s->pipe[1]); /* the thread reads end of file, or is done */
 	pthread_join(s->thread, NULL);
 	close(s->pipe[0]);
-	free(s->mountpoint);
 	free(s);
 	fs->stop = NULL;
 }

@@ -8,8 +8,10 @@
  * signal handlers end the session at once, and those bytes were lost
  * with the unmount although every write() had returned (an attack run:
  * Dovecot's index log cut short, acknowledged flag changes and expunges
- * undone).  Here the signal wakes a thread that syncfs()es the mount
- * point while the request threads go on serving the WRITEs it causes,
+ * undone).  Here the signal wakes a thread that has the kernel write
+ * back the cached pages of every file a client holds open
+ * (fuse_lowlevel_notify_inval_inode: the kernel writes each dirty page
+ * and waits for its WRITE, which the request threads serve meanwhile),
  * and only then passes the signal on to libfuse's handler, which ends
  * the session.  A killed daemon (SIGKILL) still loses what the kernel
  * had not sent: dboxfs(1), -o writeback_cache.
@@ -18,11 +20,10 @@
 struct fs;
 
 /* Take over SIGTERM, SIGINT and SIGHUP from libfuse's handlers (already
-   installed: fuse_set_signal_handlers) for a mount of mountpoint, made
-   and serving from now on, whose session loop runs in the calling
-   thread.  Returns 0, or a negative errno (logged): the stop then stays
-   libfuse's. */
-int fs_stop_start(struct fs *fs, const char *mountpoint);
+   installed: fuse_set_signal_handlers) for fs's mount, made and serving
+   from now on, whose session loop runs in the calling thread.  Returns
+   0, or a negative errno (logged): the stop then stays libfuse's. */
+int fs_stop_start(struct fs *fs);
 
 /* Give the signals back to libfuse's handlers and end the thread.  Safe
    when fs_stop_start was not called or failed. */

@@ -607,13 +607,16 @@ int main(int argc, char *argv[])
 	/* Before the threads start: they log (the index check, purge). */
 	__atomic_store_n(&log_to_stderr, cmd.foreground, __ATOMIC_RELAXED);
 	start_threads(&fs);
-	/* (A mount passed in as /dev/fd/N has no path to sync by.) */
-	if (fs.opts.writeback_cache && !fs.opts.readonly &&
-	    strncmp(cmd.mountpoint, "/dev/fd/", 8) != 0)
-		fs_stop_start(&fs, cmd.mountpoint);
+	if (fs.opts.writeback_cache && !fs.opts.readonly)
+		fs_stop_start(&fs);
 	background_ready(ready_fd, true);
 	ret = run_loop(&fs, &cmd);
 	fs_stop_finish(&fs);
+	/* The stop is under way: more of these signals (a storm of SIGHUP)
+	   must not kill the daemon while it closes the store. */
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGINT, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
 out_unmount:
 	fs_purge_stop(&fs);
 	fs_walkcut_stop(&fs);

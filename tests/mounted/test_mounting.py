@@ -265,22 +265,35 @@ def test_sigterm_keeps_what_write_returned(make_mount, options):
     log = m.mnt / "dovecot.index.log"
     with open(log, "wb") as f:
         f.write(b"H" * 40)
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    fds = [os.open(log, os.O_WRONLY | os.O_APPEND)]
+    chunk = 1 << 20
+    big = {m.mnt / f"big{k}": [b"%08d" % (k * 100 + i) * (chunk // 8) for i in range(8)]
+           for k in range(3)}
     try:
-        assert os.write(fd, b"L" * 30000) == 30000
+        assert os.write(fds[0], b"L" * 30000) == 30000
         (m.mnt / "dovecot.index.tmp").write_bytes(b"I" * 1000)
         os.rename(m.mnt / "dovecot.index.tmp", m.mnt / "dovecot.index")
+        # Megabytes still in the kernel's cache when the signal comes
+        # (30 KB alone came through now and then: the stop first synced
+        # the mount, which does not wait for FUSE's WRITEs).
+        for path, chunks in big.items():
+            fds.append(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+            for c in chunks:
+                assert os.write(fds[-1], c) == chunk
         proc = m.proc
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         m.proc = None
     finally:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
     unmount(m.mnt)
     m.mount()
     assert log.read_bytes() == b"H" * 40 + b"L" * 30000
     assert (m.mnt / "dovecot.index").read_bytes() == b"I" * 1000
+    for path, chunks in big.items():
+        assert path.read_bytes() == b"".join(chunks), path
     assert "SIGTERM" in m.log.read_text() or "Terminated" in m.log.read_text()
