@@ -458,7 +458,11 @@ def test_doveadm_errors_reach_the_terminal_escaped(dovecot_tmp):
                        "printf 'Error: mailbox \\033]0;PWNED\\007\\033[31mred\\n' >&2\n"
                        "exec doveadm \"$@\"\n")
     doveadm.chmod(0o755)
-    r = adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=1)
+    # An error line with mailboxes listed is only warned about (Dovecot
+    # logs the damage it repairs itself as errors).
+    r = adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=0)
+    assert b"warning: doveadm mailbox reported 1 error" in r.stderr, r.stderr
+    assert b"adopted 1 messages" in r.stdout, r.stdout
     assert b"\x1b" not in r.stderr and b"\x07" not in r.stderr, r.stderr
     assert b"Error: mailbox \\x1b]0;PWNED\\x07\\x1b[31mred\n" in r.stderr, r.stderr
 

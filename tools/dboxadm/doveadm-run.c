@@ -189,6 +189,7 @@ int doveadm_run(struct doveadm_run *d, const char *const *args,
 	size_t line_size = 0;
 	int pipefd[2], errfd, status, ret = 0;
 	bool header = true;
+	size_t rows = 0;
 	ssize_t len;
 	pid_t pid;
 	FILE *in;
@@ -269,6 +270,7 @@ int doveadm_run(struct doveadm_run *d, const char *const *args,
 			continue;
 		for (size_t i = 0; i < nnames; i++)
 			ordered[i] = fields[col[i]];
+		rows++;
 		ret = cb(ctx, ordered, nnames);
 	}
 	free(line);
@@ -282,15 +284,22 @@ int doveadm_run(struct doveadm_run *d, const char *const *args,
 		adm_error("doveadm %s failed (exit %d; its messages are above)",
 			  args[0], WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 		ret = -EIO;
-	} else if (ret == 0 && d->errors > 0) {
-		/* Exit 0 after errors: what it printed may be short of what
-		   the mdbox holds (an index it could not lock lists nothing). */
-		adm_error("doveadm %s reported %u error%s (above) although it "
-			  "exited 0; nothing of this run is taken: fix what it "
-			  "names (an mdbox it cannot lock or write; a damaged "
-			  "one: 'doveadm force-resync') and run again",
-			  args[0], d->errors, d->errors == 1 ? "" : "s");
+	} else if (ret == 0 && d->errors > 0 && rows == 0) {
+		/* Exit 0 after errors and nothing listed: an index it could
+		   not lock (a read-only mdbox) lists no mailbox at all. */
+		adm_error("doveadm %s reported %u error%s (above) and listed "
+			  "nothing, although it exited 0; nothing is taken: fix "
+			  "what it names (an mdbox it cannot lock or write) and "
+			  "run again", args[0], d->errors,
+			  d->errors == 1 ? "" : "s");
 		ret = -EIO;
+	} else if (ret == 0 && d->errors > 0) {
+		/* Dovecot logs the damage it repairs itself (a corrupted
+		   cache file) as errors too. */
+		adm_warning("doveadm %s reported %u error%s (above); compare "
+			    "the counts below with the mdbox's before you "
+			    "remove it", args[0], d->errors,
+			    d->errors == 1 ? "" : "s");
 	}
 	return ret;
 }

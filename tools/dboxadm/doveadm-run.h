@@ -53,9 +53,10 @@ typedef int doveadm_line_cb_t(void *ctx, char **fields, size_t nfields);
    header).  doveadm's stderr is passed on to ours (and zlib_missing set
    when it says the zlib plugin cannot be loaded).  Returns 0, -EPROTO
    when a column is missing, -EIO when doveadm failed - a non-zero exit,
-   or an error logged with exit 0, as doveadm does when it cannot lock
-   an index and lists nothing (both reported) -, a negative errno from
-   cb, or one of starting doveadm. */
+   or errors logged and no line listed with exit 0, as doveadm does when
+   it cannot lock an index (both reported; errors with lines listed are
+   only warned about: Dovecot logs damage it repairs as errors) -, a
+   negative errno from cb, or one of starting doveadm. */
 int doveadm_run(struct doveadm_run *d, const char *const *args,
 		const char *const *names, size_t nnames,
 		doveadm_line_cb_t *cb, void *ctx);
