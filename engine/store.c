@@ -241,17 +241,38 @@ const char *dbox_store_dir_name(const struct dbox_store *st, bool alt)
    STORE: symbolic links on the way are followed); storage/ inside it is
    not followed.  Only an ALT dbox_alt_owner_check accepts.  Returns the
    fd of storage/ or -errno (-EPERM: refused, logged). */
-static int open_alt_storage(struct dbox_store *st, const char *alt)
+static int open_alt_storage(struct dbox_store *st, const char *alt,
+			    bool recorded)
 {
-	struct stat store_sb;
-	bool way;
+	struct stat store_sb, sb;
+	uint32_t first;
+	char name[16];
+	bool way, has_files = false;
 	uid_t uid;
 	int ret;
 
 	if (fstat(st->dir_fd, &store_sb) < 0)
 		return -errno;
-	ret = dbox_alt_storage_open(alt, store_sb.st_uid, !st->readonly,
-				    &uid, &way);
+	/* The recorded ALT, which the index places m.N in: its disk may not
+	   be mounted yet, its mount point an empty directory.  That is not
+	   the alternate storage (nothing is made in it), and it is tried
+	   again later (dbox_store_alt_fd). */
+	if (recorded && dbox_index_mfile_alt_first(st->index, &first) == 0)
+		has_files = true;
+	ret = dbox_alt_storage_open(alt, store_sb.st_uid,
+				    !st->readonly && !has_files, &uid, &way);
+	if (ret >= 0 && has_files) {
+		dbox_file_name(name, first);
+		if (fstatat(ret, name, &sb, AT_SYMLINK_NOFOLLOW) < 0 &&
+		    errno == ENOENT) {
+			close(ret);
+			dbox_error("%s/" DBOX_STORE_STORAGE ": holds no %s, which "
+				   "the index places there: not the alternate "
+				   "storage (its disk not mounted yet?)", alt,
+				   name);
+			return -ENOENT;
+		}
+	}
 	if (ret == -EPERM)
 		dbox_error("%s: the alternate storage %s %s uid %u, the store "
 			   "belongs to uid %u; refused", st->path, alt,
@@ -282,7 +303,7 @@ int dbox_store_alt_fd(struct dbox_store *st)
 	if (now < st->alt_tried + DBOX_ALT_RETRY_SECONDS)
 		return -1;
 	st->alt_tried = now;
-	if ((fd = open_alt_storage(st, st->alt_path)) < 0) {
+	if ((fd = open_alt_storage(st, st->alt_path, true)) < 0) {
 		st->alt_err = -fd;
 		return -1;
 	}
@@ -314,7 +335,7 @@ static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set
 	}
 	if (set->alt_path != NULL &&
 	    (recorded == NULL || strcmp(recorded, set->alt_path) != 0)) {
-		fd = open_alt_storage(st, set->alt_path);
+		fd = open_alt_storage(st, set->alt_path, false);
 		if (fd < 0) {
 			if (recorded != NULL)
 				dbox_error("%s/storage: alternate storage not "
@@ -354,7 +375,7 @@ static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set
 	st->alt_path = recorded;
 	if (recorded == NULL)
 		return 0;
-	if ((fd = open_alt_storage(st, recorded)) < 0) {
+	if ((fd = open_alt_storage(st, recorded, true)) < 0) {
 		st->alt_err = -fd;
 		st->alt_tried = monotonic_sec();
 		dbox_error("%s/storage: alternate storage not available: %s; "

@@ -95,6 +95,27 @@ int dbox_index_mfile_get(struct dbox_index *index, uint32_t file_id,
 	return dbox_index_mfile_where(index, file_id, size_r, &alt);
 }
 
+int dbox_index_mfile_alt_first(struct dbox_index *index, uint32_t *file_id_r)
+{
+	sqlite3_stmt *stmt;
+	int rc;
+
+	/* Once per open of an alternate storage: not worth a prepared
+	   statement of the connection's. */
+	if (sqlite3_prepare_v2(index->db, "SELECT min(file_id) FROM mfile "
+			       "WHERE alt != 0", -1, &stmt, NULL) != SQLITE_OK)
+		return index_sql_error(index, "mfile alt");
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW && sqlite3_column_type(stmt, 0) != SQLITE_NULL) {
+		*file_id_r = (uint32_t)sqlite3_column_int64(stmt, 0);
+		sqlite3_finalize(stmt);
+		return 0;
+	}
+	sqlite3_finalize(stmt);
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? -ENOENT :
+		index_sql_error(index, "mfile alt");
+}
+
 int dbox_index_mfile_where(struct dbox_index *index, uint32_t file_id,
 			   uint64_t *size_r, bool *alt_r)
 {

@@ -395,6 +395,10 @@ int dbox_index_mfile_get(struct dbox_index *index, uint32_t file_id,
 int dbox_index_mfile_set(struct dbox_index *index, uint32_t file_id,
 			 uint64_t size);
 
+/* *file_id_r: the lowest m.N the index places in the alternate storage.
+   Returns 0, -ENOENT when there is none, -EIO. */
+int dbox_index_mfile_alt_first(struct dbox_index *index, uint32_t *file_id_r);
+
 /* Committed end of m.<file_id> and whether it lives in the alternate
    storage (ALT/storage/m.N, as opposed to STORE/storage/m.N).  Returns
    0, -ENOENT if unknown, -EIO. */

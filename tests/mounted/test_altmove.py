@@ -469,6 +469,53 @@ def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
         assert (cur / n).read_bytes() == body
 
 
+def test_alt_mount_point_without_its_disk_is_no_alt(tmp_path, make_mount):
+    """The ALT path as an empty directory - the disk's mount point, the
+    disk not mounted yet at boot - is not the alternate storage: the mount
+    made storage/ in it, took it, and never looked again, so the ALT's
+    messages read EIO until a remount even once the disk was there
+    (helper-53).  Now nothing is made in it, and the disk is used once it
+    is mounted."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    cur = m.mnt / "cur"
+    data, old = fill(cur, 12)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    alt.rename(tmp_path / "alt.disk")
+    alt.mkdir()  # the bare mount point
+    m.mount()
+    first = sorted(old)[0]
+    with pytest.raises(OSError) as e:
+        (cur / first).read_bytes()
+    assert e.value.errno == errno.EIO
+    assert os.listdir(alt) == [], "made something in the bare mount point"
+    assert "alternate storage not available" in m.log_text()
+    m.unmount()
+    # An empty storage/ there (as the mount made one before): the same.
+    (alt / "storage").mkdir()
+    m.mount()
+    with pytest.raises(OSError) as e:
+        (cur / first).read_bytes()
+    assert e.value.errno == errno.EIO
+    assert os.listdir(alt / "storage") == []
+    assert "not the alternate storage" in m.log_text()
+    shutil.rmtree(alt)
+    (tmp_path / "alt.disk").rename(alt)  # the disk mounted
+    deadline = time.monotonic() + 3 * 10  # DBOX_ALT_RETRY_SECONDS
+    while True:
+        try:
+            assert (cur / first).read_bytes() == data[first]
+            break
+        except OSError as e:
+            assert e.errno == errno.EIO
+            assert time.monotonic() < deadline, "ALT never tried again"
+            time.sleep(0.5)
+    for n, body in data.items():
+        assert (cur / n).read_bytes() == body
+
+
 @pytest.fixture
 def tiny_alt_fs(tmp_path):
     """A 1 MiB tmpfs for an ALT, unmounted in teardown."""
