@@ -6,11 +6,13 @@
  * adopted nothing.
  */
 #include "engine/import-dovecot-private.h"
+#include "engine/store-dirs.h"
 #include "storage/grow.h"
 #include "storage/dbox-file.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,10 +361,13 @@ int adopt_finish_renames(struct dbox_adopt *adopt)
 /* --- undoing a new store ------------------------------------------------ */
 
 /* The m.N files and staged links in storage/ (open as sfd, closed). */
-static void remove_mfiles(int sfd)
+/* Unlink the m.N (staged or not) of storage/ (sfd), or with plain the
+   files/<ino> of files/ (sfd); closes sfd. */
+static void remove_store_files(int sfd, bool plain)
 {
 	DIR *dir = fdopendir(sfd);
 	struct dirent *de;
+	uint64_t ino;
 	uint32_t id;
 
 	if (dir == NULL) {
@@ -372,6 +377,11 @@ static void remove_mfiles(int sfd)
 	while ((de = readdir(dir)) != NULL) {
 		const char *n = de->d_name;
 
+		if (plain) {
+			if (dbox_files_name_ino(n, &ino))
+				unlinkat(sfd, n, 0);
+			continue;
+		}
 		if (strncmp(n, STAGE_PREFIX, strlen(STAGE_PREFIX)) == 0)
 			n += strlen(STAGE_PREFIX);
 		if (dbox_mfile_parse_name(n, &id))
@@ -394,7 +404,12 @@ void dbox_adopt_remove_store(const char *path, bool dir_made)
 	sfd = openat(dfd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |
 		     O_NOFOLLOW | O_CLOEXEC);
 	if (sfd >= 0)
-		remove_mfiles(sfd);
+		remove_store_files(sfd, false);
+	/* Plain files the run adopted (the mdbox's own non-mail files). */
+	sfd = openat(dfd, DBOX_STORE_FILES, O_RDONLY | O_DIRECTORY |
+		     O_NOFOLLOW | O_CLOEXEC);
+	if (sfd >= 0)
+		remove_store_files(sfd, true);
 	unlinkat(dfd, DBOX_STORE_STORAGE, AT_REMOVEDIR);
 	unlinkat(dfd, DBOX_STORE_FILES, AT_REMOVEDIR);
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)

@@ -485,3 +485,23 @@ def test_doveadm_errors_with_exit_0_fail_the_import(dovecot_tmp):
     subprocess.run(["chmod", "-R", "u+w", str(root)], check=True)
     r = adm("import-dovecot", store, root, check_rc=0)
     assert b"adopted 1 messages" in r.stdout, r.stdout
+
+
+def test_a_failed_import_leaves_nothing_in_the_way(dovecot_tmp):
+    """doveadm failing half way (here its fetch) after the run had made
+    plain files in the new store: the store was "removed" but files/ kept
+    them, and the next run refused the directory as not empty
+    (helper-53).  Now nothing is left, and the next run imports."""
+    tmp_path = dovecot_tmp
+    root, store, dv = one_message_mdbox(tmp_path)
+    doveadm = tmp_path / "doveadm"
+    doveadm.write_text("#!/bin/sh\n"
+                       "for a in \"$@\"; do [ \"$a\" = fetch ] && "
+                       "{ echo 'Error: fetch broke' >&2; exit 1; }; done\n"
+                       "exec doveadm \"$@\"\n")
+    doveadm.chmod(0o755)
+    r = adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=1)
+    assert b"removed the store this run had created" in r.stderr, r.stderr
+    assert not store.exists(), sorted(p.name for p in store.rglob("*"))
+    r = adm("import-dovecot", store, root, check_rc=0)
+    assert b"adopted 1 messages" in r.stdout, r.stdout
