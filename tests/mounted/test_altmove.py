@@ -423,14 +423,37 @@ def test_altmove_killed_midway(tmp_path, make_mount):
     check_store(store, data, alt)
 
 
-def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
-    store, alt = tmp_path / "store", tmp_path / "alt"
+def store_with_old_mail_in_alt(tmp_path, make_mount, n):
+    """n messages (fill), the old ones moved to tmp_path/alt by an offline
+    altmove: (the mount, unmounted; alt; {name: bytes}; the old names)."""
+    alt = tmp_path / "alt"
     alt.mkdir()
-    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
-    cur = m.mnt / "cur"
-    data, old = fill(cur, 20)
+    m = make_mount(store=tmp_path / "store", mnt=tmp_path / "mnt",
+                   options=["-o", ROTATE])
+    data, old = fill(m.mnt / "cur", n)
     m.unmount()
-    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    adm("altmove", m.store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    return m, alt, data, old
+
+
+def read_once_alt_is_back(path, body):
+    """Read path (a message stored in ALT) until it gives body: EIO until
+    the running mount tries its ALT again (every DBOX_ALT_RETRY_SECONDS,
+    10) and finds it; fails after three of those."""
+    deadline = time.monotonic() + 3 * 10
+    while True:
+        try:
+            assert path.read_bytes() == body
+            return
+        except OSError as e:
+            assert e.errno == errno.EIO
+            assert time.monotonic() < deadline, "ALT never tried again"
+            time.sleep(0.5)
+
+
+def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
+    m, alt, data, old = store_with_old_mail_in_alt(tmp_path, make_mount, 20)
+    store, cur = m.store, m.mnt / "cur"
     alt.rename(tmp_path / "alt.away")
 
     m.mount()
@@ -451,15 +474,7 @@ def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
     # again and its messages read again (they stayed EIO until a remount).
     (tmp_path / "alt.away").rename(alt)
     first = sorted(old)[0]
-    deadline = time.monotonic() + 3 * 10  # DBOX_ALT_RETRY_SECONDS
-    while True:
-        try:
-            assert (cur / first).read_bytes() == data[first]
-            break
-        except OSError as e:
-            assert e.errno == errno.EIO
-            assert time.monotonic() < deadline, "ALT never tried again"
-            time.sleep(0.5)
+    read_once_alt_is_back(cur / first, data[first])
     assert "the alternate storage is back" in m.log_text()
     for n, body in data.items():
         assert (cur / n).read_bytes() == body
@@ -476,13 +491,8 @@ def test_alt_mount_point_without_its_disk_is_no_alt(tmp_path, make_mount):
     messages read EIO until a remount even once the disk was there
     (helper-53).  Now nothing is made in it, and the disk is used once it
     is mounted."""
-    store, alt = tmp_path / "store", tmp_path / "alt"
-    alt.mkdir()
-    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    m, alt, data, old = store_with_old_mail_in_alt(tmp_path, make_mount, 12)
     cur = m.mnt / "cur"
-    data, old = fill(cur, 12)
-    m.unmount()
-    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
     alt.rename(tmp_path / "alt.disk")
     alt.mkdir()  # the bare mount point
     m.mount()
@@ -503,15 +513,7 @@ def test_alt_mount_point_without_its_disk_is_no_alt(tmp_path, make_mount):
     assert "not the alternate storage" in m.log_text()
     shutil.rmtree(alt)
     (tmp_path / "alt.disk").rename(alt)  # the disk mounted
-    deadline = time.monotonic() + 3 * 10  # DBOX_ALT_RETRY_SECONDS
-    while True:
-        try:
-            assert (cur / first).read_bytes() == data[first]
-            break
-        except OSError as e:
-            assert e.errno == errno.EIO
-            assert time.monotonic() < deadline, "ALT never tried again"
-            time.sleep(0.5)
+    read_once_alt_is_back(cur / first, data[first])
     for n, body in data.items():
         assert (cur / n).read_bytes() == body
 
