@@ -60,12 +60,11 @@ static void give_back_signals(struct fs_stop *s)
    WRITE's reply (launder), which the request threads serve meanwhile; a
    syncfs() of the mount point does not wait for them (FUSE ends a page's
    writeback before the daemon has it), and an attack run still lost
-   bytes with it.  Returns how many inodes failed (logged). */
-static unsigned int write_back_open_files(struct fs *fs)
+   bytes with it.  What fails is logged; the stop goes on. */
+static void write_back_open_files(struct fs *fs)
 {
 	fuse_ino_t *inos = NULL;
 	size_t n = 0, size = 0;
-	unsigned int failed = 0;
 	int ret;
 
 	fs_lock(fs);
@@ -75,7 +74,9 @@ static unsigned int write_back_open_files(struct fs *fs)
 		if (n == size) {
 			size = size == 0 ? 64 : size * 2;
 			if ((v = realloc(inos, size * sizeof(*v))) == NULL) {
-				failed++;
+				dbox_error("writing back cached writes before "
+					   "unmounting: out of memory; %zu open "
+					   "files only", n);
 				break;
 			}
 			inos = v;
@@ -96,11 +97,9 @@ static unsigned int write_back_open_files(struct fs *fs)
 			dbox_error("inode %llu: writing back its cached writes "
 				   "before unmounting: %s",
 				   (unsigned long long)inos[i], strerror(-ret));
-			failed++;
 		}
 	}
 	free(inos);
-	return failed;
 }
 
 static void *stop_thread(void *arg)

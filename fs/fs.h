@@ -100,7 +100,7 @@ struct fs_handle {
 void fs_handles_free(struct fs *fs);
 
 /* fs-dir.c: the same for directory handles (a RELEASEDIR still queued:
-   a directory open at an unmount, or the one fs-stop.c syncs by). */
+   a directory open when the session ended). */
 void fs_dirhandles_free(struct fs *fs);
 
 /* Take and drop the store lock (st->lock, dbox_store_mutex_lock: lock

@@ -78,8 +78,3 @@ void dbox_index_verify_stop(struct dbox_index *index)
 	v->db = NULL;
 	v->running = false;
 }
-
-bool dbox_index_damaged(const struct dbox_index *index)
-{
-	return __atomic_load_n(&index->damaged, __ATOMIC_ACQUIRE);
-}

@@ -14,8 +14,6 @@
  * told a message is stored in an index that may lose it.
  */
 
-#include <stdbool.h>
-
 struct dbox_index;
 
 /* Start the check of index (opened read-write, the WAL replayed).
@@ -27,9 +25,5 @@ int dbox_index_verify_start(struct dbox_index *index);
 /* Stop a running check (interrupted) and close its connection; safe when
    none was started.  dbox_index_close calls it. */
 void dbox_index_verify_stop(struct dbox_index *index);
-
-/* Has the index been found damaged (by SQLite on any request, or by the
-   check)?  Any thread. */
-bool dbox_index_damaged(const struct dbox_index *index);
 
 #endif
