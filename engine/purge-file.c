@@ -167,6 +167,17 @@ static int copy_range(struct purge *p, int in, uint64_t in_off, int out,
 	return 0;
 }
 
+/* The roots of the file being purged and of its copies, for log lines. */
+static const char *src_root(const struct purge *p)
+{
+	return dbox_store_dir_name(p->st, p->from_alt);
+}
+
+static const char *dest_root(const struct purge *p)
+{
+	return dbox_store_dir_name(p->st, p->to_alt);
+}
+
 /* Copy the records to pool files and sync them; fills moves[]. */
 static int copy_records(struct purge *p, uint32_t file_id, int fd,
 			const struct dbox_file_rec *recs, size_t nrecs,
@@ -188,7 +199,7 @@ static int copy_records(struct purge *p, uint32_t file_id, int fd,
 		dbox_metadata_clear(&md);
 		if (ret < 0 || record_size != r->record_size) {
 			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u offset %llu: record %s; "
-				   "the file is not purged", p->st->path,
+				   "the file is not purged", src_root(p),
 				   file_id, (unsigned long long)r->offset,
 				   ret < 0 ? "unreadable" :
 				   "size differs from the index");
@@ -202,8 +213,9 @@ static int copy_records(struct purge *p, uint32_t file_id, int fd,
 		ret = copy_range(p, fd, r->offset, d->mf->fd, d->mf->size,
 				 record_size);
 		if (ret < 0) {
-			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u -> m.%u: copying the record "
-				   "at %llu: %s", p->st->path, file_id,
+			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u -> %s/" DBOX_STORE_STORAGE
+				   "/m.%u: copying the record at %llu: %s",
+				   src_root(p), file_id, dest_root(p),
 				   d->mf->file_id, (unsigned long long)r->offset,
 				   strerror(-ret));
 			/* The part copied lies past mf->size, where
@@ -224,7 +236,7 @@ static int copy_records(struct purge *p, uint32_t file_id, int fd,
 		if (fdatasync(p->dests[i].mf->fd) < 0) {
 			int ret = -errno;
 
-			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: fdatasync: %s", p->st->path,
+			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: fdatasync: %s", dest_root(p),
 				   p->dests[i].mf->file_id, strerror(errno));
 			return ret;
 		}
@@ -267,7 +279,7 @@ static int switch_file(struct purge *p, uint32_t file_id, uint64_t ino,
 		*forgot_r = left == 0 && !purge_in_pool(p->st, file_id);
 	} else if (ret == 0 && left > 0) {
 		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: %llu records appeared in it during "
-			   "the purge; the file is kept", p->st->path, file_id,
+			   "the purge; the file is kept", src_root(p), file_id,
 			   (unsigned long long)left);
 		ret = -EAGAIN;
 	}
@@ -289,7 +301,7 @@ static int switch_file(struct purge *p, uint32_t file_id, uint64_t ino,
 	if (dbox_index_sync(index) < 0) {
 		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: purge switched but the index is "
 			   "not on disk; the file stays until a later purge",
-			   p->st->path, file_id);
+			   src_root(p), file_id);
 		return 1;
 	}
 	return 0;
@@ -313,7 +325,7 @@ static void fix_received(struct purge *p, const struct dbox_file_rec *recs,
 				dbox_time_sec(moves[i].mtime_ns))) < 0 &&
 		    ret != -ERANGE)
 			dbox_warning("%s/" DBOX_STORE_STORAGE "/m.%u offset %llu: received "
-				     "date not updated: %s", p->st->path,
+				     "date not updated: %s", dest_root(p),
 				     moves[i].new_file_id,
 				     (unsigned long long)moves[i].new_offset,
 				     strerror(-ret));
@@ -373,6 +385,7 @@ int purge_file(struct purge *p, uint32_t file_id)
 		purge_unlock(p);
 		return -EIO; /* logged by dbox_store_read_fd */
 	}
+	p->from_alt = alt;
 	p->to_alt = alt || p->set->altmove;
 	ret = dbox_index_file_records(st->index, file_id, &recs, &nrecs);
 	if (ret == 0)

@@ -33,6 +33,7 @@ struct purge {
 	   altmove: copies go to ALT m.N files of this run (alts, the last one
 	   taking more), never to the append pool. */
 	bool to_alt;
+	bool from_alt; /* the file being purged lives in the alternate storage */
 	struct dbox_mfile **alts;
 	size_t nalts;
 };

@@ -128,7 +128,7 @@ static int wanted(struct purge *p, uint32_t file_id, uint64_t *live_r)
 		return fd;
 	if (dbox_file_read_header(fd, &header_len) < 0) {
 		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: unreadable file header; not "
-			   "purged", st->path, file_id);
+			   "purged", dbox_store_mfile_root(st, file_id), file_id);
 		return -EIO;
 	}
 	data = u.committed > header_len ? u.committed - header_len : 0;

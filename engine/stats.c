@@ -21,6 +21,9 @@ struct gather {
 	struct dbox_index *index;
 	size_t folders_size, files_size;
 	bool per_file;
+	uint32_t *seen;      /* file_id of every m.N on disk (sorted after
+				the walk) */
+	size_t nseen, seen_size;
 };
 
 /* Room for one more element in *array (n used of *size, elem bytes
@@ -195,6 +198,10 @@ static int disk_cb(void *ctx, const struct dbox_mfile_ent *ent)
 
 	if (!S_ISREG(ent->st.st_mode))
 		return 0; /* never read by dboxfs (check reports it) */
+	if (grow((void **)&g->seen, g->nseen, &g->seen_size,
+		 sizeof(*g->seen)) < 0)
+		return -ENOMEM;
+	g->seen[g->nseen++] = ent->file_id;
 	st->mfiles++;
 	st->mfile_bytes += size;
 	if (ent->alt) {
@@ -217,6 +224,33 @@ static int disk_cb(void *ctx, const struct dbox_mfile_ent *ent)
 	if (dbox_index_mfile_get(g->index, ent->file_id, &committed) == 0 &&
 	    size > committed)
 		st->pending_bytes += size - committed;
+	return 0;
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* One m.N of the index: counted as missing when the walk did not see it
+   on disk. */
+static int known_cb(void *ctx, uint32_t file_id, uint64_t size)
+{
+	struct gather *g = ctx;
+	struct dbox_stats *st = g->st;
+	uint64_t committed;
+	bool alt = false;
+
+	if (bsearch(&file_id, g->seen, g->nseen, sizeof(*g->seen),
+		    id_cmp) != NULL)
+		return 0;
+	st->missing_mfiles++;
+	st->missing_bytes += size;
+	if (dbox_index_mfile_where(g->index, file_id, &committed, &alt) == 0 &&
+	    alt)
+		st->missing_alt_mfiles++;
 	return 0;
 }
 
@@ -251,6 +285,10 @@ int dbox_stats_get(struct dbox_view *view, bool per_file, struct dbox_stats *st)
 		ret = dbox_index_stats_maildirs(g.index, dir_count_cb, &g);
 	if (ret == 0)
 		ret = dbox_view_mfile_walk(view, disk_cb, &g);
+	if (ret == 0) {
+		qsort(g.seen, g.nseen, sizeof(*g.seen), id_cmp);
+		ret = dbox_index_mfile_list(g.index, known_cb, &g);
+	}
 	if (ret == 0 && st->nfiles > 1)
 		qsort(st->files, st->nfiles, sizeof(*st->files), file_cmp);
 	if (ret == 0 && per_file)
@@ -258,10 +296,14 @@ int dbox_stats_get(struct dbox_view *view, bool per_file, struct dbox_stats *st)
 	if (ret == 0)
 		purge_totals(g.index, st);
 	dbox_index_snapshot_end(g.index);
+	free(g.seen);
 	if (ret != 0)
 		return ret;
+	/* The live records of a missing m.N count in live_record_bytes: its
+	   committed end stands in for its size (its header is not known). */
 	used = st->header_bytes + st->ix.live_record_bytes + st->pending_bytes;
-	st->dead_bytes = st->mfile_bytes > used ? st->mfile_bytes - used : 0;
+	st->dead_bytes = st->mfile_bytes + st->missing_bytes > used ?
+		st->mfile_bytes + st->missing_bytes - used : 0;
 	return decode_folders(st);
 }
 

@@ -43,6 +43,12 @@ struct dbox_stats {
 	uint64_t mfiles, mfile_bytes;/* m.N on disk (regular files) */
 	uint64_t disk_bytes;         /* their allocated blocks */
 	uint64_t alt_mfiles, alt_bytes; /* of those, in the alternate storage */
+	/* m.N the index knows that are not on disk (deleted, or in an
+	   alternate storage that is not available), with the bytes the index
+	   counts in them (their committed ends); their messages cannot be
+	   read. */
+	uint64_t missing_mfiles, missing_bytes;
+	uint64_t missing_alt_mfiles; /* of those, placed in the ALT storage */
 	uint64_t header_bytes;       /* their file header lines */
 	uint64_t pending_bytes;      /* past the committed ends: a write in
 					progress, or a crash's leftovers */

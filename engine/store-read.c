@@ -73,16 +73,17 @@ int dbox_store_mfile_open(struct dbox_store *st, uint32_t file_id, int flags)
 	return fd;
 }
 
-int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)
+/* dbox_store_read_fd, and in *alt_r where the file lives. */
+static int read_fd(struct dbox_store *st, uint32_t file_id, bool *alt_r)
 {
 	char name[16];
-	bool alt = false;
 	int dir, fd;
 
 	dbox_store_assert_locked(st);
 	/* The one place an m.N is opened for reading: wherever it lives
 	   (the index says; one it does not know is in storage/). */
-	dir = dbox_store_mfile_dir(st, file_id, &alt);
+	*alt_r = false;
+	dir = dbox_store_mfile_dir(st, file_id, alt_r);
 	if (dir == -ENOENT)
 		dir = st->storage_fd;
 	if (dir < 0)
@@ -91,9 +92,27 @@ int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)
 	if (fd >= 0)
 		return fd;
 	dbox_file_name(name, file_id);
-	dbox_error("%s/" DBOX_STORE_STORAGE "/%s: %s", dbox_store_dir_name(st, alt), name,
-		   strerror(-fd));
+	dbox_error("%s/" DBOX_STORE_STORAGE "/%s: %s", dbox_store_dir_name(st, *alt_r),
+		   name, strerror(-fd));
 	return fd == -EMFILE || fd == -ENFILE ? fd : -EIO;
+}
+
+int dbox_store_read_fd(struct dbox_store *st, uint32_t file_id)
+{
+	bool alt;
+
+	return read_fd(st, file_id, &alt);
+}
+
+const char *dbox_store_mfile_root(struct dbox_store *st, uint32_t file_id)
+{
+	uint64_t size;
+	bool alt = false;
+
+	dbox_store_assert_locked(st);
+	if (dbox_index_mfile_where(st->index, file_id, &size, &alt) < 0)
+		alt = false;
+	return dbox_store_dir_name(st, alt);
 }
 
 void dbox_store_read_fd_forget(struct dbox_store *st, uint32_t file_id)
@@ -107,17 +126,20 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 {
 	struct dbox_metadata md;
 	uint64_t body_size, record_size;
+	const char *root;
+	bool alt;
 	int fd, ret;
 
 	dbox_store_assert_locked(st);
-	if ((fd = dbox_store_read_fd(st, loc->file_id)) < 0)
+	if ((fd = read_fd(st, loc->file_id, &alt)) < 0)
 		return fd;
+	root = dbox_store_dir_name(st, alt);
 	/* The reader reads through a descriptor of its own, so a purge may
 	   unlink the m.N and close the store's descriptor under it. */
 	if ((fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
 		int err = errno;
 
-		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: dup: %s", st->path, loc->file_id,
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: dup: %s", root, loc->file_id,
 			   strerror(err));
 		return err == EMFILE || err == ENFILE ? -err : -EIO;
 	}
@@ -131,7 +153,7 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 				    &record_size)) < 0) {
 		/* Corruption was logged, naming file and offset. */
 		if (ret != -EIO)
-			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u offset %llu: %s", st->path,
+			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u offset %llu: %s", root,
 				   loc->file_id, (unsigned long long)loc->offset,
 				   strerror(-ret));
 		close(fd);
@@ -139,7 +161,7 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 	}
 	if (strncmp(md.guid, loc->guid, sizeof(loc->guid) - 1) != 0) {
 		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u offset %llu: record has GUID '%s', "
-			   "the index says '%s'; run 'dboxadm check'", st->path,
+			   "the index says '%s'; run 'dboxadm check'", root,
 			   loc->file_id, (unsigned long long)loc->offset,
 			   md.guid, loc->guid);
 		dbox_metadata_clear(&md);
@@ -156,7 +178,7 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
 	/* Log lines name the record as the other read errors do (a name
 	   that cannot be allocated leaves the body offset). */
 	(void)dbox_reader_set_name(*reader_r, "%s/" DBOX_STORE_STORAGE "/m.%u offset %llu",
-				   st->path, loc->file_id,
+				   root, loc->file_id,
 				   (unsigned long long)loc->offset);
 	return 0;
 }

@@ -311,6 +311,12 @@ int dbox_store_mfile_dir(struct dbox_store *st, uint32_t file_id, bool *alt_r);
    st->path, or the ALT path when alt (valid while the store is open). */
 const char *dbox_store_dir_name(const struct dbox_store *st, bool alt);
 
+/* The root whose storage/ holds m.<file_id> as the index says (st->path
+   when it does not know the file or cannot tell), for log lines; valid
+   while the store is open.  One index query: for error paths.  Needs
+   st->lock. */
+const char *dbox_store_mfile_root(struct dbox_store *st, uint32_t file_id);
+
 /* Set the R metadata of a finished message record to received (UNIX
    seconds), in place (dbox_record_set_received).  Returns 0 or a negative
    errno (-ERANGE when it cannot be set in place: the new date does not

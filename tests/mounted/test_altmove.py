@@ -469,6 +469,15 @@ def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
             assert (cur / n).read_bytes() == body
     log = m.log_text()
     assert f"{alt}/storage" in log, log[-3000:]
+    # stats counts the ALT's m.N as not on disk (not as no file at all),
+    # says why, and exits 1; with the ALT back, 0 and none missing.
+    in_alt = {fid for fid, a in where(store).values() if a}
+    r = adm("stats", "--json", store, check_rc=1)
+    s = json.loads(r.stdout)
+    assert (s["missing_mfiles"], s["missing_alt_mfiles"], s["alt_mfiles"]) \
+        == (len(in_alt), len(in_alt), 0), s
+    assert s["missing_mfile_bytes"] > sum(len(data[n]) for n in old), s
+    assert b"the alternate storage is not available" in r.stderr, r.stderr
 
     # Back in place (its disk mounted late): the running mount tries it
     # again and its messages read again (they stayed EIO until a remount).
@@ -478,6 +487,8 @@ def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
     assert "the alternate storage is back" in m.log_text()
     for n, body in data.items():
         assert (cur / n).read_bytes() == body
+    s = json.loads(adm("stats", "--json", store, check_rc=0).stdout)
+    assert (s["missing_mfiles"], s["alt_mfiles"]) == (0, len(in_alt)), s
     m.unmount()
     m.mount()
     for n, body in data.items():
@@ -610,6 +621,28 @@ def test_logs_name_alt_files_by_the_alt_path(tmp_path, make_mount):
     m.unmount()
     assert f"{moved}: cutting 16 bytes" in log, log
     assert f"{store}/storage/{moved.name}" not in log, log
+
+    # A read that finds another record than the index knows (its GUID
+    # changed in place) names the ALT file too.
+    name = sorted(old)[0]
+    fid, in_alt = where(store)[name]
+    assert in_alt
+    (guid, offset), = index_rows(store, "SELECT m.guid, m.offset FROM message m"
+                                        " JOIN entry e ON e.ino = m.ino"
+                                        f" WHERE e.name = CAST('{name}' AS BLOB)")
+    path = alt / "storage" / f"m.{fid}"
+    raw = bytearray(path.read_bytes())
+    at = raw.index(guid.encode(), offset)
+    raw[at] = ord("0") if raw[at] != ord("0") else ord("1")
+    path.write_bytes(bytes(raw))
+    m.mount()
+    with pytest.raises(OSError) as e:
+        (m.mnt / "cur" / name).read_bytes()
+    assert e.value.errno == errno.EIO
+    log = m.log_text()
+    m.unmount()
+    assert f"{path} offset {offset}: record has GUID" in log, log
+    assert f"{store}/storage/m.{fid}" not in log, log
 
 
 def test_rebuild_never_drops_alt_files_silently(tmp_path, make_mount):

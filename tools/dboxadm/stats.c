@@ -99,6 +99,9 @@ static void print_json(const struct dbox_stats *s, bool files)
 		{ "mfile_disk_usage", s->disk_bytes },
 		{ "alt_mfiles", s->alt_mfiles },
 		{ "alt_mfile_bytes", s->alt_bytes },
+		{ "missing_mfiles", s->missing_mfiles },
+		{ "missing_mfile_bytes", s->missing_bytes },
+		{ "missing_alt_mfiles", s->missing_alt_mfiles },
 		{ "messages", s->ix.messages },
 		{ "message_names", s->ix.message_names },
 		{ "live_bytes", s->ix.live_record_bytes },
@@ -225,6 +228,14 @@ static void print_text(const struct dbox_stats *s, bool files)
 		       (unsigned long long)s->alt_mfiles,
 		       (unsigned long long)s->alt_bytes,
 		       human(s->alt_bytes, h));
+	if (s->missing_mfiles > 0)
+		printf("not on disk         %llu m.N, %llu bytes by the index%s\n",
+		       (unsigned long long)s->missing_mfiles,
+		       (unsigned long long)s->missing_bytes,
+		       s->missing_alt_mfiles == s->missing_mfiles ?
+		       " (in the alternate storage)" :
+		       s->missing_alt_mfiles > 0 ?
+		       " (some in the alternate storage)" : "");
 	printf("messages            %llu (%llu names)\n",
 	       (unsigned long long)s->ix.messages,
 	       (unsigned long long)s->ix.message_names);
@@ -275,12 +286,21 @@ static int stats_main(int argc, char **argv)
 		print_json(&s, files);
 	else
 		print_text(&s, files);
-	dbox_stats_free(&s);
 	if (ret == 0 && fflush(stdout) != 0) {
 		adm_error("writing the output: %s", strerror(errno));
-		return ADM_EXIT_FAILED;
+		ret = -EIO;
+	} else if (ret == 0 && s.missing_mfiles > 0) {
+		/* The figures stand, but some mail cannot be read. */
+		adm_error("%s: %llu m.N the index knows are not on disk%s; their "
+			  "messages are unreadable (run 'dboxadm check')", argv[0],
+			  (unsigned long long)s.missing_mfiles,
+			  s.missing_alt_mfiles > 0 ?
+			  " (the alternate storage is not available)" : "");
+		ret = 1;
 	}
-	return ret == 0 ? ADM_EXIT_OK : ADM_EXIT_USAGE;
+	dbox_stats_free(&s);
+	return ret == 0 ? ADM_EXIT_OK : ret == 1 || ret == -EIO ?
+		ADM_EXIT_FAILED : ADM_EXIT_USAGE;
 }
 
 const struct adm_verb adm_verb_stats = {
@@ -295,7 +315,8 @@ const struct adm_verb adm_verb_stats = {
 	"purge), plaintext vs stored body bytes (compression ratio), and the\n"
 	"messages per folder (names in UTF-8; as stored, in modified UTF-7, in\n"
 	"parentheses and in --json's folders_raw), and what purges gave back so\n"
-	"far.  Works while STORE is mounted.\n"
+	"far.  Works while STORE is mounted.  Exit status 1 when m.N the index\n"
+	"knows are not on disk (or their alternate storage is not available).\n"
 	"\n"
 	"  --json   one JSON object instead of text\n"
 	"  --files  also each m.N: bytes, live and dead bytes, messages\n",
