@@ -360,14 +360,12 @@ int adopt_finish_renames(struct dbox_adopt *adopt)
 
 /* --- undoing a new store ------------------------------------------------ */
 
-/* The m.N files and staged links in storage/ (open as sfd, closed). */
-/* Unlink the m.N (staged or not) of storage/ (sfd), or with plain the
-   files/<ino> of files/ (sfd); closes sfd. */
-static void remove_store_files(int sfd, bool plain)
+/* Unlink the staged links (STAGE_PREFIX m.N) of a run in storage/ (sfd,
+   closed here). */
+static void remove_staged(int sfd)
 {
 	DIR *dir = fdopendir(sfd);
 	struct dirent *de;
-	uint64_t ino;
 	uint32_t id;
 
 	if (dir == NULL) {
@@ -377,44 +375,26 @@ static void remove_store_files(int sfd, bool plain)
 	while ((de = readdir(dir)) != NULL) {
 		const char *n = de->d_name;
 
-		if (plain) {
-			if (dbox_files_name_ino(n, &ino))
-				unlinkat(sfd, n, 0);
-			continue;
-		}
-		if (strncmp(n, STAGE_PREFIX, strlen(STAGE_PREFIX)) == 0)
-			n += strlen(STAGE_PREFIX);
-		if (dbox_mfile_parse_name(n, &id))
-			unlinkat(sfd, de->d_name, 0);
+		if (strncmp(n, STAGE_PREFIX, strlen(STAGE_PREFIX)) == 0 &&
+		    dbox_mfile_parse_name(n + strlen(STAGE_PREFIX), &id))
+			unlinkat(sfd, n, 0);
 	}
 	closedir(dir);
 }
 
 void dbox_adopt_remove_store(const char *path, bool dir_made)
 {
-	static const char *const names[] = {
-		DBOX_STORE_INDEX, DBOX_STORE_INDEX "-wal", DBOX_STORE_INDEX "-shm",
-		DBOX_STORE_INDEX "-journal", DBOX_STORE_INDEX "-reserve",
-		DBOX_STORE_LOCK };
 	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int sfd;
+	int sfd = -1;
 
-	if (dfd < 0)
-		return;
-	sfd = openat(dfd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |
-		     O_NOFOLLOW | O_CLOEXEC);
+	if (dfd >= 0)
+		sfd = openat(dfd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |
+			     O_NOFOLLOW | O_CLOEXEC);
 	if (sfd >= 0)
-		remove_store_files(sfd, false);
-	/* Plain files the run adopted (the mdbox's own non-mail files). */
-	sfd = openat(dfd, DBOX_STORE_FILES, O_RDONLY | O_DIRECTORY |
-		     O_NOFOLLOW | O_CLOEXEC);
-	if (sfd >= 0)
-		remove_store_files(sfd, true);
-	unlinkat(dfd, DBOX_STORE_STORAGE, AT_REMOVEDIR);
-	unlinkat(dfd, DBOX_STORE_FILES, AT_REMOVEDIR);
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		unlinkat(dfd, names[i], 0);
-	close(dfd);
-	if (dir_made)
-		rmdir(path);
+		remove_staged(sfd);
+	if (dfd >= 0)
+		close(dfd);
+	/* The rest, and the plain files the run adopted (the mdbox's own
+	   non-mail files), are what any new store holds. */
+	dbox_store_remove_new(path, dir_made);
 }

@@ -1,9 +1,10 @@
 /*
- * store-dirs.c: walking a directory of a store, and the names of files/
- * (store-dirs.h).
+ * store-dirs.c: walking a directory of a store, the names of files/, and
+ * removing a store just made (store-dirs.h).
  */
 #include "engine/store-dirs.h"
 #include "engine/store-layout.h"
+#include "storage/dbox-file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -134,4 +135,53 @@ int dbox_alt_storage_open(const char *alt, uid_t owner, bool create,
 		ret = dbox_storage_dir_open(fd);
 	close(fd);
 	return ret;
+}
+
+/* Unlink the m.N of storage/ (plain: the files/<ino> of files/) open as
+   sfd; closes sfd. */
+static void remove_store_files(int sfd, bool plain)
+{
+	DIR *dir = fdopendir(sfd);
+	struct dirent *de;
+	uint64_t ino;
+	uint32_t id;
+
+	if (dir == NULL) {
+		close(sfd);
+		return;
+	}
+	while ((de = readdir(dir)) != NULL) {
+		if (plain ? dbox_files_name_ino(de->d_name, &ino) :
+		    dbox_mfile_parse_name(de->d_name, &id))
+			unlinkat(sfd, de->d_name, 0);
+	}
+	closedir(dir);
+}
+
+void dbox_store_remove_new(const char *path, bool dir_made)
+{
+	static const char *const names[] = {
+		DBOX_STORE_INDEX, DBOX_STORE_INDEX "-wal", DBOX_STORE_INDEX "-shm",
+		DBOX_STORE_INDEX "-journal", DBOX_STORE_INDEX "-reserve",
+		DBOX_STORE_LOCK };
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int sfd;
+
+	if (dfd < 0)
+		return;
+	sfd = openat(dfd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY |
+		     O_NOFOLLOW | O_CLOEXEC);
+	if (sfd >= 0)
+		remove_store_files(sfd, false);
+	sfd = openat(dfd, DBOX_STORE_FILES, O_RDONLY | O_DIRECTORY |
+		     O_NOFOLLOW | O_CLOEXEC);
+	if (sfd >= 0)
+		remove_store_files(sfd, true);
+	unlinkat(dfd, DBOX_STORE_STORAGE, AT_REMOVEDIR);
+	unlinkat(dfd, DBOX_STORE_FILES, AT_REMOVEDIR);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		unlinkat(dfd, names[i], 0);
+	close(dfd);
+	if (dir_made)
+		rmdir(path);
 }

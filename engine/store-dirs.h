@@ -4,8 +4,8 @@
 /*
  * store-dirs: reading the directories of a store (the store directory,
  * storage/, files/; engine/store-layout.h names them): one walk over a
- * directory descriptor, what a name in files/ means, and who owns the
- * way to a store's directory (STORE, ALT).
+ * directory descriptor, what a name in files/ means, who owns the way to
+ * a store's directory (STORE, ALT), and undoing a store just made.
  */
 
 #include <stdbool.h>
@@ -68,5 +68,13 @@ int dbox_alt_owner_check(int alt_fd, const char *alt, uid_t owner,
    *uid_r and *way_r as dbox_alt_owner_check sets them. */
 int dbox_alt_storage_open(const char *alt, uid_t owner, bool create,
 			  uid_t *uid_r, bool *way_r);
+
+/* Undo a store that was just made and holds no mail of anyone's yet: in
+   directory path, the names dbox_store_open makes (the index and its
+   companions, the lock, storage/ with its m.N, files/ with its
+   files/<ino>), nothing else, and path itself when dir_made (it did not
+   exist before either) and it is empty then.  Errors are ignored: what
+   cannot be removed stays. */
+void dbox_store_remove_new(const char *path, bool dir_made);
 
 #endif

@@ -423,6 +423,27 @@ void dbox_store_close(struct dbox_store **stp)
 	free(st);
 }
 
+void dbox_store_close_new(struct dbox_store **stp, bool dir_made)
+{
+	struct dbox_store *st = *stp;
+	char *path;
+	int lock_fd;
+
+	if (st == NULL)
+		return;
+	if ((path = strdup(st->path)) == NULL) {
+		dbox_store_close(stp);
+		return; /* the store stays: nothing lost */
+	}
+	/* Removed before the lock goes, so no other open finds half. */
+	lock_fd = st->lock_fd;
+	st->lock_fd = -1;
+	dbox_store_close(stp);
+	dbox_store_remove_new(path, dir_made);
+	close_if_open(lock_fd);
+	free(path);
+}
+
 /* The next file id: above every m.N on disk (both storages) and every
    one the index knows (max_index). */
 static uint32_t next_file_id(const struct dbox_store *st, uint32_t max_index)

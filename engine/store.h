@@ -247,6 +247,13 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 /* Close everything and release the lock; *st = NULL.  Safe on NULL. */
 void dbox_store_close(struct dbox_store **st);
 
+/* Close a store this process has just made, that holds nothing of anyone
+   else's and that no client has used, and remove it
+   (dbox_store_remove_new: its index, lock, storage/ and files/, and the
+   directory too when dir_made) before its lock is released.  For a
+   mount that failed before it was up.  *stp becomes NULL. */
+void dbox_store_close_new(struct dbox_store **stp, bool dir_made);
+
 /* Close the index connection before fork() and open it again in the
    process that goes on using the store.  SQLite connections, and the
    POSIX locks they hold on the WAL, must not cross fork(): a connection

@@ -14,6 +14,7 @@
 #include "engine/purge.h"
 #include "storage/log.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
@@ -320,11 +321,51 @@ static int store_settings(struct fs_options *opts,
 	return 0;
 }
 
+/* What was at the store's path before this mount opened it: nothing
+   (dir_made) or an empty directory (made_all: whatever is in it after
+   the open is this mount's, so a mount that fails may take it away). */
+struct store_birth {
+	bool made_all, dir_made;
+};
+
+static void store_birth_note(const char *store, struct store_birth *b)
+{
+	DIR *d = opendir(store);
+	struct dirent *de;
+
+	b->dir_made = d == NULL && errno == ENOENT;
+	b->made_all = b->dir_made;
+	if (d == NULL)
+		return;
+	b->made_all = true;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
+			b->made_all = false;
+			break;
+		}
+	}
+	closedir(d);
+}
+
+/* Close the store; a mount that failed before it was up takes back the
+   store it made (no client saw it), so a mistyped path or a refused
+   mount point leaves no empty store behind. */
+static void close_store(struct fs *fs, const struct store_birth *b)
+{
+	if (!b->made_all || fs->st == NULL) {
+		dbox_store_close(&fs->st);
+		return;
+	}
+	dbox_store_close_new(&fs->st, b->dir_made);
+	dbox_info("%s: removed the new store this mount had made",
+		  fs->opts.store);
+}
+
 /* Open (or create) the store into fs->st; a store this mount created
    gets its INBOX.  Returns 0, or -1 after logging why (the store is
-   closed again). */
+   closed again, and removed when this call made it: *birth). */
 static int open_store(struct fs *fs, const struct dbox_store_settings *set,
-		      unsigned long errors_before)
+		      unsigned long errors_before, struct store_birth *birth)
 {
 	char *index_path;
 	bool fresh;
@@ -336,6 +377,11 @@ static int open_store(struct fs *fs, const struct dbox_store_settings *set,
 	}
 	fresh = access(index_path, F_OK) != 0;
 	free(index_path);
+	store_birth_note(fs->opts.store, birth);
+	if (fs->opts.readonly)
+		birth->made_all = false; /* nothing is made */
+	/* A refusal (locked by another mount, not a store) removes
+	   nothing: this process never had the store. */
 	if ((ret = dbox_store_open(fs->opts.store, set, &fs->st)) < 0) {
 		exit_reason(errors_before, fs->opts.store, -ret);
 		return -1;
@@ -343,7 +389,7 @@ static int open_store(struct fs *fs, const struct dbox_store_settings *set,
 	if (fresh && (ret = create_inbox(fs->st)) < 0) {
 		exit_reason(errors_before, "creating the INBOX of a new store",
 			    -ret);
-		dbox_store_close(&fs->st);
+		close_store(fs, birth);
 		return -1;
 	}
 	return 0;
@@ -494,6 +540,7 @@ int main(int argc, char *argv[])
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts cmd;
 	struct dbox_store_settings set = { .create = true };
+	struct store_birth birth = { false, false };
 	struct fs fs = {
 		.idle = PTHREAD_COND_INITIALIZER,
 		.opts = {
@@ -556,7 +603,7 @@ int main(int argc, char *argv[])
 	if (fs.se == NULL)
 		goto out_args;
 	errors_before = __atomic_load_n(&errors_logged, __ATOMIC_RELAXED);
-	if (open_store(&fs, &set, errors_before) < 0)
+	if (open_store(&fs, &set, errors_before, &birth) < 0)
 		goto out_session;
 	if (fs_inode_table_init(&fs.inodes) < 0) {
 		exit_reason(errors_before, "the inode table", ENOMEM);
@@ -578,6 +625,7 @@ int main(int argc, char *argv[])
 				strerror(errno));
 		goto out_signals;
 	}
+	birth.made_all = false; /* up: clients may have used it */
 	{
 		char spec[32];
 
@@ -633,7 +681,7 @@ out_inodes:
 	fs_dirhandles_free(&fs);
 	fs_inode_table_deinit(&fs.inodes);
 out_store:
-	dbox_store_close(&fs.st);
+	close_store(&fs, &birth);
 out_session:
 	fuse_session_destroy(fs.se);
 out_args:

@@ -251,6 +251,40 @@ def test_allow_other_needs_user_allow_other(scratch, user):
     assert store_released(store)
 
 
+def test_a_failed_first_mount_leaves_no_store_behind(scratch, user):
+    """A mount refused after its new store was made (here allow_other
+    without user_allow_other) takes that store back: the path does not
+    exist again, an empty directory is empty again; a store that was there
+    before keeps everything."""
+    name = user[0]
+    mnt, new, empty = scratch / "mnt", scratch / "new-store", scratch / "empty"
+    for d in (mnt, empty):
+        as_user(name, ["mkdir", d], check=True)
+    src = sample_maildir(scratch / "Maildir", owner=name, messages=3)
+    old = scratch / "old-store"
+    as_user(name, [DBOXADM, "import", old, src], check=True)
+    before = sorted(p.name for p in old.iterdir())
+
+    with system_settings() as settings:
+        settings.users_may_mount()
+        settings.user_allow_other(False)
+        said = {}
+        try:
+            for store in (new, empty, old):
+                r = as_user(name, [DBOXFS, "-o", "allow_other", store, mnt])
+                assert r.returncode != 0 and "user_allow_other" in r.stderr, r.stderr
+                assert not is_mounted(mnt)
+                said[store] = "removed the new store" in r.stderr
+        finally:
+            unmount(mnt)
+    assert said == {new: True, empty: True, old: False}, said
+    assert not new.exists()
+    assert list(empty.iterdir()) == []
+    assert sorted(p.name for p in old.iterdir()) == before
+    r = as_user(name, [DBOXADM, "check", old])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("options", [("-o", "writeback_cache"), ()],
                          ids=["writeback_cache", "default"])
 def test_sigterm_keeps_what_write_returned(make_mount, options):
