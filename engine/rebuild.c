@@ -255,37 +255,59 @@ static int count_alt_cb(void *ctx, uint32_t file_id, uint64_t size)
 	return 0;
 }
 
-/* Read the index to be replaced (when it opens): refused when of a newer
-   format; else the alternate storage it records (unless one was given)
-   and how many m.N it has there.  Then open that ALT.  Returns 0 (rb->
-   alt_fd set when there is an ALT) or a negative errno with rep->stage
-   set. */
+/* The name (in the store directory, malloc()ed into *name_r) of the
+   index the rebuild reads names from: index.sqlite, or without one the
+   newest index.sqlite.broken-* an earlier rebuild kept (as
+   move_old_index picks it); NULL when there is neither.  Returns 0 or
+   -ENOMEM. */
+static int old_index_name(struct rebuild *rb, char **name_r)
+{
+	struct stat sb;
+
+	*name_r = NULL;
+	if (fstatat(rb->dir_fd, DBOX_STORE_INDEX, &sb, AT_SYMLINK_NOFOLLOW) == 0)
+		return (*name_r = strdup(DBOX_STORE_INDEX)) == NULL ? -ENOMEM : 0;
+	return dbox_dir_walk(rb->dir_fd, newest_cb, name_r) == 1 ? -ENOMEM : 0;
+}
+
+/* Read the index to be replaced (when it opens; the newest kept one when
+   index.sqlite is gone): refused when of a newer format; else the
+   alternate storage it records (unless one was given) and how many m.N
+   it has there.  Then open that ALT.  Returns 0 (rb->alt_fd set when
+   there is an ALT) or a negative errno with rep->stage set. */
 static int open_alt(struct rebuild *rb)
 {
 	struct dbox_rebuild_report *rep = rb->rep;
 	struct alt_count ac = { NULL, 0 };
-	static const char *const aux[] = { DBOX_STORE_INDEX "-wal",
-					   DBOX_STORE_INDEX "-shm" };
+	char *name, aux[2][128];
 	bool had[2];
 	int ret, fd;
 
-	for (int i = 0; i < 2; i++)
-		had[i] = faccessat(rb->dir_fd, aux[i], F_OK,
-				   AT_SYMLINK_NOFOLLOW) == 0;
-	ret = open_index_file(rb, DBOX_STORE_INDEX, false, true, &ac.index);
-	if (ret == 0) {
-		if (rep->alt_path == NULL)
-			(void)dbox_index_setting_get(ac.index,
-						     DBOX_SETTING_ALT_PATH,
-						     &rep->alt_path);
-		(void)dbox_index_mfile_list(ac.index, count_alt_cb, &ac);
-		dbox_index_close(&ac.index);
+	if ((ret = old_index_name(rb, &name)) < 0)
+		return ret;
+	if (name != NULL) {
+		snprintf(aux[0], sizeof(aux[0]), "%s-wal", name);
+		snprintf(aux[1], sizeof(aux[1]), "%s-shm", name);
+		for (int i = 0; i < 2; i++)
+			had[i] = faccessat(rb->dir_fd, aux[i], F_OK,
+					   AT_SYMLINK_NOFOLLOW) == 0;
+		ret = open_index_file(rb, name, false, true, &ac.index);
+		free(name);
+		if (ret == 0) {
+			if (rep->alt_path == NULL)
+				(void)dbox_index_setting_get(
+					ac.index, DBOX_SETTING_ALT_PATH,
+					&rep->alt_path);
+			(void)dbox_index_mfile_list(ac.index, count_alt_cb,
+						    &ac);
+			dbox_index_close(&ac.index);
+		}
+		/* The store as it was (a refusal changes nothing): without
+		   the -wal and -shm a read-only open may make. */
+		for (int i = 0; i < 2; i++)
+			if (!had[i])
+				unlinkat(rb->dir_fd, aux[i], 0);
 	}
-	/* The store as it was (a refusal changes nothing): without the
-	   -wal and -shm a read-only open may make. */
-	for (int i = 0; i < 2; i++)
-		if (!had[i])
-			unlinkat(rb->dir_fd, aux[i], 0);
 	if (ret == -EPROTO) {
 		rep->stage = DBOX_REBUILD_NEWER_INDEX;
 		return ret;

@@ -667,6 +667,44 @@ def test_rebuild_never_drops_alt_files_silently(tmp_path, make_mount):
     assert {n for n, (_, a) in where(store).items() if a} == old
 
 
+def test_rebuild_without_index_reads_alt_from_the_kept_one(tmp_path, make_mount):
+    """index.sqlite gone after a rebuild kept the one before it: the next
+    rebuild reads names from that kept index, and its ALT path too (it
+    rebuilt from storage/ alone, 'lost' every ALT message and exited 0).
+    With that ALT away it refuses and changes nothing; messages of the
+    old index with no record left (an m.N deleted) are named as lost."""
+    store, alt, m, data, old = altmoved(tmp_path, make_mount)
+    adm("rebuild", store, check_rc=0)
+    before = where(store)
+    assert {n for n, (_, a) in before.items() if a} == old
+    (store / "index.sqlite").unlink()
+
+    alt.rename(tmp_path / "alt.away")
+    r = adm("rebuild", store, check_rc=2)
+    assert str(alt).encode() in r.stderr, r.stderr
+    assert not (store / "index.sqlite").exists()
+    (tmp_path / "alt.away").rename(alt)
+
+    r = adm("rebuild", store, check_rc=0)
+    assert where(store) == before, r.stdout + r.stderr
+    assert b"lost:" not in r.stdout, r.stdout
+    m.mount()
+    for n, body in data.items():
+        assert (m.mnt / "cur" / n).read_bytes() == body
+    m.unmount()
+
+    # An m.N of storage/ deleted: its messages are lost, and said to be.
+    gone = {n for n, (fid, a) in before.items() if not a and fid == min(
+        f for f, a2 in before.values() if not a2)}
+    fid = before[next(iter(gone))][0]
+    (store / "storage" / f"m.{fid}").unlink()
+    # (Exit 0: the same line counts messages expunged and purged after an
+    # index put back was copied, which are not lost.)
+    r = adm("rebuild", store, check_rc=0)
+    assert f"lost: {len(gone)} messages".encode() in r.stdout, r.stdout
+    assert set(where(store)) == set(data) - gone
+
+
 def test_alt_of_another_owner_is_refused(tmp_path, make_mount):
     """An ALT directory not owned by the store's owner is not used (a path
     recorded in a user-writable index must not lead another user's process
