@@ -18,7 +18,9 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
+#include <pwd.h>
 #include <signal.h>
+#include <sys/fsuid.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -321,6 +323,55 @@ static int store_settings(struct fs_options *opts,
 	return 0;
 }
 
+/* Root mounting a store another user owns works on it as that user, as
+   dboxadm does (it drops to the owner): the files it makes there are the
+   owner's (root's m.N were unreadable to the owner's dboxadm), and the
+   store's bytes and names, the owner's to plant, reach nothing the owner
+   could not.  Only the filesystem identity changes (setfsuid, setfsgid:
+   per thread, so before any thread starts; threads inherit it); the
+   daemon stays root for the mount itself (root_for_mount).  The owner's
+   group is the gid of its passwd entry, else the store's group. */
+struct store_owner {
+	bool active;
+	uid_t uid;
+	gid_t gid;
+};
+
+/* Filesystem identity of the calling thread: the store's owner (to_owner)
+   or root.  Returns 0, or -EPERM (logged) when the switch did not hold. */
+static int store_owner_switch(const struct store_owner *o, bool to_owner)
+{
+	uid_t uid = to_owner ? o->uid : 0;
+	gid_t gid = to_owner ? o->gid : 0;
+
+	if (!o->active)
+		return 0;
+	setfsgid(gid);
+	setfsuid(uid);
+	/* Both return the previous value: asking again tells the current. */
+	if ((uid_t)setfsuid((uid_t)-1) != uid || (gid_t)setfsgid((gid_t)-1) != gid) {
+		dbox_error("cannot act as uid %u gid %u on the store",
+			   (unsigned)uid, (unsigned)gid);
+		return -EPERM;
+	}
+	return 0;
+}
+
+static int store_owner_enter(const char *store, struct store_owner *o)
+{
+	struct stat sb;
+	struct passwd *pw;
+
+	o->active = false;
+	if (geteuid() != 0 || stat(store, &sb) < 0 || sb.st_uid == 0)
+		return 0; /* not root, a new store (root's), or root's */
+	pw = getpwuid(sb.st_uid);
+	o->uid = sb.st_uid;
+	o->gid = pw != NULL ? pw->pw_gid : sb.st_gid;
+	o->active = true;
+	return store_owner_switch(o, true);
+}
+
 /* What was at the store's path before this mount opened it: nothing
    (dir_made) or an empty directory (made_all: whatever is in it after
    the open is this mount's, so a mount that fails may take it away). */
@@ -541,6 +592,8 @@ int main(int argc, char *argv[])
 	struct fuse_cmdline_opts cmd;
 	struct dbox_store_settings set = { .create = true };
 	struct store_birth birth = { false, false };
+	struct store_owner owner = { false, 0, 0 };
+	bool mounted;
 	struct fs fs = {
 		.idle = PTHREAD_COND_INITIALIZER,
 		.opts = {
@@ -603,7 +656,8 @@ int main(int argc, char *argv[])
 	if (fs.se == NULL)
 		goto out_args;
 	errors_before = __atomic_load_n(&errors_logged, __ATOMIC_RELAXED);
-	if (open_store(&fs, &set, errors_before, &birth) < 0)
+	if (store_owner_enter(fs.opts.store, &owner) < 0 ||
+	    open_store(&fs, &set, errors_before, &birth) < 0)
 		goto out_session;
 	if (fs_inode_table_init(&fs.inodes) < 0) {
 		exit_reason(errors_before, "the inode table", ENOMEM);
@@ -615,7 +669,12 @@ int main(int argc, char *argv[])
 	}
 	/* libfuse names what is wrong with the mount point on stderr (and
 	   only there): the log gets a line too. */
-	if (fuse_session_mount(fs.se, cmd.mountpoint) != 0) {
+	/* /dev/fuse and the mount point are root's business. */
+	mounted = store_owner_switch(&owner, false) == 0 &&
+		fuse_session_mount(fs.se, cmd.mountpoint) == 0;
+	if (store_owner_switch(&owner, true) < 0 && mounted)
+		goto out_unmount; /* ret is 1 */
+	if (!mounted) {
 		dbox_error("%s: cannot mount (the reason is on stderr, from "
 			   "libfuse); exiting", cmd.mountpoint);
 		/* The usual reason a user's mount fails where root's works. */

@@ -377,6 +377,38 @@ def test_root_purge_and_rebuild_leave_the_store_the_users(scratch, user):
     assert root_owned == {}
 
 
+def test_root_mount_of_a_user_store_leaves_every_file_the_users(scratch, user):
+    """Root mounting a user's store works on it as its owner, as dboxadm
+    does: the m.N, files/<ino> and folders it makes are the user's (they
+    were root's 0600, and the user's own check and export then failed
+    with Permission denied: helper-54)."""
+    name, uid, gid = user
+    store, src = user_store(scratch, user, messages=10)
+    expected = scratch / "expected"
+    shutil.copytree(src, expected, symlinks=True)
+    letter = b"From: root@example.org\nSubject: from root\n\nhello\n"
+    m = Mount(store, scratch / "rootmnt", options=["-o", "rotate_size=4096"]).mount()
+    try:
+        for top in (m.mnt, expected):
+            (top / ".Root" / "cur").mkdir(parents=True)
+            for sub in ("new", "tmp"):
+                (top / ".Root" / sub).mkdir()
+            for i in range(4):  # past rotate_size: new m.N
+                (top / "tmp" / f"r{i}").write_bytes(letter * 40)
+                os.rename(top / "tmp" / f"r{i}", top / ".Root" / "cur" / f"r{i}:2,S")
+            (top / "notes.txt").write_bytes(b"a plain file\n")
+            os.unlink(next(iter(sorted((top / "cur").iterdir()))))
+    finally:
+        m.unmount()
+    assert len(list((store / "storage").iterdir())) > 1
+    assert {p: u for p, u in owners(store).items() if u != uid} == {}
+    for verb in (["check", store], ["purge", store], ["stats", store]):
+        r = adm(*verb, user=name)
+        assert r.returncode == 0, r.stdout + r.stderr
+    chown_tree(expected, uid, gid)
+    user_reads_everything(store, expected, user, scratch)
+
+
 def test_root_import_into_a_users_directory_makes_the_users_store(scratch, user):
     name, uid, gid = user
     src = sample_maildir(scratch / "Maildir", owner=name, messages=10)
