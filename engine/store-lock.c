@@ -269,11 +269,16 @@ static int take_lock(int fd, const char *path, int how)
 	if (ret == -EWOULDBLOCK || ret == -EBUSY) {
 		char who[2200];
 
-		if (how == LOCK_EX && holder_is_shared(fd))
-			dbox_error("%s is mounted read-only (%s): it needs a "
-				   "read-write mount or the store unmounted",
-				   path, dbox_store_lock_holder_text(fd, who,
-								     sizeof(who)));
+		if (how == LOCK_EX && holder_is_shared(fd)) {
+			/* A -o ro mount writes no holder text. */
+			const char *text = dbox_store_lock_holder_text(
+				fd, who, sizeof(who));
+
+			dbox_error("%s is mounted read-only%s%s%s: nothing can "
+				   "change it until that mount is unmounted",
+				   path, text[0] ? " (" : "", text,
+				   text[0] ? ")" : "");
+		}
 		else if (dbox_store_lock_holder_text(fd, who, sizeof(who))[0])
 			dbox_error("%s: store is in use by another process "
 				   "(%s); unmount it or wait for it", path,

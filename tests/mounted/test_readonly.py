@@ -239,8 +239,8 @@ def test_purge_on_a_ro_mount_says_it_is_read_only(tmp_path, verb):
     lines = r.stderr.splitlines()
     assert len(lines) == 1, r.stderr
     assert f"{ro.store} is mounted read-only (pid {pid}, a dboxfs mount on " \
-        f"{ro.mnt}): {verb[0]} needs a read-write mount or the store " \
-        "unmounted" in lines[0], r.stderr
+        f"{ro.mnt}): {verb[0]} needs a read-write mount of it or the " \
+        "store unmounted" in lines[0], r.stderr
 
 
 def test_holder_named_after_going_to_the_background(tmp_path):
@@ -261,6 +261,28 @@ def test_holder_named_after_going_to_the_background(tmp_path):
     assert r.returncode != 0
     assert len(r.stderr.splitlines()) == 1, r.stderr
     assert f"(pid {daemon}, a dboxfs mount on {mnt})" in r.stderr, r.stderr
+
+
+def test_a_background_read_only_mount_is_named_without_empty_parentheses(tmp_path):
+    """A -o ro mount gone to the background leaves no holder text: the
+    refusal of a read-write mount and of dboxadm says 'mounted read-only'
+    and what to do, with no '()' (helper-54)."""
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    Mount(store, mnt).mount().unmount()
+    subprocess.run([str(DBOXFS), str(store), str(mnt), "-o", "ro"], check=True,
+                   capture_output=True, timeout=60)
+    try:
+        (tmp_path / "mnt2").mkdir()
+        rc, err = run_rw_mount(store, tmp_path / "mnt2")
+        r = subprocess.run([str(DBOXADM), "purge", str(store)],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        unmount(mnt)
+    assert rc != 0 and r.returncode != 0
+    assert f"{store} is mounted read-only" in err, err
+    assert f"{store} is mounted read-only" in r.stderr, r.stderr
+    assert "()" not in err + r.stderr, err + r.stderr
+    assert "until that mount is unmounted" in err, err
 
 
 def test_second_mount_names_the_holder(tmp_path):

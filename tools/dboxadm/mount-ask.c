@@ -148,9 +148,12 @@ static int open_lock(const char *store, const char *verb, bool *busy_r)
 	/* A -o ro mount holds the lock shared and writes no pid: no waiting
 	   for a close it does not announce, no request it cannot take. */
 	if (dbox_store_lock_holder(fd, &shared) > 0 && shared) {
-		adm_error("%s is mounted read-only (%s): %s needs a read-write "
-			  "mount or the store unmounted", store,
-			  dbox_store_lock_holder_text(fd, who, sizeof(who)),
+		const char *text = dbox_store_lock_holder_text(fd, who,
+							       sizeof(who));
+
+		adm_error("%s is mounted read-only%s%s%s: %s needs a "
+			  "read-write mount of it or the store unmounted",
+			  store, text[0] ? " (" : "", text, text[0] ? ")" : "",
 			  verb);
 		close(fd);
 		return -2;
