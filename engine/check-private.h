@@ -53,8 +53,8 @@ struct check {
 	struct dbox_view *view;
 	struct dbox_index *index;   /* view->index */
 	bool offline;          /* we hold the store lock (shared) */
-	const char *alt_shown; /* the ALT path for names, when ALT/storage/
-				  is open; else NULL */
+	const char *alt_shown; /* the ALT path for names, when the store
+				  has one (open or not); else NULL */
 	int files_fd;          /* STORE/files/, or -1 */
 	dbox_check_report_t *report;
 	dbox_check_progress_t *progress;

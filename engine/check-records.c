@@ -10,6 +10,7 @@
 #include "storage/dbox-read.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,11 +216,13 @@ static int msg_cb(void *ctx, const struct dbox_check_msg *m)
 		return 0; /* reported by the namespace check */
 	if (f->vanished)
 		return 0; /* purged meanwhile: noted once for the file */
-	if (!f->exists)
-		msg_problem(c, m, DBOX_CHECK_MESSAGE, NULL, "%s/m.%u is "
-			    "missing: unreadable (EIO)", DBOX_STORE_STORAGE,
-			    m->loc.file_id);
-	else if ((r = rec_at(f, m->loc.offset)) == NULL)
+	if (!f->exists) {
+		char shown[PATH_MAX + 32];
+
+		check_mfile_shown(c, f, shown, sizeof(shown));
+		msg_problem(c, m, DBOX_CHECK_MESSAGE, NULL, "%s is missing: "
+			    "unreadable (EIO)", shown);
+	} else if ((r = rec_at(f, m->loc.offset)) == NULL)
 		no_record(c, f, m);
 	else
 		compare_record(c, f, m, r);

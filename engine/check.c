@@ -136,8 +136,9 @@ static void report_dirs(struct check *c)
 			      v->alt_err == -EPERM ? "not owned by the store's "
 			      "owner, or reached through another user's "
 			      "directory (refused)" : strerror(-v->alt_err));
-	if (v->alt_fd >= 0)
-		c->alt_shown = v->alt_path;
+	/* Named by their ALT path even while it is not there (a problem
+	   above says why), never as storage/m.N of the store. */
+	c->alt_shown = v->alt_path;
 }
 
 static void check_free(struct check *c)

@@ -38,15 +38,21 @@ int dbox_store_mfile_dir(struct dbox_store *st, uint32_t file_id, bool *alt_r)
 		return st->storage_fd;
 	if (dbox_store_alt_fd(st) >= 0)
 		return st->alt_fd;
+	/* Said once per try of the ALT (every DBOX_ALT_RETRY_SECONDS while
+	   something reads it), not once per message. */
+	if (st->alt_said == st->alt_tried + 1)
+		return -EIO;
+	st->alt_said = st->alt_tried + 1;
 	if (st->alt_path == NULL)
 		dbox_error("%s: m.%u is in the alternate storage, and the store "
 			   "has no ALT path (dboxfs -o alt=PATH); its messages "
 			   "fail with EIO", st->path, file_id);
 	else
 		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: the alternate storage %s/storage "
-			   "is not available (%s); its messages fail with EIO",
-			   st->alt_path, file_id, st->alt_path,
-			   strerror(st->alt_err));
+			   "is not available (%s); its messages fail with EIO "
+			   "(said again at each try, every %d s, while it is "
+			   "missing)", st->alt_path, file_id, st->alt_path,
+			   strerror(st->alt_err), DBOX_ALT_RETRY_SECONDS);
 	return -EIO;
 }
 

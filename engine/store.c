@@ -378,6 +378,7 @@ static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set
 	if ((fd = open_alt_storage(st, recorded, true)) < 0) {
 		st->alt_err = -fd;
 		st->alt_tried = monotonic_sec();
+		st->alt_said = st->alt_tried + 1; /* said here */
 		dbox_error("%s/storage: alternate storage not available: %s; "
 			   "messages stored there fail with EIO", recorded,
 			   strerror(st->alt_err));

@@ -115,6 +115,9 @@ struct dbox_store {
 	int alt_err;                /* errno of opening ALT/storage/ */
 	int64_t alt_tried;          /* when it was last tried (CLOCK_MONOTONIC
 				       seconds): see dbox_store_alt_fd */
+	int64_t alt_said;           /* alt_tried + 1 once its failure was
+				       logged: one line per try of the ALT,
+				       not one per message read */
 
 	struct dbox_fd_cache read_fds; /* m.N O_RDONLY, bounded (LRU) */
 	unsigned long kept_records; /* whole records recovery kept past what

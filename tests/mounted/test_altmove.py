@@ -469,9 +469,18 @@ def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
             assert (cur / n).read_bytes() == body
     log = m.log_text()
     assert f"{alt}/storage" in log, log[-3000:]
+    # Said at the mount and at most once per try of the ALT (every 10 s),
+    # not once per message read (117 lines for 67 messages: helper-54).
+    said = log.count("not available")
+    assert 1 <= said <= 3, log[-3000:]
+    # check names the ALT's m.N by their ALT path, not as storage/m.N.
+    in_alt = {fid for fid, a in where(store).values() if a}
+    r = adm("check", store, check_rc=1)
+    for fid in in_alt:
+        assert f"{alt}/storage/m.{fid}".encode() in r.stdout, r.stdout
+    assert f" storage/m.{min(in_alt)} ".encode() not in r.stdout, r.stdout
     # stats counts the ALT's m.N as not on disk (not as no file at all),
     # says why, and exits 1; with the ALT back, 0 and none missing.
-    in_alt = {fid for fid, a in where(store).values() if a}
     r = adm("stats", "--json", store, check_rc=1)
     s = json.loads(r.stdout)
     assert (s["missing_mfiles"], s["missing_alt_mfiles"], s["alt_mfiles"]) \
