@@ -85,7 +85,9 @@ int dbox_altmove_record(struct dbox_store *st, int64_t request_ns,
 		{ DBOX_META_ALTMOVE_ERROR, res->error },
 		{ DBOX_META_ALTMOVE_RECORDS, (int64_t)res->records_moved },
 		{ DBOX_META_ALTMOVE_BYTES, (int64_t)res->bytes_moved },
-		{ DBOX_META_ALTMOVE_FILES, (int64_t)res->files_purged },
+		{ DBOX_META_ALTMOVE_FILES,
+		  (int64_t)(res->files_purged + res->garbage_files) },
+		{ DBOX_META_ALTMOVE_FREED, (int64_t)res->bytes_freed },
 		{ DBOX_META_ALTMOVE_DONE, request_ns },
 	};
 
@@ -267,6 +269,7 @@ int dbox_altmove_request_poll(struct dbox_view *view, int64_t request_ns,
 			(uint64_t)meta(index, DBOX_META_ALTMOVE_RECORDS);
 		res_r->bytes_moved = (uint64_t)meta(index, DBOX_META_ALTMOVE_BYTES);
 		res_r->files_purged = (uint64_t)meta(index, DBOX_META_ALTMOVE_FILES);
+		res_r->bytes_freed = (uint64_t)meta(index, DBOX_META_ALTMOVE_FREED);
 	} else if (meta(index, DBOX_META_ALTMOVE_PROGRESS_REQUEST) == request_ns) {
 		res_r->records_moved = (uint64_t)meta(index,
 			DBOX_META_ALTMOVE_PROGRESS_RECORDS);

@@ -141,6 +141,7 @@ int dbox_altmove(struct dbox_store *st, const struct dbox_purge_settings *set,
 #define DBOX_META_ALTMOVE_RECORDS "altmove_done_records"
 #define DBOX_META_ALTMOVE_BYTES "altmove_done_bytes"
 #define DBOX_META_ALTMOVE_FILES "altmove_done_files"
+#define DBOX_META_ALTMOVE_FREED "altmove_done_freed"
 /* Progress of the request being run, for dboxadm's progress line: the
    request time it belongs to, records and bytes moved so far (written
    by the mount now and then, without waiting for the disk). */

@@ -200,6 +200,40 @@ def test_altmove_offline_then_reads(tmp_path, make_mount):
     adm("check", store, check_rc=0)
 
 
+def test_altmove_summary_is_the_same_mounted_and_offline(tmp_path, make_mount):
+    """Two copies of one store, one altmoved offline, one by its mount:
+    both say the same records moved and files emptied, with the bytes
+    those files held (the mount's said 0 bytes, and neither counted an
+    emptied file of the append pool: helper-54)."""
+    import re
+    store = tmp_path / "store"
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    fill(m.mnt / "cur", 30, old_every=1)  # every message old: all move
+    m.unmount()
+    shutil.copytree(store, tmp_path / "copy", symlinks=True)
+    said = {}
+    for how in ("offline", "mounted"):
+        alt = tmp_path / f"alt-{how}"
+        alt.mkdir()
+        if how == "offline":
+            r = adm("altmove", store, "--older-than", "30", f"--alt={alt}",
+                    check_rc=0)
+            on_disk = store / "storage"
+        else:
+            c = make_mount(store=tmp_path / "copy", mnt=tmp_path / "mnt2",
+                           options=["-o", f"{ROTATE},alt={alt}"])
+            r = adm("altmove", c.store, "--older-than", "30", check_rc=0)
+            c.unmount()
+            on_disk = c.store / "storage"
+        assert list(on_disk.glob("m.*")) == [], how
+        out = r.stdout.decode()
+        said[how] = re.search(r"records moved +(\d+) \((\d+) bytes\)\n"
+                              r"files emptied +(\d+) \((\d+) bytes", out).groups()
+    assert said["offline"] == said["mounted"], said
+    records, _, files, freed = map(int, said["offline"])
+    assert records == 30 and files > 1 and freed > 0, said
+
+
 def test_altmove_folder(tmp_path, make_mount):
     """--folder moves the messages with a name in that folder only."""
     store, alt = tmp_path / "store", tmp_path / "alt"

@@ -31,7 +31,9 @@ static void print_altmove(const struct dbox_purge_result *res)
 	       "files emptied       %llu (%llu bytes, removed)\n",
 	       (unsigned long long)res->records_moved,
 	       (unsigned long long)res->bytes_moved,
-	       (unsigned long long)res->files_purged,
+	       /* A file of the append pool emptied is removed as one the
+		  index no longer knows (garbage): emptied all the same. */
+	       (unsigned long long)(res->files_purged + res->garbage_files),
 	       (unsigned long long)res->bytes_freed);
 }
 
