@@ -7,11 +7,13 @@
  */
 #include "engine/purge.h"
 #include "engine/view.h"
+#include "engine/maildir.h"
 
 #include "index/index-purge.h"
 #include "index/index-stats.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct meta_kv {
@@ -280,15 +282,13 @@ int dbox_altmove_request_poll(struct dbox_view *view, int64_t request_ns,
 	return done;
 }
 
-int dbox_altmove_folder(struct dbox_index *index, const char *folder,
-			uint64_t *ino_r)
+/* The directory at path (components '/'-separated, from the root) into
+   *ino_r.  Returns 0 or -ENOENT (also when one is no directory). */
+static int dir_at(struct dbox_index *index, const char *path, uint64_t *ino_r)
 {
 	uint64_t ino = DBOX_ROOT_INO;
-	const char *p = folder;
+	const char *p = path;
 
-	*ino_r = ino;
-	if (strcmp(folder, "INBOX") == 0)
-		return 0;
 	while (*p != '\0') {
 		size_t len = strcspn(p, "/");
 		struct dbox_attr attr;
@@ -305,4 +305,26 @@ int dbox_altmove_folder(struct dbox_index *index, const char *folder,
 	}
 	*ino_r = ino;
 	return 0;
+}
+
+int dbox_altmove_folder(struct dbox_index *index, const char *folder,
+			uint64_t *ino_r)
+{
+	char *dir = NULL;
+	int ret;
+
+	*ino_r = DBOX_ROOT_INO;
+	if (strcmp(folder, "INBOX") == 0)
+		return 0;
+	if (dir_at(index, folder, ino_r) == 0)
+		return 0;
+	/* A mailbox name as stats and Dovecot show it ("Lists/dboxfs"):
+	   its Maildir++ directory (".Lists.dboxfs"). */
+	if (maildir_folder_of_mailbox(folder, &dir) < 0 || dir[0] == '\0') {
+		free(dir);
+		return -ENOENT;
+	}
+	ret = dir_at(index, dir, ino_r);
+	free(dir);
+	return ret;
 }

@@ -230,9 +230,11 @@ int dbox_altmove_request_poll(struct dbox_view *view, int64_t request_ns,
 			      struct dbox_purge_result *res_r);
 
 /* The directory ino of folder, a path as on the mount ("INBOX" or "" the
-   root, ".Sent" a Maildir++ folder, "a/b" a nested one), looked up in
-   index (a view's or an open store's).  Returns 0 and *ino_r, or -ENOENT
-   when there is no such directory. */
+   root, ".Sent" a Maildir++ folder, "a/b" a nested one) or, when no
+   directory has that path, a mailbox name as `dboxadm stats` and Dovecot
+   show it (UTF-8, "Lists/dboxfs": the Maildir++ folder ".Lists.dboxfs"),
+   looked up in index (a view's or an open store's).  Returns 0 and
+   *ino_r, or -ENOENT when there is no such directory. */
 int dbox_altmove_folder(struct dbox_index *index, const char *folder,
 			uint64_t *ino_r);
 

@@ -249,6 +249,17 @@ def test_altmove_folder(tmp_path, make_mount):
     for n, body in arch.items():
         assert (m.mnt / ".Archive" / "cur" / n).read_bytes() == body
     adm("altmove", store, "--folder", ".Nope", check_rc=2)
+    # The mailbox name stats shows works too ("Lists/Käse" is the
+    # Maildir++ folder .Lists.K&AOQ-se).
+    lists, _ = fill(m.maildir(".Lists.K&AOQ-se") / "cur", 5, old_every=1,
+                    prefix="l")
+    folders = json.loads(adm("stats", "--json", store, check_rc=0).stdout)["folders"]
+    assert "Lists/Käse" in folders, folders
+    r = adm("altmove", store, "--folder", "Lists/Käse", check_rc=0)
+    assert b"records moved       5" in r.stdout, r.stdout
+    w = where(store)
+    assert all(w[n][1] for n in lists) and not any(w[n][1] for n in inbox)
+    adm("altmove", store, "--folder", "Nope", check_rc=2)
 
 
 def test_altmove_beside_a_message_being_written(tmp_path, make_mount):
