@@ -6,15 +6,18 @@
  * -o writeback_cache.  The kernel then keeps bytes that write(2) took in
  * its page cache and sends them later (WRITE requests); libfuse's own
  * signal handlers end the session at once, and those bytes were lost
- * with the unmount although every write() had returned (an attack run:
+ * with the unmount although every write() had returned (attack runs:
  * Dovecot's index log cut short, acknowledged flag changes and expunges
- * undone).  Here the signal wakes a thread that has the kernel write
- * back the cached pages of every file a client holds open
- * (fuse_lowlevel_notify_inval_inode: the kernel writes each dirty page
- * and waits for its WRITE, which the request threads serve meanwhile),
- * and only then passes the signal on to libfuse's handler, which ends
- * the session.  A killed daemon (SIGKILL) still loses what the kernel
- * had not sent: dboxfs(1), -o writeback_cache.
+ * undone; megabytes written during the stop gone).  Here the signal
+ * wakes a thread that has the kernel write back the cached pages of
+ * every file a client holds open (fuse_lowlevel_notify_inval_inode: the
+ * kernel writes each dirty page and waits for its WRITE, which the
+ * request threads serve meanwhile), then detaches the mount (umount -l)
+ * and lets the session run until the kernel ends it, when the last file
+ * open on the mount is closed: writes to those files, even after the
+ * signal, reach the store, as on a local filesystem unmounted with -l.
+ * A killed daemon (SIGKILL) still loses what the kernel had not sent:
+ * dboxfs(1), -o writeback_cache.
  */
 
 struct fs;

@@ -65,6 +65,7 @@ struct fs {
 	struct fuse_session *se;
 	struct fs_purge *purge;    /* background purge (fs-purge.h) */
 	struct fs_stop *stop;      /* writeback_cache's stop (fs-stop.h) */
+	const char *mountpoint;    /* absolute (libfuse's realpath) */
 	pthread_cond_t idle;       /* with st->lock: an inode stopped being
 				      busy */
 	struct fs_handle *handles; /* every open handle (st->lock): the ones

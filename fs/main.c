@@ -714,6 +714,7 @@ int main(int argc, char *argv[])
 	/* Before the threads start: they log (the index check, purge). */
 	__atomic_store_n(&log_to_stderr, cmd.foreground, __ATOMIC_RELAXED);
 	start_threads(&fs);
+	fs.mountpoint = cmd.mountpoint;
 	if (fs.opts.writeback_cache && !fs.opts.readonly)
 		fs_stop_start(&fs);
 	background_ready(ready_fd, true);

@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -316,6 +317,23 @@ def test_sigterm_keeps_what_write_returned(make_mount, options):
                 assert os.write(fds[-1], c) == chunk
         proc = m.proc
         proc.send_signal(signal.SIGTERM)
+        if options:
+            # The mount is detached at once, but the files open on it go
+            # on taking writes, and the daemon serves them until the last
+            # is closed: bytes written after the signal are kept too (an
+            # attack run lost megabytes written during the stop).
+            deadline = time.monotonic() + 30
+            while is_mounted(m.mnt):
+                assert time.monotonic() < deadline, "never detached"
+                time.sleep(0.05)
+            more = b"M" * 5000
+            for _ in range(20):
+                assert os.write(fds[0], more) == len(more)
+                time.sleep(0.05)
+            assert proc.poll() is None, "stopped with files open"
+            for fd in fds:
+                os.close(fd)
+            fds = []
         assert proc.wait(timeout=60) == 0
         m.proc = None
     finally:
@@ -326,7 +344,8 @@ def test_sigterm_keeps_what_write_returned(make_mount, options):
                 pass
     unmount(m.mnt)
     m.mount()
-    assert log.read_bytes() == b"H" * 40 + b"L" * 30000
+    after = b"M" * 100000 if options else b""
+    assert log.read_bytes() == b"H" * 40 + b"L" * 30000 + after
     assert (m.mnt / "dovecot.index").read_bytes() == b"I" * 1000
     for path, chunks in big.items():
         assert path.read_bytes() == b"".join(chunks), path
