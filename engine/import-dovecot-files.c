@@ -134,7 +134,13 @@ struct adopt_rec *adopt_find_rec(struct dbox_adopt *adopt, const char *guid,
 				 uint64_t size)
 {
 	size_t lo = 0, hi = adopt->nrecs;
+	char key[sizeof(adopt->recs[0].guid)];
 
+	/* A record keeps the first 64 characters of a longer GUID (a
+	   maildir base name Dovecot took as GUID): doveadm's is cut alike,
+	   or such a message was never found. */
+	snprintf(key, sizeof(key), "%s", guid);
+	guid = key;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
 

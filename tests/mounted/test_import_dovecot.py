@@ -274,6 +274,35 @@ def test_adopt_live_dovecot(dovecot_tmp, make_mount):
     assert seen == want
 
 
+def test_adopt_messages_with_guids_longer_than_64(dovecot_tmp, make_mount):
+    """Mail Dovecot took from a maildir keeps the maildir base name as its
+    GUID, often past 64 characters; a record keeps 64 of them, and such
+    messages were 'not found' and left out (helper-55)."""
+    tmp_path = dovecot_tmp
+    root, store = tmp_path / "mdbox", tmp_path / "store"
+    dv = Mdbox(root, tmp_path / "dovecot")
+    src = tmp_path / "maildir"
+    for sub in ("cur", "new", "tmp"):
+        (src / sub).mkdir(parents=True)
+    long_name = ("1733212345.M912345P12345Q12R0123456789abcdef."
+                 "mx-frontend-01.mail.example.com")
+    assert len(long_name) > 64
+    body = b"From: a@example.org\nSubject: long guid\n\nbody\n"
+    (src / "cur" / f"{long_name}:2,S").write_bytes(body)
+    (src / "cur" / "1733212346.short:2,").write_bytes(body.replace(b"long", b"short"))
+    for d, dirs, files in os.walk(src):
+        for n in [d, *(os.path.join(d, f) for f in files)]:
+            os.lchown(n, dv.uid, dv.gid)
+    dv.doveadm("import", f"maildir:{src}", "", "all")
+    truth = dv.messages()
+    assert sorted(len(t["guid"]) > 64 for t in truth) == [False, True], truth
+    adm("import-dovecot", store, root, check_rc=0)
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    got = sorted(p.read_bytes() for sub in ("cur", "new")
+                 for p in (m.mnt / sub).iterdir())
+    assert got == sorted([body, body.replace(b"long", b"short")])
+
+
 def test_adopt_then_purge(dovecot_tmp, make_mount):
     """The bytes of Dovecot's expunged message are dead bytes of the
     adopted m.N; a purge moves the live ones out and drops the store's
