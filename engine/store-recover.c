@@ -189,6 +189,10 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 	dbox_store_tail_keys(file_id, inflight_key, kept_key);
 	dbox_store_tail_state(st->index, file_id, size, (uint64_t)stbuf.st_size,
 			      &inflight, &start);
+	/* A killed import's uncommitted records: in flight, from the
+	   committed end on (copied to lost+found/, then cut). */
+	if (st->import_killed && inflight < 0)
+		inflight = (int64_t)start;
 	keep_end = start;
 	if (inflight < 0 || (uint64_t)inflight > start) {
 		whole = dbox_file_tail_records(fd, file_id, start, inflight < 0 ?
@@ -382,7 +386,11 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 				close(fd);
 				continue;
 			}
-			if (whole > 0) {
+			/* A killed import's file: its records are the
+			   import's uncommitted work, copied and cut. */
+			bool copy_first = whole > 0;
+
+			if (whole > 0 && !st->import_killed) {
 				dbox_info("%s/" DBOX_STORE_STORAGE "/%s: unknown to the index; its "
 					  "%ld whole records are kept ('dboxadm "
 					  "rebuild' brings them back)", root,
@@ -393,7 +401,7 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 			}
 			if ((uint64_t)stbuf.st_size > keep_end &&
 			    !shared_file(root, d->d_name, &stbuf) &&
-			    (keep_end == header_len ||
+			    (!copy_first ||
 			     save_cut_bytes(st, fd, d->d_name, alt, keep_end,
 					    stbuf.st_size, copy) == 0)) {
 				dbox_info("%s/" DBOX_STORE_STORAGE "/%s: unknown to the index; "
@@ -410,6 +418,41 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 		close(fd);
 	}
 	closedir(dir);
+}
+
+/* A killed import's plain file (files/<name>, of no inode): copied to
+   lost+found/files-<ino>, then removed.  Returns 0, or a negative errno
+   (nothing removed; logged). */
+static int import_file_to_lost_found(struct dbox_store *st, const char *name,
+				     unsigned long long ino)
+{
+	char base[48], copy[DBOX_LOST_FOUND_NAME_SIZE];
+	struct stat sb;
+	int fd, ret;
+
+	fd = openat(st->files_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+		    O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &sb) < 0) {
+		ret = -errno;
+		if (fd >= 0)
+			close(fd);
+		return ret;
+	}
+	snprintf(base, sizeof(base), "files-%llu", ino);
+	ret = dbox_lost_found_keep(st->dir_fd, fd, 0, (uint64_t)sb.st_size,
+				   base, copy);
+	close(fd);
+	if (ret < 0) {
+		dbox_error("%s/%s/%s: cannot keep a killed import's file (%s); "
+			   DBOX_STORE_FILES "/%s is left as it is", st->path,
+			   DBOX_STORE_LOST_FOUND, base, strerror(-ret), name);
+		return ret;
+	}
+	dbox_info("%s/" DBOX_STORE_FILES "/%s: written by an import that was "
+		  "killed before it committed it; kept in %s/%s/%s", st->path,
+		  name, st->path, DBOX_STORE_LOST_FOUND, copy);
+	unlinkat(st->files_fd, name, 0);
+	return 0;
 }
 
 /* Recovery of files/: a backing file of an inode that is no plain file
@@ -464,6 +507,9 @@ static int recover_files(struct dbox_store *st)
 			unlinkat(st->files_fd, d->d_name, 0);
 			continue;
 		}
+		if (st->import_killed && S_ISREG(stbuf.st_mode) &&
+		    import_file_to_lost_found(st, d->d_name, ino) == 0)
+			continue;
 		dbox_warning("%s/" DBOX_STORE_FILES "/%s: belongs to no plain file; kept "
 			     "('dboxadm rebuild' puts it in " DBOX_STORE_LOST_FOUND "/)",
 			     st->path, d->d_name);
@@ -489,6 +535,22 @@ int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r)
 
 	dbox_store_assert_locked(st);
 
+	/* An import killed (it commits the mark before its first byte and
+	   clears it with its last commit): what the index does not know is
+	   its uncommitted work. */
+	{
+		int64_t running = 0;
+
+		st->import_killed = dbox_index_meta_get(
+			st->index, DBOX_META_IMPORT_RUNNING, &running) == 0 &&
+			running != 0;
+		if (st->import_killed)
+			dbox_warning("%s: recovery: an import was killed before "
+				     "it finished; what it had not committed is "
+				     "kept in %s/ and cut (run the import again "
+				     "to finish it)", st->path,
+				     DBOX_STORE_LOST_FOUND);
+	}
 	/* Tails first: they need the WRITING rows recovery drops. */
 	if ((ret = dbox_index_mfile_list(st->index, recover_mfile, st)) < 0)
 		return ret;
@@ -508,6 +570,19 @@ int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r)
 		return ret;
 	recover_unknown_mfiles(st, false);
 	recover_unknown_mfiles(st, true);
+	if (st->import_killed) {
+		/* Judged: the next open must not judge a later life of the
+		   store by it. */
+		if ((ret = dbox_index_begin(st->index)) == 0) {
+			if ((ret = dbox_store_import_mark(st, false)) == 0)
+				ret = dbox_index_commit(st->index, true);
+			else
+				dbox_index_rollback(st->index);
+		}
+		st->import_killed = false;
+		if (ret < 0)
+			return ret;
+	}
 	if (st->kept_records > 0)
 		dbox_warning("%s: recovery: %lu whole records in " DBOX_STORE_STORAGE "/ are "
 			     "unknown to the index and were kept, not cut; run "
@@ -535,4 +610,11 @@ void dbox_store_clear_inflight(struct dbox_store *st, uint32_t file_id)
 	dbox_store_tail_keys(file_id, inflight_key, kept_key);
 	if (dbox_index_meta_get(st->index, inflight_key, &v) == 0 && v != -1)
 		(void)dbox_index_meta_set(st->index, inflight_key, -1);
+}
+
+int dbox_store_import_mark(struct dbox_store *st, bool running)
+{
+	dbox_store_assert_locked(st);
+	return dbox_index_meta_set(st->index, DBOX_META_IMPORT_RUNNING,
+				   running ? 1 : 0);
 }

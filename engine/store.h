@@ -120,6 +120,7 @@ struct dbox_store {
 				       not one per message read */
 
 	struct dbox_fd_cache read_fds; /* m.N O_RDONLY, bounded (LRU) */
+	bool import_killed;         /* recovery found DBOX_META_IMPORT_RUNNING */
 	unsigned long kept_records; /* whole records recovery kept past what
 				       the index knows (index older than
 				       storage/) */
@@ -154,6 +155,20 @@ bool dbox_store_mutex_held(const struct dbox_store *st);
 #define dbox_store_assert_locked(st) assert(dbox_store_mutex_held(st))
 #define dbox_store_assert_unlocked(st) assert(!dbox_store_mutex_held(st))
 
+
+/* Index meta key: an import (dboxadm import) is writing to the store,
+   committed (1) before its first byte and cleared (0) in its last
+   transaction.  Found by crash recovery, it means the import was killed:
+   every byte the index does not know (past an m.N's committed end, in an
+   m.N or files/<ino> it does not know) is the import's uncommitted work,
+   which its next run imports again; recovery copies it to lost+found/
+   and cuts it, instead of keeping it as mail of a newer index.
+   dbox_store_import_mark sets and clears it. */
+#define DBOX_META_IMPORT_RUNNING "import.running"
+
+/* Set (running) or clear DBOX_META_IMPORT_RUNNING in the index's current
+   transaction.  Needs st->lock.  Returns 0 or a negative errno. */
+int dbox_store_import_mark(struct dbox_store *st, bool running);
 
 /* The index meta keys of m.<file_id> for crash recovery: inflight = the
    offset where the record last appended (or being appended) to it
