@@ -13,6 +13,10 @@
 
 CC      ?= cc
 BUILD   ?= build
+# One spelling per build directory: tests run `make BUILD=<absolute path>`
+# (install), and objects made under that name get .d files make cannot
+# match to the relative one, so a changed header would not rebuild them.
+override BUILD := $(patsubst $(CURDIR)/%,%,$(abspath $(BUILD)))
 # storage/ needs the codecs; index/ SQLite; fs/ libfuse3.
 STORAGE_PKGS := zlib liblzma libzstd liblz4
 PKGS    := fuse3 sqlite3 $(STORAGE_PKGS)
