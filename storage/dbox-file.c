@@ -294,8 +294,10 @@ int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,
 				     body_size_r, md_r, record_size_r, &fault);
 
 	if (ret == -DBOX_ECORRUPT) {
-		dbox_error("m.%u offset %llu: %s", file_id,
-			   (unsigned long long)offset, fault.reason);
+		/* File 0 is no m.N (a lost+found copy): its caller names it. */
+		if (file_id != 0)
+			dbox_error("m.%u offset %llu: %s", file_id,
+				   (unsigned long long)offset, fault.reason);
 		ret = -EIO;
 	}
 	return ret;

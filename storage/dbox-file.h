@@ -96,7 +96,9 @@ int dbox_append_abort(struct dbox_append *ap);
    size equal to expected_body_size (skip the check when it is
    UINT64_MAX), metadata magic and block.  Fills *md_r (caller clears) and
    *record_size_r.  Returns 0, -EIO when the record is corrupt or truncated
-   (and logs what is wrong, naming file_id and offset), -ENOMEM, or -errno
+   (and logs what is wrong, naming file_id and offset; file_id 0, a file
+   that is no m.N such as a lost+found copy, logs nothing: the caller names
+   the file), -ENOMEM, or -errno
    of pread.  dbox_record_verify (dbox-record.h) is the same read with the
    reason handed back as data instead of logged. */
 int dbox_record_read(int fd, uint32_t file_id, uint64_t offset,

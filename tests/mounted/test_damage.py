@@ -172,6 +172,15 @@ def test_index_copied_mid_delivery_loses_no_delivery(tmp_path):
         r = subprocess.run([str(DBOXADM), "cat", m.store, copies[0], "0"],
                            capture_output=True, timeout=60)
         assert r.returncode == 0 and r.stdout == body("late"), r
+        # At an offset where no record starts: one line naming the copy
+        # (it said "m.0 offset 1: corrupt message header" first).
+        r = subprocess.run([str(DBOXADM), "cat", m.store, copies[0], "1"],
+                           capture_output=True, timeout=60)
+        assert r.returncode == 1, r
+        assert r.stderr.decode().splitlines() == [
+            f"dboxadm: {copies[0]}: offset 1: no whole record there (dboxadm "
+            "dump lists the records of an m.N; check says how many whole "
+            "records a lost+found copy holds)"], r.stderr
         rc, out = adm("check", m.store)
         assert rc == 0 and "holds 1 whole message records" in out, out
 

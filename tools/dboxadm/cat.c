@@ -122,7 +122,9 @@ static int cat_main(int argc, char **argv)
 	if (ret < 0) {
 		adm_error("%s: offset %llu: %s", path,
 			  (unsigned long long)offset, ret == -EIO ?
-			  "no whole record there (see dboxadm dump)" :
+			  "no whole record there (dboxadm dump lists the "
+			  "records of an m.N; check says how many whole "
+			  "records a lost+found copy holds)" :
 			  strerror(-ret));
 		ret = ADM_EXIT_FAILED;
 	} else {
