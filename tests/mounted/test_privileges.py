@@ -409,6 +409,52 @@ def test_root_mount_of_a_user_store_leaves_every_file_the_users(scratch, user):
     user_reads_everything(store, expected, user, scratch)
 
 
+def test_root_mount_decides_the_owner_as_dboxadm_does(scratch, user, tmp_path):
+    """Whose store root's mount works on is decided as for dboxadm: a new
+    store in a user's directory is made as that user; root's own store
+    reached through a user's link is opened as that user (so it is not
+    opened at all); one user's store through another user's link is
+    refused."""
+    name, uid, gid = user
+    new = scratch / "new-store"
+    m = Mount(new, scratch / "rootmnt").mount()
+    try:
+        (m.mnt / "cur" / "1.root:2,S").write_bytes(b"Subject: x\n\nx\n")
+    finally:
+        m.unmount()
+    assert new.stat().st_uid == uid
+    assert {p: u for p, u in owners(new).items() if u != uid} == {}
+
+    secret = tmp_path / "secret-store"   # root's, below a root-only dir
+    Mount(secret, tmp_path / "m0").mount().unmount()
+    link = scratch / "link"
+    os.symlink(secret, link)
+    os.chown(link, uid, gid, follow_symlinks=False)
+    (scratch / "m1").mkdir()
+    r = subprocess.run([str(DBOXFS), str(link), str(scratch / "m1"), "-f"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and not is_mounted(scratch / "m1")
+    assert "Permission denied" in r.stderr, r.stderr
+
+    from kinds_env import CAROL, team_users
+    team_users()
+    theirs = user_scratch(CAROL, "dboxfs-priv-other-")
+    try:
+        src = sample_maildir(theirs / "Maildir", owner=CAROL, messages=2)
+        r = adm("import", theirs / "store", src, user=CAROL)
+        assert r.returncode == 0, r.stderr
+        link2 = scratch / "link2"
+        os.symlink(theirs / "store", link2)
+        os.chown(link2, uid, gid, follow_symlinks=False)
+        r = subprocess.run([str(DBOXFS), str(link2), str(scratch / "m1"), "-f"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and not is_mounted(scratch / "m1")
+        assert "reached through a symbolic link or directory of uid" in r.stderr, r.stderr
+    finally:
+        unmount(scratch / "m1")
+        shutil.rmtree(theirs, ignore_errors=True)
+
+
 def test_root_import_into_a_users_directory_makes_the_users_store(scratch, user):
     name, uid, gid = user
     src = sample_maildir(scratch / "Maildir", owner=name, messages=10)
