@@ -143,6 +143,7 @@ void import_batch_rollback(struct dbox_import *imp)
 	/* The summary counts what is in the store. */
 	imp->counts->messages = imp->committed.messages;
 	imp->counts->files = imp->committed.files;
+	imp->counts->others = imp->committed.others;
 	imp->counts->dirs_made = imp->committed.dirs_made;
 	imp->counts->linked = imp->committed.linked;
 	for (size_t i = 0; i < imp->nnew_files; i++)

@@ -273,7 +273,7 @@ static int make_special(struct dbox_import *imp, uint64_t dir,
 		return ret;
 	}
 	import_remember_link(imp, sb, attr.ino);
-	imp->counts->files++;
+	imp->counts->others++;
 	import_batch_item(imp);
 	return 0;
 }

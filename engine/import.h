@@ -90,6 +90,7 @@ struct dbox_import_ops {
 /* Totals of one import. */
 struct dbox_import_counts {
 	unsigned long messages, files, dirs_made, linked; /* made */
+	unsigned long others;   /* symbolic links, FIFOs, sockets, devices */
 	unsigned long present;  /* same name, same bytes: skipped */
 	unsigned long skipped;  /* types not imported, the store itself */
 	unsigned long failed;   /* items not imported (noted) */

@@ -428,6 +428,11 @@ def test_import_keeps_symlinks_and_fifos(tmp_path, make_mount):
     store = tmp_path / "store"
     r = adm("import", store, src, check_rc=0)
     assert b"skipped" not in r.stderr
+    # Counted as what they are, not as plain files (helper-54).
+    assert r.stdout == f"{store}: 3 messages, 0 plain files, 2 symbolic links and " \
+        "special files, 3 directories, 0 hard links imported\n".encode(), r.stdout
+    r = adm("export", store, tmp_path / "out", check_rc=0)
+    assert b", 0 plain files, 2 symbolic links and special files, " in r.stdout, r.stdout
     m = make_mount(store=store, mnt=tmp_path / "mnt")
     assert sorted(os.listdir(m.mnt / "cur")) == ["0.x.host:2,S", "1.x.host:2,S", "2.x.host:2,S",
                                                  "a-symlink"]

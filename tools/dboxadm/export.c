@@ -49,6 +49,7 @@ struct export {
 	bool keep_owner;           /* --same-owner: owners from the index */
 	char *buf;                 /* COPY_SIZE bytes */
 	unsigned long messages, files, dirs, linked, failed, unfinished;
+	unsigned long others;  /* symbolic links, FIFOs, sockets, devices */
 	bool fatal;                /* index failure: stop */
 };
 
@@ -247,7 +248,7 @@ static void export_other(struct export *ex, struct dbox_export_item *item)
 		item_failed(ex, ret == -EAGAIN ? "setting owner, mode and "
 			    "times: the name was changed meanwhile" :
 			    "setting owner, mode and times", -ret);
-	ex->files++;
+	ex->others++;
 }
 
 /* A damaged or hostile index must not make us write outside DIR: a name
@@ -470,9 +471,12 @@ static void export_report(const struct export *ex, const char *dir)
 	if (ex->failed > 0)
 		adm_error("%lu items failed", ex->failed);
 	/* Always, on stdout, as import's summary. */
-	printf("%s: %lu messages, %lu plain files, %lu directories, %lu hard "
-	       "links exported to %s\n", ex->store, ex->messages, ex->files,
-	       ex->dirs, ex->linked, dir);
+	printf("%s: %lu messages, %lu plain files, ", ex->store, ex->messages,
+	       ex->files);
+	if (ex->others > 0)
+		printf("%lu symbolic links and special files, ", ex->others);
+	printf("%lu directories, %lu hard links exported to %s\n", ex->dirs,
+	       ex->linked, dir);
 }
 
 static int export_main(int argc, char **argv)

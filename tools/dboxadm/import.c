@@ -168,8 +168,11 @@ static void import_summary(const struct dbox_import_counts *c, int ret,
 		adm_error("%lu items failed", c->failed);
 	/* Always, on stdout like the other verbs' summaries (stderr is for
 	   problems); progress only on a terminal. */
-	printf("%s: %lu messages, %lu plain files, %lu directories, %lu hard "
-	       "links imported\n", store, c->messages, c->files, c->dirs_made,
+	printf("%s: %lu messages, %lu plain files, ", store, c->messages,
+	       c->files);
+	if (c->others > 0)
+		printf("%lu symbolic links and special files, ", c->others);
+	printf("%lu directories, %lu hard links imported\n", c->dirs_made,
 	       c->linked);
 }
 
