@@ -413,13 +413,15 @@ int dbox_adopt_commit(struct dbox_adopt *adopt)
 
 	if (ret == 0)
 		check_refcounts(adopt);
-	if (ret == 0 && (ret = record_files(adopt)) == 0)
+	if (ret == 0 && (ret = record_files(adopt)) == 0 &&
+	    (ret = dbox_store_import_mark(adopt->st, false)) == 0)
 		ret = adopt_sync(adopt);
 	if (ret < 0)
 		return ret;
 	adopt->in_tx = false;
 	if ((ret = dbox_index_commit(adopt->index, true)) < 0) {
 		adopt_drop_staged(adopt);
+		(void)dbox_store_import_mark_commit(adopt->st, false);
 		return ret;
 	}
 	adopt->committed = true;
@@ -441,8 +443,12 @@ int dbox_adopt_begin(struct dbox_store *st, const struct dbox_adopt_source *src,
 	adopt->index = st->index;
 	adopt->src = *src;
 	adopt->ops = ops != NULL ? ops : &no_ops;
+	/* Marked before the first file is adopted: should the run be
+	   killed, recovery takes what it had not committed out of the way
+	   (store.h, DBOX_META_IMPORT_RUNNING). */
 	if ((ret = adopt_walk_storage(adopt, false)) < 0 ||
 	    (src->alt_fd >= 0 && (ret = adopt_walk_storage(adopt, true)) < 0) ||
+	    (ret = dbox_store_import_mark_commit(st, true)) < 0 ||
 	    (ret = dbox_index_begin(adopt->index)) < 0) {
 		dbox_adopt_free(&adopt);
 		return ret;
@@ -472,6 +478,8 @@ void dbox_adopt_free(struct dbox_adopt **adoptp)
 	if (adopt->in_tx) {
 		dbox_index_rollback(adopt->index);
 		adopt_drop_staged(adopt);
+		/* Undone: nothing of this run is left to judge. */
+		(void)dbox_store_import_mark_commit(adopt->st, false);
 	}
 	for (size_t i = 0; i < adopt->nfolders; i++) {
 		if (adopt->folders[i].uidlist_fd >= 0)

@@ -452,21 +452,6 @@ static int adopt_root(struct dbox_import *imp, int srcfd)
 	return 0;
 }
 
-/* DBOX_META_IMPORT_RUNNING set or cleared in a durable transaction of
-   its own. */
-static int mark_running(struct dbox_import *imp, bool running)
-{
-	int ret = dbox_index_begin(imp->index);
-
-	if (ret < 0)
-		return ret;
-	if ((ret = dbox_store_import_mark(imp->st, running)) < 0) {
-		dbox_index_rollback(imp->index);
-		return ret;
-	}
-	return dbox_index_commit(imp->index, true);
-}
-
 static int run_import(struct dbox_import *imp, int srcfd)
 {
 	struct stat sb;
@@ -479,20 +464,20 @@ static int run_import(struct dbox_import *imp, int srcfd)
 	/* Before the first byte: should the import be killed, recovery
 	   knows what the index does not know is its uncommitted work. */
 	if ((ret = adopt_root(imp, srcfd)) < 0 ||
-	    (ret = mark_running(imp, true)) < 0 ||
+	    (ret = dbox_store_import_mark_commit(imp->st, true)) < 0 ||
 	    (ret = dbox_index_begin(imp->index)) < 0)
 		return ret;
 	import_dir(imp, srcfd, DBOX_ROOT_INO, NULL);
 	if (imp->fatal) {
 		import_batch_rollback(imp);
-		(void)mark_running(imp, false); /* the rollback cut it all */
+		(void)dbox_store_import_mark_commit(imp->st, false); /* the rollback cut it all */
 		return -EIO;
 	}
 	/* Cleared with the last batch, in its transaction. */
 	if ((ret = dbox_store_import_mark(imp->st, false)) < 0 ||
 	    (ret = import_batch_commit(imp, true)) < 0) {
 		import_batch_rollback(imp);
-		(void)mark_running(imp, false);
+		(void)dbox_store_import_mark_commit(imp->st, false);
 		return ret;
 	}
 	imp->depth = 0;

@@ -573,12 +573,7 @@ int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r)
 	if (st->import_killed) {
 		/* Judged: the next open must not judge a later life of the
 		   store by it. */
-		if ((ret = dbox_index_begin(st->index)) == 0) {
-			if ((ret = dbox_store_import_mark(st, false)) == 0)
-				ret = dbox_index_commit(st->index, true);
-			else
-				dbox_index_rollback(st->index);
-		}
+		ret = dbox_store_import_mark_commit(st, false);
 		st->import_killed = false;
 		if (ret < 0)
 			return ret;
@@ -617,4 +612,18 @@ int dbox_store_import_mark(struct dbox_store *st, bool running)
 	dbox_store_assert_locked(st);
 	return dbox_index_meta_set(st->index, DBOX_META_IMPORT_RUNNING,
 				   running ? 1 : 0);
+}
+
+int dbox_store_import_mark_commit(struct dbox_store *st, bool running)
+{
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = dbox_index_begin(st->index)) < 0)
+		return ret;
+	if ((ret = dbox_store_import_mark(st, running)) < 0) {
+		dbox_index_rollback(st->index);
+		return ret;
+	}
+	return dbox_index_commit(st->index, true);
 }

@@ -156,7 +156,8 @@ bool dbox_store_mutex_held(const struct dbox_store *st);
 #define dbox_store_assert_unlocked(st) assert(!dbox_store_mutex_held(st))
 
 
-/* Index meta key: an import (dboxadm import) is writing to the store,
+/* Index meta key: an import (dboxadm import, import-dovecot) is writing
+   to the store,
    committed (1) before its first byte and cleared (0) in its last
    transaction.  Found by crash recovery, it means the import was killed:
    every byte the index does not know (past an m.N's committed end, in an
@@ -169,6 +170,10 @@ bool dbox_store_mutex_held(const struct dbox_store *st);
 /* Set (running) or clear DBOX_META_IMPORT_RUNNING in the index's current
    transaction.  Needs st->lock.  Returns 0 or a negative errno. */
 int dbox_store_import_mark(struct dbox_store *st, bool running);
+
+/* The same in a durable transaction of its own (no transaction may be
+   open).  Needs st->lock.  Returns 0 or a negative errno. */
+int dbox_store_import_mark_commit(struct dbox_store *st, bool running);
 
 /* The index meta keys of m.<file_id> for crash recovery: inflight = the
    offset where the record last appended (or being appended) to it

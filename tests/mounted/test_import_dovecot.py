@@ -447,6 +447,48 @@ def test_adopt_retries_without_zlib_only_when_it_is_missing(dovecot_tmp, make_mo
     assert len(names) == len(truth)
 
 
+def test_adopt_killed_midway_then_again_leaves_a_clean_store(dovecot_tmp, make_mount):
+    """import-dovecot SIGKILLed after it made the folders' plain files
+    (maildirfolder, dovecot-uidlist) and before its commit: the next run
+    takes what the killed one had not committed out of the way
+    (lost+found/) and adopts everything; check is clean (it reported the
+    orphaned files/<ino> until a rebuild: helper-55)."""
+    import signal
+    import time
+    tmp_path = dovecot_tmp
+    if not (FIXTURES / "plain" / "mdbox").is_dir():
+        pytest.skip("../shared/fixtures/dovecot-mdbox not present")
+    root, store = tmp_path / "mdbox", tmp_path / "store"
+    copy_fixture("plain", root)
+    Mdbox(root, tmp_path / "dovecot")
+    stall = tmp_path / "doveadm-stalls"
+    stall.write_text("#!/bin/sh\ncase \"$*\" in *fetch*) touch %s/fetching;"
+                     " sleep 60;; esac\nexec doveadm \"$@\"\n" % tmp_path)
+    stall.chmod(0o755)
+    p = subprocess.Popen([str(DBOXADM), "import-dovecot", f"--doveadm={stall}",
+                          str(store), str(root)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "fetching").exists():
+        assert p.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    subprocess.run(["pkill", "-f", str(stall)])
+    assert list((store / "files").iterdir()), "no plain file made before the kill"
+
+    r = adm("import-dovecot", store, root, check_rc=0)
+    assert b"adopted 8 messages" in r.stdout, r.stdout
+    r = adm("check", store, check_rc=0)
+    assert b"problem:" not in r.stdout, r.stdout
+    truth = parse_expected(FIXTURES / "plain" / "expected-fetch.txt")
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    names = Counter()
+    for t in truth:
+        names[find_name(m.mnt / folder_dir(t["mailbox"]), t["uid"])] += 1
+    assert len(names) == len(truth)
+
+
 def test_adopt_reports_other_doveadm_errors_and_removes_its_store(dovecot_tmp):
     """Any other doveadm failure is doveadm's own: reported as it is, not
     retried as if zlib were missing, and the store this run created is gone
