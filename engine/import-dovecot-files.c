@@ -91,6 +91,40 @@ static int walk_file(struct dbox_adopt *adopt, int fd, uint32_t dfile,
 
 /* Every record of ROOT/storage/m.* (or of Dovecot's ALT/storage/m.*),
    added to adopt->recs, which is then sorted by GUID. */
+/* The store's m.N that is the very file sb (a hard link an earlier run
+   made), in storage/ or the alternate storage: its number, or 0. */
+static uint32_t store_has_file(struct dbox_adopt *adopt, const struct stat *sb,
+			       bool *alt_r)
+{
+	for (int a = 0; a < 2; a++) {
+		int dfd = a ? adopt->st->alt_fd : adopt->st->storage_fd;
+		int own = dfd >= 0 ? openat(dfd, ".", O_RDONLY | O_DIRECTORY |
+					    O_CLOEXEC) : -1;
+		DIR *dir = own >= 0 ? fdopendir(own) : NULL;
+		struct dirent *de;
+		struct stat our;
+		uint32_t id, found = 0;
+
+		if (dir == NULL) {
+			if (own >= 0)
+				close(own);
+			continue;
+		}
+		while (found == 0 && (de = readdir(dir)) != NULL)
+			if (dbox_mfile_parse_name(de->d_name, &id) &&
+			    fstatat(dfd, de->d_name, &our,
+				    AT_SYMLINK_NOFOLLOW) == 0 &&
+			    our.st_dev == sb->st_dev && our.st_ino == sb->st_ino)
+				found = id;
+		closedir(dir);
+		if (found != 0) {
+			*alt_r = a;
+			return found;
+		}
+	}
+	return 0;
+}
+
 int adopt_walk_storage(struct dbox_adopt *adopt, bool alt)
 {
 	int dfd = alt ? adopt->src.alt_fd : adopt->src.storage_fd;
@@ -118,6 +152,28 @@ int adopt_walk_storage(struct dbox_adopt *adopt, bool alt)
 				.file = dfile, .err = errno });
 			adopt->counts.failed++;
 			continue;
+		}
+		{
+			struct stat sb;
+			bool ours_alt = false;
+			uint32_t ours = fstat(fd, &sb) == 0 ?
+				store_has_file(adopt, &sb, &ours_alt) : 0;
+
+			if (ours != 0) {
+				/* Adopted by an earlier run: a second one
+				   would link every file again and fail every
+				   message as existing. */
+				adopt_note(adopt, (struct dbox_adopt_note){
+					.kind = DBOX_ADOPT_ADOPTED_ALREADY,
+					.root = alt ? adopt->src.alt :
+						adopt->src.root,
+					.file = dfile, .count = ours,
+					.where = dbox_store_dir_name(adopt->st,
+								     ours_alt) });
+				close(fd);
+				ret = -EEXIST;
+				break;
+			}
 		}
 		ret = walk_file(adopt, fd, dfile, alt);
 		close(fd);

@@ -58,6 +58,9 @@
 enum dbox_adopt_note_kind {
 	/* Errors: that item is not adopted (counted in failed). */
 	DBOX_ADOPT_MFILE_UNREADABLE, /* file (in root) unreadable: err */
+	DBOX_ADOPT_ADOPTED_ALREADY, /* file (in root) is m.<count> of the
+				     store (`where`) already: an earlier run
+				     adopted this root; the run stops */
 	DBOX_ADOPT_NO_ALT,        /* file is in Dovecot's ALT, the store has
 				     no alternate storage */
 	DBOX_ADOPT_LINK_FAILED,   /* file cannot be linked into the store's

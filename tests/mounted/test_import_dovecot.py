@@ -489,6 +489,29 @@ def test_adopt_killed_midway_then_again_leaves_a_clean_store(dovecot_tmp, make_m
     assert len(names) == len(truth)
 
 
+def test_adopting_the_same_root_again_is_refused_and_changes_nothing(dovecot_tmp):
+    """A second import-dovecot of a root the store adopted already linked
+    every m.N again and failed every message as existing, exit 1
+    (helper-55): it is refused, naming the file, and the store stays as
+    it was."""
+    tmp_path = dovecot_tmp
+    if not (FIXTURES / "plain" / "mdbox").is_dir():
+        pytest.skip("../shared/fixtures/dovecot-mdbox not present")
+    root, store = tmp_path / "mdbox", tmp_path / "store"
+    copy_fixture("plain", root)
+    Mdbox(root, tmp_path / "dovecot")
+    adm("import-dovecot", store, root, check_rc=0)
+    before = sorted(os.listdir(store / "storage"))
+    rows = index_guids(store)
+    r = adm("import-dovecot", store, root)
+    assert r.returncode != 0
+    assert f"{root}/storage/m.1 is {store}/storage/m.".encode() in r.stderr, r.stderr
+    assert b"already" in r.stderr and b"exists already" not in r.stderr, r.stderr
+    assert sorted(os.listdir(store / "storage")) == before
+    assert index_guids(store) == rows
+    adm("check", store, check_rc=0)
+
+
 def test_adopt_reports_other_doveadm_errors_and_removes_its_store(dovecot_tmp):
     """Any other doveadm failure is doveadm's own: reported as it is, not
     retried as if zlib were missing, and the store this run created is gone

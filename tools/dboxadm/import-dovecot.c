@@ -58,6 +58,14 @@ static bool note_file(struct imp *imp, const struct dbox_adopt_note *n)
 		adm_error("%s/" DBOX_STORE_STORAGE "/m.%u: %s", n->root,
 			  n->file, msg);
 		return true;
+	case DBOX_ADOPT_ADOPTED_ALREADY:
+		adm_error("%s/" DBOX_STORE_STORAGE "/m.%u is %s/"
+			  DBOX_STORE_STORAGE "/m.%u already: an earlier "
+			  "import-dovecot adopted this root into the store; "
+			  "nothing done", n->root, n->file, n->where,
+			  (unsigned)n->count);
+		imp->fatal = true;
+		return true;
 	case DBOX_ADOPT_NO_ALT:
 		adm_error("%s/" DBOX_STORE_STORAGE "/m.%u: in Dovecot's "
 			  "alternate storage, and the store has none: give "
