@@ -211,6 +211,28 @@ def copy_fixture(fixture, root):
             os.chmod(os.path.join(d, f), 0o600)
 
 
+def plain_fixture(tmp_path):
+    """The 'plain' Dovecot fixture copied to tmp_path/mdbox and given to
+    Dovecot's mail user (skips without ../shared): (root, tmp_path/store)."""
+    if not (FIXTURES / "plain" / "mdbox").is_dir():
+        pytest.skip("../shared/fixtures/dovecot-mdbox not present")
+    root = tmp_path / "mdbox"
+    copy_fixture("plain", root)
+    Mdbox(root, tmp_path / "dovecot")
+    return root, tmp_path / "store"
+
+
+def every_plain_message_has_a_name(store, tmp_path, make_mount):
+    """Mounted, store shows each message of the 'plain' fixture under a
+    name of its own."""
+    truth = parse_expected(FIXTURES / "plain" / "expected-fetch.txt")
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    names = Counter()
+    for t in truth:
+        names[find_name(m.mnt / folder_dir(t["mailbox"]), t["uid"])] += 1
+    assert len(names) == len(truth)
+
+
 def test_adopt_live_dovecot(dovecot_tmp, make_mount):
     """A store made here by doveadm: several folders (non-ASCII names, one
     outside the BMP, one holding '.', one '&'), every flag, keywords, copies to two and
@@ -426,11 +448,7 @@ def test_adopt_retries_without_zlib_only_when_it_is_missing(dovecot_tmp, make_mo
     """A Dovecot whose plugin directory has no zlib plugin: doveadm says so,
     and the import goes on without it (a plain store adopts in full)."""
     tmp_path = dovecot_tmp
-    if not (FIXTURES / "plain" / "mdbox").is_dir():
-        pytest.skip("../shared/fixtures/dovecot-mdbox not present")
-    root, store = tmp_path / "mdbox", tmp_path / "store"
-    copy_fixture("plain", root)
-    Mdbox(root, tmp_path / "dovecot")        # owned by user mail
+    root, store = plain_fixture(tmp_path)    # owned by user mail
     empty = tmp_path / "no-plugins"
     empty.mkdir()
     doveadm = doveadm_wrapper(tmp_path / "doveadm", f"mail_plugin_dir={empty}")
@@ -439,12 +457,7 @@ def test_adopt_retries_without_zlib_only_when_it_is_missing(dovecot_tmp, make_mo
     assert "Plugin 'zlib' not found" in err, err
     assert "retrying without Dovecot's zlib plugin" in err, err
     assert b"adopted 8 messages" in r.stdout, r.stdout
-    truth = parse_expected(FIXTURES / "plain" / "expected-fetch.txt")
-    m = make_mount(store=store, mnt=tmp_path / "mnt")
-    names = Counter()
-    for t in truth:
-        names[find_name(m.mnt / folder_dir(t["mailbox"]), t["uid"])] += 1
-    assert len(names) == len(truth)
+    every_plain_message_has_a_name(store, tmp_path, make_mount)
 
 
 def test_adopt_killed_midway_then_again_leaves_a_clean_store(dovecot_tmp, make_mount):
@@ -456,11 +469,7 @@ def test_adopt_killed_midway_then_again_leaves_a_clean_store(dovecot_tmp, make_m
     import signal
     import time
     tmp_path = dovecot_tmp
-    if not (FIXTURES / "plain" / "mdbox").is_dir():
-        pytest.skip("../shared/fixtures/dovecot-mdbox not present")
-    root, store = tmp_path / "mdbox", tmp_path / "store"
-    copy_fixture("plain", root)
-    Mdbox(root, tmp_path / "dovecot")
+    root, store = plain_fixture(tmp_path)
     stall = tmp_path / "doveadm-stalls"
     stall.write_text("#!/bin/sh\ncase \"$*\" in *fetch*) touch %s/fetching;"
                      " sleep 60;; esac\nexec doveadm \"$@\"\n" % tmp_path)
@@ -481,12 +490,7 @@ def test_adopt_killed_midway_then_again_leaves_a_clean_store(dovecot_tmp, make_m
     assert b"adopted 8 messages" in r.stdout, r.stdout
     r = adm("check", store, check_rc=0)
     assert b"problem:" not in r.stdout, r.stdout
-    truth = parse_expected(FIXTURES / "plain" / "expected-fetch.txt")
-    m = make_mount(store=store, mnt=tmp_path / "mnt")
-    names = Counter()
-    for t in truth:
-        names[find_name(m.mnt / folder_dir(t["mailbox"]), t["uid"])] += 1
-    assert len(names) == len(truth)
+    every_plain_message_has_a_name(store, tmp_path, make_mount)
 
 
 def test_adopting_the_same_root_again_is_refused_and_changes_nothing(dovecot_tmp):
@@ -495,11 +499,7 @@ def test_adopting_the_same_root_again_is_refused_and_changes_nothing(dovecot_tmp
     (helper-55): it is refused, naming the file, and the store stays as
     it was."""
     tmp_path = dovecot_tmp
-    if not (FIXTURES / "plain" / "mdbox").is_dir():
-        pytest.skip("../shared/fixtures/dovecot-mdbox not present")
-    root, store = tmp_path / "mdbox", tmp_path / "store"
-    copy_fixture("plain", root)
-    Mdbox(root, tmp_path / "dovecot")
+    root, store = plain_fixture(tmp_path)
     adm("import-dovecot", store, root, check_rc=0)
     before = sorted(os.listdir(store / "storage"))
     rows = index_guids(store)
@@ -517,11 +517,7 @@ def test_adopt_reports_other_doveadm_errors_and_removes_its_store(dovecot_tmp):
     retried as if zlib were missing, and the store this run created is gone
     again (an existing empty directory given as STORE is kept, empty)."""
     tmp_path = dovecot_tmp
-    if not (FIXTURES / "plain" / "mdbox").is_dir():
-        pytest.skip("../shared/fixtures/dovecot-mdbox not present")
-    root = tmp_path / "mdbox"
-    copy_fixture("plain", root)
-    Mdbox(root, tmp_path / "dovecot")
+    root, _ = plain_fixture(tmp_path)
     doveadm = doveadm_wrapper(tmp_path / "doveadm", "mail_plugins=nosuch")
     store = tmp_path / "store"
     r = adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=1)
