@@ -619,6 +619,11 @@ def test_permission_denied_outside_the_store_says_whose_uid(scratch, user,
     assert "Permission denied" in r.stderr, r.stderr
     assert f"(dboxadm runs as uid {uid}, who owns the store)" in r.stderr, \
         r.stderr
+    if verb == "import":
+        # A store not made yet is its directory's owner's: said so.
+        r = adm("import", scratch / "new-store", root_only / "Maildir")
+        assert r.returncode != 0 and f"(dboxadm runs as uid {uid}, who owns " \
+            "the directory the new store is made in)" in r.stderr, r.stderr
 
 
 def test_backup_resumes_no_partial_another_user_made(user, tmp_path):

@@ -135,7 +135,8 @@ bool adm_source_same(int fd, const char *path, const struct stat *checked);
 
 /* Why err denied a path outside the store, for an error message: after
    adm_store_enter switched to the store's owner and err is EACCES or
-   EPERM, " (dboxadm runs as uid N, who owns the store)" in buf (size
+   EPERM, " (dboxadm runs as uid N, who owns the store)" (or "the
+   directory the new store is made in") in buf (size
    bytes), else "".  Returns buf. */
 const char *adm_denied_why(int err, char *buf, size_t size);
 

@@ -181,22 +181,26 @@ static char *parent_of(const char *path)
 	return copy;
 }
 
-/* Give up root for good and become uid: the groups and gid of its
-   passwd entry (gid alone, no supplementary groups, without one).
-   Returns 0 or -errno. */
-/* The uid adm_store_enter switched to, for adm_denied_why; -1: none. */
+/* The uid adm_store_enter switched to, for adm_denied_why; -1: none.
+   switched_for_new: the store did not exist; its parent's owner's. */
 static uid_t switched_uid = (uid_t)-1;
+static bool switched_for_new;
 
 const char *adm_denied_why(int err, char *buf, size_t size)
 {
 	if (switched_uid != (uid_t)-1 && (err == EACCES || err == EPERM))
-		snprintf(buf, size, " (dboxadm runs as uid %u, who owns the "
-			 "store)", (unsigned)switched_uid);
+		snprintf(buf, size, " (dboxadm runs as uid %u, who owns %s)",
+			 (unsigned)switched_uid, switched_for_new ?
+			 "the directory the new store is made in" :
+			 "the store");
 	else if (size > 0)
 		buf[0] = '\0';
 	return buf;
 }
 
+/* Give up root for good and become uid: the groups and gid of its
+   passwd entry (gid alone, no supplementary groups, without one).
+   Returns 0 or -errno. */
 static int drop_to(uid_t uid, gid_t gid)
 {
 	struct passwd *pw = getpwuid(uid);
@@ -310,6 +314,7 @@ int adm_store_enter(const char *store)
 		free(parent);
 		return ADM_EXIT_OK;
 	}
+	switched_for_new = parent != NULL;
 	if ((ret = drop_to(sb.st_uid, sb.st_gid)) < 0) {
 		adm_error("%s: owned by uid %u: cannot switch to that user "
 			  "(%s); nothing was done", what, (unsigned)sb.st_uid,
