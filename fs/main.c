@@ -745,12 +745,14 @@ int main(int argc, char *argv[])
 	}
 	birth.made_all = false; /* up: clients may have used it */
 	{
-		char spec[32];
+		/* Both paths absolute, as libfuse made the mount point. */
+		char spec[32], *store = realpath(fs.opts.store, NULL);
 
 		dbox_compress_format(&set.compress, spec, sizeof(spec));
-		dbox_info("mounted %s on %s (compress=%s%s)", fs.opts.store,
-			  cmd.mountpoint, spec, fs.opts.readonly ?
-			  ", read-only" : "");
+		dbox_info("mounted %s on %s (compress=%s%s)",
+			  store != NULL ? store : fs.opts.store, cmd.mountpoint,
+			  spec, fs.opts.readonly ? ", read-only" : "");
+		free(store);
 	}
 	/* SQLite connections must not cross fork(): background_fork()
 	   forks and the parent exits, so the connection is closed here and

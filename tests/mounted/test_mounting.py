@@ -252,6 +252,19 @@ def test_allow_other_needs_user_allow_other(scratch, user):
     assert store_released(store)
 
 
+def test_the_mount_line_names_both_paths_absolute(tmp_path):
+    """'mounted STORE on MNT' gives both paths absolute (the store was shown
+    as typed, relative, beside libfuse's absolute mount point)."""
+    (tmp_path / "mnt").mkdir()
+    r = subprocess.run([str(DBOXFS), "store", "mnt"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert f"mounted {tmp_path}/store on {tmp_path}/mnt " in r.stderr, r.stderr
+    finally:
+        unmount(tmp_path / "mnt")
+
+
 def test_a_failed_first_mount_leaves_no_store_behind(scratch, user):
     """A mount refused after its new store was made (here allow_other
     without user_allow_other) takes that store back: the path does not
