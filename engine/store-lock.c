@@ -317,7 +317,41 @@ static int open_failed(const char *path, int ret)
 	return ret;
 }
 
+/* Is fd, locked, still STORE/lock?  A holder may unlink the file while
+   it holds it (a failed first mount takes its new store away,
+   store-dirs.h); whoever was waiting on it then holds the lock of a file
+   nobody else will open, and must lock the store's lock anew. */
+static bool still_the_lock(int dir_fd, int fd)
+{
+	struct stat a, b;
+
+	return fstat(fd, &a) == 0 && a.st_nlink > 0 &&
+		fstatat(dir_fd, DBOX_STORE_LOCK, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+		a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+static int lock_once(int dir_fd, const char *path);
+
 int dbox_store_lock(int dir_fd, const char *path)
+{
+	int fd;
+
+	/* The file locked must be the one in the store still (a few tries:
+	   each means another process removed a store under us). */
+	for (int tries = 0; tries < 8; tries++) {
+		if ((fd = lock_once(dir_fd, path)) < 0 ||
+		    still_the_lock(dir_fd, fd))
+			return fd;
+		close(fd);
+	}
+	dbox_error("%s: the store's lock file keeps being replaced; try "
+		   "again", path);
+	return -EBUSY;
+}
+
+/* Open (creating) STORE/lock and lock it exclusively, as
+   dbox_store_lock. */
+static int lock_once(int dir_fd, const char *path)
 {
 	int fd;
 
@@ -350,5 +384,11 @@ int dbox_store_lock_shared(int dir_fd, const char *path)
 		return open_failed(path, -errno);
 	if ((fd = check_regular(fd, path)) < 0)
 		return fd;
-	return take_lock(fd, path, LOCK_SH);
+	if ((fd = take_lock(fd, path, LOCK_SH)) >= 0 &&
+	    !still_the_lock(dir_fd, fd)) {
+		/* The store went away while we waited (store-dirs.h). */
+		close(fd);
+		return -ENOENT;
+	}
+	return fd;
 }

@@ -216,14 +216,32 @@ static void raise_nofile(void)
 	}
 }
 
-/* A store created by this mount is an empty INBOX (docs/design.md section 1):
-   the root gets cur/ new/ tmp/, so maildir clients find a mailbox. */
-static int create_inbox(struct dbox_store *st)
+/* dbox_ns_readdir callback: any entry sets *(bool *)ctx and stops. */
+static int any_entry_cb(void *ctx, const struct dbox_dirent *ent)
 {
+	*(bool *)ctx = true;
+	return 1;
+}
+
+/* A store with nothing in it (this mount created it, with the lock held:
+   decided after the open, not before, when another process may still be
+   making or removing it) is an empty INBOX (docs/design.md section 1):
+   the root gets cur/ new/ tmp/, so maildir clients find a mailbox.  They
+   and the root are the caller's, or the store owner's when root's mount
+   works as that user (store_owner_enter), as dboxadm import makes them. */
+static int create_inbox(struct dbox_store *st, uid_t uid, gid_t gid)
+{
+	struct dbox_ns_set set = { .what = DBOX_NS_SET_UID | DBOX_NS_SET_GID,
+				   .uid = uid, .gid = gid };
+	bool used = false;
 	int ret;
 
 	dbox_store_mutex_lock(st);
-	ret = dbox_ns_make_inbox(st, getuid(), getgid());
+	ret = dbox_ns_readdir(st, DBOX_ROOT_INO, 0, any_entry_cb, &used);
+	if (ret == 0 && !used)
+		ret = dbox_ns_make_inbox(st, uid, gid);
+	if (ret == 0 && !used)
+		ret = dbox_ns_setattr(st, DBOX_ROOT_INO, &set, NULL);
 	dbox_store_mutex_unlock(st);
 	return ret;
 }
@@ -475,18 +493,11 @@ static void close_store(struct fs *fs, const struct store_birth *b)
    gets its INBOX.  Returns 0, or -1 after logging why (the store is
    closed again, and removed when this call made it: *birth). */
 static int open_store(struct fs *fs, const struct dbox_store_settings *set,
-		      unsigned long errors_before, struct store_birth *birth)
+		      unsigned long errors_before, struct store_birth *birth,
+		      const struct store_owner *owner)
 {
-	char *index_path;
-	bool fresh;
 	int ret;
 
-	if (asprintf(&index_path, "%s/" DBOX_STORE_INDEX, fs->opts.store) < 0) {
-		exit_reason(errors_before, "out of memory", 0);
-		return -1;
-	}
-	fresh = access(index_path, F_OK) != 0;
-	free(index_path);
 	store_birth_note(fs->opts.store, birth);
 	if (fs->opts.readonly)
 		birth->made_all = false; /* nothing is made */
@@ -496,7 +507,9 @@ static int open_store(struct fs *fs, const struct dbox_store_settings *set,
 		exit_reason(errors_before, fs->opts.store, -ret);
 		return -1;
 	}
-	if (fresh && (ret = create_inbox(fs->st)) < 0) {
+	if (!fs->opts.readonly &&
+	    (ret = create_inbox(fs->st, owner->active ? owner->uid : getuid(),
+				owner->active ? owner->gid : getgid())) < 0) {
 		exit_reason(errors_before, "creating the INBOX of a new store",
 			    -ret);
 		close_store(fs, birth);
@@ -716,7 +729,7 @@ int main(int argc, char *argv[])
 		goto out_args;
 	errors_before = __atomic_load_n(&errors_logged, __ATOMIC_RELAXED);
 	if (store_owner_enter(fs.opts.store, &owner) < 0 ||
-	    open_store(&fs, &set, errors_before, &birth) < 0)
+	    open_store(&fs, &set, errors_before, &birth, &owner) < 0)
 		goto out_session;
 	if (fs_inode_table_init(&fs.inodes) < 0) {
 		exit_reason(errors_before, "the inode table", ENOMEM);

@@ -419,6 +419,11 @@ def test_root_mount_decides_the_owner_as_dboxadm_does(scratch, user, tmp_path):
     new = scratch / "new-store"
     m = Mount(new, scratch / "rootmnt").mount()
     try:
+        # Its tree is the user's too: the root and INBOX's cur/new/tmp
+        # (they were root's 0700, and the user's own mount showed them
+        # nothing: helper-56).
+        for d in (m.mnt, m.mnt / "cur", m.mnt / "new", m.mnt / "tmp"):
+            assert (os.stat(d).st_uid, os.stat(d).st_gid) == (uid, gid), d
         (m.mnt / "cur" / "1.root:2,S").write_bytes(b"Subject: x\n\nx\n")
     finally:
         m.unmount()
