@@ -5,6 +5,7 @@
  * engine call (engine/namespace.h), one index transaction.
  */
 #include "fs.h"
+#include "fs-stop.h"
 
 #include "engine/namespace.h"
 #include "engine/perm.h"
@@ -53,6 +54,12 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct dbox_attr attr;
 	struct dbox_cred c;
 	int ret;
+
+	/* The stop asking whether a path is this very mount (fs-stop.c). */
+	if (parent == FUSE_ROOT_ID && fs_stop_is_asking(fs, req, name)) {
+		fuse_reply_err(req, FS_STOP_ANSWER);
+		return;
+	}
 
 	fs_perm_begin(req, &c);
 	fs_lock(fs);

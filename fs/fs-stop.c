@@ -18,11 +18,15 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/fsuid.h>
 #include <sys/mount.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,7 +39,19 @@ struct fs_stop {
 	pthread_t loop;               /* the session loop's thread */
 	struct fs *fs;
 	struct sigaction fuse_sa[NSIGNALS]; /* libfuse's handlers */
+	bool drain;                   /* writeback_cache: serve open files on */
+	char nonce[33];               /* in the name the stop looks up */
+	pid_t asker;                  /* the thread asking (atomic), or 0 */
+	bool took_unmount;            /* root's stop dealt with the unmount
+					 (detached the mount, or found another
+					 at its path): none by path after it
+					 (atomic) */
 };
+
+/* The name the stop looks up in the mount point to know it is this
+   mount: STOP_NAME_PREFIX and the nonce (no such name is stored: '/'
+   free, but a client could never have made it without the nonce). */
+#define STOP_NAME_PREFIX ".dboxfs-stop."
 
 /* The write end of the pipe for the handler, or -1 (atomic). */
 static int stop_pipe = -1;
@@ -116,34 +132,92 @@ static int write_back_open_files(struct fs *fs)
 /* Detach the mount from the tree (umount -l): no new open, no new path
    walk; files open on it go on working, their writes reach the daemon,
    and the kernel ends the session when the last of them is closed (the
-   daemon's read of /dev/fuse fails with ENODEV).  Root detaches it
-   itself; a user's mount has fusermount3 do it.  Returns 0 or -1. */
-static int detach_mount(const char *mountpoint)
+   daemon's read of /dev/fuse fails with ENODEV).  A user's mount has
+   fusermount3 do it (which unmounts only that user's FUSE mounts).  Root
+   detaches it itself, but never by the path alone: the path is the one
+   given at mount time, and whoever owns a directory on it (the store's
+   owner, say) may have put another mount there meanwhile, which root
+   would then take away (an attack run detached a tmpfs so).  So the path
+   is opened (O_PATH), a lookup of STOP_NAME_PREFIX and this mount's
+   nonce in it must fail with FS_STOP_ANSWER (only this daemon, to this
+   thread, answers so), and the mount of that descriptor is the one
+   detached.  Returns 0 or -1 (errno
+   set; EXDEV: something else is mounted there now). */
+static int detach_mount(struct fs_stop *s)
 {
+	const char *mountpoint = s->fs->mountpoint;
 	char *const argv[] = { "fusermount3", "-u", "-z", "-q",
 			       (char *)mountpoint, NULL };
 	extern char **environ;
+	char proc[64], probe[128];
+	struct stat sb;
+	uid_t fsuid;
+	gid_t fsgid;
 	pid_t pid;
-	int status;
+	int status, fd, ret, err;
 
-	if (geteuid() == 0) {
-		/* The mount point is root's to reach, whatever filesystem
-		   identity the daemon took for the store (main.c). */
-		uid_t fsuid = (uid_t)setfsuid(0);
-		gid_t fsgid = (gid_t)setfsgid(0);
-		int ret = umount2(mountpoint, MNT_DETACH), err = errno;
-
-		setfsgid(fsgid);
-		setfsuid(fsuid);
-		errno = err;
-		return ret;
-	}
-	if (posix_spawnp(&pid, "fusermount3", NULL, NULL, argv, environ) != 0)
-		return -1;
-	while (waitpid(pid, &status, 0) < 0)
-		if (errno != EINTR)
+	if (geteuid() != 0) {
+		if (posix_spawnp(&pid, "fusermount3", NULL, NULL, argv,
+				 environ) != 0)
 			return -1;
-	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+		while (waitpid(pid, &status, 0) < 0)
+			if (errno != EINTR)
+				return -1;
+		return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+	}
+	/* The mount point is root's to reach, whatever filesystem identity
+	   the daemon took for the store (main.c). */
+	fsuid = (uid_t)setfsuid(0);
+	fsgid = (gid_t)setfsgid(0);
+	fd = open(mountpoint, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	err = errno;
+	if (fd >= 0) {
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+		snprintf(probe, sizeof(probe), "%s/" STOP_NAME_PREFIX "%s",
+			 proc, s->nonce);
+		__atomic_store_n(&s->asker, (pid_t)syscall(SYS_gettid),
+				 __ATOMIC_RELEASE);
+		ret = fstatat(AT_FDCWD, probe, &sb, AT_SYMLINK_NOFOLLOW);
+		err = errno;
+		__atomic_store_n(&s->asker, 0, __ATOMIC_RELEASE);
+		if (ret == 0 || err != FS_STOP_ANSWER) {
+			err = EXDEV;
+			ret = -1;
+		} else {
+			ret = umount2(proc, MNT_DETACH);
+			err = errno;
+		}
+		close(fd);
+	} else {
+		ret = -1;
+	}
+	setfsgid(fsgid);
+	setfsuid(fsuid);
+	/* Detached, or the path holds another mount now: either way libfuse
+	   must not unmount the path afterwards. */
+	if (ret == 0 || err == EXDEV)
+		__atomic_store_n(&s->took_unmount, true, __ATOMIC_RELEASE);
+	errno = err;
+	return ret;
+}
+
+bool fs_stop_is_asking(struct fs *fs, fuse_req_t req, const char *name)
+{
+	struct fs_stop *s = fs->stop;
+	pid_t asker;
+
+	if (s == NULL ||
+	    strncmp(name, STOP_NAME_PREFIX, strlen(STOP_NAME_PREFIX)) != 0 ||
+	    strcmp(name + strlen(STOP_NAME_PREFIX), s->nonce) != 0)
+		return false;
+	asker = __atomic_load_n(&s->asker, __ATOMIC_ACQUIRE);
+	return asker != 0 && fuse_req_ctx(req)->pid == asker;
+}
+
+bool fs_stop_took_unmount(const struct fs *fs)
+{
+	return fs->stop != NULL &&
+		__atomic_load_n(&fs->stop->took_unmount, __ATOMIC_ACQUIRE);
 }
 
 /* Wait for a stop byte (timeout_ms < 0: for ever).  Returns the signal,
@@ -180,46 +254,78 @@ static void *stop_thread(void *arg)
 
 	if ((sig = next_signal(s, -1)) <= 0)
 		return NULL; /* fs_stop_finish: the session ended otherwise */
-	dbox_info("%s received; writing back the kernel's cached writes and "
-		  "detaching the mount", strsignal(sig));
-	open_files = write_back_open_files(s->fs);
-	if (detach_mount(s->fs->mountpoint) < 0) {
-		dbox_error("%s: cannot detach it (%s); unmounting now: writes "
-			   "to files still open are lost", s->fs->mountpoint,
-			   strerror(errno));
+	if (!s->drain) {
+		/* Root's mount without writeback_cache: detached here, where
+		   the mount is checked, then ended by libfuse as before (which
+		   must not unmount by the path again: main.c). */
+		if (detach_mount(s) < 0)
+			dbox_error("%s: not detached (%s): %s", s->fs->mountpoint,
+				   strerror(errno), errno == EXDEV ? "another "
+				   "mount is there now; this one, moved "
+				   "elsewhere, is left for you to unmount" :
+				   "unmount it by hand");
 		give_back_signals(s);
 		pthread_kill(s->loop, sig);
 		return NULL;
 	}
-	if (open_files > 0)
-		dbox_info("%s: detached; %d files are open on it: the mount "
-			  "stops when the last of them is closed", s->fs->mountpoint,
-			  open_files);
+	dbox_info("%s received; writing back the kernel's cached writes and "
+		  "detaching the mount", strsignal(sig));
+	open_files = write_back_open_files(s->fs);
+	if (detach_mount(s) < 0) {
+		/* Not this mount at the path any more (EXDEV): ending the
+		   session would lose the files' cached writes, and libfuse
+		   would unmount the path, whatever is there. */
+		dbox_error("%s: cannot detach it (%s)%s", s->fs->mountpoint,
+			   strerror(errno), errno == EXDEV ? "; another mount "
+			   "is there now: this one is served until it is "
+			   "unmounted" : "; unmounting now: writes to files "
+			   "still open are lost");
+		if (errno != EXDEV) {
+			give_back_signals(s);
+			pthread_kill(s->loop, sig);
+			return NULL;
+		}
+	} else {
+		dbox_info("%s: detached; the mount stops when nothing uses it "
+			  "any more (%d open files; a working directory in it "
+			  "counts too)", s->fs->mountpoint, open_files);
+	}
 	said = time(NULL);
 	while ((sig = next_signal(s, 1000)) >= 0) {
 		if (sig > 0)
 			continue; /* stopping already */
 		open_files = write_back_open_files(s->fs);
-		if (open_files > 0 && time(NULL) >= said + 60) {
-			dbox_info("%s: still %d open files; stopping when they "
-				  "are closed", s->fs->mountpoint, open_files);
+		if (time(NULL) >= said + 60) {
+			dbox_info("%s: detached and still in use (%d open files, "
+				  "or a working directory in it); stopping when "
+				  "nothing uses it", s->fs->mountpoint,
+				  open_files);
 			said = time(NULL);
 		}
 	}
 	return NULL;
 }
 
-int fs_stop_start(struct fs *fs)
+int fs_stop_start(struct fs *fs, bool drain)
 {
 	struct sigaction sa = { .sa_handler = on_stop_signal };
 	struct fs_stop *s = calloc(1, sizeof(*s));
+	unsigned char rnd[16];
 	int ret;
 
 	if (s == NULL) {
 		ret = -ENOMEM;
 		goto fail;
 	}
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+		ret = -EIO;
+		free(s);
+		goto fail;
+	}
+	for (size_t i = 0; i < sizeof(rnd); i++)
+		snprintf(s->nonce + 2 * i, 3, "%02x", rnd[i]);
 	s->fs = fs;
+	s->drain = drain;
 	if (pipe2(s->pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
 		ret = -errno;
 		free(s);
@@ -241,8 +347,8 @@ int fs_stop_start(struct fs *fs)
 	fs->stop = s;
 	return 0;
 fail:
-	dbox_error("cannot wait for a stop signal (%s): cached writes may be "
-		   "lost on SIGTERM", strerror(-ret));
+	dbox_error("cannot wait for a stop signal (%s): libfuse stops the "
+		   "mount (cached writes may be lost)", strerror(-ret));
 	return ret;
 }
 

@@ -16,17 +16,39 @@
  * and lets the session run until the kernel ends it, when the last file
  * open on the mount is closed: writes to those files, even after the
  * signal, reach the store, as on a local filesystem unmounted with -l.
+ * Root's mounts detach here in any case (without writeback_cache, then
+ * libfuse ends the session): only after checking that the mount point
+ * still holds this very mount, which libfuse's unmount by path does not.
  * A killed daemon (SIGKILL) still loses what the kernel had not sent:
  * dboxfs(1), -o writeback_cache.
  */
+
+#include <fuse_lowlevel.h>
+#include <stdbool.h>
 
 struct fs;
 
 /* Take over SIGTERM, SIGINT and SIGHUP from libfuse's handlers (already
    installed: fuse_set_signal_handlers) for fs's mount, made and serving
-   from now on, whose session loop runs in the calling thread.  Returns
-   0, or a negative errno (logged): the stop then stays libfuse's. */
-int fs_stop_start(struct fs *fs);
+   from now on, whose session loop runs in the calling thread.  drain:
+   writeback_cache's stop (write back, detach, serve until the last file
+   is closed); else, for root's mounts, only the checked detach before
+   libfuse ends the session.  Returns 0, or a negative errno (logged): the
+   stop then stays libfuse's. */
+int fs_stop_start(struct fs *fs, bool drain);
+
+/* Is req (a LOOKUP of name in the mount's root) the stop's own question
+   whether the mount point is this mount?  Then the lookup is answered
+   with the error FS_STOP_ANSWER, which no lookup of a name answers
+   otherwise.  Any thread. */
+bool fs_stop_is_asking(struct fs *fs, fuse_req_t req, const char *name);
+#define FS_STOP_ANSWER ENOTUNIQ
+
+/* Did root's stop deal with the unmount itself (detached the mount, or
+   found another mount at the mount point)?  Then nothing may unmount the
+   mount point by its path afterwards (libfuse's fuse_session_unmount
+   would take whatever is mounted there now).  Before fs_stop_finish. */
+bool fs_stop_took_unmount(const struct fs *fs);
 
 /* Give the signals back to libfuse's handlers and end the thread.  Safe
    when fs_stop_start was not called or failed. */

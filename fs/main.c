@@ -665,7 +665,7 @@ int main(int argc, char *argv[])
 	struct dbox_store_settings set = { .create = true };
 	struct store_birth birth = { false, false };
 	struct store_owner owner = { false, 0, 0 };
-	bool mounted;
+	bool mounted, detached = false;
 	struct fs fs = {
 		.idle = PTHREAD_COND_INITIALIZER,
 		.opts = {
@@ -789,10 +789,11 @@ int main(int argc, char *argv[])
 	__atomic_store_n(&log_to_stderr, cmd.foreground, __ATOMIC_RELAXED);
 	start_threads(&fs);
 	fs.mountpoint = cmd.mountpoint;
-	if (fs.opts.writeback_cache && !fs.opts.readonly)
-		fs_stop_start(&fs);
+	if ((fs.opts.writeback_cache && !fs.opts.readonly) || geteuid() == 0)
+		fs_stop_start(&fs, fs.opts.writeback_cache && !fs.opts.readonly);
 	background_ready(ready_fd, true);
 	ret = run_loop(&fs, &cmd);
+	detached = fs_stop_took_unmount(&fs);
 	fs_stop_finish(&fs);
 	/* The stop is under way: more of these signals (a storm of SIGHUP)
 	   must not kill the daemon while it closes the store. */
@@ -807,7 +808,8 @@ out_unmount:
 	   waits for that instead of failing (store-lock.h). */
 	if (!fs.opts.readonly)
 		dbox_store_lock_set_closing(fs.st->lock_fd);
-	fuse_session_unmount(fs.se);
+	if (!detached)
+		fuse_session_unmount(fs.se);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);
 out_inodes:

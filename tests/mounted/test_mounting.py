@@ -252,51 +252,49 @@ def test_allow_other_needs_user_allow_other(scratch, user):
     assert store_released(store)
 
 
-def test_a_mount_waiting_on_a_failing_first_mount_takes_the_store_alone(tmp_path):
-    """A first mount that fails removes the store it made, lock file
-    included, while it still holds the lock; a second mount waiting for
-    that lock then held the lock of a file nobody else opens, and a third
-    mounted the same store beside it (helper-56).  Now the waiter locks the
-    store's lock file anew: it mounts a store with an INBOX, and the third
-    is refused."""
+@pytest.mark.parametrize("options", [["-o", "writeback_cache"], []],
+                         ids=["writeback_cache", "default"])
+def test_root_stop_unmounts_nothing_a_user_put_at_its_path(tmp_path, scratch,
+                                                           user, options):
+    """Root's mount at a path through a user's directory: the user swaps
+    the directory for a link to another mount.  At SIGTERM root unmounted
+    that path and took the other mount away (a tmpfs in the attack run:
+    helper-56).  Now the stop checks that the path still holds this very
+    mount and leaves anything else alone."""
+    name = user[0]
     store = tmp_path / "store"
-    store.mkdir()                 # an empty directory: the first makes it all
-    mnts = [tmp_path / f"m{i}" for i in range(3)]
-    for m in mnts:
-        m.mkdir()
-    # The first mount's mount(2) fails after a second (twice: libfuse tries
-    # fusermount3 next), with the store locked.
-    first = subprocess.Popen(
-        ["strace", "-f", "-o", "/dev/null", "-e", "trace=mount", "-e",
-         "inject=mount:error=EPERM:delay_enter=1000000",
-         str(DBOXFS), str(store), str(mnts[0]), "-f"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    as_user(name, ["mkdir", "-p", scratch / "mp" / "mnt"], check=True)
+    victim = tmp_path / "victim"
+    (victim / "mnt").mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs",
+                    victim / "mnt"], check=True)
+    daemon = subprocess.Popen([str(DBOXFS), str(store), str(scratch / "mp" / "mnt"),
+                               "-f", *options], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    moved = scratch / "mp2" / "mnt"
     try:
         deadline = time.monotonic() + 30
-        while not (store / "lock").exists():
-            assert first.poll() is None and time.monotonic() < deadline
-            time.sleep(0.005)
-        # Each try waits 500 ms for a busy holder: back to back, one of
-        # them is waiting when the first gives up.
-        while True:
-            second = subprocess.run([str(DBOXFS), str(store), str(mnts[1])],
-                                    capture_output=True, text=True, timeout=60)
-            if second.returncode == 0 or first.poll() is not None:
-                break
-            assert "in use" in second.stderr, second.stderr
-        assert first.wait(timeout=60) != 0
-        assert "removed the new store" in first.stderr.read()
-        assert second.returncode == 0, second.stderr
-        assert is_mounted(mnts[1])
-        assert sorted(os.listdir(mnts[1])) == ["cur", "new", "tmp"]
-        third = subprocess.run([str(DBOXFS), str(store), str(mnts[2])],
-                               capture_output=True, text=True, timeout=60)
-        assert third.returncode != 0 and not is_mounted(mnts[2]), third.stderr
-        assert "in use" in third.stderr, third.stderr
+        while not is_mounted(scratch / "mp" / "mnt"):
+            assert daemon.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        as_user(name, ["mv", scratch / "mp", scratch / "mp2"], check=True)
+        as_user(name, ["ln", "-s", victim, scratch / "mp"], check=True)
+        daemon.send_signal(signal.SIGTERM)
+        time.sleep(1)
+        assert is_mounted(victim / "mnt"), "the user's choice was unmounted"
+        if options:
+            # Still served where it went, until unmounted there.
+            assert daemon.poll() is None
+            unmount(moved)
+        assert daemon.wait(timeout=60) == 0
+        assert is_mounted(victim / "mnt")
+        said = daemon.stderr.read()
+        assert ("cannot detach it" if options else "not detached") in said, said
+        assert "another mount is there now" in said, said
     finally:
-        first.kill()
-        for m in mnts:
-            unmount(m)
+        daemon.kill()
+        unmount(moved)
+        subprocess.run(["umount", "-l", str(victim / "mnt")])
 
 
 def test_the_mount_line_names_both_paths_absolute(tmp_path):

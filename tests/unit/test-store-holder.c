@@ -202,6 +202,46 @@ static void test_lock_empties_stale_text(void **state)
 	close(dir_fd);
 }
 
+/* A holder may remove STORE/lock while it holds it (a failed first mount
+   takes its new store away): a process waiting for the lock then gets
+   the lock of the unlinked file, which the next process never opens.
+   dbox_store_lock must lock the store's lock file anew then. */
+static void test_waiter_locks_a_replaced_lock_file_anew(void **state)
+{
+	struct fix *f = *state;
+	int dir_fd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int sync_pipe[2], fd;
+	struct stat a, b;
+	char c;
+	pid_t pid;
+
+	assert_true(dir_fd >= 0);
+	assert_int_equal(pipe(sync_pipe), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int held = dbox_store_lock(dir_fd, f->dir);
+
+		if (held < 0 || write(sync_pipe[1], "x", 1) != 1)
+			_exit(1);
+		usleep(200 * 1000); /* the parent waits (500 ms at most) */
+		unlink(f->lock);
+		_exit(0);           /* the lock goes with the process */
+	}
+	close(sync_pipe[1]);
+	assert_int_equal(read(sync_pipe[0], &c, 1), 1);
+	close(sync_pipe[0]);
+	fd = dbox_store_lock(dir_fd, f->dir);
+	assert_int_equal(waitpid(pid, NULL, 0), pid);
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &a), 0);
+	assert_int_equal(stat(f->lock, &b), 0);
+	assert_int_equal(a.st_nlink, 1);
+	assert_true(a.st_ino == b.st_ino && a.st_dev == b.st_dev);
+	close(fd);
+	close(dir_fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -217,6 +257,9 @@ int main(void)
 						fix_setup, fix_teardown),
 		cmocka_unit_test_setup_teardown(test_lock_empties_stale_text,
 						fix_setup, fix_teardown),
+		cmocka_unit_test_setup_teardown(
+			test_waiter_locks_a_replaced_lock_file_anew, fix_setup,
+			fix_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
