@@ -13,6 +13,7 @@
 #include "index/index-stats.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -318,8 +319,22 @@ int dbox_altmove_folder(struct dbox_index *index, const char *folder,
 		return 0;
 	if (dir_at(index, folder, ino_r) == 0)
 		return 0;
-	/* A mailbox name as stats and Dovecot show it ("Lists/dboxfs"):
-	   its Maildir++ directory (".Lists.dboxfs"). */
+	/* A mailbox name as stats shows it ("Lists/Käse"): first the
+	   Maildir++ directory named as it is (".Lists.Käse", a folder a
+	   client made with a UTF-8 name, which stats shows so), then the
+	   one in modified UTF-7 (".Lists.K&AOQ-se"), as stats does when
+	   both exist (engine/stats.c, decode_folders). */
+	if (strchr(folder, '.') == NULL && folder[0] != '\0' &&
+	    asprintf(&dir, ".%s", folder) > 0) {
+		for (char *p = dir; *p != '\0'; p++)
+			if (*p == '/')
+				*p = '.';
+		ret = dir_at(index, dir, ino_r);
+		free(dir);
+		dir = NULL;
+		if (ret == 0)
+			return 0;
+	}
 	if (maildir_folder_of_mailbox(folder, &dir) < 0 || dir[0] == '\0') {
 		free(dir);
 		return -ENOENT;

@@ -260,6 +260,16 @@ def test_altmove_folder(tmp_path, make_mount):
     w = where(store)
     assert all(w[n][1] for n in lists) and not any(w[n][1] for n in inbox)
     adm("altmove", store, "--folder", "Nope", check_rc=2)
+    # A folder a client named in UTF-8 (".Lists.Käse" beside the modified
+    # UTF-7 one): stats shows both as stored, and --folder takes each by
+    # that name (it took the other folder's mail: helper-56).
+    raw, _ = fill(m.maildir(".Lists.Käse") / "cur", 2, old_every=1, prefix="r")
+    folders = json.loads(adm("stats", "--json", store, check_rc=0).stdout)["folders"]
+    assert folders.get("Lists/Käse") == 2 and "Lists/K&AOQ-se" in folders, folders
+    r = adm("altmove", store, "--folder", "Lists/Käse", check_rc=0)
+    assert b"records moved       2" in r.stdout, r.stdout
+    w = where(store)
+    assert all(w[n][1] for n in raw)
 
 
 def test_altmove_beside_a_message_being_written(tmp_path, make_mount):
