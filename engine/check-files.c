@@ -184,6 +184,20 @@ void check_lost_found(struct check *c)
 		if (de->d_name[0] == '.' ||
 		    fstatat(fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
+		/* files-<ino>: a plain file a killed import had not
+		   committed (store-recover.c), or one written since an index
+		   was copied, if this one was put back: a client's data. */
+		if (strncmp(de->d_name, "files-", 6) == 0) {
+			check_note(c, DBOX_CHECK_LOST_FOUND, NULL, "%s/%s: %llu "
+				   "bytes of a plain file (" DBOX_STORE_FILES
+				   "/<ino>) the index does not know, kept by "
+				   "crash recovery: a killed import's (it makes "
+				   "it again), or written after the index was "
+				   "copied, if it was put back; look at it before "
+				   "you delete it", DBOX_STORE_LOST_FOUND,
+				   de->d_name, (unsigned long long)sb.st_size);
+			continue;
+		}
 		whole = lost_found_whole(fd, de->d_name);
 		if (whole > 0)
 			check_note(c, DBOX_CHECK_LOST_FOUND, NULL, "%s/%s: %llu bytes crash recovery "

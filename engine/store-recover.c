@@ -448,9 +448,11 @@ static int import_file_to_lost_found(struct dbox_store *st, const char *name,
 			   DBOX_STORE_LOST_FOUND, base, strerror(-ret), name);
 		return ret;
 	}
-	dbox_info("%s/" DBOX_STORE_FILES "/%s: written by an import that was "
-		  "killed before it committed it; kept in %s/%s/%s", st->path,
-		  name, st->path, DBOX_STORE_LOST_FOUND, copy);
+	dbox_info("%s/" DBOX_STORE_FILES "/%s: unknown to the index after an "
+		  "import was killed (its uncommitted file, or one written "
+		  "after this index was copied, if it was put back); kept in "
+		  "%s/%s/%s", st->path, name, st->path, DBOX_STORE_LOST_FOUND,
+		  copy);
 	unlinkat(st->files_fd, name, 0);
 	return 0;
 }

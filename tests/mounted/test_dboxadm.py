@@ -368,6 +368,11 @@ def test_import_killed_then_resumed_leaves_a_clean_store(tmp_path, make_mount):
     assert b"an import was killed" in r.stderr, r.stderr
     r = adm("check", store, check_rc=0)
     assert b"problem:" not in r.stdout and b": 0 problems" in r.stdout, r.stdout
+    # A plain file's copy is named as one, never as 'cut off an m.N,
+    # delete it once check finds no problem' (helper-56).
+    for copy in (store / "lost+found").glob("files-*"):
+        assert f"lost+found/{copy.name}: ".encode() in r.stdout
+        assert b"look at it before you delete it" in r.stdout, r.stdout
     assert index_rows(store, "SELECT value FROM meta WHERE key = 'import.running'") == [(0,)]
     s = stats_json(store)
     n = sum(1 for p in src.rglob("*") if p.is_file() and p.parent.name in ("cur", "new"))

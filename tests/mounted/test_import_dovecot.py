@@ -490,6 +490,9 @@ def test_adopt_killed_midway_then_again_leaves_a_clean_store(dovecot_tmp, make_m
     assert b"adopted 8 messages" in r.stdout, r.stdout
     r = adm("check", store, check_rc=0)
     assert b"problem:" not in r.stdout, r.stdout
+    copies = list((store / "lost+found").glob("files-*"))
+    assert copies, "the killed run's plain files were not kept"
+    assert r.stdout.count(b"look at it before you delete it") == len(copies), r.stdout
     every_plain_message_has_a_name(store, tmp_path, make_mount)
 
 
