@@ -518,6 +518,24 @@ static int open_store(struct fs *fs, const struct dbox_store_settings *set,
 	return 0;
 }
 
+/* End the session's connection by closing its /dev/fuse descriptor
+   (files still open on the mount get ENOTCONN, as when libfuse closes
+   it), putting in its place the write end of a pipe without readers:
+   fuse_session_unmount polls that descriptor, takes POLLERR for a
+   connection already gone (libfuse's fuse_kern_unmount) and then
+   unmounts no path, only closing it and freeing what it holds. */
+static void sever_session(struct fuse_session *se)
+{
+	int fd = fuse_session_fd(se), p[2];
+
+	if (fd < 0 || pipe2(p, O_CLOEXEC) < 0)
+		return;
+	close(p[0]);
+	if (dup3(p[1], fd, O_CLOEXEC) < 0)
+		dbox_warning("ending the FUSE connection: %s", strerror(errno));
+	close(p[1]);
+}
+
 /* Fixed malloc thresholds for the request threads.  Request threads
    mostly get malloc arenas of their own (glibc hands out up to 8 per
    core), and glibc's default trim threshold (128 KiB at first) gives the
@@ -808,8 +826,12 @@ out_unmount:
 	   waits for that instead of failing (store-lock.h). */
 	if (!fs.opts.readonly)
 		dbox_store_lock_set_closing(fs.st->lock_fd);
-	if (!detached)
-		fuse_session_unmount(fs.se);
+	/* After root's checked stop libfuse must not unmount the path: the
+	   connection is ended first, and libfuse, seeing it gone, only
+	   frees what it holds. */
+	if (detached)
+		sever_session(fs.se);
+	fuse_session_unmount(fs.se);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);
 out_inodes:
