@@ -123,7 +123,10 @@ int dbox_msg_finish(struct dbox_store *st, uint64_t ino,
 		attr.stored = loc.record_size;
 		dbox_index_attr_known(st->index, &attr);
 	}
-	return dbox_ns_tx_end(st, ret, sync);
+	/* Committed: the next message may go to the same m.N now. */
+	if ((ret = dbox_ns_tx_end(st, ret, sync)) == 0)
+		dbox_save_yield(save);
+	return ret;
 }
 
 int dbox_msg_set_received(struct dbox_store *st, uint64_t ino,

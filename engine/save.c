@@ -43,6 +43,9 @@ struct dbox_save {
 			    callers compare it to see a reseal meanwhile) */
 	bool indexed;    /* save_begin wrote this record's WRITING row */
 	bool inflight;   /* inflight.m.N names this record (a copy) */
+	bool owns_tail;  /* mf is busy for this save: nobody else appends
+			    (until dbox_save_yield; purge may take the
+			    m.N's tail after that, busy then for purge) */
 	uint64_t inflight_seq; /* dbox_index_commit_seq of the commit that
 				  marked it in flight (dbox_save_begin_copy;
 				  0: none) */
@@ -54,7 +57,11 @@ static void save_check(const struct dbox_save *save)
 	assert(save->refs > 0);
 	assert(!save->finished || save->sealed);
 	assert(!(save->finished && save->inflight));
-	assert(save->mf == NULL || save->mf->busy);
+	/* Until finished it owns its m.N's tail; after, it may have given
+	   the tail back (dbox_save_yield) and holds only the file. */
+	assert(save->mf == NULL || save->finished || save->owns_tail);
+	assert(!save->owns_tail || save->mf->busy);
+	assert(save->mf == NULL || save->mf->refs > 0);
 	(void)save;
 }
 
@@ -90,6 +97,7 @@ static int save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
 	dbox_guid_generate(save->guid);
 	if ((ret = dbox_store_pool_take(st, &save->mf)) < 0)
 		goto fail;
+	save->owns_tail = true;
 	if ((ret = dbox_append_begin(&save->ap, save->mf->fd,
 				     save->mf->size)) < 0)
 		goto fail;
@@ -200,12 +208,19 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 	    (sync && (ret = dbox_save_sync(save)) < 0))
 		return ret;
 	save_loc(save, DBOX_MSG_COMMITTED, save->vsize, loc_r);
+	/* Finished and given back (dbox_save_yield: its commit went
+	   through): others may have appended past it since and a purge
+	   may have moved it, so the index and the m.N's end are not this
+	   save's to write any more. */
+	if (save->finished && !save->owns_tail)
+		return 0;
 	/* The save's own WRITING row is updated in place; a copy or an
 	   unindexed save sets the row whole (a probe would not find it). */
 	if ((ret = save->indexed ?
 	     dbox_index_msg_finish(st->index, save->ino, loc_r) :
-	     dbox_index_msg_set(st->index, save->ino, loc_r)) < 0 ||
-	    (ret = dbox_index_mfile_set(st->index, save->mf->file_id,
+	     dbox_index_msg_set(st->index, save->ino, loc_r)) < 0)
+		return ret;
+	if ((ret = dbox_index_mfile_set(st->index, save->mf->file_id,
 					save->ap.offset + save->ap.record_size)) < 0)
 		return ret;
 	if (save->inflight) {
@@ -216,6 +231,17 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 	save->finished = true;
 	save_check(save);
 	return 0;
+}
+
+void dbox_save_yield(struct dbox_save *save)
+{
+	dbox_store_assert_locked(save->st);
+	save_check(save);
+	assert(save->finished);
+	if (save->owns_tail) {
+		dbox_store_mfile_yield(save->st, save->mf);
+		save->owns_tail = false;
+	}
 }
 
 int dbox_save_reopen(struct dbox_save *save)
@@ -246,7 +272,9 @@ void dbox_save_free(struct dbox_save **savep)
 				dbox_store_clear_inflight(save->st,
 							  save->mf->file_id);
 		}
-		dbox_store_mfile_release(save->st, save->mf);
+		if (save->owns_tail)
+			dbox_store_mfile_yield(save->st, save->mf);
+		dbox_store_mfile_put(save->st, save->mf);
 	}
 	dbox_body_free(&save->body);
 	free(save->mailbox);

@@ -12,7 +12,10 @@
  *    m.N rejoins the pool only if its records run to its committed end;
  *  - an m.N with other names (hard links) is never appended to: it is
  *    another store's file too;
- *  - a full m.N (past the rotate size) leaves the pool when given back.
+ *  - a full m.N (past the rotate size) leaves the pool when given back;
+ *  - an m.N is closed and freed only when it is in no pool (pooled) and
+ *    no save holds it (refs): a finished save that gave its tail back
+ *    may still fsync it.
  */
 #include "engine/store-private.h"
 #include "engine/store-layout.h"
@@ -27,9 +30,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Close and free an m.N that is in no pool. */
+/* Close and free an m.N that is in no pool, once nobody holds it. */
 static void mfile_discard(struct dbox_mfile *mf)
 {
+	assert(!mf->pooled);
+	if (mf->refs > 0)
+		return; /* the last holder's dbox_store_mfile_put */
 	close(mf->fd);
 	free(mf);
 }
@@ -44,7 +50,15 @@ static int pool_add(struct dbox_store *st, struct dbox_mfile *mf)
 		return -ENOMEM;
 	st->append = append;
 	st->append[st->append_count++] = mf;
+	mf->pooled = true;
 	return 0;
+}
+
+/* Take the pool's slot i out of the pool (the order is not kept). */
+static void pool_remove(struct dbox_store *st, size_t i)
+{
+	st->append[i]->pooled = false;
+	st->append[i] = st->append[--st->append_count];
 }
 
 /* Create m.<next id> in the directory dir_fd (root/storage/, for log
@@ -71,6 +85,7 @@ static int mfile_create(struct dbox_store *st, int dir_fd, const char *root,
 	mf->fd = fd;
 	mf->size = size;
 	mf->busy = true;
+	mf->refs = 1;
 	*mf_r = mf;
 	return 0;
 }
@@ -144,6 +159,7 @@ int dbox_store_pool_take(struct dbox_store *st, struct dbox_mfile **mf_r)
 		mf = st->append[i];
 		if (!mf->busy && mf->size < st->rotate_size) {
 			mf->busy = true;
+			mf->refs++;
 			*mf_r = mf;
 			return 0;
 		}
@@ -152,6 +168,7 @@ int dbox_store_pool_take(struct dbox_store *st, struct dbox_mfile **mf_r)
 		return ret;
 	if ((ret = dbox_index_mfile_set(st->index, mf->file_id, mf->size)) < 0 ||
 	    (ret = pool_add(st, mf)) < 0) {
+		mf->refs = 0;
 		mfile_discard(mf);
 		return ret;
 	}
@@ -159,10 +176,10 @@ int dbox_store_pool_take(struct dbox_store *st, struct dbox_mfile **mf_r)
 	return 0;
 }
 
-void dbox_store_mfile_release(struct dbox_store *st, struct dbox_mfile *mf)
+void dbox_store_mfile_yield(struct dbox_store *st, struct dbox_mfile *mf)
 {
 	dbox_store_assert_locked(st);
-	assert(mf->busy);
+	assert(mf->busy && mf->refs > 0);
 	mf->busy = false;
 	if (mf->size < st->rotate_size && !mf->cut_failed)
 		return;
@@ -171,11 +188,24 @@ void dbox_store_mfile_release(struct dbox_store *st, struct dbox_mfile *mf)
 	   (dbox_append_finish cuts only past what the record wrote). */
 	for (size_t i = 0; i < st->append_count; i++) {
 		if (st->append[i] == mf) {
-			st->append[i] = st->append[--st->append_count];
+			pool_remove(st, i);
 			break;
 		}
 	}
-	mfile_discard(mf);
+}
+
+void dbox_store_mfile_put(struct dbox_store *st, struct dbox_mfile *mf)
+{
+	dbox_store_assert_locked(st);
+	assert(mf->refs > 0);
+	if (--mf->refs == 0 && !mf->pooled)
+		mfile_discard(mf);
+}
+
+void dbox_store_mfile_release(struct dbox_store *st, struct dbox_mfile *mf)
+{
+	dbox_store_mfile_yield(st, mf);
+	dbox_store_mfile_put(st, mf);
 }
 
 int dbox_store_mfile_acquire(struct dbox_store *st, struct dbox_mfile **mf_r)
@@ -200,7 +230,7 @@ int dbox_store_mfile_seal(struct dbox_store *st, uint32_t file_id)
 			continue;
 		if (mf->busy)
 			return -EBUSY;
-		st->append[i] = st->append[--st->append_count];
+		pool_remove(st, i);
 		mfile_discard(mf);
 		return 0;
 	}
@@ -247,7 +277,7 @@ static void rolled_back_one(struct dbox_store *st, uint32_t file_id)
 			   "rolled-back transaction: %s", st->path, name,
 			   strerror(errno));
 	if (mf != NULL) {
-		st->append[slot] = st->append[--st->append_count];
+		pool_remove(st, slot);
 		mfile_discard(mf);
 	} else if (fd >= 0) {
 		close(fd);
@@ -278,6 +308,7 @@ int dbox_store_alt_create(struct dbox_store *st, struct dbox_mfile **mf_r)
 		return ret;
 	if ((ret = dbox_index_mfile_add_alt(st->index, mf->file_id,
 					    mf->size)) < 0) {
+		mf->refs = 0;
 		mfile_discard(mf);
 		return ret;
 	}

@@ -75,12 +75,19 @@ struct dbox_store_settings {
 	const char *alt_path;
 };
 
-/* An m.N open for appending.  busy while a save owns its tail. */
+/* An m.N open for appending.  busy while a save owns its tail: only
+   that save (or purge) appends, past size.  refs counts the holders: a
+   save keeps its m.N from begin to free, also after its finish gave the
+   tail back (dbox_save_yield), so that an fsync after the close still
+   has the descriptor.  Freed once no pool has it (pooled) and refs is 0.
+   Needs st->lock, except fd and file_id, fixed while a holder has it. */
 struct dbox_mfile {
 	uint32_t file_id;
 	int fd;
 	uint64_t size; /* current end = committed end when not busy */
+	unsigned refs;
 	bool busy;
+	bool pooled; /* in st->append */
 	bool cut_failed; /* bytes past size may remain (an ftruncate back to
 			    size failed): the file leaves the pool at release,
 			    and the next open's recovery cuts them */
@@ -356,8 +363,9 @@ const char *dbox_store_mfile_root(struct dbox_store *st, uint32_t file_id);
 int dbox_store_set_received(struct dbox_store *st, const struct dbox_msgloc *loc,
 			    time_t received);
 
-/* One message being saved: its record is appended to an m.N that this
-   save owns until its last reference is dropped (dbox_save_free).
+/* One message being saved: its record is appended to an m.N whose tail
+   this save owns until it is finished and yielded (dbox_save_yield) or
+   its last reference is dropped (dbox_save_free).
    Opaque (engine/save.c); its states: WRITTEN (bytes changed since the
    last seal), SEALED (metadata and header written for the body as it
    stands: dbox_save_seal), FINISHED (sealed, and the index names the
@@ -464,6 +472,14 @@ void dbox_save_ref(struct dbox_save *save);
 int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 		     struct dbox_msgloc *loc_r);
 
+/* Give the m.N's tail back after a finish whose transaction committed:
+   the next save may append to the same m.N at once, before this save is
+   freed (a client's close, then its RELEASE later: deliveries one after
+   the other share one m.N).  The save keeps the file open for
+   dbox_save_sync; a later dbox_save_finish of it leaves the m.N's
+   committed end alone.  Needs st->lock; the save finished. */
+void dbox_save_yield(struct dbox_save *save);
+
 /* Write the record's metadata and header for the body as it stands (the
    bytes dbox_save_finish would write) without touching the index, so
    they can be fdatasync()ed outside the store lock before the index
@@ -503,7 +519,10 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
    (busy) by the caller, who may append at mf->size and must keep mf->size
    at the end of what it wrote (marked in flight for crash recovery,
    dbox_store_note_inflight); 0 or a negative errno.
-   release: give it back (a full one leaves the pool).
+   release: give it back (a full one leaves the pool): yield, then put.
+   yield: give the tail back (others may append past mf->size now) but
+   keep holding mf: its fd stays open (a finished save's later fsync).
+   put: drop a hold; the last one closes an m.N that left the pool.
    seal: take m.<file_id> out of the append pool, so nothing is appended
    to it any more; 0 (also when it was not in the pool), -EBUSY when a
    save owns it now.
@@ -511,6 +530,8 @@ int dbox_store_open_reader(struct dbox_store *st, const struct dbox_msgloc *loc,
    the file was removed); readers keep their own. */
 int dbox_store_mfile_acquire(struct dbox_store *st, struct dbox_mfile **mf_r);
 void dbox_store_mfile_release(struct dbox_store *st, struct dbox_mfile *mf);
+void dbox_store_mfile_yield(struct dbox_store *st, struct dbox_mfile *mf);
+void dbox_store_mfile_put(struct dbox_store *st, struct dbox_mfile *mf);
 int dbox_store_mfile_seal(struct dbox_store *st, uint32_t file_id);
 
 /* After a transaction that finished saves into the m.N files ids[0..n)

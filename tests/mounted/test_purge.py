@@ -461,3 +461,81 @@ def test_stats_purge_totals_of_an_older_index(tmp_path, make_mount):
     adm("purge", store, check_rc=0)
     st = stats(store)
     assert st["purge_runs"] == 2 and st["purge_bytes_given_back"] is None
+
+
+def deliver_closed(md, name, data):
+    """Deliver as an MTA does: create in tmp/, write, close, rename into
+    new/ (the close's RELEASE reaches the daemon when the kernel sends it,
+    maybe after the next CREATE)."""
+    (md / "tmp" / name).write_bytes(data)
+    os.rename(md / "tmp" / name, md / "new" / name)
+
+
+def test_deliveries_one_after_another_share_one_mfile(tmp_path, make_mount):
+    """200 deliveries, each closed before the next begins, all go to one
+    m.N, also while the RELEASE of the one before has not come yet.  The
+    m.N stayed taken until that RELEASE, which the kernel sends after
+    close() returns: now and then the next delivery's CREATE came first
+    and a second m.N was started (a test that took the store to have one
+    m.N failed in CI).  Here a dup of each descriptor, closed after the
+    next delivery, holds its RELEASE back every time."""
+    m = make_mount(store=tmp_path / "store", mnt=tmp_path / "mnt")
+    held = None
+    for i in range(200):
+        name = f"{i}.M{i}.test"
+        fd = os.open(m.mnt / "tmp" / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, b"Subject: %d\n\nbody\n" % i)
+        later = os.dup(fd)
+        os.close(fd)  # FLUSH: the message is complete; no RELEASE yet
+        os.rename(m.mnt / "tmp" / name, m.mnt / "new" / name)
+        if held is not None:
+            os.close(held)
+        held = later
+    os.close(held)
+    files = index_rows(m.store, "SELECT DISTINCT file_id FROM message")
+    assert len(index_rows(m.store, "SELECT ino FROM message")) == 200
+    assert files == [(1,)]
+    assert [p.name for p in (m.store / "storage").glob("m.*")] == ["m.1"]
+
+
+def test_purge_moves_a_message_still_open_after_its_fsync(tmp_path, make_mount):
+    """A message written, fsync'ed and still open for writing: its m.N
+    takes the next delivery at once (the finished save gave the m.N's tail
+    back) and a purge may move the message meanwhile.  Another fsync and
+    the close afterwards must leave the index naming the moved copy: a
+    second finish of the old save would write the old place back, into
+    an m.N the purge removed."""
+    store = tmp_path / "store"
+    m = make_mount(store=store, mnt=tmp_path / "mnt",
+                   options=["-o", "purge_threshold=0"])
+    md = m.mnt
+    dead = [b"Subject: dead %d\n\n%s\n" % (i, b"x" * 4000) for i in range(3)]
+    for i, data in enumerate(dead):
+        deliver_closed(md, f"dead{i}", data)
+    held = b"Subject: held\n\nwritten, fsync'ed, still open\n"
+    fd = os.open(md / "tmp" / "held", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, held)
+        os.fsync(fd)
+        os.rename(md / "tmp" / "held", md / "cur" / "held:2,S")
+        deliver_closed(md, "next", b"Subject: next\n\nbody\n")
+        where = file_of(store)
+        assert where["held:2,S"][0] == where["next"][0] == where["dead0"][0]
+        for i in range(3):
+            os.unlink(md / "new" / f"dead{i}")
+        r = adm("purge", store, check_rc=0)
+        assert b"purged by the mount" in r.stdout, r
+        moved = file_of(store)
+        assert moved["held:2,S"][0] != where["held:2,S"][0], (where, moved)
+        assert not (store / "storage" / f"m.{where['held:2,S'][0]}").exists()
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    assert file_of(store) == moved
+    assert (md / "cur" / "held:2,S").read_bytes() == held
+    m.remount()
+    assert (md / "cur" / "held:2,S").read_bytes() == held
+    assert (md / "new" / "next").read_bytes() == b"Subject: next\n\nbody\n"
+    m.unmount()
+    r = adm("check", store)
+    assert r.returncode == 0, r
