@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,82 @@ uid_t dbox_path_foreign_owner(const char *path, uid_t except)
 	free(paths[0]);
 	free(paths[1]);
 	return owner;
+}
+
+/* The parent directory of path ("." for a bare name; trailing slashes
+   are not names), malloc()ed. */
+static char *parent_of(const char *path)
+{
+	char *copy = strdup(path), *slash;
+	size_t len;
+
+	if (copy == NULL)
+		return NULL;
+	len = strlen(copy);
+	while (len > 1 && copy[len - 1] == '/')
+		copy[--len] = '\0';
+	slash = strrchr(copy, '/');
+	if (slash == NULL) {
+		free(copy);
+		return strdup(".");
+	}
+	slash[slash == copy ? 1 : 0] = '\0';
+	return copy;
+}
+
+int dbox_store_owner_find(const char *path, struct dbox_store_owner *o)
+{
+	struct passwd *pw;
+	struct stat sb;
+	uid_t way;
+
+	memset(o, 0, sizeof(*o));
+	o->fd = -1;
+	if ((o->what = strdup(path)) == NULL)
+		return -ENOMEM;
+	o->fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (o->fd < 0 && errno == ENOENT) {
+		free(o->what);
+		if ((o->what = parent_of(path)) == NULL)
+			return -ENOMEM;
+		o->new_store = true;
+		o->fd = open(o->what, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (o->fd < 0 || fstat(o->fd, &sb) < 0)
+		return -errno;
+	o->dev = sb.st_dev;
+	o->ino = sb.st_ino;
+	o->uid = sb.st_uid;
+	o->gid = sb.st_gid;
+	way = dbox_path_foreign_owner(o->what, 0);
+	if (sb.st_uid == 0 && way != 0) {
+		o->uid = way;
+		o->gid = (gid_t)-1; /* root's directory's group is not theirs */
+	} else if (sb.st_uid != 0 && way != 0 && way != sb.st_uid) {
+		o->way = way;
+		return -EPERM;
+	}
+	if (o->uid != 0 && (pw = getpwuid(o->uid)) != NULL)
+		o->gid = pw->pw_gid;
+	return 0;
+}
+
+int dbox_store_owner_still(const struct dbox_store_owner *o)
+{
+	struct stat sb;
+
+	if (stat(o->what, &sb) < 0)
+		return -errno;
+	return sb.st_dev == o->dev && sb.st_ino == o->ino ? 0 : -ESTALE;
+}
+
+void dbox_store_owner_free(struct dbox_store_owner *o)
+{
+	if (o->fd >= 0)
+		close(o->fd);
+	o->fd = -1;
+	free(o->what);
+	o->what = NULL;
 }
 
 int dbox_alt_storage_open(const char *alt, uid_t owner, bool create,

@@ -43,6 +43,46 @@ bool dbox_files_name_ino(const char *name, uint64_t *ino_r);
    its alternate storage. */
 uid_t dbox_path_foreign_owner(const char *path, uid_t except);
 
+/* Whose store path is, for a process of root's about to act on it as its
+   owner (the mount and dboxadm decide alike).  The directory that decides
+   is path, or its parent when path does not exist (a store to be made is
+   the parent's owner's); it stays open (fd) while the caller switches to
+   the owner, so that dbox_store_owner_still can tell whether the path
+   still names it.  Whoever owns a step of the way (dbox_path_foreign_owner)
+   decides too: root's directory reached through a user's directory or
+   link is that user's store; a user's store reached through a third
+   user's is refused. */
+struct dbox_store_owner {
+	uid_t uid;      /* the owner; 0: root's own store (nothing to switch) */
+	gid_t gid;      /* the group of uid's passwd entry, else the
+			   directory's; (gid_t)-1: not known (no passwd entry
+			   and the way's owner decided) */
+	uid_t way;      /* -EPERM: the third user whose way it is */
+	bool new_store; /* path does not exist: its parent decided */
+	char *what;     /* path or its parent (malloc()ed; for messages) */
+	int fd;         /* what, open (-1: none) */
+	dev_t dev;      /* what's identity when decided */
+	ino_t ino;
+};
+
+/* Decide o for path (see struct dbox_store_owner).  Returns 0; -ENOENT
+   when neither path nor its parent exists and -ENOTDIR when path is not
+   a directory (nothing decided, uid 0: the caller's open of the store
+   says what is wrong); -EPERM when another user's store is reached
+   through a third user's way (uid, way set); -ENOMEM; other -errno of
+   opening the directory.  o->what is set unless -ENOMEM; always release
+   o with dbox_store_owner_free. */
+int dbox_store_owner_find(const char *path, struct dbox_store_owner *o);
+
+/* After the caller switched to o->uid: does o->what, resolved with the
+   owner's rights now, still name the directory that decided?  Returns 0,
+   -ESTALE when it names another one, or -errno of stat(). */
+int dbox_store_owner_still(const struct dbox_store_owner *o);
+
+/* Close and free what dbox_store_owner_find holds; o may be released
+   twice. */
+void dbox_store_owner_free(struct dbox_store_owner *o);
+
 /* storage/ (DBOX_STORE_STORAGE) of the directory open as dir_fd, of a
    store, an ALT or a Dovecot root: opened read-only, never through a
    symbolic link.  Returns the descriptor (the caller's) or -errno. */

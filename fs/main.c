@@ -376,76 +376,46 @@ static int store_owner_switch(const struct store_owner *o, bool to_owner)
 	return 0;
 }
 
-/* The parent directory of path, malloc()ed ("." for a bare name). */
-static char *parent_dir(const char *path)
-{
-	char *copy = strdup(path), *slash;
-
-	if (copy == NULL)
-		return NULL;
-	slash = strrchr(copy, '/');
-	if (slash == NULL) {
-		free(copy);
-		return strdup(".");
-	}
-	slash[slash == copy ? 1 : 0] = '\0';
-	return copy;
-}
-
-/* Whose store this is, as dboxadm decides it (tools/dboxadm/main.c,
-   adm_store_enter): the owner of STORE, or of its parent for a store this
-   mount will create; root's reached through a user's directory or link
-   is that user's; another user's reached through a third user's is
-   refused (-EPERM, said). */
+/* Whose store this is, decided as dboxadm decides it
+   (dbox_store_owner_find): the owner of STORE, or of its parent for a
+   store this mount will create; root's reached through a user's
+   directory or link is that user's; another user's reached through a
+   third user's is refused (-EPERM, said).  Switches to the owner (o->active)
+   and checks that the path still names the directory that decided. */
 static int store_owner_enter(const char *store, struct store_owner *o)
 {
-	const char *what = store;
-	char *parent = NULL;
-	struct passwd *pw;
-	struct stat sb;
-	uid_t way;
-	int ret = 0;
+	struct dbox_store_owner found;
+	int ret;
 
 	o->active = false;
 	if (geteuid() != 0)
 		return 0;
-	if (stat(store, &sb) < 0) {
-		if (errno != ENOENT)
-			return 0; /* the open says why */
-		if ((parent = parent_dir(store)) == NULL)
-			return -ENOMEM;
-		what = parent;
-		if (stat(parent, &sb) < 0) {
-			free(parent);
-			return 0; /* the open says what is missing */
-		}
-	}
-	way = dbox_path_foreign_owner(what, 0);
-	if (sb.st_uid == 0 && way != 0) {
-		sb.st_uid = way;
-		sb.st_gid = (gid_t)-1;
-	} else if (sb.st_uid != 0 && way != 0 && way != sb.st_uid) {
+	ret = dbox_store_owner_find(store, &found);
+	if (ret == -EPERM)
 		dbox_error("%s: owned by uid %u but reached through a symbolic "
 			   "link or directory of uid %u; refusing it (name the "
-			   "store by its own path)", what, (unsigned)sb.st_uid,
-			   (unsigned)way);
-		free(parent);
-		return -EPERM;
-	}
-	free(parent);
-	if (sb.st_uid == 0)
-		return 0; /* root's store */
-	pw = getpwuid(sb.st_uid);
-	o->uid = sb.st_uid;
-	o->gid = pw != NULL ? pw->pw_gid : sb.st_gid;
-	if (o->gid == (gid_t)-1) {
+			   "store by its own path)", found.what,
+			   (unsigned)found.uid, (unsigned)found.way);
+	else if (ret == 0 && found.uid != 0 && found.gid == (gid_t)-1) {
 		dbox_error("%s: reached through a directory or link of uid %u, "
-			   "who has no passwd entry; refusing it", what,
-			   (unsigned)sb.st_uid);
-		return -EPERM;
+			   "who has no passwd entry; refusing it", found.what,
+			   (unsigned)found.uid);
+		ret = -EPERM;
 	}
-	o->active = true;
-	ret = store_owner_switch(o, true);
+	if (ret == 0 && found.uid != 0) {
+		o->uid = found.uid;
+		o->gid = found.gid;
+		o->active = true;
+		ret = store_owner_switch(o, true);
+		if (ret == 0 && (ret = dbox_store_owner_still(&found)) < 0)
+			dbox_error("%s: %s while dboxfs switched to its owner "
+				   "(uid %u); refusing it", found.what,
+				   ret == -ESTALE ? "changed" : strerror(-ret),
+				   (unsigned)found.uid);
+	} else if (ret != -EPERM && ret != -ENOMEM) {
+		ret = 0; /* root's, or nothing to decide: the open says why */
+	}
+	dbox_store_owner_free(&found);
 	return ret;
 }
 

@@ -102,7 +102,8 @@ void adm_path_free(struct adm_path *path);
 
 /* Every verb calls this with its STORE before it opens anything in it.
    Run by root on a store owned by another uid (for a store not made yet:
-   its parent directory's owner), dboxadm becomes that user for good, as
+   its parent directory's owner; decided by dbox_store_owner_find, as the
+   mount decides it), dboxadm becomes that user for good, as
    Dovecot drops to mail_uid: the groups and gid of the owner's passwd
    entry (or the directory's gid, without supplementary groups, when
    there is none), then the uid.  Whatever it makes then belongs to the

@@ -158,29 +158,6 @@ int adm_open_view(const char *store, struct dbox_view **view_r)
 	return ret < 0 ? ADM_EXIT_USAGE : ADM_EXIT_OK;
 }
 
-/* The parent directory of path ("." for a bare name), malloc()ed. */
-static char *parent_of(const char *path)
-{
-	char *copy = strdup(path), *slash;
-	size_t len;
-
-	if (copy == NULL)
-		return NULL;
-	len = strlen(copy);
-	while (len > 1 && copy[len - 1] == '/')
-		copy[--len] = '\0';
-	slash = strrchr(copy, '/');
-	if (slash == NULL) {
-		free(copy);
-		return strdup(".");
-	}
-	if (slash == copy)
-		slash[1] = '\0';
-	else
-		*slash = '\0';
-	return copy;
-}
-
 /* The uid adm_store_enter switched to, for adm_denied_why; -1: none.
    switched_for_new: the store did not exist; its parent's owner's. */
 static uid_t switched_uid = (uid_t)-1;
@@ -257,93 +234,56 @@ bool adm_source_same(int fd, const char *path, const struct stat *checked)
 
 int adm_store_enter(const char *store)
 {
-	struct stat sb, again;
-	char *parent = NULL;
-	const char *what = store;
-	uid_t way;
-	int fd, ret;
+	struct dbox_store_owner o;
+	int ret;
 
 	if (geteuid() != 0)
 		return ADM_EXIT_OK;
-	/* The directory that decides, held open while deciding so the
-	   path cannot be switched under the decision (checked below). */
-	fd = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT) {
-		/* A store to be created (import): it will be the parent's
-		   owner's. */
-		if ((parent = parent_of(store)) == NULL) {
-			adm_error("out of memory");
-			return ADM_EXIT_FAILED;
-		}
-		what = parent;
-		fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (fd < 0 && errno == ENOENT) {
-			free(parent);
-			return ADM_EXIT_OK; /* the verb says it is missing */
-		}
-	}
-	if (fd < 0 || fstat(fd, &sb) < 0) {
-		if (errno == ENOTDIR) {
-			/* Not a directory: the verb refuses it. */
-			free(parent);
-			return ADM_EXIT_OK;
-		}
-		adm_error("%s: %s", what, strerror(errno));
-		free(parent);
-		return ADM_EXIT_USAGE;
-	}
-	/* Whoever owns a step of the way decides what the path names: root's
-	   store reached that way is treated as theirs, and another user's
-	   store reached that way is refused. */
-	way = dbox_path_foreign_owner(what, 0);
-	if (sb.st_uid == 0 && way != 0) {
-		sb.st_uid = way;
-		sb.st_gid = (gid_t)-1; /* the group of that user's passwd entry */
-	} else if (sb.st_uid != 0 && way != 0 && way != sb.st_uid) {
+	switch ((ret = dbox_store_owner_find(store, &o))) {
+	case 0:
+		break;
+	case -ENOENT:
+	case -ENOTDIR:
+		/* Missing, or not a directory: the verb says so. */
+		dbox_store_owner_free(&o);
+		return ADM_EXIT_OK;
+	case -EPERM:
 		/* A link of one user's to another user's store. */
 		adm_error("%s: owned by uid %u but reached through a symbolic "
 			  "link or directory of uid %u; refusing it (name the "
-			  "store by its own path)", what, (unsigned)sb.st_uid,
-			  (unsigned)way);
-		close(fd);
-		free(parent);
+			  "store by its own path)", o.what, (unsigned)o.uid,
+			  (unsigned)o.way);
+		dbox_store_owner_free(&o);
 		return ADM_EXIT_USAGE;
+	default:
+		adm_error("%s: %s", o.what != NULL ? o.what : store,
+			  strerror(-ret));
+		dbox_store_owner_free(&o);
+		return ret == -ENOMEM ? ADM_EXIT_FAILED : ADM_EXIT_USAGE;
 	}
-	if (sb.st_uid == 0) {
-		close(fd);
-		free(parent);
+	if (o.uid == 0) {
+		dbox_store_owner_free(&o);
 		return ADM_EXIT_OK;
 	}
-	switched_for_new = parent != NULL;
-	if ((ret = drop_to(sb.st_uid, sb.st_gid)) < 0) {
+	switched_for_new = o.new_store;
+	if ((ret = drop_to(o.uid, o.gid)) < 0) {
 		adm_error("%s: owned by uid %u: cannot switch to that user "
-			  "(%s); nothing was done", what, (unsigned)sb.st_uid,
+			  "(%s); nothing was done", o.what, (unsigned)o.uid,
 			  strerror(-ret));
-		close(fd);
-		free(parent);
+		dbox_store_owner_free(&o);
 		return ADM_EXIT_USAGE;
 	}
 	/* The path must still name the directory the decision was made on
 	   (now resolved with the owner's rights). */
-	if (stat(what, &again) < 0) {
-		adm_error("%s: %s (dboxadm runs as uid %u, who owns the "
-			  "store or the way to it); nothing was done", what,
-			  strerror(errno), (unsigned)sb.st_uid);
-		close(fd);
-		free(parent);
-		return ADM_EXIT_USAGE;
-	}
-	if (again.st_dev != sb.st_dev || again.st_ino != sb.st_ino) {
+	if ((ret = dbox_store_owner_still(&o)) == -ESTALE)
 		adm_error("%s: changed while dboxadm switched to its owner "
-			  "(uid %u); nothing was done", what,
-			  (unsigned)sb.st_uid);
-		close(fd);
-		free(parent);
-		return ADM_EXIT_USAGE;
-	}
-	close(fd);
-	free(parent);
-	return ADM_EXIT_OK;
+			  "(uid %u); nothing was done", o.what, (unsigned)o.uid);
+	else if (ret < 0)
+		adm_error("%s: %s (dboxadm runs as uid %u, who owns the "
+			  "store or the way to it); nothing was done", o.what,
+			  strerror(-ret), (unsigned)o.uid);
+	dbox_store_owner_free(&o);
+	return ret < 0 ? ADM_EXIT_USAGE : ADM_EXIT_OK;
 }
 
 int adm_path_init(struct adm_path *path, const char *root)
