@@ -29,6 +29,24 @@ int dbox_holder_read_pid(int lock_fd, pid_t *pid_r)
 	return 0;
 }
 
+int dbox_holder_read_mountpoint(int lock_fd, char *buf, size_t size)
+{
+	char text[PATH_MAX + 32];
+	const char *line, *end;
+	ssize_t n = pread(lock_fd, text, sizeof(text) - 1, 0);
+
+	text[n > 0 ? n : 0] = '\0';
+	if (n <= 0 || (line = strchr(text, '\n')) == NULL)
+		return -EINVAL;
+	line++;
+	if (line[0] != '/' || (end = strchr(line, '\n')) == NULL ||
+	    (size_t)(end - line) >= size)
+		return -EINVAL;
+	memcpy(buf, line, (size_t)(end - line));
+	buf[end - line] = '\0';
+	return 0;
+}
+
 int dbox_holder_runs_dboxfs(pid_t pid)
 {
 	char path[64], exe[PATH_MAX + 1];

@@ -47,10 +47,16 @@ struct dbox_holder {
 	int err;                /* DBOX_HOLDER_UNREADABLE: negative errno */
 };
 
-/* The pid the lock file lock_fd names ("<pid>\n").  Returns 0 and
-   *pid_r, or -EINVAL when its text is no such line (empty, "closing", a
-   pid of 0 or 1). */
+/* The pid the lock file lock_fd names ("<pid>\n", the first line).
+   Returns 0 and *pid_r, or -EINVAL when its text is no such line (empty,
+   "closing", a pid of 0 or 1). */
 int dbox_holder_read_pid(int lock_fd, pid_t *pid_r);
+
+/* The mount point the lock file lock_fd names after its pid (the second
+   line, store-lock.h), into buf (size bytes, NUL-terminated).  Only what
+   the holder wrote: check it before use.  Returns 0, or -EINVAL when
+   there is none or it does not fit. */
+int dbox_holder_read_mountpoint(int lock_fd, char *buf, size_t size);
 
 /* Whether /proc/<pid>/exe is a program named dboxfs (a deleted one
    too).  Returns 1, 0, or a negative errno when it cannot be read

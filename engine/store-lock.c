@@ -67,19 +67,47 @@ pid_t dbox_store_lock_holder(int lock_fd, bool *shared_r)
 	return found;
 }
 
-/* The mount point of the dboxfs process pid: the last of its command
-   line arguments that is a fuse.dboxfs mount point in its mount table
-   (an argument that is relative matches the end of one).  Into buf;
-   false when none is found. */
-static bool holder_mountpoint(pid_t pid, char *buf, size_t size)
+/* Is mnt a fuse.dboxfs mount point in the mount table of process pid? */
+static bool dboxfs_mounted_at(pid_t pid, const char *mnt)
 {
-	char path[64], args[4096], line[4096], mnt[4096], fstype[64];
-	const char *arg, *end, *sep;
+	char path[64], line[4096], point[4096], fstype[64];
+	const char *sep;
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/mountinfo", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return false;
+	/* "36 35 0:42 / /home/u/Maildir rw,... - fuse.dboxfs dboxfs rw,..." */
+	while (!found && fgets(line, sizeof(line), f) != NULL)
+		found = sscanf(line, "%*s %*s %*s %*s %4095s", point) == 1 &&
+			(sep = strstr(line, " - ")) != NULL &&
+			sscanf(sep, " - %63s", fstype) == 1 &&
+			strcmp(fstype, "fuse.dboxfs") == 0 &&
+			strcmp(point, mnt) == 0;
+	fclose(f);
+	return found;
+}
+
+/* The mount point of the dboxfs process pid, into buf (size bytes): the
+   one the lock's text names when pid wrote it (named), else the last
+   absolute argument of its command line; either only when it is a
+   fuse.dboxfs mount point in pid's mount table.  A relative argument
+   tells nothing: it named a directory of the working directory the
+   mount was started in, and "mnt" would match the end of every .../mnt
+   (it named another user's mount once).  False when none is found. */
+static bool holder_mountpoint(pid_t pid, int lock_fd, bool named,
+			      char *buf, size_t size)
+{
+	char path[64], args[4096];
+	const char *arg, *end;
 	bool found = false;
 	ssize_t n;
-	FILE *f;
 	int fd;
 
+	if (named && dbox_holder_read_mountpoint(lock_fd, buf, size) == 0 &&
+	    dboxfs_mounted_at(pid, buf))
+		return true;
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
 		return false;
@@ -89,34 +117,13 @@ static bool holder_mountpoint(pid_t pid, char *buf, size_t size)
 		return false;
 	args[n] = '\0';
 	end = args + n;
-	snprintf(path, sizeof(path), "/proc/%d/mountinfo", (int)pid);
-	if ((f = fopen(path, "re")) == NULL)
-		return false;
-	/* "36 35 0:42 / /home/u/Maildir rw,... - fuse.dboxfs dboxfs rw,..." */
-	while (fgets(line, sizeof(line), f) != NULL) {
-		if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1 ||
-		    (sep = strstr(line, " - ")) == NULL ||
-		    sscanf(sep, " - %63s", fstype) != 1 ||
-		    strcmp(fstype, "fuse.dboxfs") != 0)
-			continue;
-		for (arg = args; arg < end; arg += strlen(arg) + 1) {
-			size_t al = strlen(arg), ml = strlen(mnt);
-
-			if (al == 0 || arg[0] == '-')
-				continue;
-			if (strcmp(arg, mnt) == 0 ||
-			    (arg[0] != '/' && ml > al && mnt[ml - al - 1] == '/' &&
-			     strcmp(mnt + ml - al, arg) == 0)) {
-				size_t ml1 = strlen(mnt) + 1;
-
-				if (ml1 <= size) {
-					memcpy(buf, mnt, ml1);
-					found = true;
-				}
-			}
+	for (arg = args; arg < end; arg += strlen(arg) + 1) {
+		if (arg[0] == '/' && strlen(arg) < size &&
+		    dboxfs_mounted_at(pid, arg)) {
+			memcpy(buf, arg, strlen(arg) + 1);
+			found = true;
 		}
 	}
-	fclose(f);
 	return found;
 }
 
@@ -125,7 +132,7 @@ const char *dbox_store_lock_holder_text(int lock_fd, char *buf, size_t size)
 	char exe[64], target[4096], mnt[2048];
 	const char *base;
 	bool shared;
-	pid_t pid = dbox_store_lock_holder(lock_fd, &shared), named;
+	pid_t pid = dbox_store_lock_holder(lock_fd, &shared), named = 0;
 	struct stat sb;
 	ssize_t n;
 
@@ -146,8 +153,8 @@ const char *dbox_store_lock_holder_text(int lock_fd, char *buf, size_t size)
 	target[n > 0 ? n : 0] = '\0';
 	base = strrchr(target, '/');
 	base = base != NULL ? base + 1 : target;
-	if (strncmp(base, "dboxfs", 6) == 0 && holder_mountpoint(pid, mnt,
-								 sizeof(mnt)))
+	if (strncmp(base, "dboxfs", 6) == 0 &&
+	    holder_mountpoint(pid, lock_fd, pid == named, mnt, sizeof(mnt)))
 		snprintf(buf, size, "pid %d, a dboxfs mount on %s", (int)pid,
 			 mnt);
 	else

@@ -6,7 +6,10 @@
  * the store open (a mount, or dboxadm working offline).  The file's text
  * says what the holder is doing:
  *
- *   "<pid>\n"    a mount that takes purge requests (dboxadm purge);
+ *   "<pid>\n<mount point>\n"
+ *                a mount that takes purge requests (dboxadm purge), and
+ *                where it is mounted (absolute; for messages only, and
+ *                only once /proc/<pid>/mountinfo agrees);
  *   "closing\n"  a mount that was unmounted and is finishing its last
  *                writes (WAL checkpoint, closing m.N files) - this takes
  *                a moment after fusermount3 -u has already returned;
@@ -77,8 +80,10 @@ int dbox_store_lock_set_closing(int lock_fd);
 pid_t dbox_store_lock_holder(int lock_fd, bool *shared_r);
 
 /* Describe the holder of lock_fd for a message, into buf (size bytes):
-   "pid N", "pid N, a dboxfs mount on MOUNTPOINT" (the mount point from
-   its command line, checked in /proc/N/mountinfo), or "" when unknown.
+   "pid N", "pid N, a dboxfs mount on MOUNTPOINT" (the mount point the
+   lock's text names, else the one absolute argument of its command line
+   that is one; either only when it is a fuse.dboxfs mount point in
+   /proc/N/mountinfo), or "" when unknown.
    N is the pid the lock's text names when that process holds the lock
    file and a FUSE device (a mount in the background: /proc/locks names
    the parent that took the flock and exited), else the flock's taker

@@ -13,6 +13,7 @@
 #include "storage/log.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -260,12 +261,17 @@ static void *purge_thread(void *arg)
 	return NULL;
 }
 
-/* Write "<pid>\n" into STORE/lock (empty: pid 0). */
-static void write_pid(struct dbox_store *st, pid_t pid)
+/* Write "<pid>\n<mount point>\n" into STORE/lock (store-lock.h; the
+   mount point left out when it holds a newline), or empty it (pid 0). */
+static void write_pid(struct dbox_store *st, pid_t pid, const char *mnt)
 {
-	char buf[32];
-	int len = pid != 0 ? snprintf(buf, sizeof(buf), "%d\n", (int)pid) : 0;
+	char buf[PATH_MAX + 32];
+	int len = 0;
 
+	if (pid != 0 && mnt != NULL && strchr(mnt, '\n') == NULL)
+		len = snprintf(buf, sizeof(buf), "%d\n%s\n", (int)pid, mnt);
+	if (pid != 0 && (len <= 0 || (size_t)len >= sizeof(buf)))
+		len = snprintf(buf, sizeof(buf), "%d\n", (int)pid);
 	if (ftruncate(st->lock_fd, 0) < 0 ||
 	    (len > 0 && pwrite(st->lock_fd, buf, (size_t)len, 0) != len))
 		dbox_warning("%s/lock: writing the pid: %s; 'dboxadm purge' "
@@ -300,7 +306,7 @@ int fs_purge_start(struct fs *fs)
 		goto fail;
 	}
 	fs->purge = p;
-	write_pid(fs->st, getpid());
+	write_pid(fs->st, getpid(), fs->mountpoint);
 	return 0;
 fail:
 	dbox_error("%s: cannot start the purge thread: %s", fs->st->path,
@@ -319,7 +325,7 @@ void fs_purge_stop(struct fs *fs)
 
 	if (p == NULL)
 		return;
-	write_pid(fs->st, 0);
+	write_pid(fs->st, 0, NULL);
 	signal(SIGUSR1, SIG_IGN);
 	__atomic_store_n(&p->stop, true, __ATOMIC_RELEASE);
 	wake(p->efd);

@@ -775,8 +775,8 @@ int main(int argc, char *argv[])
 	}
 	/* Before the threads start: they log (the index check, purge). */
 	__atomic_store_n(&log_to_stderr, cmd.foreground, __ATOMIC_RELAXED);
+	fs.mountpoint = cmd.mountpoint; /* the purge thread names it */
 	start_threads(&fs);
-	fs.mountpoint = cmd.mountpoint;
 	if ((fs.opts.writeback_cache && !fs.opts.readonly) || geteuid() == 0)
 		fs_stop_start(&fs, fs.opts.writeback_cache && !fs.opts.readonly);
 	background_ready(ready_fd, true);

@@ -252,7 +252,7 @@ def test_holder_named_after_going_to_the_background(tmp_path):
     subprocess.run([str(DBOXFS), str(store), str(mnt)], check=True,
                    capture_output=True, timeout=60)
     try:
-        daemon = int((store / "lock").read_text())
+        daemon = int((store / "lock").read_text().split("\n")[0])
         assert os.path.exists(f"/proc/{daemon}")
         r = subprocess.run([str(DBOXADM), "rebuild", str(store)],
                            capture_output=True, text=True, timeout=60)
@@ -261,6 +261,29 @@ def test_holder_named_after_going_to_the_background(tmp_path):
     assert r.returncode != 0
     assert len(r.stderr.splitlines()) == 1, r.stderr
     assert f"(pid {daemon}, a dboxfs mount on {mnt})" in r.stderr, r.stderr
+
+
+def test_holder_of_a_mount_made_with_relative_paths(tmp_path):
+    """Two stores mounted from different working directories, each as
+    `dboxfs store mnt`: the refusal for the first store names its own
+    mount point, not the one mounted after it.  The daemon's command line says only "mnt", and the
+    name was matched against the end of every dboxfs mount point, so the
+    first one's was given (a new user's trial: an admin following it
+    would unmount another user's mail)."""
+    mounts = []
+    try:
+        for side in ("one", "two"):
+            (tmp_path / side / "mnt").mkdir(parents=True)
+            subprocess.run([str(DBOXFS), "store", "mnt"], cwd=tmp_path / side,
+                           check=True, capture_output=True, timeout=60)
+            mounts.append(tmp_path / side / "mnt")
+        r = subprocess.run([str(DBOXADM), "rebuild", "store"], cwd=tmp_path / "one",
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        for mnt in mounts:
+            unmount(mnt)
+    assert r.returncode != 0
+    assert f"a dboxfs mount on {tmp_path / 'one' / 'mnt'})" in r.stderr, r.stderr
 
 
 def test_a_background_read_only_mount_is_named_without_empty_parentheses(tmp_path):

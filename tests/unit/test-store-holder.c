@@ -78,6 +78,32 @@ static void test_read_pid(void **state)
 	}
 }
 
+/* The mount point line after the pid (store-lock.h): absolute, whole,
+   fitting the buffer, or none. */
+static void test_read_mountpoint(void **state)
+{
+	struct fix *f = *state;
+	char buf[16];
+	pid_t pid = 0;
+
+	set_text(f, "4242\n/home/u/mnt\n");
+	assert_int_equal(dbox_holder_read_pid(f->fd, &pid), 0);
+	assert_int_equal(pid, 4242);
+	assert_int_equal(dbox_holder_read_mountpoint(f->fd, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "/home/u/mnt");
+	assert_int_equal(dbox_holder_read_mountpoint(f->fd, buf, 11), -EINVAL);
+	for (size_t i = 0; i < 5; i++) {
+		static const char *const bad[] = {
+			"4242\n", "4242\nmnt\n", "4242\n/mnt", "closing\n", "",
+		};
+
+		set_text(f, bad[i]);
+		assert_int_equal(dbox_holder_read_mountpoint(f->fd, buf,
+							     sizeof(buf)),
+				 -EINVAL);
+	}
+}
+
 static void test_no_pid_refused(void **state)
 {
 	struct fix *f = *state;
@@ -246,6 +272,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_read_pid, fix_setup,
+						fix_teardown),
+		cmocka_unit_test_setup_teardown(test_read_mountpoint, fix_setup,
 						fix_teardown),
 		cmocka_unit_test_setup_teardown(test_no_pid_refused, fix_setup,
 						fix_teardown),
