@@ -191,18 +191,23 @@ static int prev_open(struct bk *b, const char *prev)
 		dbox_error("%s: %s", prev, strerror(errno));
 		return ret;
 	}
+	/* The manifest first: what a backup writes last, so a DEST.partial
+	   (an interrupted backup) or any other directory is named as what
+	   it is, not by the first file it lacks. */
+	if (faccessat(b->prevs.dir, DBOX_BACKUP_MANIFEST, F_OK,
+		      AT_SYMLINK_NOFOLLOW) < 0 ||
+	    bk_manifest_read(b->prevs.dir, &b->prevm) < 0) {
+		dbox_error("%s: not a finished dboxadm backup (no %s); give "
+			   "--link-dest the newest finished one (a .partial "
+			   "directory is an interrupted backup)", prev,
+			   DBOX_BACKUP_MANIFEST);
+		return -EINVAL;
+	}
 	if ((ret = sub_open(b->prevs.dir, prev, DBOX_STORE_STORAGE, false,
 			    &b->prevs.storage)) < 0 ||
 	    (ret = sub_open(b->prevs.dir, prev, DBOX_STORE_FILES, true,
 			    &b->prevs.files)) < 0)
 		return ret;
-	if (bk_manifest_read(b->prevs.dir, &b->prevm) < 0 ||
-	    faccessat(b->prevs.dir, DBOX_BACKUP_MANIFEST, F_OK,
-		      AT_SYMLINK_NOFOLLOW) < 0) {
-		dbox_error("%s: not a finished dboxadm backup (no %s)", prev,
-			   DBOX_BACKUP_MANIFEST);
-		return -EINVAL;
-	}
 	return 0;
 }
 

@@ -486,6 +486,14 @@ def test_backup_offline_and_refusals(make_mount, tmp_path):
     r = adm("backup", store, tmp_path / "bk7", "--link-dest", store, check_rc=2)
     assert b"not a finished dboxadm backup" in r.stderr, r.stderr
     assert not (tmp_path / "bk7").exists()
+    # An interrupted backup (DEST.partial) named as PREV, as a daily
+    # job's `ls -d DIR/mail.20*` picks it: named as such, not by the
+    # first file it lacks ("storage: No such file or directory").
+    (tmp_path / "bk6.partial").mkdir()
+    r = adm("backup", store, tmp_path / "bk7", "--link-dest",
+            tmp_path / "bk6.partial", check_rc=2)
+    assert b"bk6.partial: not a finished dboxadm backup" in r.stderr, r.stderr
+    assert not (tmp_path / "bk7").exists()
     r = adm("backup", store, tmp_path / "bk7", "--json", "--link-dest",
             tmp_path / "nobackup", check_rc=0)
     assert b"nobackup: no such backup; copying everything" in r.stderr, r.stderr

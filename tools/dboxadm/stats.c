@@ -253,11 +253,13 @@ static void print_text(const struct dbox_stats *s, bool files)
 		       (unsigned long long)s->ix.unlinked);
 	printf("plaintext bytes     %llu (%s)\n",
 	       (unsigned long long)s->ix.plain_bytes, human(s->ix.plain_bytes, h));
-	printf("stored body bytes   %llu (%s), compression ratio %.2f\n",
+	printf("stored body bytes   %llu (%s), compression ratio %.2f "
+	       "(plaintext / stored)\n",
 	       (unsigned long long)s->ix.body_bytes, human(s->ix.body_bytes, h),
 	       ratio(s));
 	printf("plain files         %llu\n", (unsigned long long)s->ix.files);
-	printf("directories         %llu\n", (unsigned long long)s->ix.dirs);
+	printf("directories         %llu (the top one included)\n",
+	       (unsigned long long)s->ix.dirs);
 	if (s->purge_runs > 0)
 		text_purge(s);
 	text_folders(s);
