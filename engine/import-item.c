@@ -456,6 +456,32 @@ static int same_content(struct dbox_import *imp, int fd, const struct stat *sb,
 	return ret;
 }
 
+bool import_present_renamed(struct dbox_import *imp, int fd,
+			    const struct stat *sb, const char *name)
+{
+	size_t len = strcspn(name, ":");
+	struct dbox_attr attr;
+
+	for (size_t i = 0; i < 2; i++) {
+		int ret;
+
+		if (imp->renamed_dirs[i] == 0)
+			continue;
+		ret = dbox_index_lookup_unique(imp->index, imp->renamed_dirs[i],
+					       name, len, &attr);
+		if (ret == -EIO)
+			import_index_failed(imp, "lookup", EIO);
+		if (ret < 0 || attr.kind != DBOX_KIND_MESSAGE ||
+		    same_content(imp, fd, sb, &attr) != 1)
+			continue;
+		import_remember_link(imp, sb, attr.ino);
+		imp->counts->present++;
+		imp->counts->renamed++;
+		return true;
+	}
+	return false;
+}
+
 /* The source name is already in the store: a resumed or repeated import.
    The same bytes count as present (and the source inode maps to the
    stored one, for its other hard links); other bytes, or a directory of

@@ -45,6 +45,11 @@ struct dbox_import {
 	struct import_dir_time *dirs;
 	size_t ndirs, dirs_size;
 
+	/* Importing into a cur/ or new/ the store had before: that folder's
+	   cur/ and new/ (0: none), where a message may be already under
+	   another name (import_present_renamed). */
+	uint64_t renamed_dirs[2];
+
 	/* The source path of the current item: root, then names. */
 	const char *root;
 	const char **names;
@@ -71,6 +76,13 @@ void import_note(struct dbox_import *imp, enum dbox_import_note_kind kind,
 void import_item_failed(struct dbox_import *imp, const char *what, int err);
 /* The index failed at step what with errno err: the import stops. */
 void import_index_failed(struct dbox_import *imp, const char *what, int err);
+/* Is the message name (source fd, sb) in the store already under its
+   unique name with other flags, with the same bytes, in one of
+   imp->renamed_dirs?  Then it is counted as present (and renamed) and
+   true is returned; the caller imports it otherwise.  Errors of the
+   lookup count as not found (an index failure is fatal, noted). */
+bool import_present_renamed(struct dbox_import *imp, int fd,
+			    const struct stat *sb, const char *name);
 /* Sync the m.N files and files/ the batch wrote, then commit it (final:
    durably, and no new transaction).  Returns 0 or a negative errno
    (noted; fatal). */

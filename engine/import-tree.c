@@ -73,7 +73,8 @@ static void import_reg(struct dbox_import *imp, int dirfd, const char *name,
 		   (link = inomap_get(&imp->links, sb.st_dev, sb.st_ino)) != NULL) {
 		import_link(imp, link->value, dir, name);
 	} else if (mailbox != NULL && name[0] != '.') {
-		import_message(imp, fd, &sb, dir, name, mailbox);
+		if (!import_present_renamed(imp, fd, &sb, name))
+			import_message(imp, fd, &sb, dir, name, mailbox);
 	} else {
 		import_file(imp, fd, &sb, dir, name);
 	}
@@ -118,13 +119,42 @@ static int make_dir(struct dbox_import *imp, uint64_t dir, const char *name,
 	return 0;
 }
 
+/* What renamed_dirs_enter replaced, to put back. */
+struct renamed_saved {
+	uint64_t dirs[2];
+};
+
+/* Before the messages of a cur/, new/ or tmp/ of folder are imported:
+   when that directory was in the store already (merged), the folder's
+   cur/ and new/ become imp->renamed_dirs, else none.  Returns what to
+   put back after the directory. */
+static struct renamed_saved renamed_dirs_enter(struct dbox_import *imp,
+					       uint64_t folder, bool merged)
+{
+	static const char *const subs[2] = { "cur", "new" };
+	struct renamed_saved saved;
+	struct dbox_attr attr;
+
+	memcpy(saved.dirs, imp->renamed_dirs, sizeof(saved.dirs));
+	for (size_t i = 0; i < 2; i++) {
+		imp->renamed_dirs[i] = 0;
+		if (merged && dbox_index_lookup(imp->index, folder, subs[i],
+						strlen(subs[i]), &attr) == 0 &&
+		    attr.kind == DBOX_KIND_DIR)
+			imp->renamed_dirs[i] = attr.ino;
+	}
+	return saved;
+}
+
 /* A directory: made, or merged into when the store has one of that name
    (which keeps its own times). */
 static void import_subdir(struct dbox_import *imp, int dirfd, const char *name,
 			  const struct stat *sb, uint64_t dir)
 {
+	struct renamed_saved saved;
 	struct dbox_attr attr;
 	char *mailbox = NULL;
+	bool merged;
 	int fd, ret;
 
 	if (sb->st_dev == imp->store_dev && sb->st_ino == imp->store_ino) {
@@ -140,6 +170,7 @@ static void import_subdir(struct dbox_import *imp, int dirfd, const char *name,
 		return;
 	}
 	ret = import_check_free(imp, dir, name, &attr);
+	merged = ret == -EEXIST;
 	if (ret == -EEXIST && attr.kind != DBOX_KIND_DIR) {
 		import_item_failed(imp, "", EEXIST);
 		close(fd);
@@ -158,7 +189,9 @@ static void import_subdir(struct dbox_import *imp, int dirfd, const char *name,
 		close(fd);
 		return;
 	}
+	saved = renamed_dirs_enter(imp, dir, mailbox != NULL && merged);
 	import_dir(imp, fd, attr.ino, mailbox);
+	memcpy(imp->renamed_dirs, saved.dirs, sizeof(saved.dirs));
 	free(mailbox);
 	close(fd);
 }

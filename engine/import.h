@@ -92,6 +92,10 @@ struct dbox_import_counts {
 	unsigned long messages, files, dirs_made, linked; /* made */
 	unsigned long others;   /* symbolic links, FIFOs, sockets, devices */
 	unsigned long present;  /* same name, same bytes: skipped */
+	unsigned long renamed;  /* of present: a message found under another
+				   name (its unique name with other flags, in
+				   the folder's cur/ or new/): a client renamed
+				   it on the mount since the last import */
 	unsigned long skipped;  /* types not imported, the store itself */
 	unsigned long failed;   /* items not imported (noted) */
 };

@@ -43,6 +43,36 @@ int dbox_index_lookup(struct dbox_index *index, uint64_t parent,
 	return index_done(stmt, index_step_attr(index, stmt, 0, attr_r, "lookup"));
 }
 
+int dbox_index_lookup_unique(struct dbox_index *index, uint64_t parent,
+			     const char *unique, size_t len,
+			     struct dbox_attr *attr_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_LOOKUP_RANGE);
+	char end[DBOX_NAME_MAX + 1];
+	int rc;
+
+	if (len == 0 || len >= DBOX_NAME_MAX)
+		return len == 0 ? -ENOENT : -ENAMETOOLONG;
+	/* [unique, unique";") holds unique, unique":..." and others (digits,
+	   '.', '-' after it), told apart here. */
+	memcpy(end, unique, len);
+	end[len] = ':' + 1;
+	sqlite3_bind_int64(stmt, 1, parent);
+	sqlite3_bind_blob(stmt, 2, unique, len, SQLITE_STATIC);
+	sqlite3_bind_blob(stmt, 3, end, len + 1, SQLITE_STATIC);
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+		const char *name = sqlite3_column_blob(stmt, 0);
+		size_t n = (size_t)sqlite3_column_bytes(stmt, 0);
+
+		if (n == len || (n > len && name[len] == ':')) {
+			index_row_attr(stmt, 1, attr_r);
+			return index_done(stmt, 0);
+		}
+	}
+	return index_done(stmt, rc == SQLITE_DONE ? -ENOENT :
+			  index_sql_error(index, "lookup by unique name"));
+}
+
 /* The entry parent/name: its id and the attributes of what it names. */
 static int entry_get(struct dbox_index *index, uint64_t parent,
 		     const char *name, size_t namelen, uint64_t *id_r,

@@ -33,6 +33,12 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_SYNC_NORMAL] = "PRAGMA synchronous=NORMAL",
 	[ST_LOOKUP] = "SELECT " INDEX_ATTR_COLS " FROM entry e JOIN inode i ON i.ino = e.ino"
 		      " WHERE e.parent = ?1 AND e.name = ?2",
+	/* Names from ?2 up to (not with) ?3, in byte order: a range of the
+	   entry_name index. */
+	[ST_LOOKUP_RANGE] = "SELECT e.name, " INDEX_ATTR_COLS " FROM entry e"
+			    " JOIN inode i ON i.ino = e.ino"
+			    " WHERE e.parent = ?1 AND e.name >= ?2 AND e.name < ?3"
+			    " ORDER BY e.name",
 	[ST_GETATTR] = "SELECT " INDEX_ATTR_COLS " FROM inode i WHERE i.ino = ?1",
 	/* Parameters as index_bind_attr() binds them (?1, ino, unused:
 	   the row gets a new one). */

@@ -195,6 +195,15 @@ int dbox_index_sync(struct dbox_index *index);
 /* Current time (CLOCK_REALTIME) as a dbox time. */
 int64_t dbox_now_ns(void);
 
+/* Look up a maildir message by its unique name (len bytes, the name up
+   to its ":2,flags", not NUL-terminated) in directory parent: an entry
+   named unique, or unique followed by ':' and anything.  Returns 0 and
+   fills *attr_r (the first such name in byte order), -ENOENT when there
+   is none, -ENAMETOOLONG, or -EIO (logged). */
+int dbox_index_lookup_unique(struct dbox_index *index, uint64_t parent,
+			     const char *unique, size_t len,
+			     struct dbox_attr *attr_r);
+
 /* Look up name (namelen bytes, not NUL-terminated) in directory parent.
    Returns 0 and fills *attr_r, -ENOENT when absent, -ENAMETOOLONG for a
    name longer than DBOX_NAME_MAX. */

@@ -340,6 +340,40 @@ def test_reimport_skips_present_and_keeps_store(tmp_path, make_mount):
     assert os.stat(m.mnt / "cur" / "0.x.host:2,S").st_ino == os.stat(m.mnt / "new" / "0.x.host").st_ino
 
 
+def test_reimport_after_flag_changes_on_the_mount(tmp_path, make_mount):
+    """The same maildir imported again after clients used the mount: a
+    message whose flags changed there (renamed to another :2,flags) or
+    that was moved from new/ to cur/ is found by its unique name and not
+    imported again (it was: the folder then held the same unique name
+    twice, which maildir readers such as Python's mailbox show once, and
+    the store two copies: a first-use trial, helper-58).  Another message
+    that only shares a prefix of the unique name is imported."""
+    src = tmp_path / "src"
+    for sub in ("cur", "new", "tmp"):
+        (src / sub).mkdir(parents=True)
+    (src / "cur" / "1001.M1P1.host:2,S").write_bytes(b"Subject: a\n\na\n")
+    (src / "new" / "1002.M2P1.host").write_bytes(b"Subject: b\n\nb\n")
+    store = tmp_path / "store"
+    adm("import", store, src, check_rc=0)
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    os.rename(m.mnt / "cur" / "1001.M1P1.host:2,S", m.mnt / "cur" / "1001.M1P1.host:2,RS")
+    os.rename(m.mnt / "new" / "1002.M2P1.host", m.mnt / "cur" / "1002.M2P1.host:2,")
+    m.unmount()
+    (src / "cur" / "1001.M1P1.host.2:2,S").write_bytes(b"Subject: c\n\nc\n")
+    r = adm("import", store, src, check_rc=0)
+    assert r.stdout == f"{store}: 1 messages, 0 plain files, 0 directories, " \
+        "0 hard links imported\n".encode(), r.stdout
+    assert b"2 items already present" in r.stderr, r.stderr
+    assert b"2 of them are messages the store has under their unique name " \
+        b"with other flags" in r.stderr, r.stderr
+    m.mount()
+    assert sorted(os.listdir(m.mnt / "cur")) == [
+        "1001.M1P1.host.2:2,S", "1001.M1P1.host:2,RS", "1002.M2P1.host:2,"]
+    assert os.listdir(m.mnt / "new") == []
+    m.unmount()
+    assert stats_json(store)["messages"] == 3
+
+
 def test_import_killed_then_resumed_leaves_a_clean_store(tmp_path, make_mount):
     """An import SIGKILLed mid-way left its uncommitted records as 'whole
     records the index does not know' (an index older than storage/): check

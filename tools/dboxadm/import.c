@@ -164,6 +164,11 @@ static void import_summary(const struct dbox_import_counts *c, int ret,
 	if (c->present > 0)
 		fprintf(stderr, "dboxadm: %lu items already present in the "
 			"store with the same bytes, skipped\n", c->present);
+	if (c->renamed > 0)
+		fprintf(stderr, "dboxadm: %lu of them are messages the store "
+			"has under their unique name with other flags (renamed "
+			"since the last import), not imported again\n",
+			c->renamed);
 	if (c->failed > 0)
 		adm_error("%lu items failed", c->failed);
 	/* Always, on stdout like the other verbs' summaries (stderr is for
