@@ -672,6 +672,33 @@ static void test_create_lookup_getattr(void **state)
 	assert_int_equal(dbox_index_getattr(f->index, 0, &back), -ENOENT);
 }
 
+/* A message by its unique name: the name itself or the name with
+   ":2,flags", never a longer unique name that starts the same. */
+static void test_lookup_unique(void **state)
+{
+	struct fix *f = *state;
+	uint64_t d = mk(f, DBOX_ROOT_INO, "cur", DBOX_KIND_DIR);
+	uint64_t longer = mk(f, d, "1001.M1.host.2:2,S", DBOX_KIND_MESSAGE);
+	uint64_t flagged = mk(f, d, "1001.M1.host:2,RS", DBOX_KIND_MESSAGE);
+	uint64_t bare = mk(f, d, "1002.M2.host", DBOX_KIND_MESSAGE);
+	struct dbox_attr attr;
+
+	(void)longer;
+	assert_int_equal(dbox_index_lookup_unique(f->index, d, "1001.M1.host",
+						  12, &attr), 0);
+	assert_int_equal(attr.ino, flagged);
+	assert_int_equal(dbox_index_lookup_unique(f->index, d, "1002.M2.host",
+						  12, &attr), 0);
+	assert_int_equal(attr.ino, bare);
+	assert_int_equal(dbox_index_lookup_unique(f->index, d, "1001.M1.hos",
+						  11, &attr), -ENOENT);
+	assert_int_equal(dbox_index_lookup_unique(f->index, d, "1003", 4,
+						  &attr), -ENOENT);
+	assert_int_equal(dbox_index_lookup_unique(f->index, DBOX_ROOT_INO,
+						  "1002.M2.host", 12, &attr),
+			 -ENOENT);
+}
+
 static void test_create_errors(void **state)
 {
 	struct fix *f = *state;
@@ -2760,6 +2787,7 @@ int main(void)
 		T(test_format2_upgrade),
 		T(test_not_an_index),
 		T(test_create_lookup_getattr),
+		T(test_lookup_unique),
 		T(test_create_errors),
 		T(test_names_arbitrary_bytes),
 		T(test_link),
