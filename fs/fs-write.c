@@ -262,14 +262,16 @@ static bool file_closed(struct fs *fs, uint64_t ino)
 	return ret == 0;
 }
 
-void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+/* The last close of handle h of inode ino: a plain file renamed to a
+   message name becomes one, a message written through it is finished
+   (an unlinked one nobody can see is dropped), and h is freed.  Needs
+   the lock.  Returns true when the caller removes files/<ino> (a plain
+   file turned into a message), after unlocking. */
+static bool handle_release(struct fs *fs, uint64_t ino, struct fs_handle *h)
 {
-	struct fs *fs = fs_from_req(req);
-	struct fs_handle *h = fs_handle_of(fi);
 	struct fs_inode *inode = h->inode;
 	bool converted = false;
 
-	fs_lock(fs);
 	fs_inode_wait_idle(fs, ino);
 	if (h->kind == DBOX_KIND_FILE && inode->nopen == 1)
 		converted = file_closed(fs, ino);
@@ -287,14 +289,41 @@ void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	fs_handle_free(fs, h);
 	fs_inode_unref(fs, ino, 0, true);
-	fs_unlock(fs);
-	if (converted) {
-		char file[24];
+	return converted;
+}
 
-		dbox_files_name(file, ino);
-		unlinkat(fs->st->files_fd, file, 0);
-	}
+/* Remove files/<ino> of a plain file that became a message. */
+static void converted_file_remove(struct fs *fs, uint64_t ino)
+{
+	char file[DBOX_FILES_NAME_SIZE];
+
+	dbox_files_name(file, ino);
+	unlinkat(fs->st->files_fd, file, 0);
+}
+
+void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = fs_from_req(req);
+	bool converted;
+
+	fs_lock(fs);
+	converted = handle_release(fs, ino, fs_handle_of(fi));
+	fs_unlock(fs);
+	if (converted)
+		converted_file_remove(fs, ino);
 	fuse_reply_err(req, 0);
+}
+
+void fs_handles_release(struct fs *fs)
+{
+	fs_lock(fs);
+	while (fs->handles != NULL) {
+		uint64_t ino = fs->handles->inode->ino;
+
+		if (handle_release(fs, ino, fs->handles))
+			converted_file_remove(fs, ino);
+	}
+	fs_unlock(fs);
 }
 
 /* fsync of a message.  Its m.N bytes are fdatasync()ed and its index

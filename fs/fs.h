@@ -100,6 +100,13 @@ struct fs_handle {
    request loop, on one thread. */
 void fs_handles_free(struct fs *fs);
 
+/* fs-write.c: release the handles the kernel never released as their
+   RELEASE would have (a stop with files still open: SIGTERM without
+   writeback_cache, the session ended): a message written through one is
+   finished, keeping what write(2) returned, as for plain files.  At exit,
+   after the request loop, on one thread, with the store open. */
+void fs_handles_release(struct fs *fs);
+
 /* fs-dir.c: the same for directory handles (a RELEASEDIR still queued:
    a directory open when the session ended). */
 void fs_dirhandles_free(struct fs *fs);

@@ -804,6 +804,7 @@ out_unmount:
 	fuse_session_unmount(fs.se);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);
+	fs_handles_release(&fs);
 out_inodes:
 	fs_handles_free(&fs);
 	fs_dirhandles_free(&fs);
