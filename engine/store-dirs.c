@@ -90,33 +90,76 @@ int dbox_alt_owner_check(int alt_fd, const char *alt, uid_t owner,
 	return *way_r ? -EPERM : 0;
 }
 
+/* lstat() each prefix of path p (longest first; p is put back as it
+   was): *owner_r gets the first owner that is neither root nor except
+   (left alone when there is none).  strict: a prefix that cannot be
+   looked at fails the walk (returns -errno), else it is skipped. */
+static int walk_prefixes(char *p, uid_t except, bool strict, uid_t *owner_r)
+{
+	struct stat sb;
+
+	for (size_t len = strlen(p); len > 0; len--) {
+		char saved;
+		int ret = 0;
+
+		if (p[len] != '/' && p[len] != '\0')
+			continue;
+		if (len > 1 && p[len - 1] == '/')
+			continue;
+		saved = p[len];
+		p[len] = '\0';
+		if (lstat(p, &sb) < 0)
+			ret = strict ? -errno : 0;
+		else if (sb.st_uid != 0 && sb.st_uid != except && *owner_r == 0)
+			*owner_r = sb.st_uid;
+		p[len] = saved;
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
 uid_t dbox_path_foreign_owner(const char *path, uid_t except)
 {
 	char *paths[2] = { strdup(path), realpath(path, NULL) };
 	uid_t owner = 0;
 
-	for (int i = 0; i < 2; i++) {
-		char *p = paths[i];
-		struct stat sb;
-
-		for (size_t len = p != NULL ? strlen(p) : 0; len > 0; len--) {
-			char saved;
-
-			if (p[len] != '/' && p[len] != '\0')
-				continue;
-			if (len > 1 && p[len - 1] == '/')
-				continue;
-			saved = p[len];
-			p[len] = '\0';
-			if (lstat(p, &sb) == 0 && sb.st_uid != 0 &&
-			    sb.st_uid != except && owner == 0)
-				owner = sb.st_uid;
-			p[len] = saved;
-		}
-	}
+	for (int i = 0; i < 2; i++)
+		if (paths[i] != NULL)
+			(void)walk_prefixes(paths[i], except, false, &owner);
 	free(paths[0]);
 	free(paths[1]);
 	return owner;
+}
+
+/* dbox_path_foreign_owner, strict, for the decision of whose store a path
+   names: every step of the way must be there to be looked at (one that
+   vanished meanwhile may be switched back after the walk), the path must
+   still resolve, and a relative path is walked from the steps of the
+   working directory on.  Returns 0 and *owner_r (0: none), or -errno. */
+static int way_owner_strict(const char *path, uid_t except, uid_t *owner_r)
+{
+	char *paths[2] = { NULL, realpath(path, NULL) };
+	int ret = paths[1] == NULL ? -errno : 0;
+
+	*owner_r = 0;
+	if (ret == 0 && path[0] != '/') {
+		char *cwd = getcwd(NULL, 0);
+
+		if (cwd == NULL ||
+		    asprintf(&paths[0], "%s/%s", cwd, path) < 0) {
+			ret = cwd == NULL ? -errno : -ENOMEM;
+			paths[0] = NULL;
+		}
+		free(cwd);
+	} else if (ret == 0 && (paths[0] = strdup(path)) == NULL) {
+		ret = -ENOMEM;
+	}
+	for (int i = 0; ret == 0 && i < 2; i++)
+		ret = walk_prefixes(paths[i], except, true, owner_r);
+	free(paths[0]);
+	free(paths[1]);
+	return ret;
 }
 
 /* The parent directory of path ("." for a bare name; trailing slashes
@@ -145,6 +188,7 @@ int dbox_store_owner_find(const char *path, struct dbox_store_owner *o)
 	struct passwd *pw;
 	struct stat sb;
 	uid_t way;
+	int ret;
 
 	memset(o, 0, sizeof(*o));
 	o->fd = -1;
@@ -164,14 +208,21 @@ int dbox_store_owner_find(const char *path, struct dbox_store_owner *o)
 	o->ino = sb.st_ino;
 	o->uid = sb.st_uid;
 	o->gid = sb.st_gid;
-	way = dbox_path_foreign_owner(o->what, 0);
+	/* Steps of the store's owner are not "another's": a step of anyone
+	   else's (a link or directory in the middle of the path too) is. */
+	if ((ret = way_owner_strict(o->what, sb.st_uid, &way)) < 0)
+		return ret;
 	if (sb.st_uid == 0 && way != 0) {
 		o->uid = way;
 		o->gid = (gid_t)-1; /* root's directory's group is not theirs */
-	} else if (sb.st_uid != 0 && way != 0 && way != sb.st_uid) {
+	} else if (sb.st_uid != 0 && way != 0) {
 		o->way = way;
 		return -EPERM;
 	}
+	/* The walk looked at the path: it must still name what was opened
+	   (a root decision is acted on by name, with nothing to switch). */
+	if ((ret = dbox_store_owner_still(o)) < 0)
+		return ret;
 	if (o->uid != 0 && (pw = getpwuid(o->uid)) != NULL)
 		o->gid = pw->pw_gid;
 	return 0;

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
+#include <grp.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/fsuid.h>
@@ -376,6 +377,23 @@ static int store_owner_switch(const struct store_owner *o, bool to_owner)
 	return 0;
 }
 
+/* Take the supplementary groups of o's passwd entry (none without one).
+   Returns 0 or -errno (logged). */
+static int owner_groups(const struct store_owner *o)
+{
+	struct passwd *pw = getpwuid(o->uid);
+
+	if ((pw != NULL ? initgroups(pw->pw_name, o->gid) :
+	     setgroups(0, NULL)) < 0) {
+		int ret = -errno;
+
+		dbox_error("cannot take the groups of uid %u: %s",
+			   (unsigned)o->uid, strerror(-ret));
+		return ret;
+	}
+	return 0;
+}
+
 /* Whose store this is, decided as dboxadm decides it
    (dbox_store_owner_find): the owner of STORE, or of its parent for a
    store this mount will create; root's reached through a user's
@@ -390,12 +408,19 @@ static int store_owner_enter(const char *store, struct store_owner *o)
 	o->active = false;
 	if (geteuid() != 0)
 		return 0;
+	/* Root mounts nothing it could not tell the owner of: a path that
+	   is missing, not a directory or switched while it was looked at
+	   would be opened again by name, as root. */
 	ret = dbox_store_owner_find(store, &found);
 	if (ret == -EPERM)
 		dbox_error("%s: owned by uid %u but reached through a symbolic "
 			   "link or directory of uid %u; refusing it (name the "
 			   "store by its own path)", found.what,
 			   (unsigned)found.uid, (unsigned)found.way);
+	else if (ret < 0 && ret != -ENOMEM)
+		dbox_error("%s: %s; refusing it", found.what != NULL ?
+			   found.what : store, ret == -ESTALE ?
+			   "changed while dboxfs looked at it" : strerror(-ret));
 	else if (ret == 0 && found.uid != 0 && found.gid == (gid_t)-1) {
 		dbox_error("%s: reached through a directory or link of uid %u, "
 			   "who has no passwd entry; refusing it", found.what,
@@ -406,14 +431,17 @@ static int store_owner_enter(const char *store, struct store_owner *o)
 		o->uid = found.uid;
 		o->gid = found.gid;
 		o->active = true;
-		ret = store_owner_switch(o, true);
+		/* The owner's groups for good, as dboxadm takes them: root's
+		   supplementary groups (a login shell's 0) would reach what the
+		   owner cannot; the daemon needs none of them as root. */
+		ret = owner_groups(o);
+		if (ret == 0)
+			ret = store_owner_switch(o, true);
 		if (ret == 0 && (ret = dbox_store_owner_still(&found)) < 0)
 			dbox_error("%s: %s while dboxfs switched to its owner "
 				   "(uid %u); refusing it", found.what,
 				   ret == -ESTALE ? "changed" : strerror(-ret),
 				   (unsigned)found.uid);
-	} else if (ret != -EPERM && ret != -ENOMEM) {
-		ret = 0; /* root's, or nothing to decide: the open says why */
 	}
 	dbox_store_owner_free(&found);
 	return ret;

@@ -455,6 +455,24 @@ def test_root_mount_decides_the_owner_as_dboxadm_does(scratch, user, tmp_path):
                            capture_output=True, text=True, timeout=60)
         assert r.returncode != 0 and not is_mounted(scratch / "m1")
         assert "reached through a symbolic link or directory of uid" in r.stderr, r.stderr
+        # The user's link in the middle of the path, to the other user's
+        # directory: refused too, for the mount and for dboxadm (it was
+        # taken for the store owner's own way, and root's import wrote
+        # the user's mail into the other user's store: helper-59).
+        link3 = scratch / "theirs"
+        os.symlink(theirs, link3)
+        os.chown(link3, uid, gid, follow_symlinks=False)
+        for way in (link3 / "store", f"{link3}/store/.", f"{link3}/./store",
+                    link3 / "newstore"):
+            r = subprocess.run([str(DBOXFS), str(way), str(scratch / "m1"), "-f"],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode != 0 and not is_mounted(scratch / "m1")
+            assert f"reached through a symbolic link or directory of uid {uid}" \
+                in r.stderr, (way, r.stderr)
+            r = adm("import", way, src)
+            assert r.returncode == 2 and "reached through" in r.stderr, (way, r)
+        assert not (theirs / "newstore").exists()
+        assert sum(1 for _ in (theirs / "store" / "storage").iterdir()) == 1
     finally:
         unmount(scratch / "m1")
         shutil.rmtree(theirs, ignore_errors=True)

@@ -65,6 +65,7 @@ static int setup(void **state)
 	mkdir_owned("b", USER_B, USER_B);
 	link_owned("rootstore", "a/rootlink", USER_A);
 	link_owned("a/store", "b/alink", USER_B);
+	link_owned("a", "b/adir", USER_B);
 	return 0;
 }
 
@@ -141,6 +142,37 @@ static void test_a_third_users_way_is_refused(void **state)
 	dbox_store_owner_free(&o);
 }
 
+/* A third user's link anywhere on the way, not only as the last name
+   (it was let through: the walk's first owner was the store's own). */
+static void test_a_third_users_link_in_the_middle_is_refused(void **state)
+{
+	static const char *const ways[] = {
+		"b/adir/store", "b/adir/store/", "b/adir/./store",
+		"b/adir/../a/store", "b/alink/.", "b/adir/newstore",
+	};
+	struct dbox_store_owner o;
+	char cwd[256];
+
+	(void)state;
+	need_root();
+	for (size_t i = 0; i < sizeof(ways) / sizeof(ways[0]); i++) {
+		assert_int_equal(dbox_store_owner_find(at(ways[i]), &o), -EPERM);
+		assert_int_equal(o.uid, USER_A);
+		assert_int_equal(o.way, USER_B);
+		dbox_store_owner_free(&o);
+	}
+	/* Relative: the working directory's steps count too.  Root's
+	   directory in a's directory is a's to switch: a's store (it was
+	   root's, the cwd's steps unseen). */
+	mkdir_owned("a/rootdir", 0, 0);
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	assert_int_equal(chdir(at("a")), 0);
+	assert_int_equal(dbox_store_owner_find("rootdir", &o), 0);
+	assert_int_equal(o.uid, USER_A);
+	dbox_store_owner_free(&o);
+	assert_int_equal(chdir(cwd), 0);
+}
+
 static void test_missing_and_not_a_directory_decide_nothing(void **state)
 {
 	struct dbox_store_owner o;
@@ -180,6 +212,7 @@ int main(void)
 		cmocka_unit_test(test_users_store_and_a_new_one_in_their_directory),
 		cmocka_unit_test(test_roots_directory_through_a_users_link_is_theirs),
 		cmocka_unit_test(test_a_third_users_way_is_refused),
+		cmocka_unit_test(test_a_third_users_link_in_the_middle_is_refused),
 		cmocka_unit_test(test_missing_and_not_a_directory_decide_nothing),
 		cmocka_unit_test(test_a_path_switched_after_the_decision),
 	};

@@ -239,14 +239,17 @@ int adm_store_enter(const char *store)
 
 	if (geteuid() != 0)
 		return ADM_EXIT_OK;
+	/* Root acts on nothing it could not tell the owner of: a path that
+	   is missing, not a directory or switched while it was looked at
+	   would be opened again by name, as root. */
 	switch ((ret = dbox_store_owner_find(store, &o))) {
 	case 0:
 		break;
-	case -ENOENT:
-	case -ENOTDIR:
-		/* Missing, or not a directory: the verb says so. */
+	case -ESTALE:
+		adm_error("%s: changed while dboxadm looked at it; nothing "
+			  "was done", o.what);
 		dbox_store_owner_free(&o);
-		return ADM_EXIT_OK;
+		return ADM_EXIT_USAGE;
 	case -EPERM:
 		/* A link of one user's to another user's store. */
 		adm_error("%s: owned by uid %u but reached through a symbolic "
