@@ -40,6 +40,8 @@
 
 struct fs_options {
 	char *store;             /* STORE path (first non-option argument) */
+	char *mountpoint_arg;    /* MOUNTPOINT as given (libfuse resolves
+				    it: cmd.mountpoint) */
 	uint64_t rotate_size;    /* -o rotate_size=BYTES */
 	double entry_timeout;    /* -o entry_timeout=SECONDS */
 	double attr_timeout;     /* -o attr_timeout=SECONDS */

@@ -121,6 +121,8 @@ static int opt_proc(void *data, const char *arg, int key,
 			opts->store = strdup(arg);
 			return 0;
 		}
+		if (opts->mountpoint_arg == NULL)
+			opts->mountpoint_arg = strdup(arg);
 		return 1;
 	case KEY_RO:
 	case KEY_RW:
@@ -392,6 +394,77 @@ static int owner_groups(const struct store_owner *o)
 		return ret;
 	}
 	return 0;
+}
+
+/* The owner of the first symbolic link on the way to path as given (each
+   prefix, lstat(), longest first) that is not root's, or 0. */
+static uid_t user_link_on_way(const char *path)
+{
+	char *p = strdup(path);
+	uid_t owner = 0;
+	struct stat sb;
+
+	for (size_t len = p != NULL ? strlen(p) : 0; len > 0 && owner == 0;
+	     len--) {
+		if (p[len] != '/' && p[len] != '\0')
+			continue;
+		p[len] = '\0';
+		if (lstat(p, &sb) == 0 && S_ISLNK(sb.st_mode) && sb.st_uid != 0)
+			owner = sb.st_uid;
+	}
+	free(p);
+	return owner;
+}
+
+/* Root mounting o's user's store mounts as root (mount(2)): the mount
+   point must be a directory of that user's or of root's, reached
+   through no symbolic link of a user's and no directory of a third
+   user's - the user's link to /etc made /etc show the user's store to
+   root's processes.  (A directory of root's in one of the user's can
+   still be swapped between this check and the mount: docs/durability.md.)
+   mnt as given.  Returns 0 or -EPERM / -errno (said). */
+#define MNT_RULE "root mounts the store of uid %u only on a directory of " \
+	"that user's or of root's, reached through no link of a user's"
+
+static int mountpoint_owner_check(const struct store_owner *o, const char *mnt)
+{
+	struct dbox_store_owner m;
+	struct stat sb;
+	uid_t link;
+	int ret;
+
+	if (!o->active || mnt == NULL)
+		return 0;
+	/* Looked at as root, who mounts there (a root-only directory of
+	   root's is fine). */
+	if ((ret = store_owner_switch(o, false)) < 0)
+		return ret;
+	ret = dbox_store_owner_find(mnt, &m);
+	if (ret == 0 && m.new_store)
+		ret = -ENOENT;
+	if (ret == 0 && fstat(m.fd, &sb) < 0)
+		ret = -errno;
+	if (ret == 0 && (link = user_link_on_way(mnt)) != 0) {
+		dbox_error("%s: reached through a symbolic link of uid %u; "
+			   MNT_RULE, mnt, (unsigned)link, (unsigned)o->uid);
+		ret = -EPERM;
+	} else if (ret == 0 && sb.st_uid != o->uid && sb.st_uid != 0) {
+		dbox_error("%s: a directory of uid %u; " MNT_RULE, mnt,
+			   (unsigned)sb.st_uid, (unsigned)o->uid);
+		ret = -EPERM;
+	} else if (ret == -EPERM) {
+		dbox_error("%s: reached through a symbolic link or directory "
+			   "of uid %u; " MNT_RULE, mnt, (unsigned)m.way,
+			   (unsigned)o->uid);
+	} else if (ret < 0) {
+		dbox_error("%s: %s; refusing it as a mount point", mnt,
+			   ret == -ESTALE ? "changed while dboxfs looked at it" :
+			   strerror(-ret));
+	}
+	dbox_store_owner_free(&m);
+	if (store_owner_switch(o, true) < 0 && ret == 0)
+		ret = -EPERM;
+	return ret;
 }
 
 /* Whose store this is, decided as dboxadm decides it
@@ -745,6 +818,7 @@ int main(int argc, char *argv[])
 		goto out_args;
 	errors_before = __atomic_load_n(&errors_logged, __ATOMIC_RELAXED);
 	if (store_owner_enter(fs.opts.store, &owner) < 0 ||
+	    mountpoint_owner_check(&owner, fs.opts.mountpoint_arg) < 0 ||
 	    open_store(&fs, &set, errors_before, &birth, &owner) < 0)
 		goto out_session;
 	if (fs_inode_table_init(&fs.inodes) < 0) {
@@ -844,6 +918,7 @@ out_session:
 out_args:
 	free(cmd.mountpoint);
 	free(fs.opts.store);
+	free(fs.opts.mountpoint_arg);
 	free(fs.opts.compress);
 	free(fs.opts.alt);
 	fuse_opt_free_args(&args);

@@ -430,6 +430,28 @@ def test_root_mount_decides_the_owner_as_dboxadm_does(scratch, user, tmp_path):
     assert new.stat().st_uid == uid
     assert {p: u for p, u in owners(new).items() if u != uid} == {}
 
+    # The user's link to a directory of root's as the mount point: root
+    # mounted there (the user's store over /etc, for root's processes:
+    # helper-59).  Refused, and so is a directory of a third user's.
+    rootdir = tmp_path / "rootdir"
+    rootdir.mkdir(mode=0o755)
+    (rootdir / "passwd").write_text("root's\n")
+    os.symlink(rootdir, scratch / "etc-link")
+    os.chown(scratch / "etc-link", uid, gid, follow_symlinks=False)
+    (scratch / "other").mkdir()
+    os.chown(scratch / "other", uid + 1, gid)
+    for mnt in (scratch / "etc-link", scratch / "other"):
+        r = subprocess.run([str(DBOXFS), str(new), str(mnt), "-f"],
+                           capture_output=True, text=True, timeout=60)
+        try:
+            assert r.returncode != 0 and not is_mounted(rootdir) and \
+                not is_mounted(mnt), (mnt, r.stderr)
+            assert "root mounts the store of uid" in r.stderr, r.stderr
+        finally:
+            unmount(rootdir)
+            unmount(mnt)
+    assert (rootdir / "passwd").read_text() == "root's\n"
+
     secret = tmp_path / "secret-store"   # root's, below a root-only dir
     Mount(secret, tmp_path / "m0").mount().unmount()
     link = scratch / "link"
