@@ -183,6 +183,37 @@ static char *parent_of(const char *path)
 	return copy;
 }
 
+/* For a decision that root acts on by name: can nobody but root put
+   something at path's name before the store is opened?  Its directory
+   (dir_sb when the store is new: the directory opened) must be writable
+   by root alone, or sticky with the name there already (a sticky
+   directory keeps root's entry from others: /tmp with a store of
+   root's).  Returns 0, or -EPERM: another user could put a link to
+   their or a third user's store there (a race won in /tmp). */
+static int name_held(const char *path, bool new_store,
+		     const struct stat *dir_sb)
+{
+	struct stat sb;
+	char *parent;
+
+	if (!new_store) {
+		if ((parent = parent_of(path)) == NULL)
+			return -ENOMEM;
+		if (stat(parent, &sb) < 0) {
+			int ret = -errno;
+
+			free(parent);
+			return ret;
+		}
+		free(parent);
+		dir_sb = &sb;
+	}
+	if ((dir_sb->st_mode & (S_IWGRP | S_IWOTH)) == 0 ||
+	    (!new_store && (dir_sb->st_mode & S_ISVTX)))
+		return 0;
+	return -EPERM;
+}
+
 int dbox_store_owner_find(const char *path, struct dbox_store_owner *o)
 {
 	struct passwd *pw;
@@ -223,6 +254,10 @@ int dbox_store_owner_find(const char *path, struct dbox_store_owner *o)
 	   (a root decision is acted on by name, with nothing to switch). */
 	if ((ret = dbox_store_owner_still(o)) < 0)
 		return ret;
+	if (o->uid == 0 && (ret = name_held(path, o->new_store, &sb)) < 0) {
+		o->shared_dir = true;
+		return ret;
+	}
 	if (o->uid != 0 && (pw = getpwuid(o->uid)) != NULL)
 		o->gid = pw->pw_gid;
 	return 0;

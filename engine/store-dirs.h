@@ -59,6 +59,9 @@ struct dbox_store_owner {
 			   and the way's owner decided) */
 	uid_t way;      /* -EPERM: the third user whose way it is */
 	bool new_store; /* path does not exist: its parent decided */
+	bool shared_dir; /* -EPERM: root's store whose name lies in a
+			    directory others may write to (a new store
+			    there, or one not sticky) */
 	char *what;     /* path or its parent (malloc()ed; for messages) */
 	int fd;         /* what, open (-1: none) */
 	dev_t dev;      /* what's identity when decided */
@@ -67,10 +70,13 @@ struct dbox_store_owner {
 
 /* Decide o for path (see struct dbox_store_owner).  Returns 0; -ENOENT
    when neither path nor its parent exists and -ENOTDIR when path is not
-   a directory (nothing decided, uid 0: the caller's open of the store
-   says what is wrong); -EPERM when another user's store is reached
-   through a third user's way (uid, way set); -ENOMEM; other -errno of
-   opening the directory.  o->what is set unless -ENOMEM; always release
+   a directory (nothing decided, uid 0: root refuses the path); -EPERM when another user's store is reached
+   through a third user's way (uid, way set), or (shared_dir set) when
+   root's store's name lies in a directory others may write to (a new
+   store in /tmp: another user could put a link there before root opens
+   it by name); -ESTALE when the path changed while it was looked at;
+   -ENOMEM; other -errno of opening the directory or of a step of the
+   way.  o->what is set unless -ENOMEM; always release
    o with dbox_store_owner_free. */
 int dbox_store_owner_find(const char *path, struct dbox_store_owner *o);
 

@@ -485,7 +485,12 @@ static int store_owner_enter(const char *store, struct store_owner *o)
 	   is missing, not a directory or switched while it was looked at
 	   would be opened again by name, as root. */
 	ret = dbox_store_owner_find(store, &found);
-	if (ret == -EPERM)
+	if (ret == -EPERM && found.shared_dir)
+		dbox_error("%s: in a directory other users may write to, one "
+			   "of them could put a link to another store at its "
+			   "name before root opens it; refusing it (use a "
+			   "directory only root writes to)", store);
+	else if (ret == -EPERM)
 		dbox_error("%s: owned by uid %u but reached through a symbolic "
 			   "link or directory of uid %u; refusing it (name the "
 			   "store by its own path)", found.what,

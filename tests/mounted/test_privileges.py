@@ -593,7 +593,11 @@ def test_a_link_to_another_users_store_is_refused(scratch, user, tmp_path):
     name, uid, gid = user
     nobody = 65534
     src = sample_maildir(tmp_path / "Maildir", messages=3)
-    other = Path("/tmp") / (scratch.name + "-nobody")
+    # In a directory of root's only root writes to (a new store of root's
+    # straight in /tmp is refused: another user could take its name).
+    top = Path("/tmp") / (scratch.name + "-nobody")
+    top.mkdir(mode=0o755)
+    other = top / "store"
     try:
         assert adm("import", other, src).returncode == 0
         chown_tree(other, nobody, nobody)
@@ -609,7 +613,7 @@ def test_a_link_to_another_users_store_is_refused(scratch, user, tmp_path):
         r = adm("stats", other)
         assert r.returncode == 0, r.stderr
     finally:
-        shutil.rmtree(other, ignore_errors=True)
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def test_root_backup_of_a_user_store_runs_as_the_user(scratch, user, tmp_path):

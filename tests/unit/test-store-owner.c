@@ -173,6 +173,39 @@ static void test_a_third_users_link_in_the_middle_is_refused(void **state)
 	assert_int_equal(chdir(cwd), 0);
 }
 
+/* Root's store acted on by name: its name must lie where no one else can
+   put a link to another store first (a new store in /tmp lost that race
+   to a user: helper-60).  A sticky directory keeps root's existing
+   entry. */
+static void test_roots_store_in_a_directory_others_write(void **state)
+{
+	struct dbox_store_owner o;
+
+	(void)state;
+	need_root();
+	mkdir_owned("sticky", 0, 0);
+	assert_int_equal(chmod(at("sticky"), 01777), 0);
+	mkdir_owned("sticky/store", 0, 0);
+	mkdir_owned("open", 0, 0);
+	assert_int_equal(chmod(at("open"), 0777), 0);
+	mkdir_owned("open/store", 0, 0);
+
+	assert_int_equal(dbox_store_owner_find(at("sticky/store"), &o), 0);
+	assert_int_equal(o.uid, 0);
+	dbox_store_owner_free(&o);
+	assert_int_equal(dbox_store_owner_find(at("sticky/new"), &o), -EPERM);
+	assert_true(o.shared_dir);
+	dbox_store_owner_free(&o);
+	assert_int_equal(dbox_store_owner_find(at("open/store"), &o), -EPERM);
+	assert_true(o.shared_dir);
+	dbox_store_owner_free(&o);
+	/* A user's store there is acted on as that user: no such rule. */
+	mkdir_owned("sticky/astore", USER_A, GROUP_A);
+	assert_int_equal(dbox_store_owner_find(at("sticky/astore"), &o), 0);
+	assert_int_equal(o.uid, USER_A);
+	dbox_store_owner_free(&o);
+}
+
 static void test_missing_and_not_a_directory_decide_nothing(void **state)
 {
 	struct dbox_store_owner o;
@@ -213,6 +246,7 @@ int main(void)
 		cmocka_unit_test(test_roots_directory_through_a_users_link_is_theirs),
 		cmocka_unit_test(test_a_third_users_way_is_refused),
 		cmocka_unit_test(test_a_third_users_link_in_the_middle_is_refused),
+		cmocka_unit_test(test_roots_store_in_a_directory_others_write),
 		cmocka_unit_test(test_missing_and_not_a_directory_decide_nothing),
 		cmocka_unit_test(test_a_path_switched_after_the_decision),
 	};

@@ -251,6 +251,14 @@ int adm_store_enter(const char *store)
 		dbox_store_owner_free(&o);
 		return ADM_EXIT_USAGE;
 	case -EPERM:
+		if (o.shared_dir) {
+			adm_error("%s: in a directory other users may write "
+				  "to, one of them could put a link to another "
+				  "store at its name before root opens it; use "
+				  "a directory only root writes to", store);
+			dbox_store_owner_free(&o);
+			return ADM_EXIT_USAGE;
+		}
 		/* A link of one user's to another user's store. */
 		adm_error("%s: owned by uid %u but reached through a symbolic "
 			  "link or directory of uid %u; refusing it (name the "
