@@ -186,7 +186,7 @@ static char *parent_of(const char *path)
 /* For a decision that root acts on by name: can nobody but root put
    something at path's name before the store is opened?  Its directory
    (dir_sb when the store is new: the directory opened) must be writable
-   by root alone, or sticky with the name there already (a sticky
+   by root and group root alone, or sticky with the name there already (a sticky
    directory keeps root's entry from others: /tmp with a store of
    root's).  Returns 0, or -EPERM: another user could put a link to
    their or a third user's store there (a race won in /tmp). */
@@ -208,7 +208,10 @@ static int name_held(const char *path, bool new_store,
 		free(parent);
 		dir_sb = &sb;
 	}
-	if ((dir_sb->st_mode & (S_IWGRP | S_IWOTH)) == 0 ||
+	/* Writable by others, or by a group other than root's (a umask of
+	   002 makes root's directories group-writable for group root). */
+	if (((dir_sb->st_mode & S_IWOTH) == 0 &&
+	     ((dir_sb->st_mode & S_IWGRP) == 0 || dir_sb->st_gid == 0)) ||
 	    (!new_store && (dir_sb->st_mode & S_ISVTX)))
 		return 0;
 	return -EPERM;

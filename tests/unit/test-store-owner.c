@@ -199,6 +199,16 @@ static void test_roots_store_in_a_directory_others_write(void **state)
 	assert_int_equal(dbox_store_owner_find(at("open/store"), &o), -EPERM);
 	assert_true(o.shared_dir);
 	dbox_store_owner_free(&o);
+	/* Group-writable: only a group other than root's counts. */
+	mkdir_owned("rootgroup", 0, 0);
+	assert_int_equal(chmod(at("rootgroup"), 0775), 0);
+	assert_int_equal(dbox_store_owner_find(at("rootgroup/new"), &o), 0);
+	dbox_store_owner_free(&o);
+	mkdir_owned("usergroup", 0, GROUP_A);
+	assert_int_equal(chmod(at("usergroup"), 0775), 0);
+	assert_int_equal(dbox_store_owner_find(at("usergroup/new"), &o), -EPERM);
+	assert_true(o.shared_dir);
+	dbox_store_owner_free(&o);
 	/* A user's store there is acted on as that user: no such rule. */
 	mkdir_owned("sticky/astore", USER_A, GROUP_A);
 	assert_int_equal(dbox_store_owner_find(at("sticky/astore"), &o), 0);
