@@ -92,9 +92,11 @@ int dbox_alt_owner_check(int alt_fd, const char *alt, uid_t owner,
 
 /* lstat() each prefix of path p (longest first; p is put back as it
    was): *owner_r gets the first owner that is neither root nor except
-   (left alone when there is none).  strict: a prefix that cannot be
-   looked at fails the walk (returns -errno), else it is skipped. */
-static int walk_prefixes(char *p, uid_t except, bool strict, uid_t *owner_r)
+   (left alone when there is none), of a symbolic link only when
+   links_only.  strict: a prefix that cannot be looked at fails the walk
+   (returns -errno), else it is skipped. */
+static int walk_prefixes(char *p, uid_t except, bool strict, bool links_only,
+			 uid_t *owner_r)
 {
 	struct stat sb;
 
@@ -110,7 +112,8 @@ static int walk_prefixes(char *p, uid_t except, bool strict, uid_t *owner_r)
 		p[len] = '\0';
 		if (lstat(p, &sb) < 0)
 			ret = strict ? -errno : 0;
-		else if (sb.st_uid != 0 && sb.st_uid != except && *owner_r == 0)
+		else if (sb.st_uid != 0 && sb.st_uid != except && *owner_r == 0 &&
+			 (!links_only || S_ISLNK(sb.st_mode)))
 			*owner_r = sb.st_uid;
 		p[len] = saved;
 		if (ret < 0)
@@ -126,9 +129,21 @@ uid_t dbox_path_foreign_owner(const char *path, uid_t except)
 
 	for (int i = 0; i < 2; i++)
 		if (paths[i] != NULL)
-			(void)walk_prefixes(paths[i], except, false, &owner);
+			(void)walk_prefixes(paths[i], except, false, false,
+					    &owner);
 	free(paths[0]);
 	free(paths[1]);
+	return owner;
+}
+
+uid_t dbox_path_link_owner(const char *path)
+{
+	char *p = strdup(path);
+	uid_t owner = 0;
+
+	if (p != NULL)
+		(void)walk_prefixes(p, 0, false, true, &owner);
+	free(p);
 	return owner;
 }
 
@@ -156,7 +171,7 @@ static int way_owner_strict(const char *path, uid_t except, uid_t *owner_r)
 		ret = -ENOMEM;
 	}
 	for (int i = 0; ret == 0 && i < 2; i++)
-		ret = walk_prefixes(paths[i], except, true, owner_r);
+		ret = walk_prefixes(paths[i], except, true, false, owner_r);
 	free(paths[0]);
 	free(paths[1]);
 	return ret;

@@ -43,6 +43,12 @@ bool dbox_files_name_ino(const char *name, uint64_t *ino_r);
    its alternate storage. */
 uid_t dbox_path_foreign_owner(const char *path, uid_t except);
 
+/* The owner of the first symbolic link on the way to path as given (each
+   prefix, lstat(), longest first) that is not root's, or 0: a link its
+   owner may point elsewhere between a check and a use by name (root's
+   mount point). */
+uid_t dbox_path_link_owner(const char *path);
+
 /* Whose store path is, for a process of root's about to act on it as its
    owner (the mount and dboxadm decide alike).  The directory that decides
    is path, or its parent when path does not exist (a store to be made is

@@ -396,26 +396,6 @@ static int owner_groups(const struct store_owner *o)
 	return 0;
 }
 
-/* The owner of the first symbolic link on the way to path as given (each
-   prefix, lstat(), longest first) that is not root's, or 0. */
-static uid_t user_link_on_way(const char *path)
-{
-	char *p = strdup(path);
-	uid_t owner = 0;
-	struct stat sb;
-
-	for (size_t len = p != NULL ? strlen(p) : 0; len > 0 && owner == 0;
-	     len--) {
-		if (p[len] != '/' && p[len] != '\0')
-			continue;
-		p[len] = '\0';
-		if (lstat(p, &sb) == 0 && S_ISLNK(sb.st_mode) && sb.st_uid != 0)
-			owner = sb.st_uid;
-	}
-	free(p);
-	return owner;
-}
-
 /* Root mounting o's user's store mounts as root (mount(2)): the mount
    point must be a directory of that user's or of root's, reached
    through no symbolic link of a user's and no directory of a third
@@ -444,7 +424,7 @@ static int mountpoint_owner_check(const struct store_owner *o, const char *mnt)
 		ret = -ENOENT;
 	if (ret == 0 && fstat(m.fd, &sb) < 0)
 		ret = -errno;
-	if (ret == 0 && (link = user_link_on_way(mnt)) != 0) {
+	if (ret == 0 && (link = dbox_path_link_owner(mnt)) != 0) {
 		dbox_error("%s: reached through a symbolic link of uid %u; "
 			   MNT_RULE, mnt, (unsigned)link, (unsigned)o->uid);
 		ret = -EPERM;
@@ -452,6 +432,9 @@ static int mountpoint_owner_check(const struct store_owner *o, const char *mnt)
 		dbox_error("%s: a directory of uid %u; " MNT_RULE, mnt,
 			   (unsigned)sb.st_uid, (unsigned)o->uid);
 		ret = -EPERM;
+	} else if (ret == -EPERM && m.shared_dir) {
+		dbox_error("%s: in a directory other users may write to; "
+			   MNT_RULE, mnt, (unsigned)o->uid);
 	} else if (ret == -EPERM) {
 		dbox_error("%s: reached through a symbolic link or directory "
 			   "of uid %u; " MNT_RULE, mnt, (unsigned)m.way,
