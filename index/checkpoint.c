@@ -11,6 +11,7 @@
 #include "index-private.h"
 #include "checkpoint.h"
 #include "reserve.h"
+#include "wal-sync.h"
 
 #include "storage/log.h"
 
@@ -26,11 +27,39 @@ static int64_t wal_bytes(const struct dbox_index *index, int frames)
 	return 32 + (int64_t)frames * (index->page_size + 24);
 }
 
+/* Wake the thread for its timed sync when this is the first commit since
+   its last one (once per DBOX_WAL_SYNC_DELAY_MS at most, not per commit:
+   a futex per delivery was measurable). */
+static void note_commit(struct index_checkpointer *ck)
+{
+	if (__atomic_load_n(&ck->sync_pending, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&ck->mutex);
+	if (!ck->sync_pending) {
+		clock_gettime(CLOCK_REALTIME, &ck->sync_due);
+		ck->sync_due.tv_sec += DBOX_WAL_SYNC_DELAY_MS / 1000;
+		ck->sync_due.tv_nsec += (DBOX_WAL_SYNC_DELAY_MS % 1000) *
+					1000000L;
+		if (ck->sync_due.tv_nsec >= 1000000000L) {
+			ck->sync_due.tv_sec++;
+			ck->sync_due.tv_nsec -= 1000000000L;
+		}
+		__atomic_store_n(&ck->sync_pending, true, __ATOMIC_RELEASE);
+		pthread_cond_broadcast(&ck->cond);
+	}
+	pthread_mutex_unlock(&ck->mutex);
+}
+
+/* Run by SQLite inside each commit of the main connection, after the
+   commit's frames are in the WAL and before dbox_index_commit counts it
+   (index->commits). */
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 {
 	struct dbox_index *index = arg;
 	struct index_checkpointer *ck = &index->ckpt;
 	int64_t bytes = wal_bytes(index, pages);
+
+	note_commit(ck);
 
 	if (bytes >= DBOX_CHECKPOINT_INLINE_BYTES ||
 	    (bytes >= DBOX_CHECKPOINT_SHORT_BYTES &&
@@ -124,22 +153,51 @@ static void checkpoint_once(struct dbox_index *index)
 			     "connection has no WAL", index->path);
 }
 
+static bool due(const struct timespec *when)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	return now.tv_sec > when->tv_sec ||
+	       (now.tv_sec == when->tv_sec && now.tv_nsec >= when->tv_nsec);
+}
+
+/* The timed sync.  Called and returns with ck->mutex held.  The flag is
+   cleared first: a commit whose hook ran before has its frames in the WAL
+   already, so the sync that follows covers it even when the commit is
+   not counted yet (hence dbox_index_sync_written, not _upto); a commit
+   whose hook runs after sets the flag again. */
+static void timed_sync(struct dbox_index *index)
+{
+	struct index_checkpointer *ck = &index->ckpt;
+
+	__atomic_store_n(&ck->sync_pending, false, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&ck->mutex);
+	(void)dbox_index_sync_written(index); /* logged */
+	pthread_mutex_lock(&ck->mutex);
+}
+
 static void *checkpointer(void *arg)
 {
 	struct dbox_index *index = arg;
 	struct index_checkpointer *ck = &index->ckpt;
 
 	pthread_mutex_lock(&ck->mutex);
-	for (;;) {
-		while (!ck->wanted && !ck->stop)
+	while (!ck->stop) {
+		if (ck->wanted) {
+			ck->wanted = false;
+			ck->busy = true;
+			checkpoint_once(index);
+			ck->busy = false;
+			pthread_cond_broadcast(&ck->cond);
+		} else if (!ck->sync_pending) {
 			pthread_cond_wait(&ck->cond, &ck->mutex);
-		if (ck->stop)
-			break;
-		ck->wanted = false;
-		ck->busy = true;
-		checkpoint_once(index);
-		ck->busy = false;
-		pthread_cond_broadcast(&ck->cond);
+		} else if (!due(&ck->sync_due)) {
+			pthread_cond_timedwait(&ck->cond, &ck->mutex,
+					       &ck->sync_due);
+		} else {
+			timed_sync(index);
+		}
 	}
 	pthread_mutex_unlock(&ck->mutex);
 	return NULL;
@@ -178,6 +236,7 @@ int dbox_index_checkpointer_start(struct dbox_index *index)
 	}
 	ck->stop = ck->wanted = false;
 	ck->woken_pages = 0;
+	ck->sync_pending = false;
 	if (pthread_create(&ck->thread, NULL, checkpointer, index) != 0) {
 		sqlite3_close(ck->db);
 		ck->db = NULL;

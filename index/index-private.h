@@ -49,6 +49,10 @@ struct index_checkpointer {
 			      broadcast when it is done) */
 	int woken_pages;   /* WAL pages when the hook last woke the thread,
 			      0: not since the WAL started over */
+	/* A commit since the thread's last timed sync (atomic; set under
+	   mutex), and when that sync is due (CLOCK_REALTIME, mutex). */
+	bool sync_pending;
+	struct timespec sync_due;
 };
 
 /* The background check of verify.c: its thread and read-only

@@ -16,6 +16,7 @@
 
 #include "storage/log.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -63,6 +64,36 @@ static int wal_fd(struct dbox_index *index)
 	return ws->fd;
 }
 
+/* Sync the WAL as the leader: claim every commit finished so far, run one
+   fdatasync without the mutex, and wake the waiters.  Called and returns
+   with ws->mutex held and no leader running.  Returns 0, or -EIO
+   (logged). */
+static int lead_sync(struct dbox_index *index)
+{
+	struct index_wal_sync *ws = &index->wal_sync;
+	uint64_t target;
+	int fd, ret = 0;
+
+	assert(!ws->syncing);
+	ws->syncing = true;
+	target = dbox_index_commit_seq(index);
+	fd = wal_fd(index);
+	pthread_mutex_unlock(&ws->mutex);
+	if (fd < 0) {
+		ret = fd;
+	} else if (fdatasync(fd) < 0) {
+		dbox_error("index %s-wal: fdatasync: %s", index->path,
+			   strerror(errno));
+		ret = -EIO;
+	}
+	pthread_mutex_lock(&ws->mutex);
+	ws->syncing = false;
+	if (ret == 0 && target > ws->synced)
+		ws->synced = target;
+	pthread_cond_broadcast(&ws->cond);
+	return ret;
+}
+
 int dbox_index_sync_upto(struct dbox_index *index, uint64_t seq)
 {
 	struct index_wal_sync *ws = &index->wal_sync;
@@ -70,31 +101,26 @@ int dbox_index_sync_upto(struct dbox_index *index, uint64_t seq)
 
 	pthread_mutex_lock(&ws->mutex);
 	while (ws->synced < seq && ret == 0) {
-		uint64_t target;
-		int fd;
-
-		if (ws->syncing) {
+		if (ws->syncing)
 			pthread_cond_wait(&ws->cond, &ws->mutex);
-			continue;
-		}
-		/* Lead: claim every commit finished so far. */
-		ws->syncing = true;
-		target = dbox_index_commit_seq(index);
-		fd = wal_fd(index);
-		pthread_mutex_unlock(&ws->mutex);
-		if (fd < 0) {
-			ret = fd;
-		} else if (fdatasync(fd) < 0) {
-			dbox_error("index %s-wal: fdatasync: %s", index->path,
-				   strerror(errno));
-			ret = -EIO;
-		}
-		pthread_mutex_lock(&ws->mutex);
-		ws->syncing = false;
-		if (ret == 0 && target > ws->synced)
-			ws->synced = target;
-		pthread_cond_broadcast(&ws->cond);
+		else
+			ret = lead_sync(index);
 	}
+	pthread_mutex_unlock(&ws->mutex);
+	return ret;
+}
+
+int dbox_index_sync_written(struct dbox_index *index)
+{
+	struct index_wal_sync *ws = &index->wal_sync;
+	int ret;
+
+	pthread_mutex_lock(&ws->mutex);
+	/* A sync running now may have started before the frames the
+	   caller wants synced were written: wait it out, then sync. */
+	while (ws->syncing)
+		pthread_cond_wait(&ws->cond, &ws->mutex);
+	ret = lead_sync(index);
 	pthread_mutex_unlock(&ws->mutex);
 	return ret;
 }

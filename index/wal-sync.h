@@ -32,4 +32,13 @@ uint64_t dbox_index_commit_seq(struct dbox_index *index);
    (logged). */
 int dbox_index_sync_upto(struct dbox_index *index, uint64_t seq);
 
+/* Sync the WAL now, whatever the commit count says: one fdatasync that
+   starts after every frame written to the WAL before the call (it waits
+   for a sync already running, which may have started earlier).  For a
+   caller that knows frames are there whose commit is not counted yet
+   (the WAL hook runs inside the commit, before dbox_index_commit counts
+   it: checkpoint.c's timed sync).  Needs no lock; call it without the
+   store lock.  Returns 0, or -EIO (logged). */
+int dbox_index_sync_written(struct dbox_index *index);
+
 #endif
