@@ -229,6 +229,8 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 		save->inflight = false;
 	}
 	save->mf->size = save->ap.offset + save->ap.record_size;
+	if (!sync)
+		dbox_store_note_unsynced(st, save->mf);
 	save->finished = true;
 	save_check(save);
 	return 0;

@@ -3,7 +3,7 @@
 
 /*
  * store-private: what the files of the store engine share (store.c,
- * store-pool.c, store-recover.c, store-read.c, save.c).  Not for fs/ or
+ * store-pool.c, store-recover.c, store-read.c, store-sync.c, save.c).  Not for fs/ or
  * tools/: they use store.h.
  */
 
@@ -28,5 +28,11 @@ void dbox_store_pool_adopt(struct dbox_store *st, uint32_t file_id, bool walk);
    dbox_store_mfile_release.  Needs st->lock.  Returns 0 and *mf_r, or a
    negative errno. */
 int dbox_store_pool_take(struct dbox_store *st, struct dbox_mfile **mf_r);
+
+/* store-sync.c: list mf for the checkpointer's next timed sync: a finish
+   wrote a record into it without syncing it.  Takes a reference, dropped
+   once the round synced it.  Needs st->lock.  Never fails (out of memory:
+   logged, and the bytes reach the disk with the kernel's writeback). */
+void dbox_store_note_unsynced(struct dbox_store *st, struct dbox_mfile *mf);
 
 #endif

@@ -402,6 +402,12 @@ void dbox_store_close(struct dbox_store **stp)
 	if (st == NULL)
 		return;
 	*stp = NULL;
+	/* The checkpointer's round syncs what it listed: stop it first,
+	   then sync the rest here (the index's close syncs the WAL). */
+	if (st->index != NULL)
+		dbox_index_checkpointer_stop(st->index);
+	dbox_store_sync_unsynced(st);
+	assert(st->unsynced == NULL);
 	for (size_t i = 0; i < st->append_count; i++) {
 		close(st->append[i]->fd);
 		free(st->append[i]);
@@ -598,11 +604,6 @@ int dbox_store_index_resume(struct dbox_store *st)
 		dbox_index_cache_attrs(st->index); /* the store lock is ours */
 	}
 	return ret;
-}
-
-int dbox_store_checkpointer_start(struct dbox_store *st)
-{
-	return dbox_index_checkpointer_start(st->index);
 }
 
 int dbox_store_verify_start(struct dbox_store *st)

@@ -91,6 +91,7 @@ struct dbox_mfile {
 	bool cut_failed; /* bytes past size may remain (an ftruncate back to
 			    size failed): the file leaves the pool at release,
 			    and the next open's recovery cuts them */
+	bool unsynced; /* in st->unsynced (store-sync.c) */
 };
 
 /* The store lock: a mutex that knows which thread holds it, so the entry
@@ -114,6 +115,10 @@ struct dbox_store {
 
 	struct dbox_mfile **append; /* files that may take more messages */
 	size_t append_count;
+	/* m.N files finishes wrote without a sync since the checkpointer's
+	   last timed sync, each with a reference (store-sync.c). */
+	struct dbox_mfile **unsynced;
+	size_t unsynced_count, unsynced_size;
 	uint32_t next_file_id;
 
 	char *alt_path;             /* the alternate storage, or NULL */
@@ -305,9 +310,17 @@ int dbox_store_alt_fd(struct dbox_store *st);
 
 /* Start the index's WAL checkpointer thread (index/checkpoint.h) of a
    store opened read-write, in the process that goes on using it (not
-   before fork()).  Returns 0, or a negative errno (-EIO, logged): the
-   index then checkpoints inside its commits. */
+   before fork()).  Before each of its timed syncs of the WAL it syncs
+   the m.N files that messages were closed into since the last one
+   (store-sync.c).  Returns 0, or a negative errno (-EIO, logged): the
+   index then checkpoints inside its commits.  Takes st->lock itself
+   (from its thread). */
 int dbox_store_checkpointer_start(struct dbox_store *st);
+
+/* Sync the m.N files listed for the checkpointer's next timed sync now,
+   and let go of them: at close, after the checkpointer stopped.  Takes
+   st->lock itself.  Errors are logged. */
+void dbox_store_sync_unsynced(struct dbox_store *st);
 
 /* When the open found a WAL a crash left (st->wal_left), start the
    index's check in the background (index/verify.h): damage it finds, as

@@ -173,6 +173,8 @@ static void timed_sync(struct dbox_index *index)
 
 	__atomic_store_n(&ck->sync_pending, false, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&ck->mutex);
+	if (ck->presync != NULL)
+		ck->presync(ck->presync_ctx);
 	(void)dbox_index_sync_written(index); /* logged */
 	pthread_mutex_lock(&ck->mutex);
 }
@@ -203,7 +205,8 @@ static void *checkpointer(void *arg)
 	return NULL;
 }
 
-int dbox_index_checkpointer_start(struct dbox_index *index)
+int dbox_index_checkpointer_start(struct dbox_index *index,
+				  dbox_index_presync_fn *presync, void *ctx)
 {
 	struct index_checkpointer *ck = &index->ckpt;
 
@@ -237,6 +240,8 @@ int dbox_index_checkpointer_start(struct dbox_index *index)
 	ck->stop = ck->wanted = false;
 	ck->woken_pages = 0;
 	ck->sync_pending = false;
+	ck->presync = presync;
+	ck->presync_ctx = ctx;
 	if (pthread_create(&ck->thread, NULL, checkpointer, index) != 0) {
 		sqlite3_close(ck->db);
 		ck->db = NULL;

@@ -3,6 +3,7 @@
 
 /* Shared by the files of index/ only: the connection and its statements. */
 
+#include "checkpoint.h"
 #include "index.h"
 #include "storage/log.h"
 
@@ -53,6 +54,8 @@ struct index_checkpointer {
 	   mutex), and when that sync is due (CLOCK_REALTIME, mutex). */
 	bool sync_pending;
 	struct timespec sync_due;
+	dbox_index_presync_fn *presync; /* fixed while the thread runs */
+	void *presync_ctx;
 };
 
 /* The background check of verify.c: its thread and read-only

@@ -2112,7 +2112,7 @@ static void test_checkpointer_copies_the_wal(void **state)
 	off_t db_before;
 
 	snprintf(wal, sizeof(wal), "%s-wal", f->path);
-	assert_int_equal(dbox_index_checkpointer_start(f->index), 0);
+	assert_int_equal(dbox_index_checkpointer_start(f->index, NULL, NULL), 0);
 	db_before = file_size(f->path);
 	fill_wal(f, wal, DBOX_CHECKPOINT_BYTES + 50 * 1024);
 	/* Below the inline bound: only the thread can have copied. */
@@ -2141,7 +2141,7 @@ static void test_checkpointer_busy_tried_again(void **state)
 
 	snprintf(wal, sizeof(wal), "%s-wal", f->path);
 	snprintf(shm, sizeof(shm), "%s-shm", f->path);
-	assert_int_equal(dbox_index_checkpointer_start(f->index), 0);
+	assert_int_equal(dbox_index_checkpointer_start(f->index, NULL, NULL), 0);
 	fd = open(shm, O_RDWR | O_CLOEXEC);
 	assert_true(fd >= 0);
 	assert_int_equal(fcntl(fd, F_OFD_SETLK, &lock), 0);
