@@ -30,8 +30,8 @@ void dbox_store_pool_adopt(struct dbox_store *st, uint32_t file_id, bool walk);
 int dbox_store_pool_take(struct dbox_store *st, struct dbox_mfile **mf_r);
 
 /* store-sync.c: list mf for the checkpointer's next timed sync: a finish
-   wrote a record into it without syncing it.  Takes a reference, dropped
-   once the round synced it.  Needs st->lock.  Never fails (out of memory:
+   wrote a record into it without syncing it (nothing when no
+   checkpointer runs).  Needs st->lock.  Never fails (out of memory:
    logged, and the bytes reach the disk with the kernel's writeback). */
 void dbox_store_note_unsynced(struct dbox_store *st, struct dbox_mfile *mf);
 

@@ -3,15 +3,24 @@
  * (index/checkpoint.h).  A message closed without fsync() has its index
  * row committed at once and its bytes in its m.N's page cache.  The
  * checkpointer syncs the WAL about a second after such a commit; before
- * that it calls store_presync, which syncs every m.N a finish wrote since
- * the last round, so a row reaches the disk after the bytes it names,
- * not before (a row without its bytes is a message that reads as EIO
- * after a power loss).
+ * that it calls store_presync, which syncs every m.N a finish wrote into
+ * since the last round, so a row reaches the disk after the bytes it
+ * names, not before (a row without its bytes is a message that reads as
+ * EIO after a power loss).
  *
- * Invariants (under st->lock): an m.N is in st->unsynced at most once,
- * exactly when its unsynced flag is set, and the list holds a reference
- * on it (refs), so its descriptor stays open until the round that syncs
- * it; each round takes the whole list.
+ * The list holds file numbers, not descriptors: with a small rotate size
+ * a second of deliveries fills hundreds of m.N files, and a descriptor
+ * held for each would run the daemon out of them.  A round opens each
+ * again by name in storage/, where every finish writes (ALT takes only
+ * purge's copies, which purge syncs itself); one purged meanwhile is
+ * gone, and its copies were synced by the purge.  Numbers are never used
+ * again, so the name cannot mean another file.
+ *
+ * Invariants (under st->lock): st->unsynced lists each m.N at most once
+ * per round: an m.N of the append pool is listed exactly when its
+ * unsynced flag is set; one out of the pool takes no more records, so
+ * its flag, once set, stays set.  Only the mount lists (st->timed_sync:
+ * its checkpointer runs the rounds); dboxadm's saves sync themselves.
  */
 #include "engine/store-layout.h"
 #include "engine/store-private.h"
@@ -20,19 +29,23 @@
 #include "storage/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+/* m.N files opened and synced at a time by a round. */
+#define SYNC_BATCH 64
+
 void dbox_store_note_unsynced(struct dbox_store *st, struct dbox_mfile *mf)
 {
-	struct dbox_mfile **list;
+	uint32_t *list;
 
 	dbox_store_assert_locked(st);
-	if (mf->unsynced)
+	if (!st->timed_sync || mf->unsynced)
 		return;
 	if (st->unsynced_count == st->unsynced_size) {
-		size_t size = st->unsynced_size ? 2 * st->unsynced_size : 8;
+		size_t size = st->unsynced_size ? 2 * st->unsynced_size : 16;
 
 		list = realloc(st->unsynced, size * sizeof(*list));
 		if (list == NULL) {
@@ -46,16 +59,39 @@ void dbox_store_note_unsynced(struct dbox_store *st, struct dbox_mfile *mf)
 		st->unsynced = list;
 		st->unsynced_size = size;
 	}
-	st->unsynced[st->unsynced_count++] = mf;
+	st->unsynced[st->unsynced_count++] = mf->file_id;
 	mf->unsynced = true;
-	mf->refs++;
 }
 
-/* Sync and let go of every m.N listed so far.  Takes st->lock only to
-   take the list and to drop the references, not across the syncs. */
+/* fdatasync storage/m.<id> for each of ids[0..count), by a descriptor of
+   its own (any descriptor of a file syncs its data). */
+static void sync_ids(struct dbox_store *st, const uint32_t *ids, size_t count)
+{
+	for (size_t i = 0; i < count; i++) {
+		char name[16];
+		int fd;
+
+		dbox_file_name(name, ids[i]);
+		fd = openat(st->storage_fd, name, O_RDONLY | O_NOFOLLOW |
+			    O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0) {
+			if (errno != ENOENT) /* ENOENT: purged, synced then */
+				dbox_error("%s/" DBOX_STORE_STORAGE "/%s: %s", st->path,
+					   name, strerror(errno));
+			continue;
+		}
+		if (fdatasync(fd) < 0)
+			dbox_error("%s/" DBOX_STORE_STORAGE "/%s: fdatasync: %s",
+				   st->path, name, strerror(errno));
+		close(fd);
+	}
+}
+
+/* Sync every m.N listed so far.  Takes st->lock only to take the list,
+   not across the syncs. */
 static void sync_listed(struct dbox_store *st)
 {
-	struct dbox_mfile **list;
+	uint32_t *list;
 	size_t count;
 
 	dbox_store_mutex_lock(st);
@@ -63,24 +99,13 @@ static void sync_listed(struct dbox_store *st)
 	count = st->unsynced_count;
 	st->unsynced = NULL;
 	st->unsynced_count = st->unsynced_size = 0;
-	for (size_t i = 0; i < count; i++)
-		list[i]->unsynced = false;
+	for (size_t i = 0; i < st->append_count; i++)
+		st->append[i]->unsynced = false;
 	dbox_store_mutex_unlock(st);
-	if (count == 0)
-		return;
 
-	/* fd and file_id do not change while a reference is held. */
-	for (size_t i = 0; i < count; i++) {
-		if (fdatasync(list[i]->fd) < 0)
-			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: fdatasync: %s",
-				   st->path, list[i]->file_id,
-				   strerror(errno));
-	}
-
-	dbox_store_mutex_lock(st);
-	for (size_t i = 0; i < count; i++)
-		dbox_store_mfile_put(st, list[i]);
-	dbox_store_mutex_unlock(st);
+	for (size_t i = 0; i < count; i += SYNC_BATCH)
+		sync_ids(st, list + i, count - i < SYNC_BATCH ?
+			 count - i : SYNC_BATCH);
 	free(list);
 }
 
@@ -93,7 +118,14 @@ static void store_presync(void *ctx)
 
 int dbox_store_checkpointer_start(struct dbox_store *st)
 {
-	return dbox_index_checkpointer_start(st->index, store_presync, st);
+	int ret = dbox_index_checkpointer_start(st->index, store_presync, st);
+
+	if (ret == 0) {
+		dbox_store_mutex_lock(st);
+		st->timed_sync = true;
+		dbox_store_mutex_unlock(st);
+	}
+	return ret;
 }
 
 void dbox_store_sync_unsynced(struct dbox_store *st)

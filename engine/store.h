@@ -91,7 +91,7 @@ struct dbox_mfile {
 	bool cut_failed; /* bytes past size may remain (an ftruncate back to
 			    size failed): the file leaves the pool at release,
 			    and the next open's recovery cuts them */
-	bool unsynced; /* in st->unsynced (store-sync.c) */
+	bool unsynced; /* listed in st->unsynced (store-sync.c) */
 };
 
 /* The store lock: a mutex that knows which thread holds it, so the entry
@@ -115,10 +115,12 @@ struct dbox_store {
 
 	struct dbox_mfile **append; /* files that may take more messages */
 	size_t append_count;
-	/* m.N files finishes wrote without a sync since the checkpointer's
-	   last timed sync, each with a reference (store-sync.c). */
-	struct dbox_mfile **unsynced;
+	/* Numbers of the m.N files finishes wrote into without a sync since
+	   the checkpointer's last timed sync, while it runs (timed_sync):
+	   store-sync.c. */
+	uint32_t *unsynced;
 	size_t unsynced_count, unsynced_size;
+	bool timed_sync;
 	uint32_t next_file_id;
 
 	char *alt_path;             /* the alternate storage, or NULL */
