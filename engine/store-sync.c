@@ -16,6 +16,13 @@
  * gone, and its copies were synced by the purge.  Numbers are never used
  * again, so the name cannot mean another file.
  *
+ * fsync() and fsyncdir() run a round too before they sync the WAL
+ * (namespace.c, dbox_ns_sync_upto): their WAL sync carries the rows of
+ * messages other writers closed a moment before, and those rows must not
+ * reach the disk ahead of their bytes either.  In an fsync'ing workload
+ * the list is empty (a finish by fsync syncs its own m.N and lists
+ * nothing), and a round costs a lock.
+ *
  * Invariants (under st->lock): st->unsynced lists each m.N at most once
  * per round: an m.N of the append pool is listed exactly when its
  * unsynced flag is set; one out of the pool takes no more records, so
@@ -88,24 +95,38 @@ static void sync_ids(struct dbox_store *st, const uint32_t *ids, size_t count)
 }
 
 /* Sync every m.N listed so far.  Takes st->lock only to take the list,
-   not across the syncs. */
+   not across the syncs; presync_mutex across the round: a caller that
+   finds the list empty because another round took it waits for that
+   round's syncs before it goes on to sync the WAL.  A caller holding
+   st->lock (dbox_ns_sync_upto's rare locked path) cannot wait for
+   presync_mutex (lock order): it syncs what is listed under st->lock,
+   or nothing when another round runs, whose files may then reach the
+   disk after its WAL sync. */
 static void sync_listed(struct dbox_store *st)
 {
+	bool held = dbox_store_mutex_held(st);
 	uint32_t *list;
 	size_t count;
 
-	dbox_store_mutex_lock(st);
+	if (!held) {
+		pthread_mutex_lock(&st->presync_mutex);
+		dbox_store_mutex_lock(st);
+	} else if (pthread_mutex_trylock(&st->presync_mutex) != 0) {
+		return;
+	}
 	list = st->unsynced;
 	count = st->unsynced_count;
 	st->unsynced = NULL;
 	st->unsynced_count = st->unsynced_size = 0;
 	for (size_t i = 0; i < st->append_count; i++)
 		st->append[i]->unsynced = false;
-	dbox_store_mutex_unlock(st);
+	if (!held)
+		dbox_store_mutex_unlock(st);
 
 	for (size_t i = 0; i < count; i += SYNC_BATCH)
 		sync_ids(st, list + i, count - i < SYNC_BATCH ?
 			 count - i : SYNC_BATCH);
+	pthread_mutex_unlock(&st->presync_mutex);
 	free(list);
 }
 
@@ -130,6 +151,5 @@ int dbox_store_checkpointer_start(struct dbox_store *st)
 
 void dbox_store_sync_unsynced(struct dbox_store *st)
 {
-	dbox_store_assert_unlocked(st);
 	sync_listed(st);
 }

@@ -425,6 +425,7 @@ void dbox_store_close(struct dbox_store **stp)
 	close_if_open(st->dir_fd);
 	close_if_open(st->lock_fd); /* releases the flock */
 	pthread_mutex_destroy(&st->lock.mutex);
+	pthread_mutex_destroy(&st->presync_mutex);
 	free(st->index_path);
 	free(st->path);
 	free(st);
@@ -573,6 +574,7 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	st->alt_fd = -1;
 	st->readonly = set->readonly;
 	pthread_mutex_init(&st->lock.mutex, NULL);
+	pthread_mutex_init(&st->presync_mutex, NULL);
 	st->rotate_size = set->rotate_size != 0 ? set->rotate_size :
 		DBOX_DEFAULT_ROTATE_SIZE;
 	st->compress = set->compress;

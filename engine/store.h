@@ -121,6 +121,11 @@ struct dbox_store {
 	uint32_t *unsynced;
 	size_t unsynced_count, unsynced_size;
 	bool timed_sync;
+	/* Held across a round of those syncs, so that a WAL sync after a
+	   round never overtakes another round still syncing; taken without
+	   st->lock, which it takes inside (lock order: presync_mutex, then
+	   st->lock). */
+	pthread_mutex_t presync_mutex;
 	uint32_t next_file_id;
 
 	char *alt_path;             /* the alternate storage, or NULL */
@@ -319,9 +324,13 @@ int dbox_store_alt_fd(struct dbox_store *st);
    (from its thread). */
 int dbox_store_checkpointer_start(struct dbox_store *st);
 
-/* Sync the m.N files listed for the checkpointer's next timed sync now,
-   and let go of them: at close, after the checkpointer stopped.  Takes
-   st->lock itself.  Errors are logged. */
+/* Sync the m.N files listed for the checkpointer's next timed sync now
+   (store-sync.c): before any other sync of the WAL (fsync, fsyncdir),
+   and at close after the checkpointer stopped.  Returns once every
+   round started before it has synced its files.  Best called without
+   st->lock (it takes it itself); with st->lock held it syncs under it
+   and does not wait for a round another thread runs.  Errors are
+   logged. */
 void dbox_store_sync_unsynced(struct dbox_store *st);
 
 /* When the open found a WAL a crash left (st->wal_left), start the

@@ -194,3 +194,31 @@ def test_closed_message_reaches_the_disk_before_its_row(mount):
         trace.wait_for("wal", after="m.1")
     finally:
         trace.stop()
+
+
+def test_fsync_syncs_bytes_of_messages_others_closed(mount):
+    """An fsync() syncs the WAL with every commit so far, among them the
+    row of a message another writer closed without fsync a moment before:
+    that message's m.N is synced first (engine/store-sync.c), so no row
+    reaches the disk ahead of its bytes."""
+    md = mount.maildir()
+    a = os.open(os.path.join(md, "tmp", "a"), os.O_WRONLY | os.O_CREAT, 0o600)
+    b = os.open(os.path.join(md, "tmp", "b"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.write(a, b"Subject: a\n\nclosed, never fsynced\n")
+        os.write(b, b"Subject: b\n\nfsynced\n")
+        trace = FdatasyncTrace(mount).start()
+        try:
+            os.close(a)
+            a = None
+            os.fsync(b)
+            synced = trace.synced()
+        finally:
+            trace.stop()
+    finally:
+        for fd in (a, b):
+            if fd is not None:
+                os.close(fd)
+    # a went to m.1, b (open while a wrote) to m.2.
+    assert "m.2" in synced and "wal" in synced, synced
+    assert "m.1" in synced[:synced.index("wal")], synced
