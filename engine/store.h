@@ -24,6 +24,9 @@
  *        |                                    reader, one listing)
  *   inode busy                               (fs/: fs_busy_begin)
  *        |
+ *   st->presync_mutex                        (store-sync.c: a round of
+ *        |                                    syncs before a WAL sync;
+ *        |                                    under st->lock only tried)
  *   st->lock                                 (this file)
  *        |
  *   fs_purge.lock                            (fs/fs-purge.c: the list
