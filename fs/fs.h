@@ -57,6 +57,9 @@ struct fs_options {
 				    default_permissions or writeback_cache:
 				    the kernel checks permissions (else
 				    fs-perm.c does) */
+	int suid, dev;           /* the last of -o suid/nosuid, dev/nodev:
+				    1 or 0, -1 when not given (libfuse's
+				    mount then has nosuid, nodev) */
 	int foreground, debug;
 };
 

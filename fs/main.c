@@ -36,7 +36,8 @@
 
 #define DBOXFS_VERSION "0.1"
 
-enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW, KEY_NOATIME, KEY_KERNEL_CHECKS };
+enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW, KEY_NOATIME, KEY_KERNEL_CHECKS,
+       KEY_SUID, KEY_NOSUID, KEY_DEV, KEY_NODEV };
 
 #define FS_OPT(t, p) { t, offsetof(struct fs_options, p), 1 }
 
@@ -56,6 +57,10 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
 	FUSE_OPT_KEY("noatime", KEY_NOATIME),
+	FUSE_OPT_KEY("suid", KEY_SUID),
+	FUSE_OPT_KEY("nosuid", KEY_NOSUID),
+	FUSE_OPT_KEY("dev", KEY_DEV),
+	FUSE_OPT_KEY("nodev", KEY_NODEV),
 	FUSE_OPT_KEY("allow_other", KEY_KERNEL_CHECKS),
 	FUSE_OPT_KEY("allow_root", KEY_KERNEL_CHECKS),
 	FUSE_OPT_KEY("default_permissions", KEY_KERNEL_CHECKS),
@@ -90,6 +95,10 @@ static void usage(const char *prog)
 	       "                           kernel's security.capability query)\n"
 	       "    -o noatime             reads never change atime (default:\n"
 	       "                           relatime, as ext4)\n"
+	       "    -o suid, -o dev        (root) honour set-user-ID bits and\n"
+	       "                           device nodes; never for another user's\n"
+	       "                           store (default: -o nosuid, -o nodev)\n"
+	       "    -o nosuid, -o nodev    the default\n"
 	       "    -o writeback_cache     the kernel caches writes and keeps file\n"
 	       "                           sizes itself: processes reading a file\n"
 	       "                           another one appends to without a lock\n"
@@ -144,6 +153,14 @@ static int opt_proc(void *data, const char *arg, int key,
 		/* Kept for libfuse: other users reach the mount, or the
 		   kernel's checks were asked for (see main). */
 		opts->kernel_checks = 1;
+		return 1;
+	case KEY_SUID:
+	case KEY_NOSUID:
+		opts->suid = key == KEY_SUID; /* kept for libfuse */
+		return 1;
+	case KEY_DEV:
+	case KEY_NODEV:
+		opts->dev = key == KEY_DEV;
 		return 1;
 	case KEY_VERSION:
 		printf("dboxfs %s\n", DBOXFS_VERSION);
@@ -403,6 +420,38 @@ static int owner_groups(const struct store_owner *o)
    root's processes.  (A directory of root's in one of the user's can
    still be swapped between this check and the mount: docs/durability.md.)
    mnt as given.  Returns 0 or -EPERM / -errno (said). */
+/* Root mounting another user's store: every mode, owner and device
+   number the mount serves comes from that user's index, so the mount is
+   nosuid,nodev whatever the options say - a set-user-ID-root file or a
+   device node of the owner's making was real on it, through mount.fuse3
+   or fstab, which add dev,suid for root (helper-61).  A mount made before
+   dboxfs started (/dev/fd/N: mount.fuse3 -o drop_privileges) cannot be
+   changed here, and is refused unless its options say nosuid,nodev.
+   Returns 0, -EPERM (said) or -ENOMEM. */
+static int owner_mount_options(const struct store_owner *o,
+			       const struct fs_options *opts,
+			       struct fuse_args *args, const char *mountpoint)
+{
+	if (!o->active)
+		return 0;
+	if (strncmp(mountpoint, "/dev/fd/", 8) == 0) {
+		if (opts->suid == 0 && opts->dev == 0)
+			return 0;
+		dbox_error("%s: a store of uid %u is mounted nosuid,nodev, and "
+			   "this mount was made before dboxfs started (%s, "
+			   "mount.fuse3 -o drop_privileges) without both; "
+			   "refusing it", opts->store, (unsigned)o->uid,
+			   mountpoint);
+		return -EPERM;
+	}
+	if (opts->suid == 1 || opts->dev == 1)
+		dbox_info("%s: a store of uid %u is mounted nosuid,nodev (its "
+			  "owner writes every mode and device number in it); "
+			  "-o suid and -o dev are ignored", opts->store,
+			  (unsigned)o->uid);
+	return fuse_opt_add_arg(args, "-onosuid,nodev") < 0 ? -ENOMEM : 0;
+}
+
 #define MNT_RULE "root mounts the store of uid %u only on a directory of " \
 	"that user's or of root's, reached through no link of a user's"
 
@@ -750,6 +799,8 @@ int main(int argc, char *argv[])
 			.entry_timeout = 3600,
 			.attr_timeout = 3600,
 			.purge_threshold = DBOX_PURGE_DEFAULT_THRESHOLD,
+			.suid = -1,
+			.dev = -1,
 		},
 	};
 	unsigned long errors_before;
@@ -799,14 +850,18 @@ int main(int argc, char *argv[])
 	   store, newer format) is reported here and nothing is mounted. */
 	if (store_settings(&fs.opts, &set) < 0)
 		goto out_args;
-	/* The session first: it rejects unknown -o options before the
+	/* Whose store it is decides the mount's options: before the
+	   session, which takes them. */
+	errors_before = __atomic_load_n(&errors_logged, __ATOMIC_RELAXED);
+	if (store_owner_enter(fs.opts.store, &owner) < 0 ||
+	    owner_mount_options(&owner, &fs.opts, &args, cmd.mountpoint) < 0)
+		goto out_args;
+	/* The session next: it rejects unknown -o options before the
 	   store is created or opened. */
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
 	if (fs.se == NULL)
 		goto out_args;
-	errors_before = __atomic_load_n(&errors_logged, __ATOMIC_RELAXED);
-	if (store_owner_enter(fs.opts.store, &owner) < 0 ||
-	    mountpoint_owner_check(&owner, fs.opts.mountpoint_arg) < 0 ||
+	if (mountpoint_owner_check(&owner, fs.opts.mountpoint_arg) < 0 ||
 	    open_store(&fs, &set, errors_before, &birth, &owner) < 0)
 		goto out_session;
 	if (fs_inode_table_init(&fs.inodes) < 0) {
@@ -817,6 +872,12 @@ int main(int argc, char *argv[])
 		exit_reason(errors_before, "installing signal handlers", errno);
 		goto out_inodes;
 	}
+	/* The owner's data can make the open above as slow as they like
+	   (recovery scans what they wrote): the mount point is checked
+	   again right before the mount, or they would have all that time
+	   to swap it for a link to a directory of root's (helper-61). */
+	if (mountpoint_owner_check(&owner, fs.opts.mountpoint_arg) < 0)
+		goto out_signals;
 	/* libfuse names what is wrong with the mount point on stderr (and
 	   only there): the log gets a line too. */
 	/* /dev/fuse and the mount point are root's business. */

@@ -120,6 +120,46 @@ def test_root_export_of_a_user_store_makes_no_setuid_root_file(scratch, user):
     assert r.returncode == 0, r.stdout[-2000:]
 
 
+@pytest.mark.parametrize("how", ["mount.fuse3", "-o suid,dev"])
+def test_root_mount_of_a_user_store_is_nosuid_nodev(scratch, user, how):
+    """Root mounting a user's store serves modes, owners and device
+    numbers the user wrote in the index: the mount is nosuid,nodev
+    whatever the options say.  mount.fuse3 (fstab, mount -t fuse.dboxfs)
+    adds dev,suid for root, and the user's set-user-ID-root row made a
+    root shell for every local user (helper-61)."""
+    name, uid, gid = user
+    src = sample_maildir(scratch / "Maildir", owner=name, messages=3)
+    shutil.copy("/usr/bin/id", src / "tool")
+    os.chown(src / "tool", uid, gid)
+    store = scratch / "store"
+    r = adm("import", store, src, user=name)
+    assert r.returncode == 0, r.stderr
+    plant_setuid_root_tool(store, user)
+    mnt = scratch / "rootmnt"
+    mnt.mkdir()
+    if how == "mount.fuse3":
+        r = subprocess.run(["mount.fuse3", f"{DBOXFS}#{store}", str(mnt),
+                            "-o", "allow_other"], capture_output=True, text=True,
+                           timeout=60)
+    else:
+        r = subprocess.run([str(DBOXFS), str(store), str(mnt), "-o",
+                            "suid,dev,allow_other"], capture_output=True,
+                           text=True, timeout=60)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert is_mounted(mnt)
+        with open("/proc/self/mounts") as f:
+            opts = next(line.split()[3].split(",") for line in f
+                        if line.split()[1] == str(mnt))
+        assert "nosuid" in opts and "nodev" in opts, opts
+        # The proof that matters: run by the user, the program is not root.
+        r = as_user(name, [mnt / "tool", "-u"])
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == str(uid)
+    finally:
+        unmount(mnt)
+
+
 # As the user: watch DIR (inotify) and rename a symbolic link to TARGET
 # over every FIFO that appears there, at once, for SECONDS.
 SWAPPER_C = r"""
