@@ -286,7 +286,8 @@ int dbox_stats_get(struct dbox_view *view, bool per_file, struct dbox_stats *st)
 	if (ret == 0)
 		ret = dbox_view_mfile_walk(view, disk_cb, &g);
 	if (ret == 0) {
-		qsort(g.seen, g.nseen, sizeof(*g.seen), id_cmp);
+		if (g.nseen > 1) /* no m.N on disk: g.seen is NULL */
+			qsort(g.seen, g.nseen, sizeof(*g.seen), id_cmp);
 		ret = dbox_index_mfile_list(g.index, known_cb, &g);
 	}
 	if (ret == 0 && st->nfiles > 1)

@@ -164,7 +164,7 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 	struct dbox_store *st = ctx;
 	char name[16], inflight_key[32], kept_key[32];
 	int64_t inflight;
-	uint64_t start, keep_end;
+	uint64_t start, keep_end, rows_end;
 	struct stat stbuf;
 	long whole = 0;
 	bool alt;
@@ -185,6 +185,28 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 	    shared_file(dbox_store_dir_name(st, alt), name, &stbuf)) {
 		close(fd);
 		return 0;
+	}
+	/* Records committed messages name are never cut: a committed end
+	   below them is a damaged row (one lowered number cut every
+	   message after it out of the m.N: helper-61), and is raised. */
+	if (dbox_index_mfile_rows_end(st->index, file_id, &rows_end) == 0 &&
+	    rows_end > size && rows_end <= (uint64_t)stbuf.st_size) {
+		dbox_warning("%s/" DBOX_STORE_STORAGE "/%s: the index puts its committed end "
+			     "at %llu, before the end %llu of records its "
+			     "messages name (a damaged row); set to %llu",
+			     dbox_store_dir_name(st, alt), name,
+			     (unsigned long long)size,
+			     (unsigned long long)rows_end,
+			     (unsigned long long)rows_end);
+		if (dbox_index_begin(st->index) == 0 &&
+		    (dbox_index_mfile_set(st->index, file_id, rows_end) < 0 ||
+		     dbox_index_commit(st->index, false) < 0))
+			dbox_index_rollback(st->index);
+		size = rows_end;
+		if ((uint64_t)stbuf.st_size <= size) {
+			close(fd);
+			return 0;
+		}
 	}
 	dbox_store_tail_keys(file_id, inflight_key, kept_key);
 	dbox_store_tail_state(st->index, file_id, size, (uint64_t)stbuf.st_size,

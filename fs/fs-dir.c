@@ -500,14 +500,33 @@ static int add_entry(struct readdir_ctx *ctx, const char *name,
 	return 0;
 }
 
+/* Can a directory entry have this name?  The kernel fails the whole
+   listing (EIO) on a name that is empty, too long, holds '/' or NUL, or
+   is "." or "..": one such row of a damaged index hid every message of
+   its folder (helper-61). */
+static bool listable_name(const char *name, size_t len)
+{
+	return len > 0 && len <= DBOX_NAME_MAX &&
+	       memchr(name, '/', len) == NULL && memchr(name, '\0', len) == NULL &&
+	       !(len == 1 && name[0] == '.') &&
+	       !(len == 2 && name[0] == '.' && name[1] == '.');
+}
+
 static int readdir_cb(void *vctx, const struct dbox_dirent *ent)
 {
-	char name[256];
-	size_t len = ent->namelen < sizeof(name) - 1 ? ent->namelen :
-		sizeof(name) - 1;
+	static bool said; /* atomic: once per daemon, not per listing */
+	char name[DBOX_NAME_MAX + 1];
 
-	memcpy(name, ent->name, len);
-	name[len] = '\0';
+	if (!listable_name(ent->name, ent->namelen)) {
+		if (!__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
+			dbox_error("the index has names no directory can hold "
+				   "(empty, '/', too long); listings leave them "
+				   "out ('dboxadm check' names them, 'dboxadm "
+				   "rebuild' gives them new names)");
+		return 0;
+	}
+	memcpy(name, ent->name, ent->namelen);
+	name[ent->namelen] = '\0';
 	return add_entry(vctx, name, &ent->attr, DIRENT_OFF(ent->cookie), true);
 }
 

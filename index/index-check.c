@@ -446,6 +446,7 @@ int dbox_index_check_path(struct dbox_index *index, uint64_t ino,
 		}
 		escape(name, strlen(name), buf, sizeof(buf));
 		free(name);
+		name = NULL; /* a failing name_of above leaves it as it was */
 		if (asprintf(&joined, "/%s%s", buf, path) < 0) {
 			free(path);
 			return -ENOMEM;

@@ -149,8 +149,18 @@ int dbox_index_readlink(struct dbox_index *index, uint64_t ino,
 	sqlite3_bind_int64(stmt, 1, ino);
 	rc = sqlite3_step(stmt);
 	if (rc == SQLITE_ROW) {
-		*target_r = strndup(sqlite3_column_blob(stmt, 0),
-				    sqlite3_column_bytes(stmt, 0));
+		const void *target = sqlite3_column_blob(stmt, 0);
+		int len = sqlite3_column_bytes(stmt, 0);
+
+		/* symlink(2) makes no empty target (ENOENT); SQLite gives
+		   NULL for an empty blob. */
+		if (target == NULL || len == 0) {
+			dbox_error("index %s: symbolic link inode %llu has an "
+				   "empty target (a damaged row)", index->path,
+				   (unsigned long long)ino);
+			return index_done(stmt, -EIO);
+		}
+		*target_r = strndup(target, (size_t)len);
 		return index_done(stmt, *target_r == NULL ? -ENOMEM : 0);
 	}
 	return rc == SQLITE_DONE ? -EINVAL : index_sql_error(index, "readlink");

@@ -245,15 +245,23 @@ int dbox_index_recover(struct dbox_index *index, unsigned int *writing_r,
 	*nfiles_r = 0;
 	if ((ret = dbox_index_begin(index)) < 0)
 		return ret;
-	/* Unfinished deliveries: their names go, their directories change. */
+	/* Unfinished deliveries: their names go, their directories change.
+	   Then the inodes unlinked while open: a link count of 0 with no
+	   name left.  One that still has names is a damaged count, not an
+	   unlinked file (its message was deleted for it: helper-61): the
+	   count is set from its names. */
 	snprintf(sql, sizeof(sql),
 		 "CREATE TEMP TABLE dead AS SELECT ino FROM message WHERE state = %d;"
 		 "UPDATE inode SET mtime = %lld, ctime = %lld"
 		 " WHERE ino IN (SELECT parent FROM entry WHERE ino IN dead);"
 		 "DELETE FROM entry WHERE ino IN dead;"
+		 "UPDATE inode SET nlink = (SELECT count(*) FROM entry e"
+		 " WHERE e.ino = inode.ino) WHERE nlink = 0 AND kind != %d"
+		 " AND ino IN (SELECT ino FROM entry);"
 		 "INSERT INTO dead SELECT ino FROM inode WHERE nlink = 0 AND kind != %d"
 		 " AND ino NOT IN dead;",
-		 DBOX_MSG_WRITING, (long long)now, (long long)now, DBOX_KIND_DIR);
+		 DBOX_MSG_WRITING, (long long)now, (long long)now, DBOX_KIND_DIR,
+		 DBOX_KIND_DIR);
 	if ((ret = exec(index, sql)) < 0)
 		goto fail;
 	*writing_r = 0;
@@ -322,6 +330,28 @@ int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
 	} else if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
 		ret = index_sql_error(index, "writing");
 	}
+	sqlite3_finalize(stmt);
+	return ret;
+}
+
+int dbox_index_mfile_rows_end(struct dbox_index *index, uint32_t file_id,
+			      uint64_t *end_r)
+{
+	sqlite3_stmt *stmt;
+	int rc, ret = 0;
+
+	*end_r = 0;
+	if (sqlite3_prepare_v2(index->db, "SELECT max(offset + record_size)"
+			       " FROM message WHERE file_id = ?1 AND"
+			       " state != ?2", -1, &stmt, NULL) != SQLITE_OK)
+		return index_sql_error(index, "rows end");
+	sqlite3_bind_int64(stmt, 1, file_id);
+	sqlite3_bind_int(stmt, 2, DBOX_MSG_WRITING);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW && sqlite3_column_int64(stmt, 0) > 0)
+		*end_r = (uint64_t)sqlite3_column_int64(stmt, 0);
+	else if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		ret = index_sql_error(index, "rows end");
 	sqlite3_finalize(stmt);
 	return ret;
 }

@@ -282,7 +282,8 @@ int dbox_index_symlink_set(struct dbox_index *index, uint64_t ino,
 
 /* The target of symbolic link ino, malloc()ed and NUL-terminated into
    *target_r (caller frees).  Returns 0, -EINVAL when ino is not a
-   symbolic link (readlink(2)'s errno), -ENOMEM. */
+   symbolic link (readlink(2)'s errno), -EIO when its stored target is
+   empty (a damaged row; logged), -ENOMEM. */
 int dbox_index_readlink(struct dbox_index *index, uint64_t ino,
 			char **target_r);
 
@@ -381,6 +382,12 @@ int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix);
    there is none, or -EIO. */
 int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
 			      uint64_t from, uint64_t *offset_r);
+
+/* The end (bytes) of the last record in m.<file_id> that a committed
+   message row names (max of offset + record_size; 0 when none): a
+   committed end below it is a damaged mfile row.  Returns 0 or -EIO. */
+int dbox_index_mfile_rows_end(struct dbox_index *index, uint32_t file_id,
+			      uint64_t *end_r);
 
 /* As dbox_index_msg_set, for the end of a save: when ino's row names
    the same record (file_id, offset, guid: the WRITING row its save

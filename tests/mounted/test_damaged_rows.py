@@ -1,0 +1,157 @@
+"""One damaged row of the index loses nothing else (helper-61: a user
+controls every byte of their store, and root runs dboxadm and mounts on
+it).  Each case imports a small maildir, damages one row with SQLite, and
+checks that the mount and dboxadm still serve every other message with
+its bytes, say what is wrong, and neither crash nor cut."""
+import os
+import sqlite3
+import subprocess
+
+import pytest
+
+from conftest import DBOXADM, Mount
+
+
+def adm(*args):
+    r = subprocess.run([str(DBOXADM), *map(str, args)], capture_output=True,
+                       text=True, errors="replace", timeout=300)
+    return r.returncode, r.stdout + r.stderr
+
+
+def messages(n=6):
+    return {f"m{i}:2,S": (f"From: a@example.org\nSubject: {i}\n\n").encode() +
+            b"%d" % i * 300 + b"\n" for i in range(1, n + 1)}
+
+
+def make_store(tmp_path, n=6):
+    src = tmp_path / "md"
+    for sub in ("cur", "new", "tmp"):
+        (src / sub).mkdir(parents=True)
+    mail = messages(n)
+    for name, data in mail.items():
+        (src / "cur" / name).write_bytes(data)
+    store = tmp_path / "store"
+    rc, out = adm("import", store, src)
+    assert rc == 0, out
+    return store, mail
+
+
+def damage(store, sql, *args):
+    db = sqlite3.connect(store / "index.sqlite")
+    with db:
+        n = db.execute(sql, args).rowcount
+    db.close()
+    assert n >= 1, sql
+
+
+def ino_of(name):
+    return f"(SELECT ino FROM entry WHERE CAST(name AS TEXT) = '{name}')"
+
+
+def served(mnt):
+    cur = mnt / "cur"
+    return {name: (cur / name).read_bytes() for name in os.listdir(cur)}
+
+
+def test_a_name_no_directory_can_hold_hides_nothing_else(tmp_path):
+    """A name with '/' made the kernel fail the whole listing (EIO): every
+    other message of the folder was invisible."""
+    store, mail = make_store(tmp_path)
+    damage(store, "UPDATE entry SET name = CAST('a/b' AS BLOB) WHERE "
+           "CAST(name AS TEXT) = 'm1:2,S'")
+    m = Mount(store, tmp_path / "mnt").mount()
+    try:
+        del mail["m1:2,S"]
+        assert served(m.mnt) == mail
+        assert "names no directory can hold" in m.log_text()
+    finally:
+        m.unmount()
+    rc, out = adm("check", store)
+    assert rc != 0 and "not a valid file name" in out, out
+
+
+def test_a_named_message_with_link_count_zero_is_kept(tmp_path):
+    """A link count of 0 on a message that still has its name: the mount's
+    recovery took it for a file unlinked while open and deleted it (the
+    next purge then its bytes)."""
+    store, mail = make_store(tmp_path)
+    damage(store, f"UPDATE inode SET nlink = 0 WHERE ino = {ino_of('m1:2,S')}")
+    m = Mount(store, tmp_path / "mnt").mount()
+    try:
+        assert served(m.mnt) == mail
+        assert (m.mnt / "cur" / "m1:2,S").stat().st_nlink == 1
+    finally:
+        m.unmount()
+    rc, out = adm("purge", store)
+    assert rc == 0, out
+    rc, out = adm("check", store)
+    assert rc == 0, out
+    m = Mount(store, tmp_path / "mnt").mount()
+    try:
+        assert served(m.mnt) == mail
+    finally:
+        m.unmount()
+
+
+def test_a_lowered_committed_end_cuts_no_committed_record(tmp_path):
+    """The committed end of m.1 lowered into the middle of a record: the
+    mount's recovery cut every record after it (the messages the index
+    still named) out of m.1 into lost+found/."""
+    store, mail = make_store(tmp_path)
+    size = os.path.getsize(store / "storage" / "m.1")
+    damage(store, "UPDATE mfile SET size = size / 2 WHERE file_id = 1")
+    m = Mount(store, tmp_path / "mnt").mount()
+    try:
+        assert served(m.mnt) == mail
+        assert "a damaged row" in m.log_text()
+    finally:
+        m.unmount()
+    assert os.path.getsize(store / "storage" / "m.1") == size
+    assert not (store / "lost+found").exists() or \
+        os.listdir(store / "lost+found") == []
+    rc, out = adm("check", store)
+    assert rc == 0, out
+
+
+def test_an_empty_symlink_target_is_an_error_not_a_crash(tmp_path):
+    """SQLite gives NULL for an empty blob: strndup(NULL) in the daemon
+    (root's, for a user's store) and in export."""
+    store, mail = make_store(tmp_path)
+    m = Mount(store, tmp_path / "mnt").mount()
+    try:
+        os.symlink("cur", m.mnt / "link")
+    finally:
+        m.unmount()
+    damage(store, "UPDATE symlink SET target = CAST('' AS BLOB)")
+    m = Mount(store, tmp_path / "mnt").mount()
+    try:
+        with pytest.raises(OSError) as e:
+            os.readlink(m.mnt / "link")
+        assert e.value.errno == 5  # EIO
+        assert served(m.mnt) == mail
+    finally:
+        m.unmount()
+    rc, out = adm("export", store, tmp_path / "out")
+    assert "empty target" in out, out
+    for name, data in mail.items():
+        assert (tmp_path / "out" / "cur" / name).read_bytes() == data
+
+
+def test_check_names_a_problem_under_a_broken_folder_chain(tmp_path):
+    """check's path of a message whose folder has no name freed the
+    previous component twice (glibc aborted root's check)."""
+    store, mail = make_store(tmp_path)
+    damage(store, "UPDATE message SET body_size = body_size + 7 WHERE "
+           f"ino = {ino_of('m1:2,S')}")
+    damage(store, "DELETE FROM entry WHERE CAST(name AS TEXT) = 'cur'")
+    rc, out = adm("check", store)
+    assert rc == 1, out
+    assert "problem" in out and "Aborted" not in out and rc != -6, out
+
+
+def test_stats_of_a_store_without_mfiles(tmp_path):
+    store = tmp_path / "store"
+    m = Mount(store, tmp_path / "mnt").mount()
+    m.unmount()
+    rc, out = adm("stats", store)
+    assert rc == 0, out
