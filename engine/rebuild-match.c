@@ -111,7 +111,10 @@ static void escape_bytes(char *out, size_t size, const char *in)
 /* Claim record r for old message i. */
 static void claim(struct rebuild *rb, size_t i, size_t r)
 {
+	size_t n = rebuild_old_inode(rb, rb->old->msgs[i].ino);
+
 	rb->recs[r].claimed = true;
+	rb->recs[r].live = n != SIZE_MAX && rb->old->inodes[n].nlink > 0;
 	rb->msg_rec[i] = r;
 }
 

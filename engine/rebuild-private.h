@@ -31,6 +31,8 @@ struct rrec {
 	char guid[DBOX_GUID_HEX_LEN * 2 + 1];
 	char *mailbox;           /* B, or NULL */
 	bool claimed;            /* by a message row of the old index */
+	bool live;               /* ... whose inode had links (not one
+				    unlinked while open) */
 	bool placed;             /* in the new index */
 };
 
@@ -90,6 +92,10 @@ int rebuild_scan_storage(struct rebuild *rb);
 int rebuild_record_in_place(struct rebuild *rb,
 			    const struct dbox_salvage_msg *m,
 			    bool *header_ok_r);
+
+/* rebuild-tree.c: the index in rb->old->inodes of inode ino, or
+   SIZE_MAX. */
+size_t rebuild_old_inode(const struct rebuild *rb, uint64_t ino);
 
 /* rebuild-match.c: match the old messages to records (rb->msg_rec,
    rb->by_guid).  Returns 0 or -ENOMEM. */

@@ -271,17 +271,24 @@ static int restore_group(struct rebuild *rb, size_t p, size_t q)
 
 		/* A record no name of the old index reaches: when that
 		   index is whole, its message was expunged (or unlinked
-		   while open); else its names may just be lost. */
+		   while open); else its names may just be lost.  One a live
+		   message of the old index claims was not expunged: its
+		   names could not be placed (a folder cut off the root by a
+		   cycle, a name no directory can hold), and it is restored
+		   (counting it expunged let the next purge delete it:
+		   helper-61). */
 		if (r->placed)
 			continue;
 		if (has) {
 			rep->duplicates++;
 		} else if (!rb->opts->restore_all && rb->old->complete &&
-			   old_knew(rb, r)) {
+			   old_knew(rb, r) && !r->live) {
 			rep->expunged++;
 		} else {
 			if (rb->old->complete && !old_knew(rb, r))
 				rep->unknown_restored++;
+			if (r->live)
+				rep->unplaced_restored++;
 			if ((ret = restore(rb, r)) < 0)
 				return ret;
 			has = true;

@@ -42,7 +42,7 @@ static size_t find_ino(const void *base, size_t n, size_t size,
 	return SIZE_MAX;
 }
 
-static size_t old_inode(const struct rebuild *rb, uint64_t ino)
+size_t rebuild_old_inode(const struct rebuild *rb, uint64_t ino)
 {
 	return find_ino(rb->old->inodes, rb->old->ninodes,
 			sizeof(rb->old->inodes[0]),
@@ -159,7 +159,7 @@ static int restore_xattrs(struct rebuild *rb)
 
 	for (size_t k = 0; k < old->nxattrs; k++) {
 		const struct dbox_salvage_xattr *x = &old->xattrs[k];
-		size_t i = old_inode(rb, x->ino);
+		size_t i = rebuild_old_inode(rb, x->ino);
 
 		if (i == SIZE_MAX || rb->placed[i] != 1)
 			continue;
@@ -199,7 +199,7 @@ static int place_dir(struct rebuild *rb, uint64_t dir, uint64_t *queue,
 	for (size_t e = first_entry(old, dir); e < old->nentries &&
 		     old->entries[e].parent == dir; e++) {
 		const struct dbox_salvage_entry *ent = &old->entries[e];
-		size_t i = old_inode(rb, ent->ino);
+		size_t i = rebuild_old_inode(rb, ent->ino);
 
 		if (i == SIZE_MAX || ent->ino == DBOX_ROOT_INO ||
 		    (old->inodes[i].kind == DBOX_KIND_DIR &&
@@ -237,7 +237,7 @@ int rebuild_tree(struct rebuild *rb)
 		free(queue);
 		return -ENOMEM;
 	}
-	if ((i = old_inode(rb, DBOX_ROOT_INO)) != SIZE_MAX &&
+	if ((i = rebuild_old_inode(rb, DBOX_ROOT_INO)) != SIZE_MAX &&
 	    old->inodes[i].kind == DBOX_KIND_DIR)
 		ret = place_inode(rb, i);
 	queue[tail++] = DBOX_ROOT_INO;

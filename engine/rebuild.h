@@ -123,6 +123,10 @@ struct dbox_rebuild_report {
 	unsigned long restored;   /* messages restored with new names */
 	unsigned long unknown_restored; /* of them, past the old index's end
 					   of their m.N (it did not know them) */
+	unsigned long unplaced_restored; /* of them, messages of the old
+					    index whose names could not be
+					    placed (their folder unreachable,
+					    a name no directory can hold) */
 	unsigned long duplicates; /* records of a GUID already placed */
 	unsigned long expunged;   /* records left for purge */
 	unsigned long damaged_kept; /* messages kept with a damaged field */

@@ -245,24 +245,37 @@ int dbox_index_recover(struct dbox_index *index, unsigned int *writing_r,
 	*nfiles_r = 0;
 	if ((ret = dbox_index_begin(index)) < 0)
 		return ret;
-	/* Unfinished deliveries: their names go, their directories change.
-	   Then the inodes unlinked while open: a link count of 0 with no
-	   name left.  One that still has names is a damaged count, not an
-	   unlinked file (its message was deleted for it: helper-61): the
-	   count is set from its names. */
+	/* Unfinished deliveries: their names go, their directories change. */
 	snprintf(sql, sizeof(sql),
 		 "CREATE TEMP TABLE dead AS SELECT ino FROM message WHERE state = %d;"
 		 "UPDATE inode SET mtime = %lld, ctime = %lld"
 		 " WHERE ino IN (SELECT parent FROM entry WHERE ino IN dead);"
-		 "DELETE FROM entry WHERE ino IN dead;"
-		 "UPDATE inode SET nlink = (SELECT count(*) FROM entry e"
-		 " WHERE e.ino = inode.ino) WHERE nlink = 0 AND kind != %d"
-		 " AND ino IN (SELECT ino FROM entry);"
-		 "INSERT INTO dead SELECT ino FROM inode WHERE nlink = 0 AND kind != %d"
-		 " AND ino NOT IN dead;",
-		 DBOX_MSG_WRITING, (long long)now, (long long)now, DBOX_KIND_DIR,
+		 "DELETE FROM entry WHERE ino IN dead;",
+		 DBOX_MSG_WRITING, (long long)now, (long long)now);
+	if ((ret = exec(index, sql)) < 0)
+		goto fail;
+	/* Then the inodes unlinked while open: a link count of 0 with no
+	   name left.  One that still has names is a damaged count, not an
+	   unlinked file (its message was deleted for it: helper-61): the
+	   count is set from its names first.  When that cannot be read (a
+	   damaged index: the background check will say so), nothing is
+	   dropped as unlinked this time. */
+	snprintf(sql, sizeof(sql),
+		 "CREATE TEMP TABLE orphan AS SELECT ino FROM inode"
+		 " WHERE nlink = 0 AND kind != %d AND ino NOT IN dead;",
 		 DBOX_KIND_DIR);
 	if ((ret = exec(index, sql)) < 0)
+		goto fail;
+	if (exec(index, "UPDATE inode SET nlink = (SELECT count(*) FROM entry e"
+			" WHERE e.ino = inode.ino) WHERE ino IN orphan AND"
+			" EXISTS (SELECT 1 FROM entry e WHERE e.ino = inode.ino);"
+			"DELETE FROM orphan WHERE EXISTS"
+			" (SELECT 1 FROM entry e WHERE e.ino = orphan.ino);"
+			"INSERT INTO dead SELECT ino FROM orphan;") < 0)
+		dbox_warning("index %s: recovery: the link counts could not "
+			     "be checked against the names; no file is dropped "
+			     "as unlinked this time", index->path);
+	if ((ret = exec(index, "DROP TABLE orphan")) < 0)
 		goto fail;
 	*writing_r = 0;
 	*orphans_r = 0;
@@ -304,7 +317,8 @@ int dbox_index_recover(struct dbox_index *index, unsigned int *writing_r,
 	return 0;
 fail:
 	dbox_index_rollback(index);
-	exec(index, "DROP TABLE IF EXISTS temp.dead");
+	exec(index, "DROP TABLE IF EXISTS temp.dead;"
+		    "DROP TABLE IF EXISTS temp.orphan");
 fail_free:
 	free(files);
 	return ret;

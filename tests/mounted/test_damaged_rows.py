@@ -155,3 +155,45 @@ def test_stats_of_a_store_without_mfiles(tmp_path):
     m.unmount()
     rc, out = adm("stats", store)
     assert rc == 0, out
+
+
+@pytest.mark.parametrize("damage_sql", [
+    # the two folders' entries point at each other: cut off the root
+    "UPDATE entry SET parent = CASE CAST(name AS TEXT)"
+    " WHEN '.Sent' THEN (SELECT ino FROM entry WHERE CAST(name AS TEXT) = '.Trash')"
+    " ELSE (SELECT ino FROM entry WHERE CAST(name AS TEXT) = '.Sent') END"
+    " WHERE CAST(name AS TEXT) IN ('.Sent', '.Trash')",
+    # a name no directory can hold
+    "UPDATE entry SET name = CAST('a/b' AS BLOB) WHERE CAST(name AS TEXT) = 'm1:2,S'",
+], ids=["folder-cycle", "slash-in-name"])
+def test_rebuild_restores_messages_whose_names_it_cannot_place(tmp_path, damage_sql):
+    """rebuild counted the messages of an unplaceable name as expunged
+    ('left for purge'), and the next purge deleted them; they are live
+    messages of the old index and come back, with new names, in the cur/
+    of their folder."""
+    src = tmp_path / "md"
+    mail = {}
+    for folder in ("", ".Sent", ".Trash"):
+        for sub in ("cur", "new", "tmp"):
+            (src / folder / sub).mkdir(parents=True, exist_ok=True)
+        for i in range(1, 4):
+            data = f"From: a@example.org\nSubject: {folder} {i}\n\nbody {i}\n".encode()
+            (src / folder / "cur" / f"m{i}:2,S").write_bytes(data)
+            mail.setdefault(folder, set()).add(data)
+    store = tmp_path / "store"
+    rc, out = adm("import", store, src)
+    assert rc == 0, out
+    damage(store, damage_sql)
+    rc, out = adm("rebuild", store)
+    assert rc == 0, out
+    assert "0 expunged records" in out, out
+    rc, out = adm("purge", store)
+    assert rc == 0, out
+    rc, out = adm("export", store, tmp_path / "out")
+    assert rc == 0, out
+    for folder, bodies in mail.items():
+        got = set()
+        for sub in ("cur", "new"):
+            d = tmp_path / "out" / folder / sub
+            got |= {p.read_bytes() for p in d.iterdir()} if d.exists() else set()
+        assert got == bodies, folder

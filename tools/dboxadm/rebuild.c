@@ -82,6 +82,12 @@ static void report_done(const char *store,
 		printf("%s: recovered %lu messages the old index did "
 		       "not know (past its end of their m.N: an index "
 		       "older than " DBOX_STORE_STORAGE "/)\n", store, rep->unknown_restored);
+	if (rep->unplaced_restored > 0)
+		printf("%s: %lu messages of the old index whose names could "
+		       "not be kept (a folder no path reaches, a name no "
+		       "directory can hold) restored with new names into "
+		       "the cur/ of their folder\n", store,
+		       rep->unplaced_restored);
 	if (rep->damaged_kept > 0)
 		printf("%s: %lu messages kept under their names with a "
 		       "damaged record field (see the warnings; "
