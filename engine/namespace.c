@@ -86,8 +86,12 @@ static int drop_inode(struct dbox_store *st, uint64_t ino,
 	if ((ret = dbox_index_delete_inode(st->index, ino)) < 0)
 		return ret;
 	gone->deleted = true;
-	if (attr.kind == DBOX_KIND_FILE)
+	if (attr.kind == DBOX_KIND_FILE) {
 		*file_ino_r = ino;
+		/* Its backing file goes after the commit: say so in it. */
+		return dbox_index_meta_set(st->index, DBOX_META_FILE_GONE,
+					   (int64_t)ino);
+	}
 	return 0;
 }
 

@@ -236,4 +236,12 @@ int dbox_ns_tx_end(struct dbox_store *st, int ret, bool durable);
    logged.  Needs no lock: the inode has no plain file any more. */
 void dbox_ns_file_unlink(struct dbox_store *st, uint64_t ino);
 
+/* Index meta key: the inode number of the last plain file a transaction
+   deleted.  Its backing file is removed right after the commit, under
+   the same store lock, so at most this one can be left when the daemon
+   dies in between; recovery removes it (store-recover.c).  A backing
+   file of no plain file without this mark is kept (an index older than
+   files/). */
+#define DBOX_META_FILE_GONE "file_gone_ino"
+
 #endif

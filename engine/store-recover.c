@@ -11,6 +11,7 @@
  * to lost+found/ first.
  */
 #include "engine/lost-found.h"
+#include "engine/namespace.h"
 #include "engine/store-layout.h"
 #include "engine/store-dirs.h"
 #include "engine/store-private.h"
@@ -492,10 +493,13 @@ static int recover_files(struct dbox_store *st)
 {
 	DIR *dir = fdopendir(dup(st->files_fd));
 	struct dirent *d;
+	int64_t gone = -1;
 	int ret = 0;
 
 	if (dir == NULL)
 		return 0;
+	if (dbox_index_meta_get(st->index, DBOX_META_FILE_GONE, &gone) < 0)
+		gone = -1;
 	rewinddir(dir); /* the dup shares files_fd's offset */
 	while ((d = readdir(dir)) != NULL && ret == 0) {
 		unsigned long long ino;
@@ -524,6 +528,13 @@ static int recover_files(struct dbox_store *st)
 			continue;
 		}
 		ret = 0;
+		if (gone > 0 && ino == (unsigned long long)gone) {
+			dbox_info("%s/" DBOX_STORE_FILES "/%s: its plain file was deleted "
+				  "and the daemon died before the file went; "
+				  "removed", st->path, d->d_name);
+			unlinkat(st->files_fd, d->d_name, 0);
+			continue;
+		}
 		if (S_ISREG(stbuf.st_mode) && stbuf.st_size == 0) {
 			dbox_info("%s/" DBOX_STORE_FILES "/%s: empty and of no plain file (a "
 				  "create cut by a crash); removed", st->path,

@@ -985,3 +985,47 @@ def test_crash_during_unlocked_copy_after_fsync(tmp_path):
         assert rc == 0, out
     finally:
         m.kill() if m.proc is not None else m.unmount()
+
+
+@pytest.mark.parametrize("marked", [True, False],
+                         ids=["deleted-by-this-index", "index-older-than-files"])
+def test_plain_file_deleted_just_before_a_crash(tmp_path, marked):
+    """The daemon dies after the commit that deleted a plain file (a
+    Dovecot dotlock) and before its backing file STORE/files/<ino> went:
+    recovery removes that file, so check stays clean (it kept it for good,
+    and only rebuild cleared it, into lost+found/: helper-62).  A backing
+    file the index never deleted (an index older than files/) is still
+    kept.  The crash's state is made exactly: a second link keeps the
+    backing file's bytes across the delete and is put back after."""
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    m = Mount(store, mnt).mount()
+    try:
+        (mnt / "dovecot-uidlist.lock").write_bytes(b"26974:vm")
+    finally:
+        m.unmount()
+    backing = {p.read_bytes(): p for p in (store / "files").iterdir()}
+    lock = backing[b"26974:vm"]
+    os.link(lock, tmp_path / "lock.bytes")
+    m.mount()
+    try:
+        os.unlink(mnt / "dovecot-uidlist.lock")
+    finally:
+        m.unmount()
+    assert not lock.exists()
+    if marked:
+        os.link(tmp_path / "lock.bytes", lock)
+        left = lock
+    else:
+        # A file this index never had: a number past every inode it made.
+        left = store / "files" / "999999"
+        os.link(tmp_path / "lock.bytes", left)
+    m.mount()
+    m.unmount()
+    r = subprocess.run([str(DBOXADM), "check", str(store)],
+                       capture_output=True, text=True, timeout=120)
+    if marked:
+        assert not left.exists()
+        assert r.returncode == 0, r.stdout + r.stderr
+    else:
+        assert left.read_bytes() == b"26974:vm"
+        assert "belongs to no plain file" in r.stdout + r.stderr
