@@ -202,22 +202,28 @@ static void restored_name(const struct rrec *r, unsigned int n,
 			*p = '_';
 }
 
-/* A record no old message claimed: a new message in its folder. */
+/* A record no old message claimed: a new message in its folder, owned
+   as the folder's cur/ is and with its mode less the execute bits (as
+   Dovecot makes its mail files): a store of root's that Dovecot serves
+   as user mail got restored messages of root's, mode 0600, which
+   Dovecot could not read (helper-62). */
 static int restore(struct rebuild *rb, struct rrec *r)
 {
-	struct dbox_attr attr;
+	struct dbox_attr attr, dir;
 	struct dbox_msgloc loc;
 	char name[160];
 	uint64_t cur;
 	int ret;
 
-	if ((ret = rebuild_folder_cur(rb, r->mailbox, &cur)) < 0)
+	if ((ret = rebuild_folder_cur(rb, r->mailbox, &cur)) < 0 ||
+	    (ret = dbox_index_getattr(rb->index, cur, &dir)) < 0)
 		return ret;
 	for (unsigned int n = 0; ; n++) {
 		restored_name(r, n, name);
 		ret = dbox_index_create(rb->index, cur, name, strlen(name),
-					DBOX_KIND_MESSAGE, S_IFREG | 0600,
-					rb->uid, rb->gid, dbox_now_ns(), &attr);
+					DBOX_KIND_MESSAGE,
+					S_IFREG | 0600 | (dir.mode & 0066),
+					dir.uid, dir.gid, dbox_now_ns(), &attr);
 		if (ret != -EEXIST)
 			break;
 	}

@@ -579,3 +579,38 @@ def test_backup_copied_over_a_crashed_store_takes_no_more_changes(tmp_path):
         assert body("after") not in bodies
     finally:
         m.unmount()
+
+
+def test_rebuild_restores_mail_owned_as_its_folder(tmp_path):
+    """A store of root's whose folder Dovecot keeps as user mail (a root
+    mount with allow_other, docs/dovecot.md): messages rebuild restores
+    with new names belong to the folder's owner, mode as the folder less
+    the execute bits (they were root's 0600, and Dovecot could not read
+    them: helper-62)."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir(".Shared")
+        for sub in ("", "cur", "new", "tmp"):
+            os.chown(md / sub, 8, 8)  # mail:mail
+            os.chmod(md / sub, 0o750)
+        deliver(md, "old")
+        m.unmount()
+        shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
+        m.mount()
+        deliver(md, "new")
+        m.unmount()
+        for suffix in ("-wal", "-shm"):
+            if (m.store / ("index.sqlite" + suffix)).exists():
+                os.unlink(m.store / ("index.sqlite" + suffix))
+        shutil.copy(tmp_path / "old.sqlite", m.store / "index.sqlite")
+        rc, out = adm("rebuild", m.store)
+        assert rc == 0 and "recovered 1 messages" in out, out
+        m.mount()
+        restored = [p for p in (md / "cur").iterdir() if ".rebuild" in p.name]
+        assert len(restored) == 1, list((md / "cur").iterdir())
+        st = restored[0].stat()
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (8, 8, 0o640), \
+            (st.st_uid, st.st_gid, oct(st.st_mode))
+        assert restored[0].read_bytes() == body("new")
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
