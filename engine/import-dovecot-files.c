@@ -244,7 +244,8 @@ static int link_in(struct dbox_adopt *adopt, bool alt, uint32_t dfile,
 		return -errno;
 	a->dfile = dfile;
 	a->alt = alt;
-	a->file_id = dbox_store_file_id_take(adopt->st);
+	if ((err = dbox_store_file_id_take(adopt->st, &a->file_id)) < 0)
+		return err;
 	a->size = (uint64_t)sb.st_size;
 	stage_name(dst, a->file_id);
 	unlinkat(our, dst, 0);
@@ -347,11 +348,11 @@ void dbox_adopt_finish_staged(struct dbox_store *st,
 int adopt_fresh_mfile(struct dbox_adopt *adopt)
 {
 	struct dbox_store *st = adopt->st;
-	uint32_t id = dbox_store_file_id_take(st);
+	uint32_t id;
 	uint64_t size;
-	int fd = dbox_file_create(st->storage_fd, id, &size);
+	int fd = dbox_store_file_id_take(st, &id);
 
-	if (fd < 0)
+	if (fd < 0 || (fd = dbox_file_create(st->storage_fd, id, &size)) < 0)
 		return fd;
 	close(fd);
 	return dbox_index_mfile_set(adopt->index, id, size);

@@ -70,18 +70,23 @@ static int mfile_create(struct dbox_store *st, int dir_fd, const char *root,
 {
 	struct dbox_mfile *mf;
 	uint64_t size;
-	int fd = dbox_file_create(dir_fd, st->next_file_id, &size);
+	uint32_t id;
+	int fd;
 
-	if (fd < 0) {
-		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: create: %s", root,
-			   st->next_file_id, strerror(-fd));
+	/* Taken even when the create fails: a name someone put there
+	   (EEXIST) is not tried again by every later save. */
+	if ((fd = dbox_store_file_id_take(st, &id)) < 0)
+		return fd;
+	if ((fd = dbox_file_create(dir_fd, id, &size)) < 0) {
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: create: %s", root, id,
+			   strerror(-fd));
 		return fd;
 	}
 	if ((mf = calloc(1, sizeof(*mf))) == NULL) {
 		close(fd);
 		return -ENOMEM;
 	}
-	mf->file_id = st->next_file_id++;
+	mf->file_id = id;
 	mf->fd = fd;
 	mf->size = size;
 	mf->busy = true;
@@ -316,8 +321,18 @@ int dbox_store_alt_create(struct dbox_store *st, struct dbox_mfile **mf_r)
 	return 0;
 }
 
-uint32_t dbox_store_file_id_take(struct dbox_store *st)
+int dbox_store_file_id_take(struct dbox_store *st, uint32_t *id_r)
 {
 	dbox_store_assert_locked(st);
-	return st->next_file_id++;
+	if (st->next_file_id == 0) {
+		dbox_error("%s/" DBOX_STORE_STORAGE "/: no m.N number is left (m.%u "
+			   "is there; numbers are never used again)", st->path,
+			   UINT32_MAX);
+		return -ENOSPC;
+	}
+	*id_r = st->next_file_id;
+	/* UINT32_MAX handed out: none is left (0 is no m.N number). */
+	st->next_file_id = st->next_file_id == UINT32_MAX ? 0 :
+			   st->next_file_id + 1;
+	return 0;
 }

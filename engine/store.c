@@ -453,7 +453,8 @@ void dbox_store_close_new(struct dbox_store **stp, bool dir_made)
 }
 
 /* The next file id: above every m.N on disk (both storages) and every
-   one the index knows (max_index). */
+   one the index knows (max_index); 0 when none is left (an m.4294967295
+   is there: the numbers do not wrap to 0 and then to m.1 again). */
 static uint32_t next_file_id(const struct dbox_store *st, uint32_t max_index)
 {
 	uint32_t next = max_file_on_disk(st->storage_fd);
@@ -462,7 +463,7 @@ static uint32_t next_file_id(const struct dbox_store *st, uint32_t max_index)
 		next = max_file_on_disk(st->alt_fd);
 	if (max_index > next)
 		next = max_index;
-	return next + 1;
+	return next == UINT32_MAX ? 0 : next + 1;
 }
 
 /* The first of the index's side files (journal, WAL, shared memory)

@@ -583,10 +583,12 @@ void dbox_store_read_fd_forget(struct dbox_store *st, uint32_t file_id);
    negative errno. */
 int dbox_store_alt_create(struct dbox_store *st, struct dbox_mfile **mf_r);
 
-/* Hand out the next m.N number (numbers are never reused) for a file
-   made outside the append pool: an m.N adopted from Dovecot
-   (engine/import-dovecot.h).  The caller creates or links the file and
-   records it in the index in the same transaction.  Needs st->lock. */
-uint32_t dbox_store_file_id_take(struct dbox_store *st);
+/* Hand out the next m.N number into *id_r (numbers are never reused):
+   for the append pool's new files, and for a file made outside it (an
+   m.N adopted from Dovecot, engine/import-dovecot.h), which the caller
+   creates or links and records in the index in the same transaction.
+   Needs st->lock.  Returns 0, or -ENOSPC when no number is left (an
+   m.4294967295 exists; logged). */
+int dbox_store_file_id_take(struct dbox_store *st, uint32_t *id_r);
 
 #endif

@@ -197,3 +197,24 @@ def test_rebuild_restores_messages_whose_names_it_cannot_place(tmp_path, damage_
             d = tmp_path / "out" / folder / sub
             got |= {p.read_bytes() for p in d.iterdir()} if d.exists() else set()
         assert got == bodies, folder
+
+
+def test_a_planted_last_mfile_number_does_not_wrap(tmp_path):
+    """storage/m.4294967295 planted: the next m.N number wrapped to 0 and
+    then to 1 (m.0 was made, then every new m.N failed with EEXIST and
+    check called m.0's message unreadable).  Now a new m.N fails with
+    ENOSPC, said in the log, and nothing else changes."""
+    store, mail = make_store(tmp_path)
+    (store / "storage" / "m.4294967295").write_bytes(b"xxxxxxxxx")
+    m = Mount(store, tmp_path / "mnt", options=["-o", "rotate_size=1"]).mount()
+    try:
+        with pytest.raises(OSError) as e:
+            (m.mnt / "cur" / "new:2,").write_bytes(b"Subject: new\n\nx\n")
+        assert e.value.errno == 28  # ENOSPC
+        assert "no m.N number is left" in m.log_text()
+        served_now = served(m.mnt)
+        served_now.pop("new:2,", None)  # its create went through, empty
+        assert served_now == mail
+    finally:
+        m.unmount()
+    assert sorted(os.listdir(store / "storage")) == ["m.1", "m.4294967295"]
