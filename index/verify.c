@@ -30,6 +30,9 @@ static void *verify_thread(void *arg)
 		if (row == NULL || strcmp(row, "ok") != 0)
 			index_mark_damaged(index, row != NULL ? row :
 					   "quick_check gave no answer");
+		else
+			dbox_info("index %s: checked after the crash: sound",
+				  index->path);
 	} else if ((rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB) {
 		index_mark_damaged(index, sqlite3_errmsg(db));
 	} else if (rc != SQLITE_INTERRUPT && rc != SQLITE_DONE) {
