@@ -255,7 +255,7 @@ static int mfile_cmp(const void *key, const void *elem)
    restored backup, a lost WAL) was never known to it. */
 static bool old_knew(const struct rebuild *rb, const struct rrec *r)
 {
-	const struct dbox_salvage_mfile *f =
+	const struct dbox_salvage_mfile *f = rb->old->nmfiles == 0 ? NULL :
 		bsearch(&r->file_id, rb->old->mfiles, rb->old->nmfiles,
 			sizeof(*f), mfile_cmp);
 

@@ -243,7 +243,8 @@ static int known_cb(void *ctx, uint32_t file_id, uint64_t size)
 	uint64_t committed;
 	bool alt = false;
 
-	if (bsearch(&file_id, g->seen, g->nseen, sizeof(*g->seen),
+	if (g->nseen > 0 && /* else g->seen is NULL */
+	    bsearch(&file_id, g->seen, g->nseen, sizeof(*g->seen),
 		    id_cmp) != NULL)
 		return 0;
 	st->missing_mfiles++;

@@ -144,11 +144,19 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 		dbox_files_name(name, attr->ino);
 		/* Never through a symlink planted in files/. */
 		if (fstatat(fs->st->files_fd, name, &backing,
-			    AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(backing.st_mode)) {
+			    AT_SYMLINK_NOFOLLOW) < 0) {
 			dbox_error("%s/" DBOX_STORE_FILES "/%s: %s", fs->st->path, name,
-				   S_ISLNK(backing.st_mode) ?
-				   "a symbolic link (not followed)" :
 				   strerror(errno));
+			return -EIO;
+		}
+		if (!S_ISREG(backing.st_mode)) {
+			/* Never followed or opened: planted in files/. */
+			dbox_error("%s/" DBOX_STORE_FILES "/%s: not a regular file "
+				   "(%s)", fs->st->path, name,
+				   S_ISLNK(backing.st_mode) ? "a symbolic link" :
+				   S_ISFIFO(backing.st_mode) ? "a FIFO" :
+				   S_ISDIR(backing.st_mode) ? "a directory" :
+				   "a special file");
 			return -EIO;
 		}
 		stbuf->st_size = backing.st_size;

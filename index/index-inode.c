@@ -269,6 +269,8 @@ int dbox_index_xattr_list(struct dbox_index *index, uint64_t ino,
 	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
 		size_t n = (size_t)sqlite3_column_bytes(stmt, 0);
 
+		if (n == 0)
+			continue; /* a damaged row: no name to list */
 		if ((grown = realloc(list, len + n + 1)) == NULL) {
 			free(list);
 			return index_done(stmt, -ENOMEM);

@@ -546,8 +546,11 @@ int dbox_index_entry_of(struct dbox_index *index, uint64_t ino,
 	sqlite3_bind_int64(stmt, 1, ino);
 	rc = sqlite3_step(stmt);
 	if (rc == SQLITE_ROW) {
-		*name_r = strndup(sqlite3_column_blob(stmt, 0),
-				  sqlite3_column_bytes(stmt, 0));
+		const char *name = sqlite3_column_blob(stmt, 0);
+
+		/* NULL for an empty blob: a damaged row. */
+		*name_r = strndup(name != NULL ? name : "",
+				  (size_t)sqlite3_column_bytes(stmt, 0));
 		if (parent_r != NULL)
 			*parent_r = sqlite3_column_int64(stmt, 1);
 		return index_done(stmt, *name_r == NULL ? -ENOMEM : 0);

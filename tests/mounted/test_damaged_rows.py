@@ -218,3 +218,37 @@ def test_a_planted_last_mfile_number_does_not_wrap(tmp_path):
     finally:
         m.unmount()
     assert sorted(os.listdir(store / "storage")) == ["m.1", "m.4294967295"]
+
+
+def test_empty_names_and_a_planted_fifo_are_errors_not_crashes(tmp_path):
+    """SQLite's NULL for an empty blob reached memcpy/strndup/bsearch
+    (UBSan aborts in the daemon and dboxadm); a FIFO planted as a plain
+    file's backing file was logged as 'Success' after a read of an
+    unset mode."""
+    store, mail = make_store(tmp_path)
+    m = Mount(store, tmp_path / "mnt", options=["-o", "user_xattr"]).mount()
+    try:
+        (m.mnt / "notes").write_bytes(b"plain\n")
+        os.setxattr(m.mnt / "cur", "user.a", b"1")
+    finally:
+        m.unmount()
+    damage(store, "UPDATE xattr SET name = CAST('' AS BLOB)")
+    damage(store, "UPDATE entry SET name = CAST('' AS BLOB) WHERE "
+           "CAST(name AS TEXT) = 'm2:2,S'")
+    backing = next(p for p in (store / "files").iterdir())
+    os.unlink(backing)
+    os.mkfifo(backing)
+    m = Mount(store, tmp_path / "mnt", options=["-o", "user_xattr"]).mount()
+    try:
+        assert os.listxattr(m.mnt / "cur") == []
+        with pytest.raises(OSError) as e:
+            os.stat(m.mnt / "notes")
+        assert e.value.errno == 5
+        assert "not a regular file (a FIFO)" in m.log_text()
+        del mail["m2:2,S"]
+        assert served(m.mnt) == mail
+    finally:
+        m.unmount()
+    for verb in ("check", "stats"):
+        rc, out = adm(verb, store)
+        assert rc in (0, 1) and "runtime error" not in out, out
