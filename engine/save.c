@@ -41,6 +41,8 @@ struct dbox_save {
 			    stands (finished implies sealed) */
 	uint64_t seals;  /* times the record was written (dbox_save_seal
 			    callers compare it to see a reseal meanwhile) */
+	uint64_t synced_seal; /* the seal whose bytes are on disk (a finish
+				 with sync, dbox_save_synced; 0: none) */
 	bool indexed;    /* save_begin wrote this record's WRITING row */
 	bool inflight;   /* inflight.m.N names this record (a copy) */
 	bool owns_tail;  /* mf is busy for this save: nobody else appends
@@ -229,7 +231,9 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 		save->inflight = false;
 	}
 	save->mf->size = save->ap.offset + save->ap.record_size;
-	if (!sync)
+	if (sync)
+		save->synced_seal = save->seals;
+	else if (save->synced_seal != save->seals)
 		dbox_store_note_unsynced(st, save->mf);
 	save->finished = true;
 	save_check(save);
@@ -342,6 +346,13 @@ bool dbox_save_sealed(const struct dbox_save *save)
 {
 	save_check(save);
 	return save->sealed;
+}
+
+void dbox_save_synced(struct dbox_save *save, uint64_t seals)
+{
+	dbox_store_assert_locked(save->st);
+	if (seals == save->seals)
+		save->synced_seal = seals;
 }
 
 uint64_t dbox_save_seals(const struct dbox_save *save)

@@ -460,6 +460,13 @@ bool dbox_save_finished(const struct dbox_save *save);
 bool dbox_save_sealed(const struct dbox_save *save);
 uint64_t dbox_save_seals(const struct dbox_save *save);
 
+/* The bytes of seal number seals (dbox_save_seals) are on disk: the
+   caller synced them (dbox_save_sync) and saw no reseal since.  A finish
+   of that seal then leaves its m.N off the timed sync's list
+   (store-sync.c): an fsync would otherwise sync it twice.  Needs
+   st->lock. */
+void dbox_save_synced(struct dbox_save *save, uint64_t seals);
+
 /* Forget the seal: the metadata must be written again at the next seal
    or finish (the received date changed).  A finished save stays
    finished (its record is what the index names); the caller makes a new

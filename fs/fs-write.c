@@ -408,6 +408,8 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 			ret = dbox_save_sync(save);
 		dbox_save_free(&save);
 	} else {
+		if (ret == 0 && !resealed)
+			dbox_save_synced(save, seals);
 		dbox_save_free(&save); /* the inode holds it still */
 		/* Written to (and maybe finished by a flush) since the seal:
 		   those bytes are not synced yet. */

@@ -222,3 +222,21 @@ def test_fsync_syncs_bytes_of_messages_others_closed(mount):
     # a went to m.1, b (open while a wrote) to m.2.
     assert "m.2" in synced and "wal" in synced, synced
     assert "m.1" in synced[:synced.index("wal")], synced
+
+
+def test_an_fsynced_delivery_syncs_its_mfile_once(mount):
+    """An fsync'ed message is off the timed sync's list: its m.N is
+    synced by the fsync and not again by the round before the WAL sync
+    (that cost an openat, an fdatasync and a close per delivery)."""
+    md = mount.maildir()
+    deliver_fsync(md, "warm", b"Subject: warm\n\nmakes m.1\n")
+    time.sleep(1.5)  # its own timed round is over
+    trace = FdatasyncTrace(mount).start()
+    try:
+        for i in range(3):
+            deliver_fsync(md, f"m{i}", b"Subject: %d\n\nbody\n" % i)
+        time.sleep(1.5)  # and the timed round after them
+        synced = trace.synced()
+    finally:
+        trace.stop()
+    assert synced.count("m.1") == 3, synced
