@@ -324,50 +324,52 @@ fail_free:
 	return ret;
 }
 
-int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
-			      uint64_t from, uint64_t *offset_r)
+/* One integer of the message rows of m.<file_id>: sql's single column
+   (?1 the file, ?2 from, ?3 DBOX_MSG_WRITING; a parameter sql does not
+   use stays unbound).  Returns 1 and *value_r,
+   0 when it is NULL (no row), or -EIO (what names the query in the log). */
+static int file_rows_value(struct dbox_index *index, const char *sql,
+			   uint32_t file_id, uint64_t from, const char *what,
+			   uint64_t *value_r)
 {
 	sqlite3_stmt *stmt;
 	int rc, ret = 0;
 
-	if (sqlite3_prepare_v2(index->db, "SELECT min(offset) FROM message"
-			       " WHERE file_id = ?1 AND offset >= ?2 AND"
-			       " state = ?3", -1, &stmt, NULL) != SQLITE_OK)
-		return index_sql_error(index, "writing");
+	if (sqlite3_prepare_v2(index->db, sql, -1, &stmt, NULL) != SQLITE_OK)
+		return index_sql_error(index, what);
 	sqlite3_bind_int64(stmt, 1, file_id);
 	sqlite3_bind_int64(stmt, 2, (int64_t)from);
 	sqlite3_bind_int(stmt, 3, DBOX_MSG_WRITING);
 	rc = sqlite3_step(stmt);
 	if (rc == SQLITE_ROW && sqlite3_column_type(stmt, 0) != SQLITE_NULL) {
-		*offset_r = (uint64_t)sqlite3_column_int64(stmt, 0);
+		*value_r = (uint64_t)sqlite3_column_int64(stmt, 0);
 		ret = 1;
 	} else if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-		ret = index_sql_error(index, "writing");
+		ret = index_sql_error(index, what);
 	}
 	sqlite3_finalize(stmt);
 	return ret;
 }
 
+int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
+			      uint64_t from, uint64_t *offset_r)
+{
+	return file_rows_value(index, "SELECT min(offset) FROM message"
+			       " WHERE file_id = ?1 AND offset >= ?2 AND"
+			       " state = ?3", file_id, from, "writing",
+			       offset_r);
+}
+
 int dbox_index_mfile_rows_end(struct dbox_index *index, uint32_t file_id,
 			      uint64_t *end_r)
 {
-	sqlite3_stmt *stmt;
-	int rc, ret = 0;
+	int ret;
 
 	*end_r = 0;
-	if (sqlite3_prepare_v2(index->db, "SELECT max(offset + record_size)"
-			       " FROM message WHERE file_id = ?1 AND"
-			       " state != ?2", -1, &stmt, NULL) != SQLITE_OK)
-		return index_sql_error(index, "rows end");
-	sqlite3_bind_int64(stmt, 1, file_id);
-	sqlite3_bind_int(stmt, 2, DBOX_MSG_WRITING);
-	rc = sqlite3_step(stmt);
-	if (rc == SQLITE_ROW && sqlite3_column_int64(stmt, 0) > 0)
-		*end_r = (uint64_t)sqlite3_column_int64(stmt, 0);
-	else if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-		ret = index_sql_error(index, "rows end");
-	sqlite3_finalize(stmt);
-	return ret;
+	ret = file_rows_value(index, "SELECT max(offset + record_size)"
+			      " FROM message WHERE file_id = ?1"
+			      " AND state != ?3", file_id, 0, "rows end", end_r);
+	return ret < 0 ? ret : 0;
 }
 
 int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix)

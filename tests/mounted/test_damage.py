@@ -35,6 +35,15 @@ def deliver(md, name, fsync=True):
     os.rename(md / "tmp" / name, md / "new" / name)
 
 
+def put_back_index(store, copy):
+    """An index copied earlier put back over store's (unmounted), its WAL
+    and shared memory gone: an index older than storage/."""
+    for suffix in ("-wal", "-shm"):
+        if (store / ("index.sqlite" + suffix)).exists():
+            os.unlink(store / ("index.sqlite" + suffix))
+    shutil.copy(copy, store / "index.sqlite")
+
+
 def all_messages(mnt, read=True):
     """{name: bytes (None unless read)} of every message in new/ and cur/
     of every folder."""
@@ -74,10 +83,7 @@ def test_index_older_than_storage(tmp_path, lose):
         for i in range(20):
             deliver(md if i % 2 else sub, f"new{i}")
         m.unmount()
-        for suffix in ("-wal", "-shm"):
-            if (m.store / ("index.sqlite" + suffix)).exists():
-                os.unlink(m.store / ("index.sqlite" + suffix))
-        shutil.copy(tmp_path / "old.sqlite", m.store / "index.sqlite")
+        put_back_index(m.store, tmp_path / "old.sqlite")
         sizes = {p.name: p.stat().st_size for p in (m.store / "storage").iterdir()}
 
         rc, out = adm("check", m.store)
@@ -142,10 +148,7 @@ def restore_index_copied_mid_delivery(m, tmp_path):
     os.rename(md / "tmp" / "late", md / "new" / "late")
     assert (md / "new" / "late").read_bytes() == body("late")
     m.unmount()
-    for suffix in ("-wal", "-shm"):
-        if (m.store / ("index.sqlite" + suffix)).exists():
-            os.unlink(m.store / ("index.sqlite" + suffix))
-    shutil.copy(tmp_path / "old.sqlite", m.store / "index.sqlite")
+    put_back_index(m.store, tmp_path / "old.sqlite")
     return md
 
 
@@ -266,10 +269,7 @@ def test_a_stale_uncut_mark_cuts_no_mail(tmp_path):
         deliver(md, "b")
         deliver(md, "c")
         m.unmount()
-        for suffix in ("-wal", "-shm"):
-            if (m.store / ("index.sqlite" + suffix)).exists():
-                os.unlink(m.store / ("index.sqlite" + suffix))
-        shutil.copy(tmp_path / "old.sqlite", m.store / "index.sqlite")
+        put_back_index(m.store, tmp_path / "old.sqlite")
         size = (m.store / "storage" / f"m.{file_id}").stat().st_size
         m.mount()
         log = m.log_text()
@@ -623,10 +623,7 @@ def test_rebuild_restores_mail_owned_as_its_folder(tmp_path):
         m.mount()
         deliver(md, "new")
         m.unmount()
-        for suffix in ("-wal", "-shm"):
-            if (m.store / ("index.sqlite" + suffix)).exists():
-                os.unlink(m.store / ("index.sqlite" + suffix))
-        shutil.copy(tmp_path / "old.sqlite", m.store / "index.sqlite")
+        put_back_index(m.store, tmp_path / "old.sqlite")
         rc, out = adm("rebuild", m.store)
         assert rc == 0 and "recovered 1 messages" in out, out
         m.mount()

@@ -92,15 +92,24 @@ def plant_setuid_root_tool(store, user):
     chown_tree(store, uid, gid)
 
 
-def test_root_export_of_a_user_store_makes_no_setuid_root_file(scratch, user):
+def store_with_setuid_root_tool(scratch, user, messages):
+    """The user's store of a sample maildir and a copy of id(1) named
+    tool, which the user's index then calls set-user-ID root's: (store,
+    maildir)."""
     name, uid, gid = user
-    src = sample_maildir(scratch / "Maildir", owner=name, messages=5)
+    src = sample_maildir(scratch / "Maildir", owner=name, messages=messages)
     shutil.copy("/usr/bin/id", src / "tool")
     os.chown(src / "tool", uid, gid)
     store = scratch / "store"
     r = adm("import", store, src, user=name)
     assert r.returncode == 0, r.stderr
     plant_setuid_root_tool(store, user)
+    return store, src
+
+
+def test_root_export_of_a_user_store_makes_no_setuid_root_file(scratch, user):
+    name, uid, gid = user
+    store, src = store_with_setuid_root_tool(scratch, user, 5)
 
     out = scratch / "export"
     r = adm("export", store, out)
@@ -128,13 +137,7 @@ def test_root_mount_of_a_user_store_is_nosuid_nodev(scratch, user, how):
     adds dev,suid for root, and the user's set-user-ID-root row made a
     root shell for every local user (helper-61)."""
     name, uid, gid = user
-    src = sample_maildir(scratch / "Maildir", owner=name, messages=3)
-    shutil.copy("/usr/bin/id", src / "tool")
-    os.chown(src / "tool", uid, gid)
-    store = scratch / "store"
-    r = adm("import", store, src, user=name)
-    assert r.returncode == 0, r.stderr
-    plant_setuid_root_tool(store, user)
+    store, _ = store_with_setuid_root_tool(scratch, user, 3)
     mnt = scratch / "rootmnt"
     mnt.mkdir()
     if how == "mount.fuse3":
