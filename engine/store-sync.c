@@ -33,6 +33,7 @@
 #include "engine/store-private.h"
 
 #include "index/checkpoint.h"
+#include "storage/grow.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -41,9 +42,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* m.N files opened and synced at a time by a round. */
-#define SYNC_BATCH 64
-
 void dbox_store_note_unsynced(struct dbox_store *st, struct dbox_mfile *mf)
 {
 	uint32_t *list;
@@ -51,21 +49,17 @@ void dbox_store_note_unsynced(struct dbox_store *st, struct dbox_mfile *mf)
 	dbox_store_assert_locked(st);
 	if (!st->timed_sync || mf->unsynced)
 		return;
-	if (st->unsynced_count == st->unsynced_size) {
-		size_t size = st->unsynced_size ? 2 * st->unsynced_size : 16;
-
-		list = realloc(st->unsynced, size * sizeof(*list));
-		if (list == NULL) {
-			/* Its bytes then reach the disk with the kernel's
-			   writeback, as before the timed sync existed. */
-			dbox_warning("%s/" DBOX_STORE_STORAGE "/m.%u: out of memory: "
-				     "its new messages are not synced within "
-				     "a second", st->path, mf->file_id);
-			return;
-		}
-		st->unsynced = list;
-		st->unsynced_size = size;
+	list = dbox_grow(st->unsynced, st->unsynced_count, &st->unsynced_size,
+			 sizeof(*list));
+	if (list == NULL) {
+		/* Its bytes then reach the disk with the kernel's
+		   writeback, as before the timed sync existed. */
+		dbox_warning("%s/" DBOX_STORE_STORAGE "/m.%u: out of memory: its "
+			     "new messages are not synced within a second",
+			     st->path, mf->file_id);
+		return;
 	}
+	st->unsynced = list;
 	st->unsynced[st->unsynced_count++] = mf->file_id;
 	mf->unsynced = true;
 }
@@ -123,9 +117,7 @@ static void sync_listed(struct dbox_store *st)
 	if (!held)
 		dbox_store_mutex_unlock(st);
 
-	for (size_t i = 0; i < count; i += SYNC_BATCH)
-		sync_ids(st, list + i, count - i < SYNC_BATCH ?
-			 count - i : SYNC_BATCH);
+	sync_ids(st, list, count);
 	pthread_mutex_unlock(&st->presync_mutex);
 	free(list);
 }
