@@ -75,6 +75,12 @@ int dbox_msg_mailbox(struct dbox_store *st, uint64_t ino, char **mailbox_r)
 	return maildir_mailbox_name(st->index, parent, mailbox_r);
 }
 
+int dbox_msg_path(struct dbox_store *st, uint64_t ino, char **path_r)
+{
+	dbox_store_assert_locked(st);
+	return dbox_index_path(st->index, ino, path_r);
+}
+
 /* The R of a finish: see dbox_msg_received. */
 static time_t received_of(const struct dbox_attr *attr,
 			  const int64_t *written_ns)

@@ -60,6 +60,10 @@ int dbox_msg_dir_mailbox(struct dbox_store *st, uint64_t dir,
    Returns 0, -ENOENT (no name), -ENOMEM, -EIO. */
 int dbox_msg_mailbox(struct dbox_store *st, uint64_t ino, char **mailbox_r);
 
+/* The path of inode ino below the root, for L (dbox_save_seal): see
+   dbox_index_path (one statement).  Needs st->lock. */
+int dbox_msg_path(struct dbox_store *st, uint64_t ino, char **path_r);
+
 /* The received date (R, UNIX seconds) a finish of message ino's save
    writes: its mtime, or written_ns (the time of a write not stored yet)
    when not NULL.  Returns 0, -ENOENT, -EIO. */

@@ -6,6 +6,7 @@
  */
 #include "engine/maildir.h"
 #include "engine/rebuild-private.h"
+#include "engine/restore.h"
 #include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 
@@ -87,37 +88,6 @@ static int nested_folder(struct rebuild *rb, const char *mailbox,
 	return 0;
 }
 
-/* The Maildir++ directory name (".A.B") of mailbox B into *dir_r
-   (malloc()ed).  B is what dboxfs wrote (maildir_mailbox_name: each
-   component in modified UTF-7) or Dovecot did: decoded and encoded again
-   by engine/maildir.h's rules, so "A/B" is ".A.B" and "A.B" is
-   ".A&AC4-B".  A name that is no modified UTF-7 keeps its bytes,
-   '/' -> '.'.  Returns 0, -EINVAL when there is no valid Maildir++ name
-   for it, or -ENOMEM. */
-static int flat_folder(const char *mailbox, char **dir_r)
-{
-	char *utf8 = NULL;
-	int ret = maildir_mutf7_to_utf8(mailbox, &utf8);
-
-	if (ret == 0) {
-		ret = maildir_folder_of_mailbox(utf8, dir_r);
-		free(utf8);
-	}
-	if (ret == -ENOMEM || ret == 0)
-		return ret;
-	if (asprintf(dir_r, ".%s", mailbox) < 0)
-		return -ENOMEM;
-	for (char *p = *dir_r; *p != '\0'; p++)
-		if (*p == '/')
-			*p = '.';
-	if (strlen(*dir_r) <= DBOX_NAME_MAX && strcmp(*dir_r, ".") != 0 &&
-	    strcmp(*dir_r, "..") != 0)
-		return 0;
-	free(*dir_r);
-	*dir_r = NULL;
-	return -EINVAL;
-}
-
 /* The folder directory of mailbox (not INBOX): a nested folder A/B that
    the tree has, else the Maildir++ folder .A.B, made with maildirfolder
    when missing.  Returns 0 (*dir_r DBOX_ROOT_INO when the mailbox has no
@@ -131,7 +101,7 @@ static int folder_dir(struct rebuild *rb, const char *mailbox,
 	if ((ret = nested_folder(rb, mailbox, dir_r)) < 0 ||
 	    *dir_r != DBOX_ROOT_INO)
 		return ret;
-	if ((ret = flat_folder(mailbox, &flat)) == -EINVAL) {
+	if ((ret = dbox_restore_flat_folder(mailbox, &flat)) == -EINVAL) {
 		rebuild_note(rb, DBOX_REBUILD_NOTE_FOLDER, 0, 0,
 			     "no Maildir++ name", "folder '%s' has no valid "
 			     "Maildir++ name; its messages go to INBOX",
@@ -181,27 +151,6 @@ int rebuild_folder_cur(struct rebuild *rb, const char *mailbox,
 	return 0;
 }
 
-/* The new name of record r, try n: "<R>.G<GUID>.rebuild:2,", with the
-   record's place added for an empty GUID or a name taken.  A foreign or
-   damaged GUID may hold any byte: a name gets letters, digits and
-   "._-:," only. */
-static void restored_name(const struct rrec *r, unsigned int n,
-			  char name[160])
-{
-	int len = snprintf(name, 160, "%lld.G%s.rebuild",
-			   (long long)r->received, r->guid[0] != '\0' ?
-			   r->guid : "none");
-
-	if (r->guid[0] == '\0' || n > 0)
-		len += snprintf(name + len, 160 - (size_t)len, "_%u_%llu_%u",
-				r->file_id, (unsigned long long)r->offset, n);
-	snprintf(name + len, 160 - (size_t)len, ":2,");
-	for (char *p = name; *p != '\0'; p++)
-		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
-		      (*p >= 'A' && *p <= 'Z') || strchr("._-:,", *p) != NULL))
-			*p = '_';
-}
-
 /* A record no old message claimed: a new message in its folder, owned
    as the folder's cur/ is and with its mode less the execute bits (as
    Dovecot makes its mail files): a store of root's that Dovecot serves
@@ -209,32 +158,26 @@ static void restored_name(const struct rrec *r, unsigned int n,
    Dovecot could not read (helper-62). */
 static int restore(struct rebuild *rb, struct rrec *r)
 {
-	struct dbox_attr attr, dir;
+	struct dbox_attr dir;
 	struct dbox_msgloc loc;
-	char name[160];
+	char name[DBOX_RESTORED_NAME_SIZE];
 	uint64_t cur;
 	int ret;
 
 	if ((ret = rebuild_folder_cur(rb, r->mailbox, &cur)) < 0 ||
 	    (ret = dbox_index_getattr(rb->index, cur, &dir)) < 0)
 		return ret;
+	rebuild_loc(r->file_id, r->offset, r->body_size, r->record_size,
+		    r->vsize, r->guid, &loc);
 	for (unsigned int n = 0; ; n++) {
-		restored_name(r, n, name);
-		ret = dbox_index_create(rb->index, cur, name, strlen(name),
-					DBOX_KIND_MESSAGE,
-					S_IFREG | 0600 | (dir.mode & 0066),
-					dir.uid, dir.gid, dbox_now_ns(), &attr);
+		dbox_restored_name(r->received, r->guid, r->file_id, r->offset,
+				   n, name);
+		ret = dbox_restore_message(rb->index, cur, &dir, name, &loc,
+					   r->plain_size, r->received, NULL);
 		if (ret != -EEXIST)
 			break;
 	}
 	if (ret < 0)
-		return ret;
-	attr.size = r->plain_size;
-	attr.mtime_ns = attr.atime_ns = dbox_time_make(r->received, 0);
-	rebuild_loc(r->file_id, r->offset, r->body_size, r->record_size,
-		    r->vsize, r->guid, &loc);
-	if ((ret = dbox_index_setattr(rb->index, &attr)) < 0 ||
-	    (ret = dbox_index_msg_set(rb->index, attr.ino, &loc)) < 0)
 		return ret;
 	r->placed = true;
 	rb->rep->restored++;

@@ -43,6 +43,8 @@ struct dbox_save {
 			    callers compare it to see a reseal meanwhile) */
 	uint64_t synced_seal; /* the seal whose bytes are on disk (a finish
 				 with sync, dbox_save_synced; 0: none) */
+	uint64_t path_seal; /* the seal that wrote the message's path (L,
+			       dbox_save_seal; 0: none) */
 	bool indexed;    /* save_begin wrote this record's WRITING row */
 	bool inflight;   /* inflight.m.N names this record (a copy) */
 	bool owns_tail;  /* mf is busy for this save: nobody else appends
@@ -163,8 +165,10 @@ uint64_t dbox_save_size(const struct dbox_save *save)
 	return dbox_body_size(&save->body);
 }
 
-/* Write the record's metadata and header for the body as it stands. */
-static int save_write_record(struct dbox_save *save, time_t received_sec)
+/* Write the record's metadata and header for the body as it stands,
+   with L = fsync_path when not NULL. */
+static int save_write_record(struct dbox_save *save, time_t received_sec,
+			     const char *fsync_path)
 {
 	struct dbox_store *st = save->st;
 	struct dbox_metadata md;
@@ -175,8 +179,10 @@ static int save_write_record(struct dbox_save *save, time_t received_sec)
 		memcpy(md.guid, save->guid, sizeof(save->guid));
 		md.received = received_sec;
 		md.mailbox = save->mailbox;
+		md.fsync_path = (char *)fsync_path;
 		ret = dbox_body_finish(&save->body, &md);
 		md.mailbox = NULL;
+		md.fsync_path = NULL;
 		if (ret < 0) {
 			dbox_metadata_clear(&md);
 			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: finishing message at %llu: %s",
@@ -189,14 +195,22 @@ static int save_write_record(struct dbox_save *save, time_t received_sec)
 		dbox_metadata_clear(&md);
 		save->sealed = true;
 		save->seals++;
+		if (fsync_path != NULL)
+			save->path_seal = save->seals;
 	}
 	return 0;
 }
 
-int dbox_save_seal(struct dbox_save *save, time_t received_sec)
+int dbox_save_seal(struct dbox_save *save, time_t received_sec,
+		   const char *fsync_path)
 {
 	save_check(save);
-	return save_write_record(save, received_sec);
+	return save_write_record(save, received_sec, fsync_path);
+}
+
+bool dbox_save_sealed_with_path(const struct dbox_save *save)
+{
+	return save->sealed && save->path_seal == save->seals;
 }
 
 int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
@@ -207,7 +221,7 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 
 	dbox_store_assert_locked(st);
 	save_check(save);
-	if ((ret = save_write_record(save, received_sec)) < 0 ||
+	if ((ret = save_write_record(save, received_sec, NULL)) < 0 ||
 	    (sync && (ret = dbox_save_sync(save)) < 0))
 		return ret;
 	save_loc(save, DBOX_MSG_COMMITTED, save->vsize, loc_r);

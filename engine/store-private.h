@@ -3,7 +3,8 @@
 
 /*
  * store-private: what the files of the store engine share (store.c,
- * store-pool.c, store-recover.c, store-read.c, store-sync.c, save.c).  Not for fs/ or
+ * store-pool.c, store-recover.c, store-restore.c, store-read.c,
+ * store-sync.c, save.c).  Not for fs/ or
  * tools/: they use store.h.
  */
 
@@ -15,6 +16,21 @@
    index does not know.  *writing_r gets the number of unfinished
    deliveries dropped.  Needs st->lock.  Returns 0 or a negative errno. */
 int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r);
+
+/* store-restore.c: crash recovery of mail that fsync() synced with its
+   path (L) but whose index rows the crash lost: the whole records of
+   m.<file_id> (open as fd; in ALT storage when alt) from its committed
+   end `committed` up to the last one with a path, stopping before
+   `stop` (a copy's mark, dbox_store_copy_mark; UINT64_MAX: none), are
+   put back - at their path, else in their B folder's cur/ - except
+   records whose GUID a committed message has (a purge's copies), and
+   the committed end
+   moves past them, in one durable commit.  Returns the committed end
+   after it (committed when nothing was put back; failures are logged
+   and leave the index as it was).  Needs st->lock. */
+uint64_t dbox_store_restore_fsynced(struct dbox_store *st, int fd,
+				    uint32_t file_id, bool alt,
+				    uint64_t committed, uint64_t stop);
 
 /* store-pool.c: put m.<file_id>, the last m.N the index knows, back into
    the append pool when it is below the rotate size and its bytes end at

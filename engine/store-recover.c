@@ -76,25 +76,36 @@ static void forget_uncut(struct dbox_index *index, uint32_t file_id)
 		(void)dbox_index_meta_set(index, size_key, -1);
 }
 
-void dbox_store_tail_state(struct dbox_index *index, uint32_t file_id,
-			   uint64_t committed, uint64_t file_size,
-			   int64_t *inflight_r, uint64_t *kept_r)
+int64_t dbox_store_copy_mark(struct dbox_index *index, uint32_t file_id,
+			     uint64_t committed, uint64_t file_size)
 {
 	char inflight_key[32], kept_key[32], uncut[32], uncut_size[32];
-	int64_t v, size, kept;
-	uint64_t writing;
+	int64_t v, size, mark = -1;
 
-	*inflight_r = -1;
 	dbox_store_tail_keys(file_id, inflight_key, kept_key);
 	uncut_keys(file_id, uncut, uncut_size);
 	if (dbox_index_meta_get(index, inflight_key, &v) == 0 && v >= 0 &&
 	    (uint64_t)v >= committed)
-		*inflight_r = v;
+		mark = v;
 	if (dbox_index_meta_get(index, uncut, &v) == 0 && v >= 0 &&
 	    dbox_index_meta_get(index, uncut_size, &size) == 0 &&
 	    size >= 0 && (uint64_t)size == file_size &&
-	    (uint64_t)v >= committed && (*inflight_r < 0 || v < *inflight_r))
-		*inflight_r = v;
+	    (uint64_t)v >= committed && (mark < 0 || v < mark))
+		mark = v;
+	return mark;
+}
+
+void dbox_store_tail_state(struct dbox_index *index, uint32_t file_id,
+			   uint64_t committed, uint64_t file_size,
+			   int64_t *inflight_r, uint64_t *kept_r)
+{
+	char inflight_key[32], kept_key[32];
+	int64_t kept;
+	uint64_t writing;
+
+	*inflight_r = dbox_store_copy_mark(index, file_id, committed,
+					   file_size);
+	dbox_store_tail_keys(file_id, inflight_key, kept_key);
 	if (dbox_index_writing_offset(index, file_id, committed, &writing) == 1 &&
 	    (*inflight_r < 0 || writing < (uint64_t)*inflight_r))
 		*inflight_r = (int64_t)writing;
@@ -204,6 +215,20 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 		     dbox_index_commit(st->index, false) < 0))
 			dbox_index_rollback(st->index);
 		size = rows_end;
+		if ((uint64_t)stbuf.st_size <= size) {
+			close(fd);
+			return 0;
+		}
+	}
+	/* Mail fsync() synced whose rows the crash lost: put back first,
+	   which moves the committed end over it (store-restore.c). */
+	if (!st->import_killed) {
+		int64_t mark = dbox_store_copy_mark(st->index, file_id, size,
+						    (uint64_t)stbuf.st_size);
+
+		size = dbox_store_restore_fsynced(st, fd, file_id, alt, size,
+						  mark < 0 ? UINT64_MAX :
+						  (uint64_t)mark);
 		if ((uint64_t)stbuf.st_size <= size) {
 			close(fd);
 			return 0;
@@ -408,6 +433,20 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 								       id);
 				close(fd);
 				continue;
+			}
+			/* Mail fsync() synced into a file whose creation the
+			   crash lost: put back, which enters the file in the
+			   index (store-restore.c); what follows is judged as
+			   a known file's tail. */
+			if (!alt && !st->import_killed && stbuf.st_nlink <= 1) {
+				uint64_t end = dbox_store_restore_fsynced(
+					st, fd, id, alt, header_len, UINT64_MAX);
+
+				if (end > header_len) {
+					close(fd);
+					(void)recover_mfile(st, id, end);
+					continue;
+				}
 			}
 			/* A killed import's file: its records are the
 			   import's uncommitted work, copied and cut. */

@@ -203,6 +203,14 @@ int dbox_store_import_mark_commit(struct dbox_store *st, bool running);
    that recovery kept (an index older than storage/). */
 void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32]);
 
+/* The lowest mark at or past the committed end (bytes) of m.<file_id>
+   where a copy or purge started writing (inflight.m.N), or where a write
+   in flight started that an earlier recovery could not cut (uncut.m.N,
+   while the file still has the size file_size it had then); -1 when
+   none.  Records from there on are no mail of their own. */
+int64_t dbox_store_copy_mark(struct dbox_index *index, uint32_t file_id,
+			     uint64_t committed, uint64_t file_size);
+
 /* The bytes of m.<file_id> past its committed end (bytes) as crash
    recovery and check judge them, from the index: *inflight_r the offset
    where a write in flight starts - a delivery's WRITING row, the
@@ -520,8 +528,16 @@ void dbox_save_yield(struct dbox_save *save);
    commit.  Writes after it undo it.  The heavy part of a finish (V of a
    plain body is read back, a body written out of order is compressed),
    so it needs no store lock, only the exclusion of dbox_save_write (one
-   caller per save at a time).  Returns 0 or a negative errno. */
-int dbox_save_seal(struct dbox_save *save, time_t received_sec);
+   caller per save at a time).  fsync_path (may be NULL) is the message's
+   path below the maildir root, written as L: an fsync() seals with it,
+   so that recovery can put the record back there when a crash loses its
+   index row (store-restore.c).  Returns 0 or a negative errno. */
+int dbox_save_seal(struct dbox_save *save, time_t received_sec,
+		   const char *fsync_path);
+
+/* Does the record as written now carry an fsync path (the last seal had
+   one, and no write undid it)? */
+bool dbox_save_sealed_with_path(const struct dbox_save *save);
 
 /* Mark the index row WRITING again.  Recovery drops a WRITING message
    with all its names, so this is only for a record nobody was told is

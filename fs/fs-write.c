@@ -150,7 +150,7 @@ static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 					     &received)) < 0)
 			return ret;
 		fs_busy_begin(fs, inode);
-		ret = dbox_save_seal(save, received);
+		ret = dbox_save_seal(save, received, NULL);
 		fs_busy_end(fs, inode);
 		if (ret < 0)
 			return ret;
@@ -327,20 +327,24 @@ void fs_handles_release(struct fs *fs)
 }
 
 /* fsync of a message.  Its m.N bytes are fdatasync()ed and its index
-   row committed and synced before the reply, in that order (a durable
-   index row never points at bytes that are not), but without holding the
-   store lock across either sync: the record is sealed under the lock, its
-   bytes synced outside it, the row committed under it, and the WAL synced
-   by group commit with every other fsync in flight (wal-sync.h).  Only a
-   writer's handle keeps the save alive outside the lock; other cases, and
-   a write that lands between the steps, sync under the lock. */
+   row committed before the reply, in that order (a durable index row
+   never points at bytes that are not), but without holding the store
+   lock across the sync: the record is sealed under the lock, its bytes
+   synced outside it, the row committed under it.  A new message's record
+   is sealed with its path (L), and that one flush is all: recovery puts
+   the record back at its path if a power loss takes the row
+   (engine/store-restore.c).  Otherwise (a copy, a record sealed before
+   without a path) the WAL is synced too, by group commit with every
+   other fsync in flight (wal-sync.h).  Only a writer's handle keeps the
+   save alive outside the lock; other cases, and a write that lands
+   between the steps, sync under the lock. */
 static int message_fsync(struct fs *fs, struct fs_handle *h)
 {
 	struct dbox_store *st = fs->st;
 	struct fs_inode *inode = h->inode;
 	struct dbox_save *save;
 	uint64_t seq, seals, inflight_seq;
-	bool resealed;
+	bool resealed, restorable = false;
 	int fd, ret;
 
 	fs_lock(fs);
@@ -363,18 +367,27 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		return ret;
 	}
 	ret = 0;
+	inflight_seq = dbox_save_inflight_seq(save);
 	if (!dbox_save_sealed(save)) {
 		/* R as message_finish writes it (the time of a write not
-		   stored yet), taken under the lock. */
+		   stored yet), taken under the lock; a new message's record
+		   carries its path (L), so that recovery can put it back
+		   if the crash loses the row (not a copy: its old version
+		   is in the index, under the same GUID). */
 		time_t received;
+		char *path = NULL;
 
 		ret = dbox_msg_received(st, inode->ino, inode->written ?
 					&inode->wtime : NULL, &received);
+		if (ret == 0 && inflight_seq == 0 &&
+		    dbox_msg_path(st, inode->ino, &path) < 0)
+			path = NULL;
 		if (ret == 0) {
 			fs_busy_begin(fs, inode);
-			ret = dbox_save_seal(save, received);
+			ret = dbox_save_seal(save, received, path);
 			fs_busy_end(fs, inode);
 		}
+		free(path);
 	}
 	seals = dbox_save_seals(save);
 	if (ret < 0) {
@@ -384,7 +397,6 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	/* A flush may finish the save meanwhile and a write replace it by
 	   a new copy (message_writable): it stays ours until we let go. */
 	dbox_save_ref(save);
-	inflight_seq = dbox_save_inflight_seq(save);
 	fs_unlock(fs);
 	/* A copy: its in-flight mark durable before its bytes, so that
 	   recovery after a power loss cuts a copy whose commit did not
@@ -408,8 +420,11 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 			ret = dbox_save_sync(save);
 		dbox_save_free(&save);
 	} else {
-		if (ret == 0 && !resealed)
+		if (ret == 0 && !resealed) {
 			dbox_save_synced(save, seals);
+			restorable = inflight_seq == 0 &&
+				dbox_save_sealed_with_path(save);
+		}
 		dbox_save_free(&save); /* the inode holds it still */
 		/* Written to (and maybe finished by a flush) since the seal:
 		   those bytes are not synced yet. */
@@ -418,7 +433,12 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	}
 	seq = dbox_ns_sync_point(st);
 	fs_unlock(fs);
-	return ret < 0 ? ret : dbox_ns_sync_upto(st, seq);
+	/* One flush: the synced record names its path, and recovery puts
+	   it back there if this commit does not reach the disk; the timed
+	   sync, an fsyncdir or the next fsync carries the row. */
+	if (ret < 0 || restorable)
+		return ret;
+	return dbox_ns_sync_upto(st, seq);
 }
 
 void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,

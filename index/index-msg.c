@@ -351,6 +351,29 @@ static int file_rows_value(struct dbox_index *index, const char *sql,
 	return ret;
 }
 
+int dbox_index_msg_guids(struct dbox_index *index, dbox_guid_cb_t *cb,
+			 void *ctx)
+{
+	sqlite3_stmt *stmt;
+	int rc = SQLITE_DONE, ret = 0;
+
+	if (sqlite3_prepare_v2(index->db, "SELECT guid FROM message"
+			       " WHERE state != ?1", -1, &stmt,
+			       NULL) != SQLITE_OK)
+		return index_sql_error(index, "guids");
+	sqlite3_bind_int(stmt, 1, DBOX_MSG_WRITING);
+	while (ret == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+		const unsigned char *guid = sqlite3_column_text(stmt, 0);
+
+		if (guid != NULL)
+			ret = cb(ctx, (const char *)guid);
+	}
+	if (ret == 0 && rc != SQLITE_DONE)
+		ret = index_sql_error(index, "guids");
+	sqlite3_finalize(stmt);
+	return ret;
+}
+
 int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
 			      uint64_t from, uint64_t *offset_r)
 {

@@ -558,6 +558,58 @@ int dbox_index_entry_of(struct dbox_index *index, uint64_t ino,
 	return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "dir name");
 }
 
+int dbox_index_path(struct dbox_index *index, uint64_t ino, char **path_r)
+{
+	sqlite3_stmt *stmt = index_stmt(index, ST_PATH);
+	char *path = NULL;
+	size_t len = 0;
+	bool top = false;
+	int rc = SQLITE_DONE, ret = 0;
+
+	*path_r = NULL;
+	sqlite3_bind_int64(stmt, 1, ino);
+	sqlite3_bind_int64(stmt, 2, DBOX_ROOT_INO);
+	sqlite3_bind_int(stmt, 3, DBOX_TREE_MAX_DEPTH);
+	while (ret == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+		const char *name = sqlite3_column_blob(stmt, 0);
+		size_t n = (size_t)sqlite3_column_bytes(stmt, 0);
+		char *grown;
+
+		/* Rows come from the top down: the first is the root's
+		   child, or the way up was cut (a cycle, a lost parent). */
+		if (path == NULL)
+			top = (uint64_t)sqlite3_column_int64(stmt, 1) ==
+				DBOX_ROOT_INO;
+		if (n == 0 || memchr(name, '/', n) != NULL ||
+		    memchr(name, '\r', n) != NULL ||
+		    memchr(name, '\n', n) != NULL ||
+		    memchr(name, '\0', n) != NULL) {
+			ret = -EINVAL;
+		} else if ((grown = realloc(path, len + n + 2)) == NULL) {
+			ret = -ENOMEM;
+		} else {
+			path = grown;
+			if (len > 0)
+				path[len++] = '/';
+			memcpy(path + len, name, n);
+			len += n;
+			path[len] = '\0';
+		}
+	}
+	if (ret == 0 && rc != SQLITE_DONE)
+		ret = index_sql_error(index, "path");
+	else if (ret == 0 && path == NULL)
+		ret = -ENOENT;
+	else if (ret == 0 && !top)
+		ret = -EIO;
+	ret = index_done(stmt, ret);
+	if (ret < 0)
+		free(path);
+	else
+		*path_r = path;
+	return ret;
+}
+
 int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r)
 {
 	return dbox_index_entry_of(index, dir, NULL, name_r);

@@ -355,6 +355,15 @@ int dbox_index_parent(struct dbox_index *index, uint64_t dir,
    -EIO. */
 int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r);
 
+/* The path of inode ino below the root: the names of one of its
+   entries and of the directories above it, joined by '/' ("tmp/1.host",
+   ".A/cur/2.h:2,S"), malloc()ed into *path_r (caller frees); one
+   statement.  Returns 0, -ENOENT (no name: the root, or unlinked),
+   -EINVAL (a name holds '/', CR, LF or NUL: a damaged row, or a name no
+   metadata line can carry), -ENOMEM, or -EIO (the way up does not reach
+   the root within DBOX_TREE_MAX_DEPTH directories: a cycle). */
+int dbox_index_path(struct dbox_index *index, uint64_t ino, char **path_r);
+
 /* Name and parent of an entry of inode ino in one query (for an inode
    with several names, one of them): the name malloc()ed into *name_r
    (caller frees), the parent into *parent_r (NULL: not wanted).  Returns 0,
@@ -382,6 +391,17 @@ int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix);
    there is none, or -EIO. */
 int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
 			      uint64_t from, uint64_t *offset_r);
+
+/* Called by dbox_index_msg_guids with each GUID; non-zero stops. */
+typedef int dbox_guid_cb_t(void *ctx, const char *guid);
+
+/* The GUID of every committed message (not WRITING), in no order, for
+   crash recovery: a record past a committed end whose GUID a message
+   holds is a copy of it (a purge's or a copy-on-write's), no lost mail.
+   One scan of the message table.  Returns 0, the callback's non-zero
+   value, or -EIO. */
+int dbox_index_msg_guids(struct dbox_index *index, dbox_guid_cb_t *cb,
+			 void *ctx);
 
 /* The end (bytes) of the last record in m.<file_id> that a committed
    message row names (max of offset + record_size; 0 when none): a

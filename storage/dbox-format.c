@@ -137,6 +137,7 @@ int dbox_msg_header_parse(const uint8_t buf[DBOX_MSG_HEADER_SIZE],
 void dbox_metadata_clear(struct dbox_metadata *md)
 {
 	free(md->mailbox);
+	free(md->fsync_path);
 	free(md->extra);
 	memset(md, 0, sizeof(*md));
 }
@@ -163,6 +164,8 @@ long dbox_metadata_format(const struct dbox_metadata *md, char **buf_r)
 		fprintf(f, "G%s\n", md->guid);
 	if (md->mailbox != NULL && strpbrk(md->mailbox, "\r\n") == NULL)
 		fprintf(f, "B%s\n", md->mailbox);
+	if (md->fsync_path != NULL && strpbrk(md->fsync_path, "\r\n") == NULL)
+		fprintf(f, "L%s\n", md->fsync_path);
 	if (md->extra != NULL && md->extra[0] != '\0') {
 		size_t len = strlen(md->extra);
 		fputs(md->extra, f);
@@ -218,6 +221,10 @@ static int metadata_line(struct dbox_metadata *md, const char *line,
 		free(md->mailbox);
 		md->mailbox = strndup(value, value_len);
 		return md->mailbox == NULL ? -ENOMEM : 0;
+	case 'L':
+		free(md->fsync_path);
+		md->fsync_path = strndup(value, value_len);
+		return md->fsync_path == NULL ? -ENOMEM : 0;
 	case 'R':
 	case 'V':
 	case 'Z':

@@ -78,6 +78,10 @@ struct dbox_metadata {
 				 stored body size (compression) */
 	bool has_plain_size;
 	char *mailbox;        /* B: folder the mail was saved to, or NULL */
+	char *fsync_path;     /* L, dboxfs's own key (docs/dbox-format.md
+				 section 5): the message's path below the
+				 maildir root when a client's fsync() sealed
+				 the record ("tmp/1.host"), or NULL */
 	char *extra;          /* other lines ("P..\nO..\n"), kept verbatim
 				 for copying, or NULL */
 };
@@ -86,9 +90,10 @@ struct dbox_metadata {
 void dbox_metadata_clear(struct dbox_metadata *md);
 
 /* Format the metadata block (magic, lines in Dovecot 2.3's order Z R V G B,
-   then extra, then the empty line) into a malloc()ed buffer.  Returns the
-   block length in bytes and sets *buf_r (caller frees), or -ENOMEM.  A
-   mailbox containing CR or LF is omitted, as Dovecot does. */
+   then L, then extra, then the empty line) into a malloc()ed buffer.
+   Returns the block length in bytes and sets *buf_r (caller frees), or
+   -ENOMEM.  A mailbox or fsync path containing CR or LF is omitted, as
+   Dovecot does for B. */
 long dbox_metadata_format(const struct dbox_metadata *md, char **buf_r);
 
 /* Parse a metadata block starting at buf[0] (which must be the post magic).

@@ -59,10 +59,12 @@ def all_messages(mnt, read=True):
 
 @pytest.mark.parametrize("lose", ["restored_backup", "lost_wal"])
 def test_index_older_than_storage(tmp_path, lose):
-    """3 messages, a copy of the index; 20 more fsynced ones (in INBOX and
-    a folder); the old index put back.  check reports the unknown records,
-    the mount cuts none of them, and rebuild brings all 23 back into their
-    folders (B metadata), saying how many it recovered."""
+    """3 messages, a copy of the index; 20 more closed without fsync (in
+    INBOX and a folder); the old index put back.  check reports the
+    unknown records, the mount cuts none of them, and rebuild brings all
+    23 back into their folders (B metadata), saying how many it
+    recovered.  (fsync()ed ones the mount puts back itself:
+    test_fsynced_mail_an_older_index_lost_is_put_back_at_mount.)"""
     m = Mount(tmp_path / "store", tmp_path / "mnt")
     try:
         md = m.mount().maildir()
@@ -81,7 +83,7 @@ def test_index_older_than_storage(tmp_path, lose):
             shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
             m.mount()
         for i in range(20):
-            deliver(md if i % 2 else sub, f"new{i}")
+            deliver(md if i % 2 else sub, f"new{i}", fsync=False)
         m.unmount()
         put_back_index(m.store, tmp_path / "old.sqlite")
         sizes = {p.name: p.stat().st_size for p in (m.store / "storage").iterdir()}
@@ -122,11 +124,48 @@ def test_index_older_than_storage(tmp_path, lose):
         m.kill() if m.proc is not None else m.unmount()
 
 
-def restore_index_copied_mid_delivery(m, tmp_path):
+def test_fsynced_mail_an_older_index_lost_is_put_back_at_mount(tmp_path):
+    """The same with fsync()ed deliveries: their records carry their
+    paths (metadata L), and the mount puts them back under their names -
+    in new/, where the delivery renamed them from tmp/ - with no rebuild;
+    the store is whole for check at once."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        sub = m.maildir(".Sub")
+        for i in range(3):
+            deliver(md, f"old{i}")
+        m.unmount()
+        shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
+        m.mount()
+        for i in range(20):
+            deliver(md if i % 2 else sub, f"new{i}")
+        m.unmount()
+        put_back_index(m.store, tmp_path / "old.sqlite")
+        sizes = {p.name: p.stat().st_size for p in (m.store / "storage").iterdir()}
+
+        m.mount()
+        log = m.log_text()
+        got = all_messages(m.mnt)
+        m.unmount()
+        after = {p.name: p.stat().st_size for p in (m.store / "storage").iterdir()}
+        assert after == sizes, (sizes, after, log)
+        assert "20 messages synced by fsync()" in log, log
+        want = {f"new/old{i}": body(f"old{i}") for i in range(3)}
+        want.update({(f"new/new{i}" if i % 2 else f".Sub/new/new{i}"):
+                     body(f"new{i}") for i in range(20)})
+        assert got == want, sorted(got)
+        rc, out = adm("check", m.store)
+        assert rc == 0, out
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
+
+
+def restore_index_copied_mid_delivery(m, tmp_path, fsync=False):
     """On the unmounted store of m: 3 deliveries, then a copy of the index
-    taken while a 4th ("late") was being written, which then finished and
-    was acknowledged (renamed into new/); the copy put back.  Returns the
-    maildir (not mounted)."""
+    taken while a 4th ("late") was being written, which then finished
+    (with an fsync when fsync) and was acknowledged (renamed into new/);
+    the copy put back.  Returns the maildir (not mounted)."""
     md = m.mount().maildir()
     for i in range(3):
         deliver(md, f"old{i}")
@@ -143,7 +182,8 @@ def restore_index_copied_mid_delivery(m, tmp_path):
                        ).fetchall() == [(b"late",)]
     old.close()
     os.write(fd, body("late")[100:])
-    os.fsync(fd)
+    if fsync:
+        os.fsync(fd)
     os.close(fd)
     os.rename(md / "tmp" / "late", md / "new" / "late")
     assert (md / "new" / "late").read_bytes() == body("late")
@@ -152,11 +192,32 @@ def restore_index_copied_mid_delivery(m, tmp_path):
     return md
 
 
+def test_index_copied_mid_delivery_fsynced_is_finished_in_place(tmp_path):
+    """The same with an fsync() before the close: the record carries its
+    path (tmp/late), and the mount finishes the delivery the index has
+    there in place, as ext4 leaves a file synced before its rename; no
+    copy in lost+found/ is needed."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = restore_index_copied_mid_delivery(m, tmp_path, fsync=True)
+        m.mount()
+        log = m.log_text()
+        assert sorted(os.listdir(md / "new")) == ["old0", "old1", "old2"]
+        assert os.listdir(md / "tmp") == ["late"], log
+        assert (md / "tmp" / "late").read_bytes() == body("late")
+        m.unmount()
+        assert not (m.store / "lost+found").exists(), log
+        rc, out = adm("check", m.store)
+        assert rc == 0, out
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
+
+
 def test_index_copied_mid_delivery_loses_no_delivery(tmp_path):
     """An index copied while a delivery was in flight (a backup tool
     copying index.sqlite of a mounted store) names that delivery as
-    WRITING at its offset.  The delivery then finished: fsync, close,
-    rename into new/, acknowledged.  With that copy put back, the mount
+    WRITING at its offset.  The delivery then finished: close, rename
+    into new/, acknowledged.  With that copy put back, the mount
     finds a whole record where the index has a write in flight: it must
     not cut it silently (it did: the message was gone for good, and
     check and rebuild found nothing) but keep a copy that dboxadm cat
@@ -266,8 +327,8 @@ def test_a_stale_uncut_mark_cuts_no_mail(tmp_path):
         shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
 
         m.mount()
-        deliver(md, "b")
-        deliver(md, "c")
+        deliver(md, "b", fsync=False)
+        deliver(md, "c", fsync=False)
         m.unmount()
         put_back_index(m.store, tmp_path / "old.sqlite")
         size = (m.store / "storage" / f"m.{file_id}").stat().st_size

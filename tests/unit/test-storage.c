@@ -334,6 +334,7 @@ static void test_metadata_roundtrip(void **state)
 		"Vf86\n"
 		"Gd6f1ab0a1b840c6b4e6e000083ecc375\n"
 		"BLists/Kernel\n"
+		"L.Lists.Kernel/tmp/1.host\n"
 		"P1234.5678\n"
 		"O7\n"
 		"\n";
@@ -349,6 +350,7 @@ static void test_metadata_roundtrip(void **state)
 	long len;
 
 	md.mailbox = strdup("Lists/Kernel");
+	md.fsync_path = strdup(".Lists.Kernel/tmp/1.host");
 	md.extra = strdup("P1234.5678\nO7\n");
 	len = dbox_metadata_format(&md, &buf);
 	assert_int_equal(len, sizeof(expected) - 1);
@@ -362,9 +364,11 @@ static void test_metadata_roundtrip(void **state)
 	assert_true(back.has_vsize && back.vsize == md.vsize);
 	assert_true(back.has_plain_size && back.plain_size == md.plain_size);
 	assert_string_equal(back.mailbox, "Lists/Kernel");
+	assert_string_equal(back.fsync_path, ".Lists.Kernel/tmp/1.host");
 	assert_string_equal(back.extra, "P1234.5678\nO7\n");
 	dbox_metadata_clear(&back);
 	assert_null(back.mailbox);
+	assert_null(back.fsync_path);
 
 	/* Every proper prefix asks for more; trailing bytes are not part
 	   of the block. */
@@ -389,6 +393,7 @@ static void test_metadata_roundtrip(void **state)
 	dbox_metadata_clear(&md);
 	md.received = 0x10;
 	md.mailbox = strdup("bad\nname");
+	md.fsync_path = strdup("tmp/bad\rname");
 	md.extra = strdup("Xsomething");
 	len = dbox_metadata_format(&md, &buf);
 	assert_int_equal(len, strlen("\n\x01\x03\nR10\nXsomething\n\n"));
@@ -399,6 +404,7 @@ static void test_metadata_roundtrip(void **state)
 	assert_false(back.has_plain_size);
 	assert_string_equal(back.guid, "");
 	assert_null(back.mailbox);
+	assert_null(back.fsync_path);
 	dbox_metadata_clear(&back);
 	dbox_metadata_clear(&md);
 	free(buf);

@@ -1,0 +1,291 @@
+"""One flush per fsync of a new message: its m.N is synced, not the
+index's WAL; the record carries the message's path (metadata L), and
+crash recovery puts it back there when the power loss takes the index
+commits that were not synced yet (engine/store-restore.c,
+docs/durability.md).
+
+A power loss is made here by cutting the WAL back to its size at the last
+sync after the daemon is killed: what a lost page cache leaves of it.
+ext4 has no counterpart to compare with (its journal is not ours to cut);
+what each case expects is what ext4 promises after fsync(): the synced
+file is there with its bytes, under the name it had when it was synced.
+"""
+import os
+import time
+
+import subprocess
+
+from conftest import DBOXADM, index_rows
+from test_fsync_group import FdatasyncTrace, deliver_fsync
+
+
+def fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_fsync(path, data, rename_to=None):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if rename_to is not None:
+        os.rename(path, rename_to)
+
+
+class PowerLoss:
+    """The WAL's size at a sync point, and the cut back to it."""
+
+    def __init__(self, m):
+        self.m = m
+        self.wal = m.store / "index.sqlite-wal"
+
+    def synced_point(self):
+        # An fsyncdir syncs the WAL with every commit so far.
+        fsync_dir(self.m.maildir())
+        self.size = self.wal.stat().st_size
+        return self
+
+    def strike(self):
+        """Kill the daemon, drop what the WAL got since the sync point
+        (and the WAL-index, which a reboot loses too), mount again."""
+        self.m.kill()
+        assert self.wal.stat().st_size > self.size, "nothing to lose"
+        os.truncate(self.wal, self.size)
+        shm = self.m.store / "index.sqlite-shm"
+        if shm.exists():
+            shm.unlink()
+        self.m.mount()
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_fsync_of_a_new_message_syncs_its_mfile_only(mount):
+    """strace: the fsync() of a delivery makes one fdatasync, of its
+    m.N; the WAL follows within the timed sync, no client asking."""
+    md = mount.maildir()
+    deliver_fsync(md, "warm", b"Subject: warm\n\nmakes m.1\n")
+    # Traced from before the open: strace's start forks this process,
+    # and the child's close of an open message is a FLUSH (a finish).
+    trace = FdatasyncTrace(mount).start()
+    try:
+        fd = os.open(os.path.join(md, "tmp", "one"),
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"Subject: one\n\none flush\n")
+            time.sleep(1.5)  # the create's timed sync is over
+            before = len(trace.synced())
+            os.fsync(fd)
+            at_fsync = trace.synced()[before:]
+            trace.wait_for("wal", after="m.1")
+        finally:
+            os.close(fd)
+    finally:
+        trace.stop()
+    assert at_fsync == ["m.1"], at_fsync
+
+
+def test_fsync_of_a_rewritten_message_syncs_the_index_too(mount):
+    """A message written again is a copy of a committed one: until its
+    commit is on disk the old version is the message, so its fsync()
+    syncs the WAL before it returns (a copy is never put back by
+    recovery: its GUID is the old version's)."""
+    md = mount.maildir()
+    path = os.path.join(md, "cur", "1.host:2,S")
+    with open(path, "wb") as f:
+        f.write(b"Subject: v1\n\nfirst\n")
+    fsync_dir(os.path.join(md, "cur"))
+    time.sleep(1.5)
+    trace = FdatasyncTrace(mount).start()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, b"Subject: v2\n\nsecond\n")
+            before = len(trace.synced())
+            os.fsync(fd)
+            at_fsync = trace.synced()[before:]
+        finally:
+            os.close(fd)
+    finally:
+        trace.stop()
+    assert "wal" in at_fsync, at_fsync
+    assert read(path) == b"Subject: v2\n\nsecond\n"
+
+
+def test_fsynced_mail_survives_the_loss_of_the_index_commits(make_mount):
+    """Power loss right after the fsyncs: the index commits since the
+    last sync are gone, the records fsync() synced are not.  Each message
+    comes back under the name it had at its fsync - one synced in tmp/ in
+    new/, where its delivery was taking it (README: on ext4 it would be
+    left in tmp/, where no reader looks); a rename after the fsync was
+    lost with the commits, as ext4 may lose a rename no fsyncdir made
+    durable.  One closed without fsync before them in the same m.N comes
+    back too, in its folder's cur/ as rebuild names it."""
+    m = make_mount()
+    md = m.maildir(".in")
+    loss = PowerLoss(m)
+    deliver_fsync(md, "warm", b"Subject: warm\n\nsynced before\n")
+    loss.synced_point()
+
+    closed = b"Subject: closed\n\nno fsync\n" + b"c" * 3000 + b"\n"
+    with open(os.path.join(md, "tmp", "closed"), "wb") as f:
+        f.write(closed)
+    os.rename(os.path.join(md, "tmp", "closed"),
+              os.path.join(md, "new", "closed"))
+    stays = b"Subject: stays\n\nfsynced in tmp/\n"
+    write_fsync(os.path.join(md, "tmp", "stays"), stays)
+    moved = b"Subject: moved\n\nfsynced, then renamed\n" + b"m" * 9000 + b"\n"
+    write_fsync(os.path.join(md, "tmp", "moved"), moved,
+                rename_to=os.path.join(md, "new", "moved"))
+    flagged = b"Subject: flagged\n\nfsynced in cur/\n"
+    write_fsync(os.path.join(md, "cur", "f.host:2,S"), flagged)
+    loss.strike()
+
+    assert read(os.path.join(md, "new", "warm")) == \
+        b"Subject: warm\n\nsynced before\n"
+    assert os.listdir(os.path.join(md, "tmp")) == []
+    assert sorted(os.listdir(os.path.join(md, "new"))) == \
+        ["moved", "stays", "warm"]
+    assert read(os.path.join(md, "new", "stays")) == stays
+    assert read(os.path.join(md, "new", "moved")) == moved
+    assert read(os.path.join(md, "cur", "f.host:2,S")) == flagged
+    restored = [n for n in os.listdir(os.path.join(md, "cur"))
+                if n != "f.host:2,S"]
+    assert len(restored) == 1 and restored[0].endswith(".rebuild:2,"), \
+        restored
+    assert read(os.path.join(md, "cur", restored[0])) == closed
+    st = os.stat(os.path.join(md, "new", "stays"))
+    assert st.st_size == len(stays)
+    assert st.st_uid == os.stat(os.path.join(md, "new")).st_uid
+    log = m.log_text()
+    assert "whose index rows the crash lost put back" in log, log
+    m.unmount()
+    check = subprocess.run([str(DBOXADM), "check", str(m.store)],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_fsynced_mail_of_an_unfinished_delivery_is_finished(make_mount):
+    """The create reached the disk (an fsyncdir), the commit of the fsync
+    did not: the name the index has, still an unfinished delivery (which
+    recovery would otherwise drop), is finished in place with the synced
+    bytes, in tmp/ as in cur/ (Dovecot and mbsync write flagged mail there
+    directly) - what ext4 leaves of a file whose writer died during its
+    fsync."""
+    m = make_mount()
+    md = m.maildir()
+    loss = PowerLoss(m)
+    paths = [os.path.join(md, "cur", "late.host:2,S"),
+             os.path.join(md, "tmp", "late2")]
+    fds = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+           for p in paths]
+    try:
+        for fd in fds:
+            os.write(fd, b"Subject: late\n\n")
+        fsync_dir(os.path.join(md, "cur"))
+        loss.synced_point()  # the names, and their unfinished rows
+        bodies = [b"Subject: late %d\n\n" % i + b"l" * 20000 + b"\n"
+                  for i in range(2)]
+        for fd, body in zip(fds, bodies):
+            os.pwrite(fd, body, 0)
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    loss.strike()
+    assert os.listdir(os.path.join(md, "cur")) == ["late.host:2,S"]
+    assert read(paths[0]) == bodies[0]
+    assert os.listdir(os.path.join(md, "tmp")) == ["late2"]
+    assert os.listdir(os.path.join(md, "new")) == []
+    assert read(paths[1]) == bodies[1]
+    rows = index_rows(m.store, "SELECT count(*) FROM message WHERE state != 0")
+    assert rows == [(0,)], rows
+
+
+def test_fsynced_mail_of_a_lost_folder_goes_to_inbox(make_mount):
+    """The folder itself was made after the last sync: its path is gone,
+    and so is its name; the message comes back in INBOX's cur/ rather
+    than nowhere."""
+    m = make_mount()
+    loss = PowerLoss(m)
+    m.maildir()
+    loss.synced_point()
+    md = m.maildir(".fresh")
+    data = b"Subject: fresh\n\nin a folder made a moment ago\n"
+    write_fsync(os.path.join(md, "tmp", "x"), data)
+    loss.strike()
+    assert not os.path.exists(md)
+    inbox_cur = os.path.join(m.maildir(), "cur")
+    names = os.listdir(inbox_cur)
+    assert len(names) == 1, names
+    assert read(os.path.join(inbox_cur, names[0])) == data
+
+
+def test_copies_past_the_committed_end_are_not_put_back(make_mount):
+    """A record whose GUID a message of the index has is a copy (here:
+    the same m.N bytes appended again, as a purge's copy would be), not
+    lost mail: it is not put back as a second message."""
+    m = make_mount()
+    md = m.maildir()
+    loss = PowerLoss(m)
+    data = b"Subject: once\n\nonly once\n"
+    write_fsync(os.path.join(md, "tmp", "once"), data)
+    loss.synced_point()
+    m.kill()
+    mfile = m.store / "storage" / "m.1"
+    blob = mfile.read_bytes()
+    start = blob.index(b"\x01\x02N")
+    with open(mfile, "ab") as f:
+        f.write(blob[start:])
+    shm = m.store / "index.sqlite-shm"
+    if shm.exists():
+        shm.unlink()
+    m.mount()
+    assert os.listdir(os.path.join(md, "tmp")) == ["once"]
+    assert os.listdir(os.path.join(md, "cur")) == []
+    assert os.listdir(os.path.join(md, "new")) == []
+    assert read(os.path.join(md, "tmp", "once")) == data
+
+
+def test_a_path_that_leads_outside_a_folder_is_not_followed(make_mount):
+    """The L line is bytes of the store like any other (a user's store
+    mounted by root: hostile input).  A path with "..", one that names no
+    cur/, new/ or tmp/ (a message at the top), or one with an empty
+    component is not followed: the message goes to its folder's cur/
+    under rebuild's name, and nothing is made anywhere else."""
+    m = make_mount()
+    md = m.maildir()
+    loss = PowerLoss(m).synced_point()
+    names = ["aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc"]
+    for n in names:
+        write_fsync(os.path.join(md, "tmp", n), b"Subject: %s\n\nx\n" % n.encode())
+    m.kill()
+    mfile = m.store / "storage" / "m.1"
+    blob = mfile.read_bytes()
+    for n, evil in zip(names, [b"../aaaaaaaaaaa", b"bbbbbbbbbbbbbb",
+                               b"tmp//ccccccccc"]):
+        old = b"Ltmp/" + n.encode() + b"\n"
+        assert len(evil) == len(old) - 2 and blob.count(old) == 1
+        blob = blob.replace(old, b"L" + evil + b"\n")
+    mfile.write_bytes(blob)
+    os.truncate(loss.wal, loss.size)
+    shm = m.store / "index.sqlite-shm"
+    if shm.exists():
+        shm.unlink()
+    m.mount()
+    top = sorted(os.listdir(m.mnt))
+    assert top == ["cur", "new", "tmp"], top
+    assert os.listdir(os.path.join(md, "new")) == []
+    assert os.listdir(os.path.join(md, "tmp")) == []
+    cur = sorted(os.listdir(os.path.join(md, "cur")))
+    assert len(cur) == 3 and all(n.endswith(".rebuild:2,") for n in cur), cur
+    assert sorted(read(os.path.join(md, "cur", n)) for n in cur) == \
+        sorted(b"Subject: %s\n\nx\n" % n.encode() for n in names)
