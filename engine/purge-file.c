@@ -132,7 +132,7 @@ static void dests_release(struct purge *p, bool keep)
 		/* Copies switched or given back: none in flight (a failed
 		   cut leaves them to recovery, which needs to know). */
 		if (!keep && cut)
-			dbox_store_clear_inflight(p->st, d->mf->file_id);
+			dbox_store_clear_inflight(p->st, d->mf);
 		if (!p->to_alt) /* ALT files stay until the run ends */
 			dbox_store_mfile_release(p->st, d->mf);
 	}
@@ -286,7 +286,7 @@ static int switch_file(struct purge *p, uint32_t file_id, uint64_t ino,
 	for (size_t i = 0; ret == 0 && i < p->ndests; i++) {
 		ret = dbox_index_mfile_set(index, p->dests[i].mf->file_id,
 					   p->dests[i].mf->size);
-		dbox_store_clear_inflight(p->st, p->dests[i].mf->file_id);
+		dbox_store_clear_inflight(p->st, p->dests[i].mf);
 	}
 	if (ret == 0 && !p->set->altmove)
 		*forgot_r = true;

@@ -213,6 +213,12 @@ bool dbox_save_sealed_with_path(const struct dbox_save *save)
 	return save->sealed && save->path_seal == save->seals;
 }
 
+uint64_t dbox_save_mark_seq(const struct dbox_save *save)
+{
+	dbox_store_assert_locked(save->st);
+	return save->mf != NULL ? save->mf->mark_seq : 0;
+}
+
 int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 		     struct dbox_msgloc *loc_r)
 {
@@ -241,7 +247,7 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 					save->ap.offset + save->ap.record_size)) < 0)
 		return ret;
 	if (save->inflight) {
-		dbox_store_clear_inflight(st, save->mf->file_id);
+		dbox_store_clear_inflight(st, save->mf);
 		save->inflight = false;
 	}
 	save->mf->size = save->ap.offset + save->ap.record_size;
@@ -290,8 +296,7 @@ void dbox_save_free(struct dbox_save **savep)
 				save->mf->cut_failed = true;
 			save->mf->size = save->ap.offset;
 			if (save->inflight)
-				dbox_store_clear_inflight(save->st,
-							  save->mf->file_id);
+				dbox_store_clear_inflight(save->st, save->mf);
 		}
 		if (save->owns_tail)
 			dbox_store_mfile_yield(save->st, save->mf);

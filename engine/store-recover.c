@@ -17,6 +17,7 @@
 #include "engine/store-private.h"
 
 #include "index/index-rebuild.h"
+#include "index/wal-sync.h"
 #include "storage/dbox-scan.h"
 #include "storage/io.h"
 #include "storage/log.h"
@@ -661,24 +662,35 @@ int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r)
 	return 0;
 }
 
-int dbox_store_note_inflight(struct dbox_store *st, const struct dbox_mfile *mf)
+/* A mark of mf changes in the transaction open now: the commit that
+   ends it is the next one (st->lock serialises them; one rolled back
+   only makes an fsync sync a little more). */
+static void mark_changed(struct dbox_store *st, struct dbox_mfile *mf)
+{
+	mf->mark_seq = dbox_index_commit_seq(st->index) + 1;
+}
+
+int dbox_store_note_inflight(struct dbox_store *st, struct dbox_mfile *mf)
 {
 	char inflight_key[32], kept_key[32];
 
 	dbox_store_assert_locked(st);
 	dbox_store_tail_keys(mf->file_id, inflight_key, kept_key);
+	mark_changed(st, mf);
 	return dbox_index_meta_set(st->index, inflight_key, (int64_t)mf->size);
 }
 
-void dbox_store_clear_inflight(struct dbox_store *st, uint32_t file_id)
+void dbox_store_clear_inflight(struct dbox_store *st, struct dbox_mfile *mf)
 {
 	char inflight_key[32], kept_key[32];
 	int64_t v;
 
 	dbox_store_assert_locked(st);
-	dbox_store_tail_keys(file_id, inflight_key, kept_key);
-	if (dbox_index_meta_get(st->index, inflight_key, &v) == 0 && v != -1)
+	dbox_store_tail_keys(mf->file_id, inflight_key, kept_key);
+	if (dbox_index_meta_get(st->index, inflight_key, &v) == 0 && v != -1) {
+		mark_changed(st, mf);
 		(void)dbox_index_meta_set(st->index, inflight_key, -1);
+	}
 }
 
 int dbox_store_import_mark(struct dbox_store *st, bool running)

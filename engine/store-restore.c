@@ -8,39 +8,55 @@
  * sync (the timed one within a second, an fsyncdir, another fsync).  A
  * power loss before that leaves the record past its m.N's committed end
  * and the index without its row.  Recovery (store-recover.c) calls this
- * before it judges those bytes: each record up to the last one with a
- * path is put back - at its path when that directory still exists and
- * the name is free (or is the record's own unfinished delivery; a lost
- * name in tmp/ is made in new/, see place_at_path), else as 'dboxadm
- * rebuild' would, in its B folder's cur/ (restore.h) - and the committed
- * end moves past them.  Records without a path before it are
- * mail closed without fsync whose rows the same crash lost; they are put
- * back in their folder too, as the committed end cannot move over them
- * otherwise.
+ * before it judges those bytes.  Each record up to the last one with a
+ * path is put back, by what the index still knows of its GUID:
  *
- * Invariants: a record whose GUID a committed message of the index has
- * is a copy (a purge's, which keeps the GUID) or a message the index has
- * already, never put back; records at or after an in-flight mark of a
- * copy or purge are never looked at; everything is put back in one
- * transaction with the committed end, or nothing is.
+ *  - a committed message whose record is there and whole: the record is
+ *    a copy of it (a purge's, whose in-flight mark the loss took):
+ *    left out;
+ *  - a committed message whose record is gone (an index older than a
+ *    purge that moved it): that message, moved here: its row points here;
+ *  - a delivery still WRITING (its create reached the disk, the commit
+ *    of its fsync did not; or the daemon died between the two): finished
+ *    in place, whatever its name now, and moved from tmp/ to new/;
+ *  - nothing: made again at its path (in new/ for a path in tmp/), else
+ *    as 'dboxadm rebuild' would, in its B folder's cur/ (restore.h).
  *
- * Not told apart: a copy-on-write copy (a message written again, which
- * gets a GUID of its own) whose in-flight mark the power loss took with
- * the rest; before the last record with a path it comes back as one
- * more message in its folder's cur/, as 'dboxadm rebuild' brings it
- * back.
+ * Records without a path before the last one with a path (messages
+ * closed without fsync whose rows the same loss took) are put back the
+ * same way, as the committed end cannot move over them otherwise.
+ *
+ * Invariants: records at or after an in-flight mark of a copy or purge
+ * are never looked at (an fsync makes the mark's last change durable
+ * before it relies on its record's path: fs/fs-write.c); the committed
+ * end moves only over records put back or left out as copies, in the
+ * same durable commit.  What cannot be put back stays past the committed
+ * end for store-recover.c to keep or copy, as before.
  */
 #include "engine/maildir.h"
 #include "engine/restore.h"
 #include "engine/store-layout.h"
 #include "engine/store-private.h"
 
+#include "index/wal-sync.h"
+#include "storage/dbox-record.h"
 #include "storage/dbox-scan.h"
 #include "storage/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* At most this many records of one m.N are put back at one recovery
+   (the rest stay for the next, or for rebuild), and a path or B longer
+   than this is taken as none: what a hostile store can make recovery
+   hold in memory is bounded. */
+#define RESTORE_MAX_RECORDS 65536
+#define RESTORE_MAX_TEXT 4096
 
 /* One whole record past the committed end. */
 struct tail_rec {
@@ -49,13 +65,18 @@ struct tail_rec {
 	char guid[DBOX_GUID_HEX_LEN * 2 + 1];
 	char *mailbox;  /* B, or NULL */
 	char *path;     /* L, or NULL */
-	bool copy;      /* a committed message of the index has its GUID */
+	bool copy;      /* a committed message's record is there and whole */
+	uint64_t moved; /* the committed message whose record is gone, or 0 */
+	uint64_t writing; /* the WRITING message of its GUID, or 0 */
 };
 
 struct tail {
 	struct tail_rec *v;
 	size_t n, size;
-	int err;        /* what stopped the collection, or 0 */
+	uint64_t last_path_end; /* end of the last record with a path */
+	size_t with_path;       /* records up to it */
+	bool collect;           /* second pass: keep the records */
+	int err;                /* what stopped the collection, or 0 */
 };
 
 static void tail_free(struct tail *t)
@@ -67,14 +88,36 @@ static void tail_free(struct tail *t)
 	free(t->v);
 }
 
-/* dbox_file_tail_records callback: keep the record. */
+static char *text_dup(const char *s, int *err)
+{
+	char *d;
+
+	if (s == NULL || strlen(s) > RESTORE_MAX_TEXT)
+		return NULL;
+	if ((d = strdup(s)) == NULL)
+		*err = -ENOMEM;
+	return d;
+}
+
+/* dbox_file_tail_records callback.  First pass: where the last record
+   with a path ends.  Second pass: keep the records. */
 static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 		   const struct dbox_metadata *md, uint64_t record_size)
 {
 	struct tail *t = ctx;
 	struct tail_rec *r;
 
-	if (t->err != 0)
+	if (!t->collect) {
+		if (md->fsync_path != NULL &&
+		    strlen(md->fsync_path) <= RESTORE_MAX_TEXT &&
+		    t->n < RESTORE_MAX_RECORDS) {
+			t->last_path_end = offset + record_size;
+			t->with_path = t->n + 1;
+		}
+		t->n++;
+		return 0;
+	}
+	if (t->err != 0 || offset + record_size > t->last_path_end)
 		return 0;
 	if (t->n == t->size) {
 		size_t size = t->size == 0 ? 16 : t->size * 2;
@@ -96,55 +139,105 @@ static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 		.received = md->received,
 	};
 	memcpy(r->guid, md->guid, sizeof(r->guid));
-	if ((md->mailbox != NULL && (r->mailbox = strdup(md->mailbox)) == NULL) ||
-	    (md->fsync_path != NULL &&
-	     (r->path = strdup(md->fsync_path)) == NULL)) {
-		free(r->mailbox);
-		t->err = -ENOMEM;
-		return 0;
-	}
+	r->mailbox = text_dup(md->mailbox, &t->err);
+	r->path = text_dup(md->fsync_path, &t->err);
 	t->n++;
 	return 0;
 }
 
+/* By GUID, then by place in the file. */
 static int guid_cmp(const void *a, const void *b)
+{
+	const struct tail_rec *x = *(struct tail_rec *const *)a,
+			      *y = *(struct tail_rec *const *)b;
+	int c = strcmp(x->guid, y->guid);
+
+	return c != 0 ? c : (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+/* By GUID only (bsearch of a row's GUID). */
+static int guid_key_cmp(const void *a, const void *b)
 {
 	return strcmp((*(struct tail_rec *const *)a)->guid,
 		      (*(struct tail_rec *const *)b)->guid);
 }
 
 struct guid_set {
+	struct dbox_store *st;
 	struct tail_rec **by_guid;
 	size_t n;
 };
 
-/* dbox_index_msg_guids callback: a record with a message's GUID is a
-   copy. */
-static int guid_cb(void *ctx, const char *guid)
+/* Is the record loc names there, whole, with loc's GUID? */
+static bool record_present(struct dbox_store *st,
+			   const struct dbox_msgloc *loc)
+{
+	struct dbox_metadata md = { 0 };
+	uint64_t body_size, record_size;
+	char name[16];
+	bool alt, ok;
+	int dir = dbox_store_mfile_dir(st, loc->file_id, &alt), fd;
+
+	if (dir < 0)
+		return false;
+	dbox_file_name(name, loc->file_id);
+	fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ok = dbox_record_verify(fd, loc->offset, loc->body_size, &body_size,
+				&md, &record_size, NULL) == 0 &&
+		strncmp(md.guid, loc->guid, sizeof(loc->guid) - 1) == 0;
+	dbox_metadata_clear(&md);
+	close(fd);
+	return ok;
+}
+
+/* dbox_index_msg_rows callback: what the index knows of each record's
+   GUID. */
+static int row_cb(void *ctx, uint64_t ino, const struct dbox_msgloc *loc)
 {
 	struct guid_set *g = ctx;
 	struct tail_rec key, *kp = &key, **hit;
+	size_t i, j;
 
-	if (strlen(guid) >= sizeof(key.guid))
+	if (loc->guid[0] == '\0')
 		return 0;
-	strcpy(key.guid, guid);
-	hit = bsearch(&kp, g->by_guid, g->n, sizeof(*g->by_guid), guid_cmp);
-	if (hit != NULL) {
-		/* Every record of that GUID (bsearch finds one of them). */
-		size_t j = (size_t)(hit - g->by_guid);
+	memcpy(key.guid, loc->guid, sizeof(loc->guid));
+	key.guid[sizeof(loc->guid) - 1] = '\0';
+	hit = bsearch(&kp, g->by_guid, g->n, sizeof(*g->by_guid),
+		      guid_key_cmp);
+	if (hit == NULL)
+		return 0;
+	/* Every record of that GUID (bsearch finds one of them). */
+	for (i = (size_t)(hit - g->by_guid);
+	     i > 0 && strcmp(g->by_guid[i - 1]->guid, key.guid) == 0; i--)
+		;
+	for (j = i; j < g->n && strcmp(g->by_guid[j]->guid, key.guid) == 0;
+	     j++) {
+		struct tail_rec *r = g->by_guid[j];
 
-		while (j > 0 && strcmp(g->by_guid[j - 1]->guid, guid) == 0)
-			j--;
-		for (; j < g->n && strcmp(g->by_guid[j]->guid, guid) == 0; j++)
-			g->by_guid[j]->copy = true;
+		if (loc->state == DBOX_MSG_WRITING) {
+			if (r->writing == 0)
+				r->writing = ino;
+		} else if (!r->copy) {
+			if (record_present(g->st, loc)) {
+				r->copy = true;
+				r->moved = 0;
+			} else if (r->moved == 0) {
+				r->moved = ino;
+			}
+		}
 	}
 	return 0;
 }
 
-/* Mark the copies among t->v[0, n) (one scan of the index). */
-static int mark_copies(struct dbox_index *index, struct tail *t, size_t n)
+/* What the index knows of the GUIDs of t->v[0, n) (one scan of its
+   message rows).  Of several records with one GUID only the last (the
+   newest) becomes the message; the others are left out as copies. */
+static int match_rows(struct dbox_store *st, struct tail *t, size_t n)
 {
-	struct guid_set g = { .by_guid = malloc(n * sizeof(*g.by_guid)) };
+	struct guid_set g = { .st = st,
+			      .by_guid = malloc(n * sizeof(*g.by_guid)) };
 	int ret;
 
 	if (g.by_guid == NULL)
@@ -153,7 +246,10 @@ static int mark_copies(struct dbox_index *index, struct tail *t, size_t n)
 		if (t->v[i].guid[0] != '\0')
 			g.by_guid[g.n++] = &t->v[i];
 	qsort(g.by_guid, g.n, sizeof(*g.by_guid), guid_cmp);
-	ret = g.n == 0 ? 0 : dbox_index_msg_guids(index, guid_cb, &g);
+	ret = g.n == 0 ? 0 : dbox_index_msg_rows(st->index, row_cb, &g);
+	for (size_t i = 0; ret == 0 && i + 1 < g.n; i++)
+		if (guid_key_cmp(&g.by_guid[i], &g.by_guid[i + 1]) == 0)
+			g.by_guid[i]->copy = true;
 	free(g.by_guid);
 	return ret;
 }
@@ -166,38 +262,30 @@ static bool good_name(const char *comp, size_t len)
 		!(len == 2 && comp[0] == '.' && comp[1] == '.');
 }
 
-/* Is the name dir/name r's own delivery, WRITING still in this index
-   (its create reached the disk, the commit of its fsync did not; or the
-   daemon died between the two)?  1 and *attr_r, 0 when the name is free,
-   -EEXIST when it is something else's, or the index's errno. */
-static int own_delivery(struct dbox_index *index, uint64_t dir,
-			const char *name, const struct tail_rec *r,
-			struct dbox_attr *attr_r)
+/* new/ beside dir, when dir is a folder's tmp/ (parent up, name tmp):
+   *dir_r; else *dir_r stays.  Returns 0 or the index's errno. */
+static int new_for_tmp(struct dbox_index *index, uint64_t up,
+		       const char *name, size_t len, uint64_t *dir_r)
 {
-	struct dbox_msgloc old;
-	int ret = dbox_index_lookup(index, dir, name, strlen(name), attr_r);
+	struct dbox_attr attr;
+	int ret;
 
-	if (ret == -ENOENT)
+	if (len != 3 || memcmp(name, "tmp", 3) != 0)
 		return 0;
-	if (ret < 0)
-		return ret;
-	if (attr_r->kind != DBOX_KIND_MESSAGE ||
-	    dbox_index_msg_get(index, attr_r->ino, &old) < 0 ||
-	    old.state != DBOX_MSG_WRITING || strcmp(old.guid, r->guid) != 0)
-		return -EEXIST;
-	return 1;
+	ret = dbox_index_lookup(index, up, "new", 3, &attr);
+	if (ret == 0 && attr.kind == DBOX_KIND_DIR)
+		*dir_r = attr.ino;
+	return ret == -ENOENT ? 0 : ret;
 }
 
-/* Put r (at loc) back at its path.  The name of its own unfinished
-   delivery is finished in place, as ext4 leaves a file whose writer died
-   during its fsync.  A name the index lost with the rest of its commits
-   (a power loss, an index older than storage/) is made again - in new/
-   when it was in a folder's tmp/: a maildir delivery syncs its message
-   in tmp/ to rename it into new/ next, and back in tmp/, where no reader
-   looks and clients delete what is old, it would be lost all the same
-   (README).  Returns 0, -ENOENT or -EINVAL when the path names no
-   directory that exists or no valid name, -EEXIST when the name is
-   another message's, or the index's errno. */
+/* Put r (at loc) back at its path.  A name the index lost with the rest
+   of its commits is made again - in new/ when it was in a folder's tmp/:
+   a maildir delivery syncs its message in tmp/ to rename it into new/
+   next, and back in tmp/, where no reader looks and clients delete what
+   is old, it would be lost all the same (docs/limits.md).  Returns 0,
+   -ENOENT or -EINVAL when the path names no folder's cur/, new/ or tmp/
+   that exists or no valid name, -EEXIST when the name is taken, or the
+   index's errno. */
 static int place_at_path(struct dbox_index *index, const struct tail_rec *r,
 			 const struct dbox_msgloc *loc)
 {
@@ -226,26 +314,52 @@ static int place_at_path(struct dbox_index *index, const struct tail_rec *r,
 	/* Messages live in a folder's cur/, new/ or tmp/ only. */
 	if (!good_name(p, strlen(p)) || !maildir_is_subdir(last, last_len))
 		return -EINVAL;
-	if ((ret = own_delivery(index, dir, p, r, &attr)) == 1) {
-		attr.size = r->plain_size;
-		attr.mtime_ns = dbox_time_make(r->received, 0);
-		if ((ret = dbox_index_msg_set(index, attr.ino, loc)) < 0)
-			return ret;
-		return dbox_index_setattr(index, &attr);
-	}
-	if (ret < 0)
-		return ret;
-	if (last_len == 3 && memcmp(last, "tmp", 3) == 0) {
-		if ((ret = dbox_index_lookup(index, up, "new", 3, &attr)) < 0)
-			return ret;
-		if (attr.kind != DBOX_KIND_DIR)
-			return -ENOENT;
-		dir = attr.ino;
-	}
-	if ((ret = dbox_index_getattr(index, dir, &dirattr)) < 0)
+	if ((ret = new_for_tmp(index, up, last, last_len, &dir)) < 0 ||
+	    (ret = dbox_index_getattr(index, dir, &dirattr)) < 0)
 		return ret;
 	return dbox_restore_message(index, dir, &dirattr, p, loc,
 				    r->plain_size, r->received, NULL);
+}
+
+/* The delivery ino the index has as WRITING, finished with r (at loc)
+   under the name it has; from a folder's tmp/ into its new/ (see
+   place_at_path) when that name is free there. */
+static int finish_writing(struct dbox_index *index, uint64_t ino,
+			  const struct tail_rec *r,
+			  const struct dbox_msgloc *loc)
+{
+	struct dbox_attr attr;
+	uint64_t parent, up, dir, replaced;
+	uint32_t replaced_nlink;
+	char *name = NULL, *dirname = NULL;
+	int ret;
+
+	if ((ret = dbox_index_getattr(index, ino, &attr)) < 0)
+		return ret;
+	attr.size = r->plain_size;
+	attr.mtime_ns = dbox_time_make(r->received, 0);
+	if ((ret = dbox_index_msg_set(index, ino, loc)) < 0 ||
+	    (ret = dbox_index_setattr(index, &attr)) < 0)
+		return ret;
+	if (dbox_index_entry_of(index, ino, &parent, &name) < 0)
+		return 0; /* no name: the index's recovery drops it */
+	if ((ret = dbox_index_entry_of(index, parent, &up, &dirname)) == 0) {
+		dir = parent;
+		ret = new_for_tmp(index, up, dirname, strlen(dirname), &dir);
+		if (ret == 0 && dir != parent) {
+			ret = dbox_index_rename(index, parent, name, strlen(name),
+						dir, name, strlen(name),
+						RENAME_NOREPLACE, dbox_now_ns(),
+						NULL, &replaced, &replaced_nlink);
+			if (ret == -EEXIST)
+				ret = 0; /* stays in tmp/ */
+		}
+	} else if (ret == -ENOENT) {
+		ret = 0;
+	}
+	free(name);
+	free(dirname);
+	return ret;
 }
 
 /* Put r (at loc) back in its B folder's cur/ under a new name. */
@@ -258,8 +372,21 @@ static int place_in_folder(struct dbox_index *index, uint32_t file_id,
 	uint64_t cur;
 	int ret;
 
-	if ((ret = dbox_restore_find_cur(index, r->mailbox, &cur)) < 0 ||
-	    (ret = dbox_index_getattr(index, cur, &dir)) < 0)
+	ret = dbox_restore_find_cur(index, r->mailbox, &cur);
+	if (ret == -ENOENT) {
+		/* Not even INBOX has a cur/ (the mount makes one at its
+		   start; this runs before): made as the mount would. */
+		struct dbox_attr root;
+
+		if ((ret = dbox_index_getattr(index, DBOX_ROOT_INO, &root)) < 0 ||
+		    (ret = dbox_index_create(index, DBOX_ROOT_INO, "cur", 3,
+					     DBOX_KIND_DIR, S_IFDIR | 0700,
+					     root.uid, root.gid, dbox_now_ns(),
+					     &dir)) < 0)
+			return ret;
+		cur = dir.ino;
+	}
+	if (ret < 0 || (ret = dbox_index_getattr(index, cur, &dir)) < 0)
 		return ret;
 	for (unsigned int n = 0; ; n++) {
 		dbox_restored_name(r->received, r->guid, file_id, r->offset, n,
@@ -271,11 +398,15 @@ static int place_in_folder(struct dbox_index *index, uint32_t file_id,
 	}
 }
 
-/* Put t->v[0, n) back in st's index (a transaction is open): counts in
-   at_path, in_folder and copies.  Returns 0 or a negative errno. */
+struct counts {
+	unsigned int at_path, in_folder, finished, moved, copies;
+};
+
+/* Put t->v[0, n) back in st's index (a transaction is open).  Returns 0,
+   or a negative errno with *failed_r the record it failed at. */
 static int place_all(struct dbox_store *st, uint32_t file_id,
-		     const struct tail *t, size_t n, unsigned int *at_path,
-		     unsigned int *in_folder, unsigned int *copies)
+		     const struct tail *t, size_t n, struct counts *c,
+		     size_t *failed_r)
 {
 	for (size_t i = 0; i < n; i++) {
 		const struct tail_rec *r = &t->v[i];
@@ -287,24 +418,65 @@ static int place_all(struct dbox_store *st, uint32_t file_id,
 		};
 		int ret = -ENOENT;
 
+		*failed_r = i;
+		memcpy(loc.guid, r->guid, sizeof(loc.guid));
 		if (r->copy) {
-			(*copies)++;
+			c->copies++;
 			continue;
 		}
-		memcpy(loc.guid, r->guid, sizeof(loc.guid));
+		if (r->moved != 0) {
+			if ((ret = dbox_index_msg_set(st->index, r->moved,
+						      &loc)) < 0)
+				return ret;
+			c->moved++;
+			continue;
+		}
+		if (r->writing != 0) {
+			if ((ret = finish_writing(st->index, r->writing, r,
+						  &loc)) < 0)
+				return ret;
+			c->finished++;
+			continue;
+		}
 		if (r->path != NULL)
 			ret = place_at_path(st->index, r, &loc);
 		if (ret == 0) {
-			(*at_path)++;
+			c->at_path++;
 			continue;
 		}
 		if (ret != -ENOENT && ret != -EINVAL && ret != -EEXIST &&
-		    ret != -ENOTDIR)
+		    ret != -ENOTDIR && ret != -ENAMETOOLONG)
 			return ret;
 		if ((ret = place_in_folder(st->index, file_id, r, &loc)) < 0)
 			return ret;
-		(*in_folder)++;
+		c->in_folder++;
 	}
+	return 0;
+}
+
+/* Put back t->v[0, n) with the committed end moved to its end, in one
+   durable commit.  Returns 0, or a negative errno with *failed_r the
+   record that could not be put back (nothing is changed then). */
+static int restore_records(struct dbox_store *st, uint32_t file_id,
+			   const struct tail *t, size_t n, struct counts *c,
+			   size_t *failed_r)
+{
+	uint64_t end = t->v[n - 1].offset + t->v[n - 1].record_size;
+	int ret;
+
+	*c = (struct counts){ 0 };
+	*failed_r = n;
+	if ((ret = dbox_index_begin(st->index)) < 0)
+		return ret;
+	if ((ret = place_all(st, file_id, t, n, c, failed_r)) < 0 ||
+	    (ret = dbox_index_mfile_set(st->index, file_id, end)) < 0 ||
+	    (ret = dbox_index_commit(st->index, false)) < 0) {
+		dbox_index_rollback(st->index);
+		return ret;
+	}
+	/* Committed: what follows judges the file by the new end, whether
+	   this sync works or not (it is retried by every later one). */
+	(void)dbox_index_sync_upto(st->index, dbox_index_commit_seq(st->index));
 	return 0;
 }
 
@@ -313,51 +485,59 @@ uint64_t dbox_store_restore_fsynced(struct dbox_store *st, int fd,
 				    uint64_t committed, uint64_t stop)
 {
 	struct tail t = { 0 };
-	unsigned int at_path = 0, in_folder = 0, copies = 0;
-	uint64_t end, new_end;
-	size_t n = 0;
+	struct counts c = { 0 };
+	uint64_t end;
+	size_t n, failed;
+	long whole;
 	int ret;
 
 	dbox_store_assert_locked(st);
-	(void)dbox_file_tail_records(fd, file_id, committed, stop, &end,
-				     tail_cb, &t);
-	for (size_t i = 0; i < t.n; i++)
-		if (t.v[i].path != NULL)
-			n = i + 1;
-	if (n == 0 || t.err != 0) {
-		if (t.err != 0)
-			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: reading the "
-				   "records past the committed end: %s",
-				   dbox_store_dir_name(st, alt), file_id,
-				   strerror(-t.err));
+	whole = dbox_file_tail_records(fd, file_id, committed, stop, &end,
+				       tail_cb, &t);
+	if (whole <= 0 || t.with_path == 0)
+		return committed;
+	t.n = 0;
+	t.collect = true;
+	whole = dbox_file_tail_records(fd, file_id, committed, t.last_path_end,
+				       &end, tail_cb, &t);
+	ret = whole < 0 ? (int)whole : t.err;
+	if (ret == 0 && t.n != t.with_path)
+		ret = -EIO; /* the file changed under us */
+	if (ret == 0)
+		ret = match_rows(st, &t, t.n);
+	n = t.n;
+	/* A record that cannot be put back: the ones before it are, and it
+	   and the rest stay past the committed end. */
+	while (ret == 0 &&
+	       (ret = restore_records(st, file_id, &t, n, &c, &failed)) < 0 &&
+	       failed > 0 && failed < n) {
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: the record at %llu "
+			   "cannot be put back (%s); it stays past the "
+			   "committed end", dbox_store_dir_name(st, alt),
+			   file_id, (unsigned long long)t.v[failed].offset,
+			   strerror(-ret));
+		n = failed;
+		ret = 0;
+	}
+	if (ret < 0) {
+		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: putting back the records "
+			   "past the committed end %llu: %s; they are kept for "
+			   "'dboxadm rebuild'", dbox_store_dir_name(st, alt),
+			   file_id, (unsigned long long)committed,
+			   strerror(-ret));
 		tail_free(&t);
 		return committed;
 	}
-	new_end = t.v[n - 1].offset + t.v[n - 1].record_size;
-	if ((ret = mark_copies(st->index, &t, n)) < 0 ||
-	    (ret = dbox_index_begin(st->index)) < 0)
-		goto fail;
-	if ((ret = place_all(st, file_id, &t, n, &at_path, &in_folder,
-			     &copies)) < 0 ||
-	    (ret = dbox_index_mfile_set(st->index, file_id, new_end)) < 0 ||
-	    (ret = dbox_index_commit(st->index, true)) < 0) {
-		dbox_index_rollback(st->index);
-		goto fail;
-	}
+	end = t.v[n - 1].offset + t.v[n - 1].record_size;
 	dbox_warning("%s/" DBOX_STORE_STORAGE "/m.%u: %u messages synced by "
 		     "fsync() whose index rows the crash lost put back at "
-		     "their paths, %u in their folder's cur/ (%u copies of "
-		     "messages the index has left out); committed end "
-		     "%llu -> %llu", dbox_store_dir_name(st, alt), file_id,
-		     at_path, in_folder, copies, (unsigned long long)committed,
-		     (unsigned long long)new_end);
+		     "their paths, %u in their folder's cur/, %u unfinished "
+		     "deliveries finished, %u messages a purge had moved "
+		     "found (%u copies of messages the index has left out); "
+		     "committed end %llu -> %llu", dbox_store_dir_name(st, alt),
+		     file_id, c.at_path, c.in_folder, c.finished, c.moved,
+		     c.copies, (unsigned long long)committed,
+		     (unsigned long long)end);
 	tail_free(&t);
-	return new_end;
-fail:
-	dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: putting back the %zu records "
-		   "past the committed end %llu: %s; they are kept for "
-		   "'dboxadm rebuild'", dbox_store_dir_name(st, alt), file_id,
-		   n, (unsigned long long)committed, strerror(-ret));
-	tail_free(&t);
-	return committed;
+	return end;
 }

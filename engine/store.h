@@ -95,6 +95,11 @@ struct dbox_mfile {
 			    size failed): the file leaves the pool at release,
 			    and the next open's recovery cuts them */
 	bool unsynced; /* listed in st->unsynced (store-sync.c) */
+	uint64_t mark_seq; /* the index commit (dbox_index_commit_seq) that
+			      holds the last change of inflight.m.N: a
+			      record appended after it is restorable from
+			      its path only once that commit is on disk
+			      (an fsync syncs up to it: store-restore.c) */
 };
 
 /* The store lock: a mutex that knows which thread holds it, so the entry
@@ -251,9 +256,9 @@ bool dbox_store_purged_file(struct dbox_index *index, uint32_t file_id,
    mf->size) is in flight until committed (meta inflight.m.N): for a
    writer that leaves no WRITING row there (a copy-on-write copy; purge's
    copies, done by dbox_store_mfile_acquire).  In the caller's transaction
-   (or on its own), before the first byte.  Needs st->lock.  Returns 0 or
-   a negative errno. */
-int dbox_store_note_inflight(struct dbox_store *st, const struct dbox_mfile *mf);
+   (or on its own), before the first byte; sets mf->mark_seq.  Needs
+   st->lock.  Returns 0 or a negative errno. */
+int dbox_store_note_inflight(struct dbox_store *st, struct dbox_mfile *mf);
 
 /* dbox_store_note_inflight for a save's record, forgotten again when the
    save finishes or is freed unfinished (a stale inflight.m.N equal to the
@@ -268,9 +273,10 @@ int dbox_save_note_inflight(struct dbox_save *save);
    back: the save is not marked in flight any more.  Needs st->lock. */
 void dbox_save_inflight_lost(struct dbox_save *save);
 
-/* Forget inflight.m.<file_id> (the writer committed or gave its bytes
-   back).  Needs st->lock. */
-void dbox_store_clear_inflight(struct dbox_store *st, uint32_t file_id);
+/* Forget inflight.m.N of mf (the writer committed or gave its bytes
+   back), in the caller's transaction; sets mf->mark_seq.  Needs
+   st->lock. */
+void dbox_store_clear_inflight(struct dbox_store *st, struct dbox_mfile *mf);
 
 /* Does m.<file_id> (open as fd; an m.N the index does not know and did
    not purge) hold a whole record - possibly the only copy of a message of
@@ -538,6 +544,12 @@ int dbox_save_seal(struct dbox_save *save, time_t received_sec,
 /* Does the record as written now carry an fsync path (the last seal had
    one, and no write undid it)? */
 bool dbox_save_sealed_with_path(const struct dbox_save *save);
+
+/* The index commit that holds the last change of the in-flight mark of
+   the save's m.N (struct dbox_mfile, mark_seq; 0: none since the open):
+   recovery stops at a mark, so a record sealed with its path is
+   restorable only once that commit is on disk.  Needs st->lock. */
+uint64_t dbox_save_mark_seq(const struct dbox_save *save);
 
 /* Mark the index row WRITING again.  Recovery drops a WRITING message
    with all its names, so this is only for a record nobody was told is

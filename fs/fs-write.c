@@ -343,7 +343,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	struct dbox_store *st = fs->st;
 	struct fs_inode *inode = h->inode;
 	struct dbox_save *save;
-	uint64_t seq, seals, inflight_seq;
+	uint64_t seq, seals, inflight_seq, mark_seq = 0;
 	bool resealed, restorable = false;
 	int fd, ret;
 
@@ -424,6 +424,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 			dbox_save_synced(save, seals);
 			restorable = inflight_seq == 0 &&
 				dbox_save_sealed_with_path(save);
+			mark_seq = dbox_save_mark_seq(save);
 		}
 		dbox_save_free(&save); /* the inode holds it still */
 		/* Written to (and maybe finished by a flush) since the seal:
@@ -433,11 +434,17 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	}
 	seq = dbox_ns_sync_point(st);
 	fs_unlock(fs);
+	if (ret < 0)
+		return ret;
 	/* One flush: the synced record names its path, and recovery puts
 	   it back there if this commit does not reach the disk; the timed
-	   sync, an fsyncdir or the next fsync carries the row. */
-	if (ret < 0 || restorable)
-		return ret;
+	   sync, an fsyncdir or the next fsync carries the row.  Recovery
+	   stops at an in-flight mark of the m.N, so the last change of one
+	   (a copy's or purge's before this record) must be on disk: at
+	   once when it is already (group commit), rare otherwise. */
+	if (restorable)
+		return mark_seq == 0 ? 0 :
+			dbox_ns_sync_upto(st, mark_seq < seq ? mark_seq : seq);
 	return dbox_ns_sync_upto(st, seq);
 }
 

@@ -351,25 +351,33 @@ static int file_rows_value(struct dbox_index *index, const char *sql,
 	return ret;
 }
 
-int dbox_index_msg_guids(struct dbox_index *index, dbox_guid_cb_t *cb,
-			 void *ctx)
+int dbox_index_msg_rows(struct dbox_index *index, dbox_msg_row_cb_t *cb,
+			void *ctx)
 {
 	sqlite3_stmt *stmt;
 	int rc = SQLITE_DONE, ret = 0;
 
-	if (sqlite3_prepare_v2(index->db, "SELECT guid FROM message"
-			       " WHERE state != ?1", -1, &stmt,
-			       NULL) != SQLITE_OK)
-		return index_sql_error(index, "guids");
-	sqlite3_bind_int(stmt, 1, DBOX_MSG_WRITING);
+	if (sqlite3_prepare_v2(index->db, "SELECT ino, guid, file_id, offset,"
+			       " body_size, record_size, vsize, state"
+			       " FROM message", -1, &stmt, NULL) != SQLITE_OK)
+		return index_sql_error(index, "message rows");
 	while (ret == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-		const unsigned char *guid = sqlite3_column_text(stmt, 0);
+		const unsigned char *guid = sqlite3_column_text(stmt, 1);
+		struct dbox_msgloc loc = {
+			.file_id = (uint32_t)sqlite3_column_int64(stmt, 2),
+			.offset = (uint64_t)sqlite3_column_int64(stmt, 3),
+			.body_size = (uint64_t)sqlite3_column_int64(stmt, 4),
+			.record_size = (uint64_t)sqlite3_column_int64(stmt, 5),
+			.vsize = (uint64_t)sqlite3_column_int64(stmt, 6),
+			.state = (enum dbox_msg_state)sqlite3_column_int(stmt, 7),
+		};
 
 		if (guid != NULL)
-			ret = cb(ctx, (const char *)guid);
+			snprintf(loc.guid, sizeof(loc.guid), "%s", guid);
+		ret = cb(ctx, (uint64_t)sqlite3_column_int64(stmt, 0), &loc);
 	}
 	if (ret == 0 && rc != SQLITE_DONE)
-		ret = index_sql_error(index, "guids");
+		ret = index_sql_error(index, "message rows");
 	sqlite3_finalize(stmt);
 	return ret;
 }

@@ -8,6 +8,7 @@
  * else in the index prepares SQL at run time.
  */
 #include "index-private.h"
+#include "wal-sync.h"
 #include "checkpoint.h"
 #include "reserve.h"
 #include "verify.h"
@@ -29,8 +30,6 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_BEGIN] = "BEGIN IMMEDIATE",
 	[ST_COMMIT] = "COMMIT",
 	[ST_ROLLBACK] = "ROLLBACK",
-	[ST_SYNC_FULL] = "PRAGMA synchronous=FULL",
-	[ST_SYNC_NORMAL] = "PRAGMA synchronous=NORMAL",
 	[ST_LOOKUP] = "SELECT " INDEX_ATTR_COLS " FROM entry e JOIN inode i ON i.ino = e.ino"
 		      " WHERE e.parent = ?1 AND e.name = ?2",
 	/* Names from ?2 up to (not with) ?3, in byte order: a range of the
@@ -110,7 +109,6 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_SETTING_SET] = "INSERT OR REPLACE INTO setting (key, value) VALUES (?1, ?2)",
 	[ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
 	[ST_META_SET] = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
-	[ST_SYNC_TOUCH] = "UPDATE meta SET value = value WHERE key = 'format'",
 	[ST_SYMLINK_SET] = "INSERT OR REPLACE INTO symlink (ino, target) VALUES (?1, ?2)",
 	[ST_SYMLINK_GET] = "SELECT target FROM symlink WHERE ino = ?1",
 	[ST_XATTR_GET] = "SELECT value FROM xattr WHERE ino = ?1 AND name = ?2",
@@ -658,24 +656,17 @@ int dbox_index_begin(struct dbox_index *index)
 	return index_exec_stmt(index, index_stmt(index, ST_BEGIN), "begin");
 }
 
-/* Make every committed transaction durable: a write transaction committed
-   under synchronous=FULL syncs the WAL, and with it all earlier frames.
-   (The setting is changed only outside a transaction.) */
+/* Make every committed transaction durable: one fdatasync of the WAL
+   (wal-sync.h, shared with syncs running at the same time), which holds
+   every commit made so far (synchronous=NORMAL writes a commit's frames
+   before it returns).  It used to commit a touch of the meta table
+   under synchronous=FULL, relying on SQLite to sync the WAL for it; a
+   touch that changed nothing wrote no frame and synced nothing, so a
+   purge could remove an m.N before the switch naming its copies was on
+   disk (helper-63). */
 static int index_sync(struct dbox_index *index)
 {
-	int ret;
-
-	if ((ret = index_exec_stmt(index, index_stmt(index, ST_SYNC_FULL),
-				   "synchronous")) < 0)
-		return ret;
-	if ((ret = dbox_index_begin(index)) == 0 &&
-	    (ret = index_exec_stmt(index, index_stmt(index, ST_SYNC_TOUCH),
-				   "sync")) == 0)
-		ret = index_exec_stmt(index, index_stmt(index, ST_COMMIT),
-				      "commit");
-	dbox_index_rollback(index);
-	index_exec_stmt(index, index_stmt(index, ST_SYNC_NORMAL), "synchronous");
-	return ret;
+	return dbox_index_sync_written(index);
 }
 
 int dbox_index_commit(struct dbox_index *index, bool durable)

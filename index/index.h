@@ -392,16 +392,16 @@ int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix);
 int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
 			      uint64_t from, uint64_t *offset_r);
 
-/* Called by dbox_index_msg_guids with each GUID; non-zero stops. */
-typedef int dbox_guid_cb_t(void *ctx, const char *guid);
+/* Called by dbox_index_msg_rows with each message row; non-zero stops. */
+typedef int dbox_msg_row_cb_t(void *ctx, uint64_t ino,
+			      const struct dbox_msgloc *loc);
 
-/* The GUID of every committed message (not WRITING), in no order, for
-   crash recovery: a record past a committed end whose GUID a message
-   holds is a copy of it (a purge's or a copy-on-write's), no lost mail.
-   One scan of the message table.  Returns 0, the callback's non-zero
-   value, or -EIO. */
-int dbox_index_msg_guids(struct dbox_index *index, dbox_guid_cb_t *cb,
-			 void *ctx);
+/* Every message row (committed and WRITING), in no order, for crash
+   recovery: which message a record past a committed end belongs to, by
+   its GUID.  One scan of the message table.  Returns 0, the callback's
+   non-zero value, or -EIO. */
+int dbox_index_msg_rows(struct dbox_index *index, dbox_msg_row_cb_t *cb,
+			void *ctx);
 
 /* The end (bytes) of the last record in m.<file_id> that a committed
    message row names (max of offset + record_size; 0 when none): a

@@ -173,6 +173,10 @@ def actor_deliver(ctx):
         fd = os.open(folder / "tmp" / base, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             write_all(fd, data, rng)
+            # A daemon killed between the fsync's flush and its commit
+            # leaves the synced record, which recovery puts back in new/
+            # (docs/durability.md, "Mail fsync() synced"): at least once.
+            log.write("F", base, key or "INBOX", f"new/{base}")
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -539,3 +539,40 @@ def test_purge_moves_a_message_still_open_after_its_fsync(tmp_path, make_mount):
     m.unmount()
     r = adm("check", store)
     assert r.returncode == 0, r
+
+
+def test_purge_removes_an_mfile_only_after_its_switch_is_on_disk(make_mount, tmp_path):
+    """The commit that points the moved messages at their copies is made
+    durable (an fdatasync of the WAL) before the old m.N is unlinked: a
+    power loss between the two would leave rows naming a file that is
+    gone.  It was not: the durable commit relied on a PRAGMA that SQLite
+    applies when it prepares the statement, and it was prepared once
+    (helper-63).  strace sees the order."""
+    m = make_mount(options=["-o", "rotate_size=65536"])
+    md = m.maildir()
+    for i in range(4):
+        with open(md / "cur" / f"m{i}:2,S", "wb") as f:
+            f.write(b"Subject: %d\n\n" % i + bytes([97 + i]) * 20000)
+    for i in (0, 1):
+        os.unlink(md / "cur" / f"m{i}:2,S")
+    log = tmp_path / "purge.strace"
+    tracer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-y", "-e", "trace=fdatasync,unlink,unlinkat",
+         "-o", str(log), "-p", str(m.proc.pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2.0)  # attached, and the unlinks' timed sync is over
+        start = len(log.read_text().splitlines())
+        adm("purge", m.store, check_rc=0)
+    finally:
+        tracer.terminate()
+        tracer.wait()
+    lines = log.read_text().splitlines()[start:]
+    gone = [i for i, line in enumerate(lines)
+            if "unlink" in line and "m.1" in line and "= 0" in line]
+    assert gone, lines
+    assert any("index.sqlite-wal>" in line for line in lines[:gone[0]]), lines
+    assert not (m.store / "storage" / "m.1").exists()
+    for i in (2, 3):
+        assert (md / "cur" / f"m{i}:2,S").read_bytes() == \
+            b"Subject: %d\n\n" % i + bytes([97 + i]) * 20000
