@@ -196,10 +196,13 @@ uint64_t dbox_ns_sync_point(struct dbox_store *st)
 
 int dbox_ns_sync_upto(struct dbox_store *st, uint64_t point)
 {
-	/* The rows this sync carries name bytes that must be there first:
-	   of messages closed without fsync by any writer (store-sync.c). */
-	dbox_store_sync_unsynced(st);
-	return dbox_index_sync_upto(st->index, point);
+	/* At once when a sync covered point already (group commit);
+	   else the rows this sync carries name bytes that must be there
+	   first: of messages closed without fsync by any writer
+	   (store-sync.c). */
+	if (dbox_index_synced_upto(st->index, point))
+		return 0;
+	return dbox_store_sync_wal(st, point);
 }
 
 int dbox_ns_new_owner(struct dbox_store *st, uint64_t parent,

@@ -20,14 +20,15 @@ int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r);
 /* store-restore.c: crash recovery of mail that fsync() synced with its
    path (L) but whose index rows the crash lost: the whole records of
    m.<file_id> (open as fd; in ALT storage when alt) from its committed
-   end `committed` up to the last one with a path, stopping before
-   `stop` (a copy's mark, dbox_store_copy_mark; UINT64_MAX: none), are
-   put back - at their path, else in their B folder's cur/ - except
-   records whose GUID a committed message has (a purge's copies), and
-   the committed end
-   moves past them, in one durable commit.  Returns the committed end
-   after it (committed when nothing was put back; failures are logged
-   and leave the index as it was).  Needs st->lock. */
+   end `committed` up to the last one with a path (or with the GUID of
+   one), stopping before `stop` (a copy's mark, dbox_store_copy_mark;
+   UINT64_MAX: none), are matched to the index by GUID and put back (a
+   WRITING delivery finished, a message a purge moved pointed at its
+   record, the rest made at its path or in its B folder's cur/), copies
+   of messages the index has left out, and the committed end moves past
+   them, in one commit made durable.  Returns the committed end after
+   it (committed when nothing was put back; failures are logged and
+   leave the index as it was).  Needs st->lock. */
 uint64_t dbox_store_restore_fsynced(struct dbox_store *st, int fd,
 				    uint32_t file_id, bool alt,
 				    uint64_t committed, uint64_t stop);

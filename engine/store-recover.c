@@ -450,8 +450,12 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 				}
 			}
 			/* A killed import's file: its records are the
-			   import's uncommitted work, copied and cut. */
-			bool copy_first = whole > 0;
+			   import's uncommitted work, copied and cut.  Other
+			   bytes are copied before the cut too: a file whose
+			   creation a power loss took may hold mail fsync()
+			   synced, behind a damaged first record (helper-63:
+			   a NUL in its L line cut it all without a copy). */
+			bool copy_first = true;
 
 			if (whole > 0 && !st->import_killed) {
 				dbox_info("%s/" DBOX_STORE_STORAGE "/%s: unknown to the index; its "

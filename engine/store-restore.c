@@ -22,9 +22,11 @@
  *  - nothing: made again at its path (in new/ for a path in tmp/), else
  *    as 'dboxadm rebuild' would, in its B folder's cur/ (restore.h).
  *
- * Records without a path before the last one with a path (messages
- * closed without fsync whose rows the same loss took) are put back the
- * same way, as the committed end cannot move over them otherwise.
+ * Of several records with one GUID (a purge's copies) the newest is the
+ * message, under the path of the newest that has one.  Records without a path before the last
+ * one put back (messages closed without fsync whose rows the same loss
+ * took) are put back the same way, as the committed end cannot move
+ * over them otherwise.
  *
  * Invariants: records at or after an in-flight mark of a copy or purge
  * are never looked at (an fsync makes the mark's last change durable
@@ -70,22 +72,47 @@ struct tail_rec {
 	uint64_t writing; /* the WRITING message of its GUID, or 0 */
 };
 
+/* What the first pass keeps of a record. */
+struct scan_rec {
+	uint64_t end;
+	char guid[DBOX_GUID_HEX_LEN * 2 + 1];
+	bool path;
+};
+
 struct tail {
-	struct tail_rec *v;
+	struct tail_rec *v;     /* second pass: the records */
+	struct scan_rec *s;     /* first pass */
 	size_t n, size;
-	uint64_t last_path_end; /* end of the last record with a path */
-	size_t with_path;       /* records up to it */
+	uint64_t last_end;      /* end of the last record to put back */
+	size_t count;           /* records up to it */
 	bool collect;           /* second pass: keep the records */
 	int err;                /* what stopped the collection, or 0 */
 };
 
 static void tail_free(struct tail *t)
 {
-	for (size_t i = 0; i < t->n; i++) {
-		free(t->v[i].mailbox);
-		free(t->v[i].path);
+	if (t->collect) {
+		for (size_t i = 0; i < t->n; i++) {
+			free(t->v[i].mailbox);
+			free(t->v[i].path);
+		}
 	}
 	free(t->v);
+	free(t->s);
+}
+
+/* Room for one more element of size bytes in *v (n used of *size). */
+static bool tail_grow(void **v, size_t n, size_t *size, size_t elem)
+{
+	void *grown;
+
+	if (n < *size)
+		return true;
+	if ((grown = realloc(*v, (*size == 0 ? 16 : *size * 2) * elem)) == NULL)
+		return false;
+	*v = grown;
+	*size = *size == 0 ? 16 : *size * 2;
+	return true;
 }
 
 static char *text_dup(const char *s, int *err)
@@ -99,36 +126,38 @@ static char *text_dup(const char *s, int *err)
 	return d;
 }
 
-/* dbox_file_tail_records callback.  First pass: where the last record
-   with a path ends.  Second pass: keep the records. */
+/* dbox_file_tail_records callback.  First pass: the GUID, end and path
+   of each record (up to RESTORE_MAX_RECORDS).  Second pass: keep the
+   records up to the last one to put back. */
 static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 		   const struct dbox_metadata *md, uint64_t record_size)
 {
 	struct tail *t = ctx;
 	struct tail_rec *r;
 
+	if (t->err != 0)
+		return 0;
 	if (!t->collect) {
-		if (md->fsync_path != NULL &&
-		    strlen(md->fsync_path) <= RESTORE_MAX_TEXT &&
-		    t->n < RESTORE_MAX_RECORDS) {
-			t->last_path_end = offset + record_size;
-			t->with_path = t->n + 1;
-		}
-		t->n++;
-		return 0;
-	}
-	if (t->err != 0 || offset + record_size > t->last_path_end)
-		return 0;
-	if (t->n == t->size) {
-		size_t size = t->size == 0 ? 16 : t->size * 2;
-		struct tail_rec *v = realloc(t->v, size * sizeof(*v));
+		struct scan_rec *sr;
 
-		if (v == NULL) {
+		if (t->n >= RESTORE_MAX_RECORDS)
+			return 0;
+		if (!tail_grow((void **)&t->s, t->n, &t->size, sizeof(*t->s))) {
 			t->err = -ENOMEM;
 			return 0;
 		}
-		t->v = v;
-		t->size = size;
+		sr = &t->s[t->n++];
+		sr->end = offset + record_size;
+		memcpy(sr->guid, md->guid, sizeof(sr->guid));
+		sr->path = md->fsync_path != NULL &&
+			strlen(md->fsync_path) <= RESTORE_MAX_TEXT;
+		return 0;
+	}
+	if (offset + record_size > t->last_end)
+		return 0;
+	if (!tail_grow((void **)&t->v, t->n, &t->size, sizeof(*t->v))) {
+		t->err = -ENOMEM;
+		return 0;
 	}
 	r = &t->v[t->n];
 	*r = (struct tail_rec){
@@ -142,6 +171,46 @@ static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	r->mailbox = text_dup(md->mailbox, &t->err);
 	r->path = text_dup(md->fsync_path, &t->err);
 	t->n++;
+	return 0;
+}
+
+static int scan_cmp(const void *a, const void *b)
+{
+	const struct scan_rec *x = *(struct scan_rec *const *)a,
+			      *y = *(struct scan_rec *const *)b;
+	int c = strcmp(x->guid, y->guid);
+
+	return c != 0 ? c : (x->end > y->end) - (x->end < y->end);
+}
+
+/* After the first pass: how many records to put back - up to the last
+   one with a path, or with the GUID of one with a path (a copy of it).  Sets t->count and t->last_end; 0 records: none. */
+static int tail_extent(struct tail *t)
+{
+	struct scan_rec **by = malloc((t->n + 1) * sizeof(*by));
+	size_t last = 0;
+
+	if (by == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < t->n; i++) {
+		by[i] = &t->s[i];
+		if (t->s[i].path)
+			last = i + 1;
+	}
+	qsort(by, t->n, sizeof(*by), scan_cmp);
+	for (size_t p = 0, q; p < t->n; p = q) {
+		bool path = false;
+
+		for (q = p; q < t->n && (q == p || (by[p]->guid[0] != '\0' &&
+						     strcmp(by[q]->guid,
+							    by[p]->guid) == 0)); q++)
+			path |= by[q]->path;
+		if (path && (size_t)(by[q - 1] - t->s) + 1 > last)
+			last = (size_t)(by[q - 1] - t->s) + 1;
+	}
+	free(by);
+	t->count = last;
+	t->last_end = last > 0 ? t->s[last - 1].end : 0;
 	return 0;
 }
 
@@ -247,9 +316,19 @@ static int match_rows(struct dbox_store *st, struct tail *t, size_t n)
 			g.by_guid[g.n++] = &t->v[i];
 	qsort(g.by_guid, g.n, sizeof(*g.by_guid), guid_cmp);
 	ret = g.n == 0 ? 0 : dbox_index_msg_rows(st->index, row_cb, &g);
-	for (size_t i = 0; ret == 0 && i + 1 < g.n; i++)
-		if (guid_key_cmp(&g.by_guid[i], &g.by_guid[i + 1]) == 0)
-			g.by_guid[i]->copy = true;
+	for (size_t i = 0; ret == 0 && i + 1 < g.n; i++) {
+		struct tail_rec *r = g.by_guid[i], *next = g.by_guid[i + 1];
+
+		if (guid_key_cmp(&r, &next) != 0)
+			continue;
+		/* An older version: the newest takes its path, when it
+		   has none (sealed by the close after the fsync). */
+		r->copy = true;
+		if (next->path == NULL) {
+			next->path = r->path;
+			r->path = NULL;
+		}
+	}
 	free(g.by_guid);
 	return ret;
 }
@@ -494,14 +573,21 @@ uint64_t dbox_store_restore_fsynced(struct dbox_store *st, int fd,
 	dbox_store_assert_locked(st);
 	whole = dbox_file_tail_records(fd, file_id, committed, stop, &end,
 				       tail_cb, &t);
-	if (whole <= 0 || t.with_path == 0)
-		return committed;
-	t.n = 0;
-	t.collect = true;
-	whole = dbox_file_tail_records(fd, file_id, committed, t.last_path_end,
-				       &end, tail_cb, &t);
 	ret = whole < 0 ? (int)whole : t.err;
-	if (ret == 0 && t.n != t.with_path)
+	if (ret == 0 && whole > 0)
+		ret = tail_extent(&t);
+	free(t.s);
+	t.s = NULL;
+	if (ret == 0 && t.count == 0)
+		return committed;
+	if (ret == 0) {
+		t.n = t.size = 0;
+		t.collect = true;
+		whole = dbox_file_tail_records(fd, file_id, committed,
+					       t.last_end, &end, tail_cb, &t);
+		ret = whole < 0 ? (int)whole : t.err;
+	}
+	if (ret == 0 && t.n != t.count)
 		ret = -EIO; /* the file changed under us */
 	if (ret == 0)
 		ret = match_rows(st, &t, t.n);

@@ -2,11 +2,11 @@
  * store-sync.c: the message bytes behind the index's timed sync
  * (index/checkpoint.h).  A message closed without fsync() has its index
  * row committed at once and its bytes in its m.N's page cache.  The
- * checkpointer syncs the WAL about a second after such a commit; before
- * that it calls store_presync, which syncs every m.N a finish wrote into
- * since the last round, so a row reaches the disk after the bytes it
- * names, not before (a row without its bytes is a message that reads as
- * EIO after a power loss).
+ * checkpointer syncs the WAL about a second after such a commit, by
+ * store_timed_sync, which first syncs every m.N a finish wrote into since
+ * the last round, so a row reaches the disk after the bytes it names,
+ * not before (a row without its bytes is a message that reads as EIO
+ * after a power loss).
  *
  * The list holds file numbers, not descriptors: with a small rotate size
  * a second of deliveries fills hundreds of m.N files, and a descriptor
@@ -16,8 +16,8 @@
  * gone, and its copies were synced by the purge.  Numbers are never used
  * again, so the name cannot mean another file.
  *
- * fsync() and fsyncdir() run a round too before they sync the WAL
- * (namespace.c, dbox_ns_sync_upto): their WAL sync carries the rows of
+ * fsync() and fsyncdir() sync the WAL by a round too (namespace.c,
+ * dbox_ns_sync_upto): their WAL sync carries the rows of
  * messages other writers closed a moment before, and those rows must not
  * reach the disk ahead of their bytes either.  In an fsync'ing workload
  * the list is empty (a finish by fsync syncs its own m.N and lists
@@ -33,6 +33,7 @@
 #include "engine/store-private.h"
 
 #include "index/checkpoint.h"
+#include "index/wal-sync.h"
 #include "storage/grow.h"
 #include "storage/log.h"
 
@@ -88,50 +89,80 @@ static void sync_ids(struct dbox_store *st, const uint32_t *ids, size_t count)
 	}
 }
 
-/* Sync every m.N listed so far.  Takes st->lock only to take the list,
-   not across the syncs; presync_mutex across the round: a caller that
-   finds the list empty because another round took it waits for that
-   round's syncs before it goes on to sync the WAL.  A caller holding
-   st->lock (dbox_ns_sync_upto's rare locked path) cannot wait for
-   presync_mutex (lock order): it syncs what is listed under st->lock,
-   or nothing when another round runs, whose files may then reach the
-   disk after its WAL sync. */
-static void sync_listed(struct dbox_store *st)
+/* Take st->unsynced (under st->lock): the caller syncs and frees it. */
+static uint32_t *take_list(struct dbox_store *st, size_t *count_r)
 {
-	bool held = dbox_store_mutex_held(st);
-	uint32_t *list;
-	size_t count;
+	uint32_t *list = st->unsynced;
 
-	if (!held) {
-		pthread_mutex_lock(&st->presync_mutex);
-		dbox_store_mutex_lock(st);
-	} else if (pthread_mutex_trylock(&st->presync_mutex) != 0) {
-		return;
-	}
-	list = st->unsynced;
-	count = st->unsynced_count;
+	dbox_store_assert_locked(st);
+	*count_r = st->unsynced_count;
 	st->unsynced = NULL;
 	st->unsynced_count = st->unsynced_size = 0;
 	for (size_t i = 0; i < st->append_count; i++)
 		st->append[i]->unsynced = false;
-	if (!held)
-		dbox_store_mutex_unlock(st);
-
-	sync_ids(st, list, count);
-	pthread_mutex_unlock(&st->presync_mutex);
-	free(list);
+	return list;
 }
 
-/* The checkpointer's presync (index/checkpoint.h): its thread, no lock
-   held. */
-static void store_presync(void *ctx)
+/* Sync every m.N listed so far, then (wal) the WAL with every row
+   committed so far.  presync_mutex across the round: a caller that finds
+   the list empty because another round took it waits for that round's
+   syncs before it goes on.  The bulk is synced without st->lock; the
+   m.N listed meanwhile and the WAL under it, so that no commit lands
+   between the last m.N sync and the WAL's: a row that the WAL sync
+   carries never names bytes that are not on disk (helper-63 saw one
+   committed between a round and its WAL sync).  A caller holding
+   st->lock (dbox_ns_sync_upto's rare locked path) cannot wait for
+   presync_mutex (lock order): it syncs what is listed, or nothing when
+   another round runs, whose files may then reach the disk after its WAL
+   sync.  point: the WAL sync is left out when a sync that covered commit
+   point ran meanwhile (0: never).  Returns 0, or the WAL sync's error
+   (m.N errors are logged). */
+static int sync_round(struct dbox_store *st, bool wal, uint64_t point)
 {
-	sync_listed(ctx);
+	bool held = dbox_store_mutex_held(st);
+	uint32_t *list;
+	size_t count;
+	int ret = 0;
+
+	if (held) {
+		if (pthread_mutex_trylock(&st->presync_mutex) == 0) {
+			list = take_list(st, &count);
+			sync_ids(st, list, count);
+			free(list);
+			pthread_mutex_unlock(&st->presync_mutex);
+		}
+		return wal ? dbox_index_sync_written(st->index) : 0;
+	}
+	pthread_mutex_lock(&st->presync_mutex);
+	dbox_store_mutex_lock(st);
+	list = take_list(st, &count);
+	dbox_store_mutex_unlock(st);
+	sync_ids(st, list, count);
+	free(list);
+	if (wal && (point == 0 ||
+		    !dbox_index_synced_upto(st->index, point))) {
+		dbox_store_mutex_lock(st);
+		list = take_list(st, &count);
+		sync_ids(st, list, count);
+		free(list);
+		ret = dbox_index_sync_written(st->index);
+		dbox_store_mutex_unlock(st);
+	}
+	pthread_mutex_unlock(&st->presync_mutex);
+	return ret;
+}
+
+/* The checkpointer's timed sync (index/checkpoint.h): its thread, no
+   lock held. */
+static void store_timed_sync(void *ctx)
+{
+	(void)sync_round(ctx, true, 0); /* logged */
 }
 
 int dbox_store_checkpointer_start(struct dbox_store *st)
 {
-	int ret = dbox_index_checkpointer_start(st->index, store_presync, st);
+	int ret = dbox_index_checkpointer_start(st->index, store_timed_sync,
+						 st);
 
 	if (ret == 0) {
 		dbox_store_mutex_lock(st);
@@ -143,5 +174,10 @@ int dbox_store_checkpointer_start(struct dbox_store *st)
 
 void dbox_store_sync_unsynced(struct dbox_store *st)
 {
-	sync_listed(st);
+	(void)sync_round(st, false, 0);
+}
+
+int dbox_store_sync_wal(struct dbox_store *st, uint64_t point)
+{
+	return sync_round(st, true, point);
 }

@@ -350,6 +350,14 @@ int dbox_store_checkpointer_start(struct dbox_store *st);
    logged. */
 void dbox_store_sync_unsynced(struct dbox_store *st);
 
+/* The same, and then the WAL with every row committed so far, with no
+   commit between the last m.N sync and the WAL's (store-sync.c: the WAL
+   is synced under st->lock) - unless a sync that covered commit point
+   (dbox_index_commit_seq; 0: none) ran meanwhile.  Best called without
+   st->lock.  Returns 0, or -EIO when the WAL cannot be synced
+   (logged). */
+int dbox_store_sync_wal(struct dbox_store *st, uint64_t point);
+
 /* When the open found a WAL a crash left (st->wal_left), start the
    index's check in the background (index/verify.h): damage it finds, as
    when a backup's index.sqlite was copied over the crashed store and got

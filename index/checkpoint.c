@@ -173,9 +173,10 @@ static void timed_sync(struct dbox_index *index)
 
 	__atomic_store_n(&ck->sync_pending, false, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&ck->mutex);
-	if (ck->presync != NULL)
-		ck->presync(ck->presync_ctx);
-	(void)dbox_index_sync_written(index); /* logged */
+	if (ck->sync != NULL)
+		ck->sync(ck->sync_ctx);
+	else
+		(void)dbox_index_sync_written(index); /* logged */
 	pthread_mutex_lock(&ck->mutex);
 }
 
@@ -206,7 +207,7 @@ static void *checkpointer(void *arg)
 }
 
 int dbox_index_checkpointer_start(struct dbox_index *index,
-				  dbox_index_presync_fn *presync, void *ctx)
+				  dbox_index_sync_fn *sync, void *ctx)
 {
 	struct index_checkpointer *ck = &index->ckpt;
 
@@ -240,8 +241,8 @@ int dbox_index_checkpointer_start(struct dbox_index *index,
 	ck->stop = ck->wanted = false;
 	ck->woken_pages = 0;
 	ck->sync_pending = false;
-	ck->presync = presync;
-	ck->presync_ctx = ctx;
+	ck->sync = sync;
+	ck->sync_ctx = ctx;
 	if (pthread_create(&ck->thread, NULL, checkpointer, index) != 0) {
 		sqlite3_close(ck->db);
 		ck->db = NULL;

@@ -54,20 +54,21 @@
 
 struct dbox_index;
 
-/* What the thread calls before each timed sync of the WAL, with ctx, from
-   its thread and holding no lock of the index's: the caller syncs what
-   the commits since the last round point at (the store's message
-   bytes), so that no row reaches the disk before them. */
-typedef void dbox_index_presync_fn(void *ctx);
+/* What the thread calls for each timed sync, with ctx, from its thread
+   and holding no lock of the index's, instead of syncing the WAL
+   itself: the caller syncs what the commits since the last round point
+   at (the store's message bytes), then the WAL (dbox_index_sync_written),
+   so that no row reaches the disk before them. */
+typedef void dbox_index_sync_fn(void *ctx);
 
-/* Start the checkpointer of index (opened read-write); presync (or NULL)
-   runs before each timed sync.  Returns 0, or a negative errno (-EIO
+/* Start the checkpointer of index (opened read-write); sync (or NULL:
+   the thread syncs the WAL itself) makes each timed sync.  Returns 0, or a negative errno (-EIO
    when its connection cannot be opened; logged): the index then keeps
    checkpointing inline and makes no timed syncs.  Call once per open
    index, and only in the process that goes on using it (not before
    fork()). */
 int dbox_index_checkpointer_start(struct dbox_index *index,
-				  dbox_index_presync_fn *presync, void *ctx);
+				  dbox_index_sync_fn *sync, void *ctx);
 
 /* Stop the checkpointer and close its connection (waits for a running
    checkpoint).  Safe when none was started.  dbox_index_close calls it. */

@@ -55,8 +55,8 @@ struct index_checkpointer {
 	   mutex), and when that sync is due (CLOCK_REALTIME, mutex). */
 	bool sync_pending;
 	struct timespec sync_due;
-	dbox_index_presync_fn *presync; /* fixed while the thread runs */
-	void *presync_ctx;
+	dbox_index_sync_fn *sync; /* fixed while the thread runs */
+	void *sync_ctx;
 };
 
 /* The background check of verify.c: its thread and read-only

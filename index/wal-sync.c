@@ -110,6 +110,17 @@ int dbox_index_sync_upto(struct dbox_index *index, uint64_t seq)
 	return ret;
 }
 
+bool dbox_index_synced_upto(struct dbox_index *index, uint64_t seq)
+{
+	struct index_wal_sync *ws = &index->wal_sync;
+	bool synced;
+
+	pthread_mutex_lock(&ws->mutex);
+	synced = ws->synced >= seq;
+	pthread_mutex_unlock(&ws->mutex);
+	return synced;
+}
+
 int dbox_index_sync_written(struct dbox_index *index)
 {
 	struct index_wal_sync *ws = &index->wal_sync;

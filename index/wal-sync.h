@@ -16,6 +16,7 @@
  * other index call.
  */
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct dbox_index;
@@ -31,6 +32,10 @@ uint64_t dbox_index_commit_seq(struct dbox_index *index);
    the grouping to work.  Returns 0, or -EIO when the WAL cannot be synced
    (logged). */
 int dbox_index_sync_upto(struct dbox_index *index, uint64_t seq);
+
+/* Are the first seq commits of this connection on disk already?  Needs
+   no lock. */
+bool dbox_index_synced_upto(struct dbox_index *index, uint64_t seq);
 
 /* Sync the WAL now, whatever the commit count says: one fdatasync that
    starts after every frame written to the WAL before the call (it waits
