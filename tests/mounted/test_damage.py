@@ -57,6 +57,30 @@ def all_messages(mnt, read=True):
     return out
 
 
+def older_index_and_20_more(m, tmp_path, lose, fsync):
+    """On m's new store: 3 messages, a copy of the index (lose: of the
+    unmounted store, or of the main file as a checkpoint left it while
+    mounted, without the WAL that held what came after), 20 more (with
+    fsync when fsync; in INBOX and .Sub), the copy put back (unmounted)."""
+    md = m.mount().maildir()
+    sub = m.maildir(".Sub")
+    for i in range(3):
+        deliver(md, f"old{i}")
+    if lose == "lost_wal":
+        subprocess.run(["sqlite3", str(m.store / "index.sqlite"),
+                        "PRAGMA wal_checkpoint(FULL);"], check=True,
+                       capture_output=True)
+        shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
+    else:
+        m.unmount()
+        shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
+        m.mount()
+    for i in range(20):
+        deliver(md if i % 2 else sub, f"new{i}", fsync=fsync)
+    m.unmount()
+    put_back_index(m.store, tmp_path / "old.sqlite")
+
+
 @pytest.mark.parametrize("lose", ["restored_backup", "lost_wal"])
 def test_index_older_than_storage(tmp_path, lose):
     """3 messages, a copy of the index; 20 more closed without fsync (in
@@ -67,25 +91,7 @@ def test_index_older_than_storage(tmp_path, lose):
     test_fsynced_mail_an_older_index_lost_is_put_back_at_mount.)"""
     m = Mount(tmp_path / "store", tmp_path / "mnt")
     try:
-        md = m.mount().maildir()
-        sub = m.maildir(".Sub")
-        for i in range(3):
-            deliver(md, f"old{i}")
-        if lose == "lost_wal":
-            # The main file as a checkpoint left it while mounted, without
-            # the WAL that held what came after.
-            subprocess.run(["sqlite3", str(m.store / "index.sqlite"),
-                            "PRAGMA wal_checkpoint(FULL);"], check=True,
-                           capture_output=True)
-            shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
-        else:
-            m.unmount()
-            shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
-            m.mount()
-        for i in range(20):
-            deliver(md if i % 2 else sub, f"new{i}", fsync=False)
-        m.unmount()
-        put_back_index(m.store, tmp_path / "old.sqlite")
+        older_index_and_20_more(m, tmp_path, lose, fsync=False)
         sizes = {p.name: p.stat().st_size for p in (m.store / "storage").iterdir()}
 
         rc, out = adm("check", m.store)
@@ -131,17 +137,7 @@ def test_fsynced_mail_an_older_index_lost_is_put_back_at_mount(tmp_path):
     the store is whole for check at once."""
     m = Mount(tmp_path / "store", tmp_path / "mnt")
     try:
-        md = m.mount().maildir()
-        sub = m.maildir(".Sub")
-        for i in range(3):
-            deliver(md, f"old{i}")
-        m.unmount()
-        shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
-        m.mount()
-        for i in range(20):
-            deliver(md if i % 2 else sub, f"new{i}")
-        m.unmount()
-        put_back_index(m.store, tmp_path / "old.sqlite")
+        older_index_and_20_more(m, tmp_path, "restored_backup", fsync=True)
         sizes = {p.name: p.stat().st_size for p in (m.store / "storage").iterdir()}
 
         m.mount()
