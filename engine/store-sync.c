@@ -111,10 +111,11 @@ static uint32_t *take_list(struct dbox_store *st, size_t *count_r)
    between the last m.N sync and the WAL's: a row that the WAL sync
    carries never names bytes that are not on disk (helper-63 saw one
    committed between a round and its WAL sync).  A caller holding
-   st->lock (dbox_ns_sync_upto's rare locked path) cannot wait for
-   presync_mutex (lock order): it syncs what is listed, or nothing when
-   another round runs, whose files may then reach the disk after its WAL
-   sync.  point: the WAL sync is left out when a sync that covered commit
+   st->lock (a durable commit: a purge's switch; dbox_ns_sync_upto's rare
+   locked path) cannot wait for presync_mutex (lock order): it syncs
+   what is listed and, again, what a round running meanwhile took
+   (st->round_ids), then the WAL (helper-65: a purge's switch carried
+   rows of messages closed into an m.N nobody had synced).  point: the WAL sync is left out when a sync that covered commit
    point ran meanwhile (0: never).  Returns 0, or the WAL sync's error
    (m.N errors are logged). */
 static int sync_round(struct dbox_store *st, bool wal, uint64_t point)
@@ -125,19 +126,25 @@ static int sync_round(struct dbox_store *st, bool wal, uint64_t point)
 	int ret = 0;
 
 	if (held) {
-		if (pthread_mutex_trylock(&st->presync_mutex) == 0) {
-			list = take_list(st, &count);
-			sync_ids(st, list, count);
-			free(list);
-			pthread_mutex_unlock(&st->presync_mutex);
-		}
+		/* What is listed, and what a round running meanwhile is
+		   syncing (again: its syncs may not be done). */
+		list = take_list(st, &count);
+		sync_ids(st, list, count);
+		free(list);
+		sync_ids(st, st->round_ids, st->round_count);
 		return wal ? dbox_index_sync_written(st->index) : 0;
 	}
 	pthread_mutex_lock(&st->presync_mutex);
 	dbox_store_mutex_lock(st);
 	list = take_list(st, &count);
+	st->round_ids = list;
+	st->round_count = count;
 	dbox_store_mutex_unlock(st);
 	sync_ids(st, list, count);
+	dbox_store_mutex_lock(st);
+	st->round_ids = NULL;
+	st->round_count = 0;
+	dbox_store_mutex_unlock(st);
 	free(list);
 	if (wal && (point == 0 ||
 		    !dbox_index_synced_upto(st->index, point))) {

@@ -128,6 +128,10 @@ struct dbox_store {
 	   store-sync.c. */
 	uint32_t *unsynced;
 	size_t unsynced_count, unsynced_size;
+	const uint32_t *round_ids;  /* the list a round syncs without st->lock
+				       (store-sync.c), or NULL; a WAL sync
+				       under st->lock syncs them again */
+	size_t round_count;
 	bool timed_sync;
 	/* Held across a round of those syncs, so that a WAL sync after a
 	   round never overtakes another round still syncing; taken without
