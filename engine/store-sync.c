@@ -3,7 +3,7 @@
  * (index/checkpoint.h).  A message closed without fsync() has its index
  * row committed at once and its bytes in its m.N's page cache.  The
  * checkpointer syncs the WAL about a second after such a commit, by
- * store_timed_sync, which first syncs every m.N a finish wrote into since
+ * store_sync_hook, which first syncs every m.N a finish wrote into since
  * the last round, so a row reaches the disk after the bytes it names,
  * not before (a row without its bytes is a message that reads as EIO
  * after a power loss).
@@ -159,16 +159,18 @@ static int sync_round(struct dbox_store *st, bool wal, uint64_t point)
 	return ret;
 }
 
-/* The checkpointer's timed sync (index/checkpoint.h): its thread, no
-   lock held. */
-static void store_timed_sync(void *ctx)
+/* The index's sync hook (index/checkpoint.h): the checkpointer's timed
+   sync (its thread, no lock held) and every durable commit (under
+   st->lock: a purge's switch, its counters, a durable namespace change;
+   helper-65). */
+static int store_sync_hook(void *ctx)
 {
-	(void)sync_round(ctx, true, 0); /* logged */
+	return sync_round(ctx, true, 0);
 }
 
 int dbox_store_checkpointer_start(struct dbox_store *st)
 {
-	int ret = dbox_index_checkpointer_start(st->index, store_timed_sync,
+	int ret = dbox_index_checkpointer_start(st->index, store_sync_hook,
 						 st);
 
 	if (ret == 0) {

@@ -173,10 +173,7 @@ static void timed_sync(struct dbox_index *index)
 
 	__atomic_store_n(&ck->sync_pending, false, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&ck->mutex);
-	if (ck->sync != NULL)
-		ck->sync(ck->sync_ctx);
-	else
-		(void)dbox_index_sync_written(index); /* logged */
+	(void)dbox_index_sync_all(index); /* logged */
 	pthread_mutex_lock(&ck->mutex);
 }
 

@@ -54,15 +54,16 @@
 
 struct dbox_index;
 
-/* What the thread calls for each timed sync, with ctx, from its thread
-   and holding no lock of the index's, instead of syncing the WAL
-   itself: the caller syncs what the commits since the last round point
-   at (the store's message bytes), then the WAL (dbox_index_sync_written),
-   so that no row reaches the disk before them. */
-typedef void dbox_index_sync_fn(void *ctx);
+/* What syncs the WAL while the checkpointer runs, with ctx, holding no
+   lock of the index's: the thread's timed sync and every durable commit
+   (dbox_index_commit, dbox_index_sync) call it instead of syncing the
+   WAL themselves.  It syncs what the commits so far point at (the
+   store's message bytes), then the WAL (dbox_index_sync_written), so
+   that no row reaches the disk before them.  Returns 0 or -EIO. */
+typedef int dbox_index_sync_fn(void *ctx);
 
 /* Start the checkpointer of index (opened read-write); sync (or NULL:
-   the thread syncs the WAL itself) makes each timed sync.  Returns 0, or a negative errno (-EIO
+   the WAL alone is synced) makes each timed sync and durable commit.  Returns 0, or a negative errno (-EIO
    when its connection cannot be opened; logged): the index then keeps
    checkpointing inline and makes no timed syncs.  Call once per open
    index, and only in the process that goes on using it (not before

@@ -55,7 +55,8 @@ struct index_checkpointer {
 	   mutex), and when that sync is due (CLOCK_REALTIME, mutex). */
 	bool sync_pending;
 	struct timespec sync_due;
-	dbox_index_sync_fn *sync; /* fixed while the thread runs */
+	dbox_index_sync_fn *sync; /* set before the thread starts, kept
+				     until the index closes */
 	void *sync_ctx;
 };
 

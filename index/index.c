@@ -657,8 +657,9 @@ int dbox_index_begin(struct dbox_index *index)
 }
 
 /* Make every committed transaction durable: one fdatasync of the WAL
-   (wal-sync.h, shared with syncs running at the same time), which holds
-   every commit made so far (synchronous=NORMAL writes a commit's frames
+   (wal-sync.h, shared with syncs running at the same time; while the
+   checkpointer runs, by its sync hook, which syncs the store's message
+   bytes the rows name first), which holds every commit made so far (synchronous=NORMAL writes a commit's frames
    before it returns).  It used to commit a touch of the meta table
    under synchronous=FULL, relying on SQLite to sync the WAL for it; a
    touch that changed nothing wrote no frame and synced nothing, so a
@@ -666,7 +667,7 @@ int dbox_index_begin(struct dbox_index *index)
    disk (helper-63). */
 static int index_sync(struct dbox_index *index)
 {
-	return dbox_index_sync_written(index);
+	return dbox_index_sync_all(index);
 }
 
 int dbox_index_commit(struct dbox_index *index, bool durable)

@@ -110,6 +110,14 @@ int dbox_index_sync_upto(struct dbox_index *index, uint64_t seq)
 	return ret;
 }
 
+int dbox_index_sync_all(struct dbox_index *index)
+{
+	struct index_checkpointer *ck = &index->ckpt;
+
+	return ck->sync != NULL ? ck->sync(ck->sync_ctx) :
+		dbox_index_sync_written(index);
+}
+
 bool dbox_index_synced_upto(struct dbox_index *index, uint64_t seq)
 {
 	struct index_wal_sync *ws = &index->wal_sync;

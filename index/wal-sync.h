@@ -33,6 +33,12 @@ uint64_t dbox_index_commit_seq(struct dbox_index *index);
    (logged). */
 int dbox_index_sync_upto(struct dbox_index *index, uint64_t seq);
 
+/* Sync the WAL with every commit so far by the checkpointer's sync hook
+   when one is set (checkpoint.h: the store's message bytes first), else
+   alone (dbox_index_sync_written).  For durable commits and the timed
+   sync.  Returns 0, or -EIO (logged). */
+int dbox_index_sync_all(struct dbox_index *index);
+
 /* Are the first seq commits of this connection on disk already?  Needs
    no lock. */
 bool dbox_index_synced_upto(struct dbox_index *index, uint64_t seq);
