@@ -281,11 +281,11 @@ int dbox_ns_make_inbox(struct dbox_store *st, uint32_t uid, uint32_t gid)
 					strlen(maildir_subdirs[i]),
 					DBOX_KIND_DIR, S_IFDIR | 0700, uid, gid,
 					dbox_now_ns(), &attr);
-	if (ret < 0 || (ret = dbox_index_commit(st->index, false)) < 0) {
+	if (ret < 0) {
 		dbox_index_rollback(st->index);
 		return ret;
 	}
-	return dbox_store_sync_wal(st, 0);
+	return dbox_index_commit(st->index, true);
 }
 
 int dbox_ns_link(struct dbox_store *st, uint64_t ino, uint64_t newparent,

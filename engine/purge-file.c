@@ -298,7 +298,7 @@ static int switch_file(struct purge *p, uint32_t file_id, uint64_t ino,
 		dbox_index_rollback(index);
 		return ret;
 	}
-	if (dbox_store_sync_wal(p->st, 0) < 0) {
+	if (dbox_index_sync(index) < 0) {
 		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: purge switched but the index is "
 			   "not on disk; the file stays until a later purge",
 			   src_root(p), file_id);

@@ -43,6 +43,7 @@
 #include "index/wal-sync.h"
 #include "storage/dbox-record.h"
 #include "storage/dbox-scan.h"
+#include "storage/grow.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -101,20 +102,6 @@ static void tail_free(struct tail *t)
 	free(t->s);
 }
 
-/* Room for one more element of size bytes in *v (n used of *size). */
-static bool tail_grow(void **v, size_t n, size_t *size, size_t elem)
-{
-	void *grown;
-
-	if (n < *size)
-		return true;
-	if ((grown = realloc(*v, (*size == 0 ? 16 : *size * 2) * elem)) == NULL)
-		return false;
-	*v = grown;
-	*size = *size == 0 ? 16 : *size * 2;
-	return true;
-}
-
 static char *text_dup(const char *s, int *err)
 {
 	char *d;
@@ -142,10 +129,12 @@ static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 
 		if (t->n >= RESTORE_MAX_RECORDS)
 			return 0;
-		if (!tail_grow((void **)&t->s, t->n, &t->size, sizeof(*t->s))) {
+		if ((sr = dbox_grow(t->s, t->n, &t->size,
+				    sizeof(*t->s))) == NULL) {
 			t->err = -ENOMEM;
 			return 0;
 		}
+		t->s = sr;
 		sr = &t->s[t->n++];
 		sr->end = offset + record_size;
 		memcpy(sr->guid, md->guid, sizeof(sr->guid));
@@ -155,10 +144,11 @@ static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	}
 	if (offset + record_size > t->last_end)
 		return 0;
-	if (!tail_grow((void **)&t->v, t->n, &t->size, sizeof(*t->v))) {
+	if ((r = dbox_grow(t->v, t->n, &t->size, sizeof(*t->v))) == NULL) {
 		t->err = -ENOMEM;
 		return 0;
 	}
+	t->v = r;
 	r = &t->v[t->n];
 	*r = (struct tail_rec){
 		.offset = offset, .body_size = body_size,
@@ -184,7 +174,8 @@ static int scan_cmp(const void *a, const void *b)
 }
 
 /* After the first pass: how many records to put back - up to the last
-   one with a path, or with the GUID of one with a path (a copy of it).  Sets t->count and t->last_end; 0 records: none. */
+   one with a path, or with the GUID of one with a path (a copy of it).
+   Sets t->count and t->last_end; 0 records: none. */
 static int tail_extent(struct tail *t)
 {
 	struct scan_rec **by = malloc((t->n + 1) * sizeof(*by));

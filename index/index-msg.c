@@ -15,26 +15,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The record of a message row from the columns file_id, offset,
+   body_size, record_size, vsize, state, guid of stmt's row, from column
+   first on (as ST_MSG_GET selects them). */
+static void column_msgloc(sqlite3_stmt *stmt, int first,
+			  struct dbox_msgloc *loc_r)
+{
+	const unsigned char *guid = sqlite3_column_text(stmt, first + 6);
+
+	loc_r->file_id = (uint32_t)sqlite3_column_int64(stmt, first);
+	loc_r->offset = (uint64_t)sqlite3_column_int64(stmt, first + 1);
+	loc_r->body_size = (uint64_t)sqlite3_column_int64(stmt, first + 2);
+	loc_r->record_size = (uint64_t)sqlite3_column_int64(stmt, first + 3);
+	loc_r->vsize = (uint64_t)sqlite3_column_int64(stmt, first + 4);
+	loc_r->state = (enum dbox_msg_state)sqlite3_column_int(stmt, first + 5);
+	snprintf(loc_r->guid, sizeof(loc_r->guid), "%s",
+		 guid != NULL ? (const char *)guid : "");
+}
+
 int dbox_index_msg_get(struct dbox_index *index, uint64_t ino,
 		       struct dbox_msgloc *loc_r)
 {
 	sqlite3_stmt *stmt = index_stmt(index, ST_MSG_GET);
-	const unsigned char *guid;
 	int rc;
 
 	sqlite3_bind_int64(stmt, 1, ino);
 	rc = sqlite3_step(stmt);
 	if (rc != SQLITE_ROW)
 		return rc == SQLITE_DONE ? -ENOENT : index_sql_error(index, "message");
-	loc_r->file_id = sqlite3_column_int64(stmt, 0);
-	loc_r->offset = sqlite3_column_int64(stmt, 1);
-	loc_r->body_size = sqlite3_column_int64(stmt, 2);
-	loc_r->record_size = sqlite3_column_int64(stmt, 3);
-	loc_r->vsize = sqlite3_column_int64(stmt, 4);
-	loc_r->state = sqlite3_column_int(stmt, 5);
-	guid = sqlite3_column_text(stmt, 6);
-	snprintf(loc_r->guid, sizeof(loc_r->guid), "%s",
-		 guid != NULL ? (const char *)guid : "");
+	column_msgloc(stmt, 0, loc_r);
 	return index_done(stmt, 0);
 }
 
@@ -357,23 +366,14 @@ int dbox_index_msg_rows(struct dbox_index *index, dbox_msg_row_cb_t *cb,
 	sqlite3_stmt *stmt;
 	int rc = SQLITE_DONE, ret = 0;
 
-	if (sqlite3_prepare_v2(index->db, "SELECT ino, guid, file_id, offset,"
-			       " body_size, record_size, vsize, state"
+	if (sqlite3_prepare_v2(index->db, "SELECT ino, file_id, offset,"
+			       " body_size, record_size, vsize, state, guid"
 			       " FROM message", -1, &stmt, NULL) != SQLITE_OK)
 		return index_sql_error(index, "message rows");
 	while (ret == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-		const unsigned char *guid = sqlite3_column_text(stmt, 1);
-		struct dbox_msgloc loc = {
-			.file_id = (uint32_t)sqlite3_column_int64(stmt, 2),
-			.offset = (uint64_t)sqlite3_column_int64(stmt, 3),
-			.body_size = (uint64_t)sqlite3_column_int64(stmt, 4),
-			.record_size = (uint64_t)sqlite3_column_int64(stmt, 5),
-			.vsize = (uint64_t)sqlite3_column_int64(stmt, 6),
-			.state = (enum dbox_msg_state)sqlite3_column_int(stmt, 7),
-		};
+		struct dbox_msgloc loc;
 
-		if (guid != NULL)
-			snprintf(loc.guid, sizeof(loc.guid), "%s", guid);
+		column_msgloc(stmt, 1, &loc);
 		ret = cb(ctx, (uint64_t)sqlite3_column_int64(stmt, 0), &loc);
 	}
 	if (ret == 0 && rc != SQLITE_DONE)
