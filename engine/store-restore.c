@@ -19,8 +19,10 @@
  *  - a delivery still WRITING (its create reached the disk, the commit
  *    of its fsync did not; or the daemon died between the two): finished
  *    in place, whatever its name now, and moved from tmp/ to new/;
- *  - nothing: made again at its path (in new/ for a path in tmp/), else
- *    as 'dboxadm rebuild' would, in its B folder's cur/ (restore.h).
+ *  - nothing: made again at its path (in new/ for a path in tmp/; in
+ *    the folder's cur/ or new/ when the loss took the mkdir of the one
+ *    named), else as 'dboxadm rebuild' would, in its B folder's cur/
+ *    (restore.h).
  *
  * Of several records with one GUID (a purge's copies) the newest is the
  * message, under the path of the newest that has one.  Records without a path before the last
@@ -348,46 +350,75 @@ static int new_for_tmp(struct dbox_index *index, uint64_t up,
 	return ret == -ENOENT ? 0 : ret;
 }
 
+/* The directory of folder that takes a message whose path named its
+   subdirectory sub (sub_len bytes: cur, new or tmp): cur/ for cur/, new/
+   for new/ and tmp/ (see place_at_path); when that one is gone (the loss
+   took its mkdir, made just before), the other, so the message keeps its
+   name.  Returns 0 with *dir_r, -ENOENT when the folder has neither, or
+   the index's errno. */
+static int folder_subdir(struct dbox_index *index, uint64_t folder,
+			 const char *sub, size_t sub_len, uint64_t *dir_r)
+{
+	bool cur = sub_len == 3 && memcmp(sub, "cur", 3) == 0;
+	const char *order[] = { cur ? "cur" : "new", cur ? "new" : "cur" };
+	struct dbox_attr attr;
+	int ret;
+
+	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+		ret = dbox_index_lookup(index, folder, order[i], 3, &attr);
+		if (ret == 0 && attr.kind == DBOX_KIND_DIR) {
+			*dir_r = attr.ino;
+			return 0;
+		}
+		if (ret < 0 && ret != -ENOENT)
+			return ret;
+	}
+	return -ENOENT;
+}
+
 /* Put r (at loc) back at its path.  A name the index lost with the rest
    of its commits is made again - in new/ when it was in a folder's tmp/:
    a maildir delivery syncs its message in tmp/ to rename it into new/
    next, and back in tmp/, where no reader looks and clients delete what
    is old, it would be lost all the same (docs/limits.md).  Returns 0,
-   -ENOENT or -EINVAL when the path names no folder's cur/, new/ or tmp/
-   that exists or no valid name, -EEXIST when the name is taken, or the
+   -ENOENT or -EINVAL when the path names no folder that exists, no cur/,
+   new/ or tmp/ or no valid name, -EEXIST when the name is taken, or the
    index's errno. */
 static int place_at_path(struct dbox_index *index, const struct tail_rec *r,
 			 const struct dbox_msgloc *loc)
 {
+	const char *name = strrchr(r->path, '/'), *sub, *p, *slash;
 	struct dbox_attr attr, dirattr;
-	uint64_t dir = DBOX_ROOT_INO, up = DBOX_ROOT_INO;
-	const char *p = r->path, *slash, *last = NULL;
-	size_t last_len = 0;
-	unsigned int depth = 0;
+	uint64_t folder = DBOX_ROOT_INO, dir;
+	unsigned int depth = 1; /* sub */
+	size_t sub_len;
 	int ret;
 
-	while ((slash = strchr(p, '/')) != NULL) {
+	if (name == NULL)
+		return -EINVAL;
+	for (sub = name; sub > r->path && sub[-1] != '/'; sub--)
+		;
+	sub_len = (size_t)(name - sub);
+	name++;
+	/* Messages live in a folder's cur/, new/ or tmp/ only. */
+	if (!good_name(name, strlen(name)) || !maildir_is_subdir(sub, sub_len))
+		return -EINVAL;
+	for (p = r->path; p < sub; p = slash + 1) {
+		slash = strchr(p, '/');
 		if (!good_name(p, (size_t)(slash - p)) ||
 		    ++depth > DBOX_TREE_MAX_DEPTH)
 			return -EINVAL;
-		if ((ret = dbox_index_lookup(index, dir, p, (size_t)(slash - p),
-					     &attr)) < 0)
+		if ((ret = dbox_index_lookup(index, folder, p,
+					     (size_t)(slash - p), &attr)) < 0)
 			return ret;
 		if (attr.kind != DBOX_KIND_DIR)
 			return -ENOENT;
-		up = dir;
-		dir = attr.ino;
-		last = p;
-		last_len = (size_t)(slash - p);
-		p = slash + 1;
+		folder = attr.ino;
 	}
-	/* Messages live in a folder's cur/, new/ or tmp/ only. */
-	if (!good_name(p, strlen(p)) || !maildir_is_subdir(last, last_len))
-		return -EINVAL;
-	if ((ret = new_for_tmp(index, up, last, last_len, &dir)) < 0 ||
+	if ((ret = folder_subdir(index, folder, sub, sub_len, &dir)) < 0 ||
 	    (ret = dbox_index_getattr(index, dir, &dirattr)) < 0)
 		return ret;
-	return dbox_restore_message(index, dir, &dirattr, p, loc,
+	return dbox_restore_message(index, dir, &dirattr, name, loc,
 				    r->plain_size, r->received, NULL);
 }
 

@@ -230,6 +230,36 @@ def test_fsynced_mail_of_a_lost_folder_goes_to_inbox(make_mount):
     assert read(os.path.join(inbox_cur, names[0])) == data
 
 
+def test_fsynced_mail_keeps_its_name_when_its_folders_tmp_was_lost(make_mount):
+    """The folder and its cur/ and new/ were synced, its tmp/ was made
+    after the sync: the message fsynced in tmp/ comes back under its own
+    name in the folder's new/ (not in cur/ under a rebuild name); one in
+    a lost new/ comes back in cur/.  helper-66's finding."""
+    m = make_mount()
+    loss = PowerLoss(m)
+    md = m.maildir(".half")
+    for sub in ("tmp", "new"):
+        os.rmdir(os.path.join(md, sub))
+    os.mkdir(os.path.join(md, "new"))
+    other = m.maildir(".other")
+    os.rmdir(os.path.join(other, "new"))
+    loss.synced_point()
+    os.mkdir(os.path.join(md, "tmp"))
+    os.mkdir(os.path.join(other, "new"))
+    data = b"Subject: half\n\nfsynced in a tmp/ made a moment ago\n"
+    write_fsync(os.path.join(md, "tmp", "1.half.host"), data)
+    data2 = b"Subject: other\n\nfsynced in a new/ made a moment ago\n"
+    write_fsync(os.path.join(other, "new", "2.other.host"), data2)
+    loss.strike()
+    assert not os.path.exists(os.path.join(md, "tmp"))
+    assert os.listdir(os.path.join(md, "cur")) == []
+    assert os.listdir(os.path.join(md, "new")) == ["1.half.host"]
+    assert read(os.path.join(md, "new", "1.half.host")) == data
+    assert not os.path.exists(os.path.join(other, "new"))
+    assert os.listdir(os.path.join(other, "cur")) == ["2.other.host"]
+    assert read(os.path.join(other, "cur", "2.other.host")) == data2
+
+
 def test_copies_past_the_committed_end_are_not_put_back(make_mount):
     """A record whose GUID a message of the index has is a copy (here:
     the same m.N bytes appended again, as a purge's copy would be), not
