@@ -24,6 +24,9 @@
  *        |                                    reader, one listing)
  *   inode busy                               (fs/: fs_busy_begin)
  *        |
+ *   SQLite's WAL checkpoint lock             (index/checkpoint.c: its
+ *        |                                    WAL sync runs the round;
+ *        |                                    under st->lock only tried)
  *   st->presync_mutex                        (store-sync.c: a round of
  *        |                                    syncs before a WAL sync;
  *        |                                    under st->lock only tried)
@@ -45,6 +48,12 @@
  * - purge (engine/purge.h) and the purge thread (fs/fs-purge.c) take
  *   st->lock for their index work only, never across copying bytes; they
  *   are entered without it (dbox_store_assert_unlocked).
+ * - A checkpoint syncs the WAL by the store's round (reserve.h,
+ *   dbox_reserve_wal_sync_by) while it holds SQLite's checkpoint lock
+ *   (and WAL read-lock 0).  Under st->lock a checkpoint is PASSIVE,
+ *   which never waits for that lock, and the inline one is skipped while
+ *   the thread's runs (checkpoint.c, wal_hook); readers under st->lock
+ *   never need read-lock 0 while a checkpoint has frames to copy.
  * - The index mutexes are leaves: wal_sync's group commit
  *   (dbox_index_sync_upto) is waited for WITHOUT st->lock, the
  *   checkpointer has its own connection; neither takes another lock.

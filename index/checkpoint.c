@@ -16,6 +16,7 @@
 #include "storage/log.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -66,17 +67,22 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 	     dbox_index_reserve_short(index))) {
 		/* The thread is behind, or the disk is full and the WAL
 		   must start over in the blocks it has: do it here, as
-		   SQLite would (the next commit starts the WAL over).  A
-		   checkpoint of the thread's in progress would make this one
-		   busy (one checkpointer at a time) and the WAL grow on:
-		   wait for it first (it never waits for this thread: a
-		   PASSIVE checkpoint waits for no lock). */
+		   SQLite would (the next commit starts the WAL over), unless
+		   the thread is checkpointing already. */
 		if (ck->running) {
+			bool busy;
+
 			pthread_mutex_lock(&ck->mutex);
-			ck->wanted = false; /* this one does it */
-			while (ck->busy)
-				pthread_cond_wait(&ck->cond, &ck->mutex);
+			busy = ck->busy;
+			if (!busy)
+				ck->wanted = false; /* this one does it */
 			pthread_mutex_unlock(&ck->mutex);
+			/* The thread's checkpoint would make this one busy;
+			   and its sync (wal_sync_by_hook) waits for the
+			   store lock this thread holds: never wait for it.
+			   The next commit looks again. */
+			if (busy)
+				return SQLITE_OK;
 		}
 		sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE,
 					  NULL, NULL);
@@ -151,6 +157,19 @@ static void checkpoint_once(struct dbox_index *index)
 		   (dbox_index_checkpointer_start). */
 		dbox_warning("index %s: checkpoint: the checkpointer's "
 			     "connection has no WAL", index->path);
+}
+
+/* SQLite's syncs of the WAL, on both connections (reserve.h,
+   dbox_reserve_wal_sync_by): the hook's, so that a checkpoint copies no
+   row into the database, and syncs none in the WAL, before the message
+   bytes it points at are on disk.  The thread's checkpoint runs it
+   holding no lock of ours; the main connection's (an inline checkpoint,
+   a WAL restart) under the store lock. */
+static int wal_sync_by_hook(void *arg)
+{
+	struct index_checkpointer *ck = arg;
+
+	return ck->sync(ck->sync_ctx);
 }
 
 static bool due(const struct timespec *when)
@@ -240,7 +259,14 @@ int dbox_index_checkpointer_start(struct dbox_index *index,
 	ck->sync_pending = false;
 	ck->sync = sync;
 	ck->sync_ctx = ctx;
+	if (sync != NULL &&
+	    (dbox_reserve_wal_sync_by(ck->db, wal_sync_by_hook, ck) < 0 ||
+	     dbox_reserve_wal_sync_by(index->db, wal_sync_by_hook, ck) < 0))
+		dbox_warning("index %s: checkpointer: the WAL is not open "
+			     "through the reserve VFS; checkpoints sync it "
+			     "without the store's sync round", index->path);
 	if (pthread_create(&ck->thread, NULL, checkpointer, index) != 0) {
+		(void)dbox_reserve_wal_sync_by(index->db, NULL, NULL);
 		sqlite3_close(ck->db);
 		ck->db = NULL;
 		return -ENOMEM;
@@ -264,6 +290,7 @@ void dbox_index_checkpointer_stop(struct dbox_index *index)
 	pthread_cond_broadcast(&ck->cond);
 	pthread_mutex_unlock(&ck->mutex);
 	pthread_join(ck->thread, NULL);
+	(void)dbox_reserve_wal_sync_by(index->db, NULL, NULL);
 	sqlite3_close(ck->db);
 	ck->db = NULL;
 	ck->running = false;

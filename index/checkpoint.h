@@ -18,6 +18,10 @@
  *
  * Durability is SQLite's: a checkpoint syncs the WAL before copying and
  * the database after, so no commit depends on the thread being alive.
+ * With a sync hook, every sync SQLite makes of the WAL, on either
+ * connection, runs the hook instead (reserve.h,
+ * dbox_reserve_wal_sync_by), so the rows a checkpoint makes durable
+ * name message bytes already on disk.
  *
  * The thread also bounds how long a commit stays unsynced when nobody
  * asks for a sync (no fsync, fsyncdir or checkpoint comes): the first

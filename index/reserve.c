@@ -97,6 +97,11 @@ struct rfile {
 	struct rfile *wal;    /* database: its WAL's file object, or NULL */
 	struct rfile *db;     /* WAL: its database's file object, or NULL */
 	bool is_db;           /* a main database: reads through ra */
+	bool is_wal;          /* a WAL */
+	int (*sync_by)(void *ctx); /* WAL: what its syncs run instead of
+				      fdatasync (dbox_reserve_wal_sync_by),
+				      or NULL */
+	void *sync_ctx;
 	struct read_ahead ra; /* read-ahead.h; dropped at every lock change,
 				 write and truncate */
 };
@@ -197,12 +202,28 @@ static int r_read(sqlite3_file *f, void *buf, int amt, sqlite3_int64 off)
 	}
 #define LIST(...) __VA_ARGS__
 
-PASS_THROUGH(r_sync, xSync, int flags, flags)
 PASS_THROUGH(r_file_size, xFileSize, sqlite3_int64 *size_r, size_r)
 PASS_THROUGH(r_check_reserved_lock, xCheckReservedLock, int *out, out)
 PASS_THROUGH(r_shm_unmap, xShmUnmap, int delete_flag, delete_flag)
 PASS_THROUGH_NO_ARGS(int, r_sector_size, xSectorSize)
 PASS_THROUGH_NO_ARGS(int, r_device_characteristics, xDeviceCharacteristics)
+
+/* A sync passes through, but a WAL's runs its sync_by instead when it
+   has one: SQLite's own syncs of the WAL (a checkpoint's, before it
+   copies; the header's at a restart) then sync what its rows point at
+   first (dbox_reserve_wal_sync_by). */
+static int r_sync(sqlite3_file *f, int flags)
+{
+	struct rfile *rf = (struct rfile *)f;
+	int rc = flush(rf);
+
+	if (rc != SQLITE_OK)
+		return rc;
+	if (rf->sync_by != NULL)
+		return rf->sync_by(rf->sync_ctx) == 0 ? SQLITE_OK :
+							SQLITE_IOERR_FSYNC;
+	return rf->real->pMethods->xSync(rf->real, flags);
+}
 
 /* Truncate and lock changes pass through as above, and drop what the
    database's read-ahead holds: a lock change starts or ends a
@@ -415,9 +436,25 @@ static int r_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f,
 	rf->is_db = (flags & SQLITE_OPEN_MAIN_DB) != 0;
 	read_ahead_init(&rf->ra);
 	rf->base.pMethods = &rfile_methods;
-	if (flags & SQLITE_OPEN_WAL)
+	rf->is_wal = (flags & SQLITE_OPEN_WAL) != 0;
+	if (rf->is_wal)
 		wal_start_batch(rf, name);
 	return SQLITE_OK;
+}
+
+int dbox_reserve_wal_sync_by(sqlite3 *db, int (*sync)(void *ctx), void *ctx)
+{
+	sqlite3_file *wal = NULL;
+	struct rfile *rf;
+
+	if (sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER,
+				 &wal) != SQLITE_OK || wal == NULL ||
+	    wal->pMethods != &rfile_methods || !((struct rfile *)wal)->is_wal)
+		return -ENOENT;
+	rf = (struct rfile *)wal;
+	rf->sync_by = sync;
+	rf->sync_ctx = ctx;
+	return 0;
 }
 
 /* Whether path ends with suffix. */

@@ -36,6 +36,7 @@
  * new index, a test's) simply fail with SQLITE_FULL as before.
  */
 
+#include <sqlite3.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -75,5 +76,16 @@ int dbox_index_reserve_check(struct dbox_index *index);
    index writes on a full disk), or its size cannot be read.  Seen whole,
    it is trusted as dbox_index_reserve_check says.  Thread-safe. */
 bool dbox_index_reserve_short(struct dbox_index *index);
+
+/* Make SQLite's syncs of db's WAL (a checkpoint's, before it copies
+   frames into the database; the WAL header's when it starts over) call
+   sync(ctx) instead of syncing the file: the checkpointer's hook
+   (checkpoint.h), which syncs the store's message bytes the rows point
+   at and then the WAL.  sync returns 0 or a negative errno (SQLite then
+   sees SQLITE_IOERR_FSYNC); NULL makes the syncs plain again.  db must
+   have read the index (its WAL is open) and no other thread may use it
+   meanwhile.  Returns 0, or -ENOENT when db has no WAL open through this
+   VFS (nothing changed). */
+int dbox_reserve_wal_sync_by(sqlite3 *db, int (*sync)(void *ctx), void *ctx);
 
 #endif

@@ -240,3 +240,63 @@ def test_an_fsynced_delivery_syncs_its_mfile_once(mount):
     finally:
         trace.stop()
     assert synced.count("m.1") == 3, synced
+
+
+
+def test_checkpoints_sync_the_wal_by_the_stores_round(mount):
+    """SQLite's own syncs of the WAL (a checkpoint's, before it copies
+    frames into index.sqlite; the header's when the WAL starts over) go
+    through the store's sync round like every other WAL sync (reserve.h,
+    dbox_reserve_wal_sync_by), which syncs the m.N files of messages
+    closed without fsync() first.  Before, a checkpoint synced the WAL
+    alone: a power loss right after it left rows whose messages read as
+    EIO.  Messages are closed without fsync until a checkpoint writes
+    into index.sqlite; strace -y shows every WAL sync made by the
+    round's descriptor (index/wal-sync.c), none by the one SQLite writes
+    the WAL with.  (That the round syncs the m.N first is
+    test_closed_message_reaches_the_disk_before_its_row's.)"""
+    md = mount.maildir()
+    log = mount.mnt.parent / "ckpt.strace"
+    tracer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-y", "-s", "0", "-e",
+         "trace=fdatasync,fsync,pwrite64", "-o", str(log),
+         "-p", str(mount.proc.pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        attach = FdatasyncTrace(mount)
+        deadline = time.monotonic() + 10
+        while not attach.traced():
+            assert time.monotonic() < deadline, "strace did not attach"
+            time.sleep(0.05)
+        body = b"Subject: no fsync\n\n" + b"x" * 300 + b"\n"
+        checkpointed = False
+        for i in range(8000):
+            tmp = os.path.join(md, "tmp", f"n{i}")
+            with open(tmp, "wb") as f:
+                f.write(body)
+            os.rename(tmp, os.path.join(md, "new", f"n{i}"))
+            # A checkpoint writes pages into index.sqlite itself.
+            if i % 200 == 199 and b"index.sqlite>" in log.read_bytes():
+                checkpointed = True
+                break
+        time.sleep(1.5)  # and the timed sync after the last commit
+    finally:
+        tracer.terminate()
+        tracer.wait()
+    assert checkpointed, "no checkpoint in 8000 deliveries"
+    calls = []  # (thread, call, fd, file)
+    for line in log.read_text().splitlines():
+        tid, call = line.split(None, 1)
+        name = call.split("(", 1)[0]
+        if name.startswith("<...") or "<" not in call:
+            continue
+        fd, rest = call.split("(", 1)[1].split("<", 1)
+        calls.append((tid, name, fd, os.path.basename(rest.split(">")[0])))
+    sqlite_fds = {fd for _, name, fd, f in calls
+                  if name == "pwrite64" and f == "index.sqlite-wal"}
+    wal_syncs = [c for c in calls
+                 if c[1] != "pwrite64" and c[3] == "index.sqlite-wal"]
+    assert wal_syncs, "no WAL sync seen"
+    by_sqlite = [c for c in wal_syncs if c[2] in sqlite_fds]
+    assert not by_sqlite, f"WAL synced by SQLite's own descriptor: " \
+        f"{by_sqlite[:3]}"
