@@ -75,10 +75,25 @@ int dbox_msg_mailbox(struct dbox_store *st, uint64_t ino, char **mailbox_r)
 	return maildir_mailbox_name(st->index, parent, mailbox_r);
 }
 
-int dbox_msg_path(struct dbox_store *st, uint64_t ino, char **path_r)
+int dbox_msg_fsync_note(struct dbox_store *st, uint64_t ino, char **path_r,
+			struct dbox_owner *owner_r)
 {
+	struct dbox_attr attr;
+	int ret;
+
 	dbox_store_assert_locked(st);
-	return dbox_index_path(st->index, ino, path_r);
+	*path_r = NULL;
+	if ((ret = dbox_index_getattr(st->index, ino, &attr)) < 0 ||
+	    (ret = dbox_index_path(st->index, ino, path_r)) < 0)
+		return ret;
+	if (strlen(*path_r) > DBOX_FSYNC_PATH_MAX) {
+		free(*path_r);
+		*path_r = NULL;
+		return -ENAMETOOLONG;
+	}
+	*owner_r = (struct dbox_owner){ .set = true, .mode = attr.mode & 0777,
+					.uid = attr.uid, .gid = attr.gid };
+	return 0;
 }
 
 /* The R of a finish: see dbox_msg_received. */

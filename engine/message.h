@@ -60,9 +60,14 @@ int dbox_msg_dir_mailbox(struct dbox_store *st, uint64_t dir,
    Returns 0, -ENOENT (no name), -ENOMEM, -EIO. */
 int dbox_msg_mailbox(struct dbox_store *st, uint64_t ino, char **mailbox_r);
 
-/* The path of inode ino below the root, for L (dbox_save_seal): see
-   dbox_index_path (one statement).  Needs st->lock. */
-int dbox_msg_path(struct dbox_store *st, uint64_t ino, char **path_r);
+/* What an fsync() of message ino seals its record with (dbox_save_seal):
+   its path below the root, for L (dbox_index_path: one statement), into
+   *path_r (malloc()ed), and its mode, owner and group, for A, into
+   *owner_r.  Needs st->lock.  Returns 0, -ENAMETOOLONG when the path is
+   longer than DBOX_FSYNC_PATH_MAX (recovery would not follow it: the
+   fsync must sync the index instead), -ENOENT, -ENOMEM or -EIO. */
+int dbox_msg_fsync_note(struct dbox_store *st, uint64_t ino, char **path_r,
+			struct dbox_owner *owner_r);
 
 /* The received date (R, UNIX seconds) a finish of message ino's save
    writes: its mtime, or written_ns (the time of a write not stored yet)

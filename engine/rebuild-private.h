@@ -30,6 +30,7 @@ struct rrec {
 	time_t received;
 	char guid[DBOX_GUID_HEX_LEN * 2 + 1];
 	char *mailbox;           /* B, or NULL */
+	struct dbox_owner owner; /* A (an fsync's seal), or unset */
 	bool claimed;            /* by a message row of the old index */
 	bool live;               /* ... whose inode had links (not one
 				    unlinked while open) */

@@ -173,7 +173,8 @@ static int restore(struct rebuild *rb, struct rrec *r)
 		dbox_restored_name(r->received, r->guid, r->file_id, r->offset,
 				   n, name);
 		ret = dbox_restore_message(rb->index, cur, &dir, name, &loc,
-					   r->plain_size, r->received, NULL);
+					   r->plain_size, r->received,
+					   &r->owner, NULL);
 		if (ret != -EEXIST)
 			break;
 	}

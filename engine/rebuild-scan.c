@@ -100,6 +100,7 @@ static int scan_cb(void *ctx, uint64_t offset, uint64_t body_size,
 		.body_size = body_size, .record_size = record_size,
 		.received = md->received,
 		.plain_size = md->has_plain_size ? md->plain_size : body_size,
+		.owner = md->owner,
 	};
 	r->vsize = md->has_vsize ? md->vsize : r->plain_size;
 	memcpy(r->guid, md->guid, sizeof(r->guid));

@@ -118,15 +118,24 @@ void dbox_restored_name(time_t received, const char *guid, uint32_t file_id,
 int dbox_restore_message(struct dbox_index *index, uint64_t dir,
 			 const struct dbox_attr *dirattr, const char *name,
 			 const struct dbox_msgloc *loc, uint64_t plain_size,
-			 time_t received, struct dbox_attr *attr_r)
+			 time_t received, const struct dbox_owner *owner,
+			 struct dbox_attr *attr_r)
 {
 	struct dbox_attr attr;
 	int ret;
 
-	ret = dbox_index_create(index, dir, name, strlen(name),
-				DBOX_KIND_MESSAGE,
-				S_IFREG | 0600 | (dirattr->mode & 0066),
-				dirattr->uid, dirattr->gid, dbox_now_ns(), &attr);
+	if (owner != NULL && owner->set)
+		ret = dbox_index_create(index, dir, name, strlen(name),
+					DBOX_KIND_MESSAGE,
+					S_IFREG | (owner->mode & 0777),
+					owner->uid, owner->gid, dbox_now_ns(),
+					&attr);
+	else
+		ret = dbox_index_create(index, dir, name, strlen(name),
+					DBOX_KIND_MESSAGE,
+					S_IFREG | 0600 | (dirattr->mode & 0066),
+					dirattr->uid, dirattr->gid,
+					dbox_now_ns(), &attr);
 	if (ret < 0)
 		return ret;
 	attr.size = plain_size;

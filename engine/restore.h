@@ -10,6 +10,7 @@
  */
 
 #include "index/index.h"
+#include "storage/dbox-format.h"
 
 #include <stdint.h>
 #include <time.h>
@@ -43,14 +44,16 @@ void dbox_restored_name(time_t received, const char *guid, uint32_t file_id,
 			char name[DBOX_RESTORED_NAME_SIZE]);
 
 /* A new message dir/name for the record at loc (committed; plain_size
-   plaintext bytes, received UNIX seconds), owned as directory dir
-   (dirattr) is and with its mode less the execute bits, as Dovecot makes
-   its mail files.  Inside the caller's transaction.  Returns 0 and the
-   new inode's attributes in *attr_r (may be NULL), -EEXIST when the name
-   is taken, or the index's errno. */
+   plaintext bytes, received UNIX seconds), with the mode, owner and group
+   its fsync() recorded (owner: the record's A line) when it has them,
+   else owned as directory dir (dirattr) is and with its mode less the
+   execute bits, as Dovecot makes its mail files.  Inside the caller's
+   transaction.  Returns 0 and the new inode's attributes in *attr_r (may
+   be NULL), -EEXIST when the name is taken, or the index's errno. */
 int dbox_restore_message(struct dbox_index *index, uint64_t dir,
 			 const struct dbox_attr *dirattr, const char *name,
 			 const struct dbox_msgloc *loc, uint64_t plain_size,
-			 time_t received, struct dbox_attr *attr_r);
+			 time_t received, const struct dbox_owner *owner,
+			 struct dbox_attr *attr_r);
 
 #endif

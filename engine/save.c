@@ -166,9 +166,10 @@ uint64_t dbox_save_size(const struct dbox_save *save)
 }
 
 /* Write the record's metadata and header for the body as it stands,
-   with L = fsync_path when not NULL. */
+   with L = fsync_path and A = owner when fsync_path is not NULL. */
 static int save_write_record(struct dbox_save *save, time_t received_sec,
-			     const char *fsync_path)
+			     const char *fsync_path,
+			     const struct dbox_owner *owner)
 {
 	struct dbox_store *st = save->st;
 	struct dbox_metadata md;
@@ -180,6 +181,8 @@ static int save_write_record(struct dbox_save *save, time_t received_sec,
 		md.received = received_sec;
 		md.mailbox = save->mailbox;
 		md.fsync_path = (char *)fsync_path;
+		if (fsync_path != NULL && owner != NULL)
+			md.owner = *owner;
 		ret = dbox_body_finish(&save->body, &md);
 		md.mailbox = NULL;
 		md.fsync_path = NULL;
@@ -202,10 +205,10 @@ static int save_write_record(struct dbox_save *save, time_t received_sec,
 }
 
 int dbox_save_seal(struct dbox_save *save, time_t received_sec,
-		   const char *fsync_path)
+		   const char *fsync_path, const struct dbox_owner *owner)
 {
 	save_check(save);
-	return save_write_record(save, received_sec, fsync_path);
+	return save_write_record(save, received_sec, fsync_path, owner);
 }
 
 bool dbox_save_sealed_with_path(const struct dbox_save *save)
@@ -227,7 +230,7 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 
 	dbox_store_assert_locked(st);
 	save_check(save);
-	if ((ret = save_write_record(save, received_sec, NULL)) < 0 ||
+	if ((ret = save_write_record(save, received_sec, NULL, NULL)) < 0 ||
 	    (sync && (ret = dbox_save_sync(save)) < 0))
 		return ret;
 	save_loc(save, DBOX_MSG_COMMITTED, save->vsize, loc_r);

@@ -61,7 +61,7 @@
    than this is taken as none: what a hostile store can make recovery
    hold in memory is bounded. */
 #define RESTORE_MAX_RECORDS 65536
-#define RESTORE_MAX_TEXT 4096
+#define RESTORE_MAX_TEXT DBOX_FSYNC_PATH_MAX
 
 /* One whole record past the committed end. */
 struct tail_rec {
@@ -70,6 +70,7 @@ struct tail_rec {
 	char guid[DBOX_GUID_HEX_LEN * 2 + 1];
 	char *mailbox;  /* B, or NULL */
 	char *path;     /* L, or NULL */
+	struct dbox_owner owner; /* A */
 	bool copy;      /* a committed message's record is there and whole */
 	uint64_t moved; /* the committed message whose record is gone, or 0 */
 	uint64_t writing; /* the WRITING message of its GUID, or 0 */
@@ -162,6 +163,7 @@ static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	memcpy(r->guid, md->guid, sizeof(r->guid));
 	r->mailbox = text_dup(md->mailbox, &t->err);
 	r->path = text_dup(md->fsync_path, &t->err);
+	r->owner = md->owner;
 	t->n++;
 	return 0;
 }
@@ -419,7 +421,7 @@ static int place_at_path(struct dbox_index *index, const struct tail_rec *r,
 	    (ret = dbox_index_getattr(index, dir, &dirattr)) < 0)
 		return ret;
 	return dbox_restore_message(index, dir, &dirattr, name, loc,
-				    r->plain_size, r->received, NULL);
+				    r->plain_size, r->received, &r->owner, NULL);
 }
 
 /* The delivery ino the index has as WRITING, finished with r (at loc)
@@ -493,7 +495,8 @@ static int place_in_folder(struct dbox_index *index, uint32_t file_id,
 		dbox_restored_name(r->received, r->guid, file_id, r->offset, n,
 				   name);
 		ret = dbox_restore_message(index, cur, &dir, name, loc,
-					   r->plain_size, r->received, NULL);
+					   r->plain_size, r->received,
+					   &r->owner, NULL);
 		if (ret != -EEXIST || n == 1000)
 			return ret;
 	}

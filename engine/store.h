@@ -556,11 +556,13 @@ void dbox_save_yield(struct dbox_save *save);
    plain body is read back, a body written out of order is compressed),
    so it needs no store lock, only the exclusion of dbox_save_write (one
    caller per save at a time).  fsync_path (may be NULL) is the message's
-   path below the maildir root, written as L: an fsync() seals with it,
-   so that recovery can put the record back there when a crash loses its
-   index row (store-restore.c).  Returns 0 or a negative errno. */
+   path below the maildir root, written as L, and owner (may be NULL) its
+   mode, owner and group, written as A with L: an fsync() seals with them
+   (dbox_msg_fsync_note), so that recovery can put the record back there,
+   as it was, when a crash loses its index row (store-restore.c).
+   Returns 0 or a negative errno. */
 int dbox_save_seal(struct dbox_save *save, time_t received_sec,
-		   const char *fsync_path);
+		   const char *fsync_path, const struct dbox_owner *owner);
 
 /* Does the record as written now carry an fsync path (the last seal had
    one, and no write undid it)? */

@@ -307,7 +307,7 @@ int fs_file_copy_out(struct fs *fs, uint64_t ino, uint64_t parent,
 	n = dbox_save_copy_fd(save, fd);
 	ret = n < 0 ? (int)n :
 		dbox_save_seal(save, dbox_time_sec(fs_ts_time(&backing.st_mtim)),
-			       NULL);
+			       NULL, NULL);
 	fs_busy_end(fs, inode);
 	if (fs_inode_unused(inode))
 		fs_inode_remove(&fs->inodes, ino);

@@ -150,7 +150,7 @@ static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 					     &received)) < 0)
 			return ret;
 		fs_busy_begin(fs, inode);
-		ret = dbox_save_seal(save, received, NULL);
+		ret = dbox_save_seal(save, received, NULL, NULL);
 		fs_busy_end(fs, inode);
 		if (ret < 0)
 			return ret;
@@ -374,17 +374,20 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		   carries its path (L), so that recovery can put it back
 		   if the crash loses the row (not a copy: its old version
 		   is in the index, under the same GUID). */
+		struct dbox_owner owner = { 0 };
 		time_t received;
 		char *path = NULL;
 
 		ret = dbox_msg_received(st, inode->ino, inode->written ?
 					&inode->wtime : NULL, &received);
+		/* No path (a copy; one too long for recovery to follow):
+		   not restorable, the fsync syncs the index too. */
 		if (ret == 0 && inflight_seq == 0 &&
-		    dbox_msg_path(st, inode->ino, &path) < 0)
+		    dbox_msg_fsync_note(st, inode->ino, &path, &owner) < 0)
 			path = NULL;
 		if (ret == 0) {
 			fs_busy_begin(fs, inode);
-			ret = dbox_save_seal(save, received, path);
+			ret = dbox_save_seal(save, received, path, &owner);
 			fs_busy_end(fs, inode);
 		}
 		free(path);

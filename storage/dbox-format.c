@@ -166,6 +166,9 @@ long dbox_metadata_format(const struct dbox_metadata *md, char **buf_r)
 		fprintf(f, "B%s\n", md->mailbox);
 	if (md->fsync_path != NULL && strpbrk(md->fsync_path, "\r\n") == NULL)
 		fprintf(f, "L%s\n", md->fsync_path);
+	if (md->owner.set)
+		fprintf(f, "A%o %u %u\n", (unsigned int)(md->owner.mode & 0777),
+			(unsigned int)md->owner.uid, (unsigned int)md->owner.gid);
 	if (md->extra != NULL && md->extra[0] != '\0') {
 		size_t len = strlen(md->extra);
 		fputs(md->extra, f);
@@ -182,26 +185,77 @@ long dbox_metadata_format(const struct dbox_metadata *md, char **buf_r)
 	return (long)size;
 }
 
-/* Append line[0..len) and '\n' to *extra.  Returns 0 or -ENOMEM. */
-static int extra_append(char **extra, const char *line, size_t len)
+/* A decimal number of 1 to 10 digits up to UINT32_MAX at *p, which moves
+   past it.  Returns false when there is none. */
+static bool u32_parse(const char **p, const char *end, uint32_t *v_r)
 {
-	size_t old = *extra == NULL ? 0 : strlen(*extra);
-	char *p = realloc(*extra, old + len + 2);
+	uint64_t v = 0;
+	const char *s = *p;
 
-	if (p == NULL)
-		return -ENOMEM;
-	memcpy(p + old, line, len);
-	p[old + len] = '\n';
-	p[old + len + 1] = '\0';
-	*extra = p;
+	while (s < end && *s >= '0' && *s <= '9' && s - *p < 10)
+		v = v * 10 + (uint64_t)(*s++ - '0');
+	if (s == *p || v > UINT32_MAX || (s < end && *s >= '0' && *s <= '9'))
+		return false;
+	*p = s;
+	*v_r = (uint32_t)v;
+	return true;
+}
+
+/* The value of an A line, "<mode octal> <uid> <gid>" as
+   dbox_metadata_format writes it, into *owner.  Returns false (owner
+   untouched) when it is not that. */
+static bool owner_parse(const char *value, size_t len, struct dbox_owner *owner)
+{
+	const char *p = value, *end = value + len;
+	uint32_t mode = 0, uid, gid;
+
+	while (p < end && *p >= '0' && *p <= '7' && p - value < 3)
+		mode = mode * 8 + (uint32_t)(*p++ - '0');
+	if (p == value || p == end || *p++ != ' ' ||
+	    !u32_parse(&p, end, &uid) || p == end || *p++ != ' ' ||
+	    !u32_parse(&p, end, &gid) || p != end)
+		return false;
+	*owner = (struct dbox_owner){ .set = true, .mode = mode, .uid = uid,
+				      .gid = gid };
+	return true;
+}
+
+/* The lines of a block no key of ours takes, as they are gathered: len
+   bytes in md->extra (NUL-terminated), room for cap. */
+struct extra_buf {
+	size_t len, cap;
+};
+
+/* Append line[0..len) and '\n' to *extra (eb: its length and room, grown
+   by doubling: a block of many short unknown lines costs linear time).
+   Returns 0 or -ENOMEM. */
+static int extra_append(char **extra, struct extra_buf *eb, const char *line,
+			size_t len)
+{
+	if (eb->len + len + 2 > eb->cap) {
+		size_t cap = eb->cap < 64 ? 64 : eb->cap;
+		char *p;
+
+		while (cap < eb->len + len + 2)
+			cap *= 2;
+		if ((p = realloc(*extra, cap)) == NULL)
+			return -ENOMEM;
+		*extra = p;
+		eb->cap = cap;
+	}
+	memcpy(*extra + eb->len, line, len);
+	eb->len += len;
+	(*extra)[eb->len++] = '\n';
+	(*extra)[eb->len] = '\0';
 	return 0;
 }
 
 /* Apply one metadata line "<key><value>" (no '\n', key already checked to
    be an uppercase letter; at offset `at` of the block) to md.  Returns 0,
    -DBOX_ECORRUPT (fault filled) when the value is corrupt, or -ENOMEM. */
-static int metadata_line(struct dbox_metadata *md, const char *line,
-			 size_t len, size_t at, struct dbox_fault *fault)
+static int metadata_line(struct dbox_metadata *md, struct extra_buf *eb,
+			 const char *line, size_t len, size_t at,
+			 struct dbox_fault *fault)
 {
 	const char *value = line + 1;
 	size_t value_len = len - 1;
@@ -225,6 +279,10 @@ static int metadata_line(struct dbox_metadata *md, const char *line,
 		free(md->fsync_path);
 		md->fsync_path = strndup(value, value_len);
 		return md->fsync_path == NULL ? -ENOMEM : 0;
+	case 'A':
+		if (owner_parse(value, value_len, &md->owner))
+			return 0;
+		return extra_append(&md->extra, eb, line, len);
 	case 'R':
 	case 'V':
 	case 'Z':
@@ -242,13 +300,14 @@ static int metadata_line(struct dbox_metadata *md, const char *line,
 		}
 		return 0;
 	default:
-		return extra_append(&md->extra, line, len);
+		return extra_append(&md->extra, eb, line, len);
 	}
 }
 
 int dbox_metadata_parse(const char *buf, size_t len, struct dbox_metadata *md_r,
 			size_t *block_len_r, struct dbox_fault *fault)
 {
+	struct extra_buf eb = { 0 };
 	size_t pos = DBOX_MAGIC_POST_LEN;
 	int ret = 1;
 
@@ -276,8 +335,8 @@ int dbox_metadata_parse(const char *buf, size_t len, struct dbox_metadata *md_r,
 			*block_len_r = (size_t)(nl - buf) + 1;
 			return 0;
 		}
-		if ((ret = metadata_line(md_r, line, (size_t)(nl - line), pos,
-					 fault)) < 0)
+		if ((ret = metadata_line(md_r, &eb, line, (size_t)(nl - line),
+					 pos, fault)) < 0)
 			break;
 		pos = (size_t)(nl - buf) + 1;
 		ret = 1;

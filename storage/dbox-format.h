@@ -66,6 +66,20 @@ void dbox_msg_header_format(uint8_t out[DBOX_MSG_HEADER_SIZE],
 int dbox_msg_header_parse(const uint8_t buf[DBOX_MSG_HEADER_SIZE],
 			  uint64_t *body_size_r, struct dbox_fault *fault);
 
+/* Longest L value in bytes: an fsync() writes none for a longer path,
+   and recovery takes a longer L or B as none (engine/store-restore.c),
+   so the two agree on what a sealed path promises. */
+#define DBOX_FSYNC_PATH_MAX 4096
+
+/* A, dboxfs's own key (docs/dbox-format.md section 5): the message's
+   permission bits, owner and group when a client's fsync() sealed the
+   record, so that recovery gives them back. */
+struct dbox_owner {
+	bool set;      /* the record has a valid A line */
+	uint32_t mode; /* permission bits (0777 only) */
+	uint32_t uid, gid;
+};
+
 /* The metadata of one record.  Strings are NUL-terminated and owned by the
    struct (see dbox_metadata_clear). */
 struct dbox_metadata {
@@ -82,6 +96,8 @@ struct dbox_metadata {
 				 section 5): the message's path below the
 				 maildir root when a client's fsync() sealed
 				 the record ("tmp/1.host"), or NULL */
+	struct dbox_owner owner; /* A, dboxfs's own key; written only with
+				    L */
 	char *extra;          /* other lines ("P..\nO..\n"), kept verbatim
 				 for copying, or NULL */
 };
@@ -90,7 +106,7 @@ struct dbox_metadata {
 void dbox_metadata_clear(struct dbox_metadata *md);
 
 /* Format the metadata block (magic, lines in Dovecot 2.3's order Z R V G B,
-   then L, then extra, then the empty line) into a malloc()ed buffer.
+   then L and A, then extra, then the empty line) into a malloc()ed buffer.
    Returns the block length in bytes and sets *buf_r (caller frees), or
    -ENOMEM.  A mailbox or fsync path containing CR or LF is omitted, as
    Dovecot does for B. */
@@ -102,7 +118,8 @@ long dbox_metadata_format(const struct dbox_metadata *md, char **buf_r);
    before the block does (read more and retry); -DBOX_ECORRUPT when the
    block is corrupt (bad magic, a key that is not an uppercase letter, a
    bad hex value, a NUL byte), filling *fault (may be NULL) with the reason
-   and the offset of the bad line in buf; -ENOMEM.  Unknown uppercase keys
+   and the offset of the bad line in buf; -ENOMEM.  Unknown uppercase keys,
+   and an A line that does not read as dbox_metadata_format writes it,
    go to extra. */
 int dbox_metadata_parse(const char *buf, size_t len, struct dbox_metadata *md_r,
 			size_t *block_len_r, struct dbox_fault *fault);

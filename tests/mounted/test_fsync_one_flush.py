@@ -439,3 +439,91 @@ def test_a_message_written_again_after_its_fsync_keeps_both_versions(make_mount)
     assert read(os.path.join(md, "cur", cur[0])) == \
         b"Subject: a\n\nfirst part\nsecond part\n"
     assert read(os.path.join(md, "new", "a")) == b"Subject: a\n\nfirst part\n"
+
+
+def test_fsynced_mail_comes_back_with_its_owner_and_mode(make_mount):
+    """The record an fsync seals carries the message's mode, owner and
+    group (metadata A), and recovery gives them back, as ext4 keeps the
+    inode the fsync synced: before, a 0600 message came back with its
+    directory's owner and 0600 plus the directory's group and other
+    read/write bits (0666 in a 1777 cur/; helper-67 #F2)."""
+    m = make_mount()
+    md = m.maildir()
+    shared = m.maildir(".Shared")
+    os.chmod(os.path.join(md, "cur"), 0o755)
+    os.chmod(os.path.join(shared, "cur"), 0o1777)
+    os.chown(os.path.join(shared, "cur"), 65534, 65534)
+    loss = PowerLoss(m)
+    loss.synced_point()
+    private = os.path.join(md, "cur", "private:2,S")
+    theirs = os.path.join(shared, "cur", "theirs:2,S")
+    write_fsync(private, b"Subject: private\n\nsecret\n")
+    fd = os.open(theirs, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, b"Subject: theirs\n\nsecret too\n")
+        os.fchown(fd, 1000, 1001)
+        os.fchmod(fd, 0o640)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    loss.strike()
+    got = {p: os.stat(p) for p in (private, theirs)}
+    assert (oct(got[private].st_mode), got[private].st_uid,
+            got[private].st_gid) == (oct(0o100600), 0, 0)
+    assert (oct(got[theirs].st_mode), got[theirs].st_uid,
+            got[theirs].st_gid) == (oct(0o100640), 1000, 1001)
+    assert read(theirs) == b"Subject: theirs\n\nsecret too\n"
+
+
+def test_a_path_too_long_to_restore_is_synced_by_the_index(make_mount):
+    """A message whose path below the root is longer than recovery
+    follows (DBOX_FSYNC_PATH_MAX, 4,096 bytes) gets no L: its fsync
+    syncs the index too (strace sees the WAL synced), and it is there
+    after a power loss that takes what followed, at its path.  Before,
+    the fsync wrote an L recovery refused and synced only the m.N: the
+    message was missing until a rebuild (helper-67 #F1)."""
+    m = make_mount()
+    m.maildir()
+    loss = PowerLoss(m)
+    fd = os.open(m.mnt, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        # The kernel's PATH_MAX is 4096 too: walk down by descriptors.
+        for _ in range(21):
+            os.mkdir("d" * 200, dir_fd=fd)
+            down = os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY,
+                           dir_fd=fd)
+            os.close(fd)
+            fd = down
+        os.mkdir("cur", dir_fd=fd)
+        cur = os.open("cur", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        trace = FdatasyncTrace(m).start()
+        try:
+            mfd = os.open("deep:2,S", os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                          0o600, dir_fd=cur)
+            os.write(mfd, b"Subject: deep\n\nfsynced\n")
+            os.fsync(mfd)
+            synced = trace.synced()
+            os.close(mfd)
+        finally:
+            trace.stop()
+            os.close(cur)
+    finally:
+        os.close(fd)
+    assert "wal" in synced, synced
+    loss.size = loss.wal.stat().st_size  # what that sync made durable
+    os.mkdir(os.path.join(m.mnt, ".after"))
+    loss.strike()
+    fd = os.open(m.mnt, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(21):
+            down = os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY,
+                           dir_fd=fd)
+            os.close(fd)
+            fd = down
+        mfd = os.open("cur/deep:2,S", os.O_RDONLY, dir_fd=fd)
+        try:
+            assert os.read(mfd, 100) == b"Subject: deep\n\nfsynced\n"
+        finally:
+            os.close(mfd)
+    finally:
+        os.close(fd)

@@ -95,7 +95,7 @@ static void test_seal_writes_record_not_index(void **state)
 
 	assert_int_equal(dbox_save_write(save, "hello\n", 6, 0), 0);
 	assert_false(dbox_save_sealed(save));
-	assert_int_equal(dbox_save_seal(save, 1700000000, NULL), 0);
+	assert_int_equal(dbox_save_seal(save, 1700000000, NULL, NULL), 0);
 	assert_true(dbox_save_sealed(save));
 	assert_false(dbox_save_finished(save));
 	assert_int_equal(dbox_save_seals(save), 1);
@@ -115,12 +115,12 @@ static void test_seal_writes_record_not_index(void **state)
 	assert_int_equal(loc.state, DBOX_MSG_WRITING);
 
 	/* A reseal with nothing written is no new record. */
-	assert_int_equal(dbox_save_seal(save, 1700000000, NULL), 0);
+	assert_int_equal(dbox_save_seal(save, 1700000000, NULL, NULL), 0);
 	assert_int_equal(dbox_save_seals(save), 1);
 	/* A write undoes the seal; sealing again is counted. */
 	assert_int_equal(dbox_save_write(save, "world\n", 6, 6), 0);
 	assert_false(dbox_save_sealed(save));
-	assert_int_equal(dbox_save_seal(save, 1700000000, NULL), 0);
+	assert_int_equal(dbox_save_seal(save, 1700000000, NULL, NULL), 0);
 	assert_int_equal(dbox_save_seals(save), 2);
 
 	/* The finish after a seal commits what was sealed. */
@@ -260,7 +260,7 @@ static void test_ref_and_unseal(void **state)
 
 	dbox_save_where(save, &where);
 	assert_int_equal(dbox_save_write(save, "bytes\n", 6, 0), 0);
-	assert_int_equal(dbox_save_seal(save, 1700000000, NULL), 0);
+	assert_int_equal(dbox_save_seal(save, 1700000000, NULL, NULL), 0);
 	assert_true(dbox_save_sealed(save));
 	dbox_save_unseal(save);
 	assert_false(dbox_save_sealed(save));

@@ -1612,7 +1612,7 @@ static void crash_after_unlocked_copy(struct fix *f, bool mark)
 		CHILD_CHECK(dbox_index_commit(st->index, false) == 0);
 		/* Unlocked in fs/: the bytes, then the seal. */
 		CHILD_CHECK(dbox_save_write(save, c->body, c->len, 0) == 0);
-		CHILD_CHECK(dbox_save_seal(save, c->received, NULL) == 0);
+		CHILD_CHECK(dbox_save_seal(save, c->received, NULL, NULL) == 0);
 		dbox_save_where(save, &where);
 		copy_at[0] = where.file_id;
 		copy_at[1] = where.offset;
