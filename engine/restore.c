@@ -35,14 +35,18 @@ int dbox_restore_flat_folder(const char *mailbox, char **dir_r)
 	return -EINVAL;
 }
 
-/* Directory name in dir: 1 and *ino_r, 0 when it is no directory there. */
+/* Directory name in dir: 1 and *ino_r, 0 when it is no directory there
+   (also a name no directory can have: a B's bytes are the store owner's,
+   and one bad component must not stop the records after it; helper-67
+   #F3).  Returns the index's errno otherwise. */
 static int find_dir(struct dbox_index *index, uint64_t dir, const char *name,
 		    uint64_t *ino_r)
 {
 	struct dbox_attr attr;
 	int ret = dbox_index_lookup(index, dir, name, strlen(name), &attr);
 
-	if (ret == -ENOENT || (ret == 0 && attr.kind != DBOX_KIND_DIR))
+	if (ret == -ENOENT || ret == -ENAMETOOLONG || ret == -EINVAL ||
+	    (ret == 0 && attr.kind != DBOX_KIND_DIR))
 		return 0;
 	if (ret < 0)
 		return ret;

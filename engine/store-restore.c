@@ -89,6 +89,8 @@ struct tail {
 	size_t n, size;
 	uint64_t last_end;      /* end of the last record to put back */
 	size_t count;           /* records up to it */
+	bool path_beyond;       /* first pass: a record past the first
+				   RESTORE_MAX_RECORDS has a path */
 	bool collect;           /* second pass: keep the records */
 	int err;                /* what stopped the collection, or 0 */
 };
@@ -130,8 +132,14 @@ static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	if (!t->collect) {
 		struct scan_rec *sr;
 
-		if (t->n >= RESTORE_MAX_RECORDS)
+		if (t->n >= RESTORE_MAX_RECORDS) {
+			/* Past the cap only whether a path follows: then
+			   the capped records go back now (they are before
+			   it), and the rest at the next recovery. */
+			t->path_beyond |= md->fsync_path != NULL &&
+				strlen(md->fsync_path) <= RESTORE_MAX_TEXT;
 			return 0;
+		}
 		if ((sr = dbox_grow(t->s, t->n, &t->size,
 				    sizeof(*t->s))) == NULL) {
 			t->err = -ENOMEM;
@@ -178,7 +186,9 @@ static int scan_cmp(const void *a, const void *b)
 }
 
 /* After the first pass: how many records to put back - up to the last
-   one with a path, or with the GUID of one with a path (a copy of it).
+   one with a path, or with the GUID of one with a path (a copy of it);
+   all it kept when one past them has a path (helper-67 #F5: else a tail
+   of more records than the cap before its first path never moved).
    Sets t->count and t->last_end; 0 records: none. */
 static int tail_extent(struct tail *t)
 {
@@ -204,6 +214,8 @@ static int tail_extent(struct tail *t)
 			last = (size_t)(by[q - 1] - t->s) + 1;
 	}
 	free(by);
+	if (t->path_beyond)
+		last = t->n;
 	t->count = last;
 	t->last_end = last > 0 ? t->s[last - 1].end : 0;
 	return 0;
@@ -262,6 +274,7 @@ static int row_cb(void *ctx, uint64_t ino, const struct dbox_msgloc *loc)
 {
 	struct guid_set *g = ctx;
 	struct tail_rec key, *kp = &key, **hit;
+	int present = -1; /* record_present(loc), looked at once per row */
 	size_t i, j;
 
 	if (loc->guid[0] == '\0')
@@ -284,7 +297,12 @@ static int row_cb(void *ctx, uint64_t ino, const struct dbox_msgloc *loc)
 			if (r->writing == 0)
 				r->writing = ino;
 		} else if (!r->copy) {
-			if (record_present(g->st, loc)) {
+			/* Once per row: a crafted store of many rows and
+			   records of one GUID made this rows x records file
+			   opens (helper-67 #F3). */
+			if (present < 0)
+				present = record_present(g->st, loc);
+			if (present) {
 				r->copy = true;
 				r->moved = 0;
 			} else if (r->moved == 0) {

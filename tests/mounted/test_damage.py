@@ -664,10 +664,11 @@ def test_backup_copied_over_a_crashed_store_takes_no_more_changes(tmp_path):
 
 def test_rebuild_restores_mail_owned_as_its_folder(tmp_path):
     """A store of root's whose folder Dovecot keeps as user mail (a root
-    mount with allow_other, docs/dovecot.md): messages rebuild restores
-    with new names belong to the folder's owner, mode as the folder less
-    the execute bits (they were root's 0600, and Dovecot could not read
-    them: helper-62)."""
+    mount with allow_other, docs/dovecot.md): a message rebuild restores
+    with a new name, closed without fsync, belongs to the folder's owner,
+    mode as the folder less the execute bits (they were root's 0600, and
+    Dovecot could not read them: helper-62).  One whose fsync recorded
+    its mode, owner and group (metadata A) gets those back."""
     m = Mount(tmp_path / "store", tmp_path / "mnt")
     try:
         md = m.mount().maildir(".Shared")
@@ -678,18 +679,26 @@ def test_rebuild_restores_mail_owned_as_its_folder(tmp_path):
         m.unmount()
         shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
         m.mount()
-        deliver(md, "new")
+        deliver(md, "new", fsync=False)
+        fd = os.open(md / "tmp" / "own", os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, body("own"))
+        os.fchown(fd, 1000, 1000)
+        os.fchmod(fd, 0o604)
+        os.fsync(fd)
+        os.close(fd)
         m.unmount()
         put_back_index(m.store, tmp_path / "old.sqlite")
         rc, out = adm("rebuild", m.store)
-        assert rc == 0 and "recovered 1 messages" in out, out
+        assert rc == 0 and "recovered 2 messages" in out, out
         m.mount()
-        restored = [p for p in (md / "cur").iterdir() if ".rebuild" in p.name]
-        assert len(restored) == 1, list((md / "cur").iterdir())
-        st = restored[0].stat()
-        assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (8, 8, 0o640), \
-            (st.st_uid, st.st_gid, oct(st.st_mode))
-        assert restored[0].read_bytes() == body("new")
+        restored = {p.read_bytes(): p.stat() for p in (md / "cur").iterdir()
+                    if ".rebuild" in p.name}
+        assert sorted(restored) == sorted([body("new"), body("own")]), \
+            list((md / "cur").iterdir())
+        got = {b: (st.st_uid, st.st_gid, oct(st.st_mode & 0o7777))
+               for b, st in restored.items()}
+        assert got[body("new")] == (8, 8, oct(0o640))
+        assert got[body("own")] == (1000, 1000, oct(0o604))
     finally:
         m.kill() if m.proc is not None else m.unmount()
 

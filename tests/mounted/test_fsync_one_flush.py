@@ -527,3 +527,63 @@ def test_a_path_too_long_to_restore_is_synced_by_the_index(make_mount):
             os.close(mfd)
     finally:
         os.close(fd)
+
+
+def tail_record(body, path=None, mailbox=b"INBOX"):
+    """A dbox v2 record as an fsync seals one (docs/dbox-format.md
+    sections 3 and 5), with a new GUID and, when given, L."""
+    header = b"\x01\x02N " + b" " * 8 + b" " + b"%016X" % len(body) + b"\n"
+    meta = b"R60000000\nV%x\nG%s\nB%s\n" % (
+        len(body) + body.count(b"\n"), os.urandom(16).hex().encode(), mailbox)
+    if path is not None:
+        meta += b"L" + path + b"\n"
+    return header + body + b"\n\x01\x03\n" + meta + b"\n"
+
+
+def append_past_the_end(m, blob):
+    """Records appended to m.1 of an unmounted store, past the end its
+    index committed: what a power loss leaves of fsynced mail."""
+    with open(m.store / "storage" / "m.1", "ab") as f:
+        f.write(blob)
+
+
+def test_records_past_the_cap_come_back_at_the_next_mount(make_mount):
+    """Recovery puts back at most 65,536 records of an m.N per mount
+    (RESTORE_MAX_RECORDS); with more records before the first fsynced
+    one, the first mount puts back those it holds and the next mount
+    the rest.  Before, it saw no path within the cap, put back nothing,
+    and no mount ever did (helper-67 #F5)."""
+    m = make_mount()
+    write_fsync(os.path.join(m.maildir(), "tmp", "first"), b"first\n")
+    m.unmount()
+    count = 65600
+    append_past_the_end(m, b"".join(tail_record(b"n%d\n" % i)
+                                    for i in range(count)) +
+                        tail_record(b"Subject: synced\n\nlast\n",
+                                    path=b"new/synced"))
+    m.mount()
+    assert len(os.listdir(os.path.join(m.maildir(), "cur"))) == 65536
+    m.remount()
+    md = m.maildir()
+    assert len(os.listdir(os.path.join(md, "cur"))) == count
+    assert read(os.path.join(md, "new", "synced")) == \
+        b"Subject: synced\n\nlast\n"
+
+
+def test_a_bad_folder_name_does_not_stop_the_records_after_it(make_mount):
+    """A record whose B names no folder a directory could be (a 300-byte
+    component) goes to INBOX's cur/, and the fsynced record after it to
+    its path.  Before, the lookup's ENAMETOOLONG failed the whole
+    recovery of that m.N, at every mount (helper-67 #F3)."""
+    m = make_mount()
+    write_fsync(os.path.join(m.maildir(), "tmp", "first"), b"first\n")
+    m.unmount()
+    append_past_the_end(m, tail_record(b"odd\n", mailbox=b"x" * 300) +
+                        tail_record(b"Subject: synced\n\nafter it\n",
+                                    path=b"new/synced"))
+    m.mount()
+    md = m.maildir()
+    assert read(os.path.join(md, "new", "synced")) == \
+        b"Subject: synced\n\nafter it\n"
+    cur = os.listdir(os.path.join(md, "cur"))
+    assert len(cur) == 1 and read(os.path.join(md, "cur", cur[0])) == b"odd\n"
