@@ -62,6 +62,9 @@
    hold in memory is bounded. */
 #define RESTORE_MAX_RECORDS 65536
 #define RESTORE_MAX_TEXT DBOX_FSYNC_PATH_MAX
+/* ... and at most this many bytes of paths and Bs in all (65,536 records
+   at both caps held 540 MB: helper-67). */
+#define RESTORE_MAX_TEXT_TOTAL (32 * 1024 * 1024)
 
 /* One whole record past the committed end. */
 struct tail_rec {
@@ -89,8 +92,10 @@ struct tail {
 	size_t n, size;
 	uint64_t last_end;      /* end of the last record to put back */
 	size_t count;           /* records up to it */
-	bool path_beyond;       /* first pass: a record past the first
-				   RESTORE_MAX_RECORDS has a path */
+	size_t text;            /* first pass: bytes of L and B kept */
+	bool full;              /* first pass: a cap is reached */
+	bool path_beyond;       /* first pass: a record past the caps has
+				   a path */
 	bool collect;           /* second pass: keep the records */
 	int err;                /* what stopped the collection, or 0 */
 };
@@ -107,6 +112,15 @@ static void tail_free(struct tail *t)
 	free(t->s);
 }
 
+/* Bytes recovery keeps of an L or B value s: 0 for one it takes as
+   none. */
+static size_t text_len(const char *s)
+{
+	size_t len = s == NULL ? 0 : strlen(s);
+
+	return len > RESTORE_MAX_TEXT ? 0 : len;
+}
+
 static char *text_dup(const char *s, int *err)
 {
 	char *d;
@@ -119,7 +133,7 @@ static char *text_dup(const char *s, int *err)
 }
 
 /* dbox_file_tail_records callback.  First pass: the GUID, end and path
-   of each record (up to RESTORE_MAX_RECORDS).  Second pass: keep the
+   of each record (up to the caps).  Second pass: keep the
    records up to the last one to put back. */
 static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 		   const struct dbox_metadata *md, uint64_t record_size)
@@ -130,12 +144,17 @@ static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	if (t->err != 0)
 		return 0;
 	if (!t->collect) {
+		size_t text = text_len(md->fsync_path) +
+			      text_len(md->mailbox);
 		struct scan_rec *sr;
 
-		if (t->n >= RESTORE_MAX_RECORDS) {
-			/* Past the cap only whether a path follows: then
-			   the capped records go back now (they are before
-			   it), and the rest at the next recovery. */
+		if (!t->full && (t->n >= RESTORE_MAX_RECORDS ||
+				 t->text + text > RESTORE_MAX_TEXT_TOTAL))
+			t->full = true;
+		if (t->full) {
+			/* Past a cap only whether a path follows: then the
+			   records kept go back now (they are before it),
+			   and the rest at the next recovery. */
 			t->path_beyond |= md->fsync_path != NULL &&
 				strlen(md->fsync_path) <= RESTORE_MAX_TEXT;
 			return 0;
@@ -146,6 +165,7 @@ static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 			return 0;
 		}
 		t->s = sr;
+		t->text += text;
 		sr = &t->s[t->n++];
 		sr->end = offset + record_size;
 		memcpy(sr->guid, md->guid, sizeof(sr->guid));
