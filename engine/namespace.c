@@ -29,6 +29,31 @@ void dbox_ns_file_unlink(struct dbox_store *st, uint64_t ino)
 			     name, strerror(errno));
 }
 
+void dbox_ns_file_gone_key(uint64_t ino, char key[40])
+{
+	snprintf(key, 40, DBOX_META_FILE_GONE_PREFIX "%llu.",
+		 (unsigned long long)ino);
+}
+
+/* In a transaction deleting plain file ino: its key, and the keys of the
+   files removed since the last one dropped (a rollback leaves them to
+   the next open). */
+static int file_gone_mark(struct dbox_store *st, uint64_t ino)
+{
+	char key[40];
+	int ret = 0;
+
+	for (size_t i = 0; i < st->unlinked_count && ret == 0; i++) {
+		dbox_ns_file_gone_key(st->unlinked[i], key);
+		ret = dbox_index_meta_delete_prefix(st->index, key);
+	}
+	free(st->unlinked);
+	st->unlinked = NULL;
+	st->unlinked_count = st->unlinked_size = 0;
+	dbox_ns_file_gone_key(ino, key);
+	return ret < 0 ? ret : dbox_index_meta_set(st->index, key, 1);
+}
+
 int dbox_ns_tx_end(struct dbox_store *st, int ret, bool durable)
 {
 	dbox_store_assert_locked(st);
@@ -50,7 +75,8 @@ static int ns_begin(struct dbox_store *st, struct dbox_ns_gone *gone)
 
 /* End the transaction of an operation whose outcome is ret (0: commit,
    else roll back); a plain file deleted in it loses its backing file
-   once the commit went through.  Returns ret or the commit's error. */
+   once the commit is durable (dbox_store_doom_file).  Returns ret or
+   the commit's error. */
 static int ns_end(struct dbox_store *st, int ret, struct dbox_ns_gone *gone,
 		  uint64_t file_ino)
 {
@@ -62,7 +88,7 @@ static int ns_end(struct dbox_store *st, int ret, struct dbox_ns_gone *gone,
 	}
 	ret = dbox_index_commit(st->index, false);
 	if (ret == 0 && file_ino != 0)
-		dbox_ns_file_unlink(st, file_ino);
+		dbox_store_doom_file(st, file_ino);
 	return ret;
 }
 
@@ -89,8 +115,7 @@ static int drop_inode(struct dbox_store *st, uint64_t ino,
 	if (attr.kind == DBOX_KIND_FILE) {
 		*file_ino_r = ino;
 		/* Its backing file goes after the commit: say so in it. */
-		return dbox_index_meta_set(st->index, DBOX_META_FILE_GONE,
-					   (int64_t)ino);
+		return file_gone_mark(st, ino);
 	}
 	return 0;
 }

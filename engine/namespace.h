@@ -236,12 +236,19 @@ int dbox_ns_tx_end(struct dbox_store *st, int ret, bool durable);
    logged.  Needs no lock: the inode has no plain file any more. */
 void dbox_ns_file_unlink(struct dbox_store *st, uint64_t ino);
 
-/* Index meta key: the inode number of the last plain file a transaction
-   deleted.  Its backing file is removed right after the commit, under
-   the same store lock, so at most this one can be left when the daemon
-   dies in between; recovery removes it (store-recover.c).  A backing
-   file of no plain file without this mark is kept (an index older than
-   files/). */
+/* Index meta keys "file_gone.<ino>.": plain file ino was deleted by the
+   transaction that set the key.  Its backing file is removed once that
+   commit is durable (dbox_store_doom_file), and the key by a later
+   deleting transaction (or the next open), so a daemon that dies in
+   between leaves files only recovery knows to remove (store-recover.c).
+   A backing file of no plain file without its key is kept (an index
+   older than files/).  DBOX_META_FILE_GONE is the one key of indexes
+   written before 2026-12-06: the last such ino, its file removed right
+   after the commit. */
+#define DBOX_META_FILE_GONE_PREFIX "file_gone."
 #define DBOX_META_FILE_GONE "file_gone_ino"
+
+/* The key of plain file ino above into key. */
+void dbox_ns_file_gone_key(uint64_t ino, char key[40]);
 
 #endif

@@ -17,6 +17,20 @@
    deliveries dropped.  Needs st->lock.  Returns 0 or a negative errno. */
 int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r);
 
+/* m.N files changed less than this many seconds ago are synced when a
+   process that died left the WAL (dbox_store_sync_left). */
+#define DBOX_STORE_LEFT_AGE 600
+
+/* Sync (fdatasync) every m.N of storage/ changed in the last
+   DBOX_STORE_LEFT_AGE seconds: for an open that finds the WAL a process
+   that died left (a crash), before anything syncs the WAL.  That
+   process's commits are in the WAL, and the message bytes they point at
+   may still be only in the page cache; the first WAL sync of this open
+   (recovery's durable commits, the timed sync) would put the rows on
+   disk ahead of them, and a power loss then left messages reading EIO
+   (helper-68 #2).  Errors are logged. */
+void dbox_store_sync_left(struct dbox_store *st);
+
 /* store-restore.c: crash recovery of mail that fsync() synced with its
    path (L) but whose index rows the crash lost: the whole records of
    m.<file_id> (open as fd; in ALT storage when alt) from its committed

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32])
@@ -533,6 +534,17 @@ static int import_file_to_lost_found(struct dbox_store *st, const char *name,
    again, and the next create of a plain file would find the name taken.
    An empty one is removed; one with bytes is kept for 'dboxadm check' and
    'rebuild' (lost+found/), and its number is never handed out. */
+/* Did a committed transaction delete plain file ino (namespace.h,
+   DBOX_META_FILE_GONE_PREFIX)? */
+static bool file_gone(struct dbox_store *st, uint64_t ino)
+{
+	char key[40];
+	int64_t v;
+
+	dbox_ns_file_gone_key(ino, key);
+	return dbox_index_meta_get(st->index, key, &v) == 0;
+}
+
 static int recover_files(struct dbox_store *st)
 {
 	DIR *dir = fdopendir(dup(st->files_fd));
@@ -572,7 +584,8 @@ static int recover_files(struct dbox_store *st)
 			continue;
 		}
 		ret = 0;
-		if (gone > 0 && ino == (unsigned long long)gone) {
+		if ((gone > 0 && ino == (unsigned long long)gone) ||
+		    file_gone(st, ino)) {
 			dbox_info("%s/" DBOX_STORE_FILES "/%s: its plain file was deleted "
 				  "and the daemon died before the file went; "
 				  "removed", st->path, d->d_name);
@@ -601,7 +614,62 @@ static int recover_files(struct dbox_store *st)
 		}
 	}
 	closedir(dir);
+	/* Every file a key names is gone now. */
+	if (ret == 0)
+		ret = dbox_index_meta_delete_prefix(st->index,
+						    DBOX_META_FILE_GONE_PREFIX);
 	return ret;
+}
+
+/* fdatasync each regular file of dir (mfiles: m.N names only, else
+   every name) changed since `since` (CLOCK_REALTIME seconds); returns
+   how many. */
+static unsigned int sync_changed(struct dbox_store *st, int dir_fd,
+				 const char *dir_name, bool mfiles,
+				 time_t since)
+{
+	DIR *dir = fdopendir(dup(dir_fd));
+	unsigned int synced = 0;
+	struct dirent *d;
+
+	if (dir == NULL)
+		return 0;
+	rewinddir(dir); /* the dup shares dir_fd's offset */
+	while ((d = readdir(dir)) != NULL) {
+		uint32_t id;
+		struct stat sb;
+		int fd;
+
+		if (d->d_name[0] == '.' ||
+		    (mfiles && !dbox_mfile_parse_name(d->d_name, &id)) ||
+		    fstatat(dir_fd, d->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISREG(sb.st_mode) || sb.st_mtime < since)
+			continue;
+		fd = openat(dir_fd, d->d_name, O_RDONLY | O_NOFOLLOW |
+			    O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (fdatasync(fd) < 0)
+			dbox_error("%s/%s/%s: fdatasync: %s", st->path, dir_name,
+				   d->d_name, strerror(errno));
+		else
+			synced++;
+		close(fd);
+	}
+	closedir(dir);
+	return synced;
+}
+
+void dbox_store_sync_left(struct dbox_store *st)
+{
+	time_t since = time(NULL) - DBOX_STORE_LEFT_AGE;
+	unsigned int n;
+
+	n = sync_changed(st, st->storage_fd, DBOX_STORE_STORAGE, true, since);
+	n += sync_changed(st, st->files_fd, DBOX_STORE_FILES, false, since);
+	dbox_info("%s: recovery: %u files changed in the last %d s synced "
+		  "before the WAL a process that died left", st->path, n,
+		  DBOX_STORE_LEFT_AGE);
 }
 
 int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r)

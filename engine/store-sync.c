@@ -29,6 +29,7 @@
  * its flag, once set, stays set.  Only the mount lists (st->timed_sync:
  * its checkpointer runs the rounds); dboxadm's saves sync themselves.
  */
+#include "engine/namespace.h"
 #include "engine/store-layout.h"
 #include "engine/store-private.h"
 
@@ -87,6 +88,50 @@ static void sync_ids(struct dbox_store *st, const uint32_t *ids, size_t count)
 				   st->path, name, strerror(errno));
 		close(fd);
 	}
+}
+
+void dbox_store_doom_file(struct dbox_store *st, uint64_t ino)
+{
+	uint64_t *list;
+
+	dbox_store_assert_locked(st);
+	if (!st->timed_sync ||
+	    (list = dbox_grow(st->doomed, st->doomed_count, &st->doomed_size,
+			      sizeof(*list))) == NULL) {
+		dbox_ns_file_unlink(st, ino);
+		return;
+	}
+	st->doomed = list;
+	st->doomed[st->doomed_count++] = ino;
+}
+
+/* Remove the backing files of ids[0..count), whose deletions a WAL sync
+   has just made durable (without st->lock: freeing a big file's blocks
+   takes a while), and hand them to the next deleting transaction, which
+   drops their file_gone keys (namespace.c). */
+static void unlink_doomed(struct dbox_store *st, uint64_t *ids, size_t count)
+{
+	uint64_t *list;
+
+	for (size_t i = 0; i < count; i++)
+		dbox_ns_file_unlink(st, ids[i]);
+	dbox_store_mutex_lock(st);
+	if (st->unlinked == NULL) {
+		st->unlinked = ids;
+		st->unlinked_count = st->unlinked_size = count;
+		ids = NULL;
+	} else {
+		for (size_t i = 0; i < count; i++) {
+			list = dbox_grow(st->unlinked, st->unlinked_count,
+					 &st->unlinked_size, sizeof(*list));
+			if (list == NULL)
+				break; /* the key stays until the next open */
+			st->unlinked = list;
+			st->unlinked[st->unlinked_count++] = ids[i];
+		}
+	}
+	dbox_store_mutex_unlock(st);
+	free(ids);
 }
 
 /* Take st->unsynced (under st->lock): the caller syncs and frees it. */
@@ -148,12 +193,27 @@ static int sync_round(struct dbox_store *st, bool wal, uint64_t point)
 	free(list);
 	if (wal && (point == 0 ||
 		    !dbox_index_synced_upto(st->index, point))) {
+		uint64_t *doomed = NULL;
+		size_t ndoomed = 0;
+
 		dbox_store_mutex_lock(st);
 		list = take_list(st, &count);
 		sync_ids(st, list, count);
 		free(list);
 		ret = dbox_index_sync_written(st->index);
+		if (ret == 0) {
+			/* Every deletion listed was committed before this
+			   sync: durable now. */
+			doomed = st->doomed;
+			ndoomed = st->doomed_count;
+			st->doomed = NULL;
+			st->doomed_count = st->doomed_size = 0;
+		}
 		dbox_store_mutex_unlock(st);
+		if (ndoomed > 0)
+			unlink_doomed(st, doomed, ndoomed);
+		else
+			free(doomed);
 	}
 	pthread_mutex_unlock(&st->presync_mutex);
 	return ret;

@@ -14,6 +14,7 @@
  */
 #include "engine/maildir.h"
 #include "engine/store-dirs.h"
+#include "engine/namespace.h"
 #include "engine/store-layout.h"
 #include "engine/store-lock.h"
 #include "engine/store-private.h"
@@ -406,8 +407,18 @@ void dbox_store_close(struct dbox_store **stp)
 	   then sync the rest here (the index's close syncs the WAL). */
 	if (st->index != NULL)
 		dbox_index_checkpointer_stop(st->index);
-	dbox_store_sync_unsynced(st);
+	/* Files whose deletion waits for a WAL sync: this one. */
+	if (st->doomed_count > 0)
+		(void)dbox_store_sync_wal(st, 0);
+	else
+		dbox_store_sync_unsynced(st);
 	assert(st->unsynced == NULL);
+	/* Their files are gone, unless that sync failed. */
+	if (st->index != NULL && !st->readonly && st->doomed_count == 0)
+		(void)dbox_index_meta_delete_prefix(st->index,
+						    DBOX_META_FILE_GONE_PREFIX);
+	free(st->doomed);
+	free(st->unlinked);
 	for (size_t i = 0; i < st->append_count; i++) {
 		close(st->append[i]->fd);
 		free(st->append[i]);
@@ -494,6 +505,10 @@ static int open_index(struct dbox_store *st, const char *path)
 	st->wal_left = fstatat(st->dir_fd, DBOX_STORE_INDEX "-wal", &wal,
 			       AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(wal.st_mode) &&
 		wal.st_size > 0;
+	/* The bytes its commits point at first, before this open syncs the
+	   WAL (store-private.h). */
+	if (st->wal_left && !st->readonly)
+		dbox_store_sync_left(st);
 	ret = st->readonly ?
 		dbox_index_open_readonly(st->index_path, &st->index) :
 		dbox_index_open(st->index_path, true, &st->index);

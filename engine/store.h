@@ -142,6 +142,14 @@ struct dbox_store {
 				       under st->lock syncs them again */
 	size_t round_count;
 	bool timed_sync;
+	/* Backing files (files/<ino>) of plain files whose deletion is
+	   committed, removed only once a WAL sync has made that commit
+	   durable (store-sync.c; helper-68: removed at once, a power loss
+	   brought the name back without its file: EIO for good), and those
+	   removed, whose file_gone keys the next deleting transaction drops
+	   (namespace.c).  Numbers (ino). */
+	uint64_t *doomed, *unlinked;
+	size_t doomed_count, doomed_size, unlinked_count, unlinked_size;
 	/* Held across a round of those syncs, so that a WAL sync after a
 	   round never overtakes another round still syncing; taken without
 	   st->lock, which it takes inside (lock order: presync_mutex, then
@@ -362,6 +370,13 @@ int dbox_store_checkpointer_start(struct dbox_store *st);
    and does not wait for a round another thread runs.  Errors are
    logged. */
 void dbox_store_sync_unsynced(struct dbox_store *st);
+
+/* The backing file of plain file ino, deleted (or made a message) by
+   the commit just made, goes once a WAL sync has made that commit
+   durable: the next round of the checkpointer's (within a second), an
+   fsync's or fsyncdir's, or the close's.  At once when no checkpointer
+   runs (dboxadm), or when the list cannot grow.  Needs st->lock. */
+void dbox_store_doom_file(struct dbox_store *st, uint64_t ino);
 
 /* The same, and then the WAL with every row committed so far, with no
    commit between the last m.N sync and the WAL's (store-sync.c: the WAL

@@ -276,13 +276,15 @@ static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	fs_inode_gone(fs, &gone);
 	dbox_save_free(&rc.copied);
+	/* The inode is a message now: its plain file goes once that is
+	   durable (a power loss before would bring the plain file back
+	   without its bytes), by a WAL sync round, without the lock
+	   (freeing a big file's blocks takes a while).  Its number is never
+	   reused; recovery removes the file if this never happens. */
+	if (ret == 0 && rc.converted != 0)
+		dbox_store_doom_file(fs->st, rc.converted);
 	fs_unlock(fs);
 	dbox_cred_release(&c);
-	/* Unlocked: freeing a big file's blocks takes a while.  The inode
-	   is a message now and its number is never reused; recovery removes
-	   the file if this never happens. */
-	if (ret == 0 && rc.converted != 0)
-		dbox_ns_file_unlink(fs->st, rc.converted);
 	fuse_reply_err(req, -ret);
 }
 

@@ -15,6 +15,8 @@ import time
 
 import subprocess
 
+import pytest
+
 from conftest import DBOXADM, index_rows
 from test_fsync_group import FdatasyncTrace, deliver_fsync
 
@@ -587,3 +589,75 @@ def test_a_bad_folder_name_does_not_stop_the_records_after_it(make_mount):
         b"Subject: synced\n\nafter it\n"
     cur = os.listdir(os.path.join(md, "cur"))
     assert len(cur) == 1 and read(os.path.join(md, "cur", cur[0])) == b"odd\n"
+
+
+def test_a_plain_file_deleted_just_before_a_power_loss_reads_back(make_mount):
+    """A plain file's backing file (files/<ino>) goes only once the
+    commit that deleted the file is on disk: a power loss that takes the
+    commit brings the name back with its bytes, as ext4 shows the old
+    file or no name.  Before, the file went at once, and the name came
+    back reading as EIO to stat, read, unlink and rename: Dovecot's
+    dovecot-uidlist.lock made its INBOX unusable (helper-68 #1).  Both
+    ways a plain file goes: unlink, and a rename over it."""
+    m = make_mount()
+    md = m.maildir()
+    files = {"dovecot-uidlist.lock": b"3 V1 N2\n", "dovecot-uidlist": b"old\n",
+             "new-uidlist": b"new\n"}
+    for name, data in files.items():
+        with open(os.path.join(md, name), "wb") as f:
+            f.write(data)
+    loss = PowerLoss(m).synced_point()
+    start = time.monotonic()
+    os.unlink(os.path.join(md, "dovecot-uidlist.lock"))
+    os.rename(os.path.join(md, "new-uidlist"),
+              os.path.join(md, "dovecot-uidlist"))
+    m.kill()
+    if time.monotonic() - start > 0.8:
+        pytest.skip("too slow: the timed WAL sync may have run")
+    os.truncate(loss.wal, loss.size)
+    shm = m.store / "index.sqlite-shm"
+    if shm.exists():
+        shm.unlink()
+    m.mount()
+    for name, data in files.items():
+        assert read(os.path.join(md, name)) == data, name
+    os.unlink(os.path.join(md, "dovecot-uidlist.lock"))
+    m.remount()
+    assert not os.path.exists(os.path.join(md, "dovecot-uidlist.lock"))
+    m.unmount()
+    rc = subprocess.run([str(DBOXADM), "check", str(m.store)],
+                        capture_output=True, text=True)
+    assert rc.returncode == 0, rc.stdout + rc.stderr
+
+
+def test_deleted_plain_files_go_with_the_next_wal_sync(make_mount):
+    """Without a power loss the deleted files' backing files go within
+    the timed sync (a second), and a daemon that dies first leaves them
+    for recovery, which removes them by the keys the deleting commits
+    left; the store checks clean."""
+    m = make_mount()
+    md = m.maildir()
+    for i in range(5):
+        with open(os.path.join(md, f"f{i}"), "wb") as f:
+            f.write(b"x" * 1000)
+    backing = m.store / "files"
+    assert len(os.listdir(backing)) == 5
+    for i in range(3):
+        os.unlink(os.path.join(md, f"f{i}"))
+    deadline = time.monotonic() + 5
+    while len(os.listdir(backing)) != 2:
+        assert time.monotonic() < deadline, os.listdir(backing)
+        time.sleep(0.1)
+    start = time.monotonic()
+    for i in range(3, 5):
+        os.unlink(os.path.join(md, f"f{i}"))
+    m.kill()  # before its round: the commits are in the WAL, the files not gone
+    if time.monotonic() - start > 0.8:
+        pytest.skip("too slow: the timed WAL sync may have run")
+    assert len(os.listdir(backing)) == 2
+    m.mount()
+    assert os.listdir(backing) == []
+    m.unmount()
+    rc = subprocess.run([str(DBOXADM), "check", str(m.store)],
+                        capture_output=True, text=True)
+    assert rc.returncode == 0, rc.stdout + rc.stderr
