@@ -240,6 +240,16 @@ static int rename_moved(void *vctx, const struct dbox_attr *moved,
 	return ret;
 }
 
+/* Inode ino got a name just now (the commit made last): what a plain
+   file's fsync syncs the index up to (fs_inode.name_seq). */
+static void note_name_change(struct fs *fs, uint64_t ino)
+{
+	struct fs_inode *inode = fs_inode_get(&fs->inodes, ino);
+
+	if (inode != NULL)
+		inode->name_seq = dbox_ns_sync_point(fs->st);
+}
+
 /* The held hook of a rename, whose ctx is the rename's. */
 static bool rename_held(void *vctx, uint64_t ino)
 {
@@ -274,6 +284,8 @@ static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		if (ret < 0)
 			break;
 	}
+	if (ret == 0)
+		note_name_change(fs, moved.ino);
 	fs_inode_gone(fs, &gone);
 	dbox_save_free(&rc.copied);
 	/* The inode is a message now: its plain file goes once that is
@@ -302,6 +314,8 @@ static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	ret = fs_perm_link(fs, &c, ino, newparent);
 	if (ret == 0)
 		ret = dbox_ns_link(fs->st, ino, newparent, newname, &attr);
+	if (ret == 0)
+		note_name_change(fs, ino);
 	if (ret == 0)
 		ret = fs_entry(fs, &attr, &e);
 	fs_unlock(fs);

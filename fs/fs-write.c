@@ -459,8 +459,18 @@ void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	int ret = 0;
 
 	if (h->kind == DBOX_KIND_FILE) {
+		uint64_t seq;
+
 		if ((datasync ? fdatasync(h->fd) : fsync(h->fd)) < 0)
 			ret = -errno;
+		/* Its name too, when it changed lately (at once when a sync
+		   covered that commit already): a plain file created and
+		   fsynced must not vanish in a power loss a moment later. */
+		fs_lock(fs);
+		seq = h->inode->name_seq;
+		fs_unlock(fs);
+		if (ret == 0 && seq != 0)
+			ret = dbox_ns_sync_upto(fs->st, seq);
 		fuse_reply_err(req, -ret);
 		return;
 	}

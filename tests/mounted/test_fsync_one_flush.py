@@ -661,3 +661,41 @@ def test_deleted_plain_files_go_with_the_next_wal_sync(make_mount):
     rc = subprocess.run([str(DBOXADM), "check", str(m.store)],
                         capture_output=True, text=True)
     assert rc.returncode == 0, rc.stdout + rc.stderr
+
+
+def test_a_plain_file_created_and_fsynced_keeps_its_name(make_mount):
+    """fsync() of a plain file made a moment ago (a Dovecot index, a
+    client's state file) syncs the index up to its create, as ext4's
+    fsync of a new file makes its name durable: after a power loss that
+    takes what followed, the file is there with its bytes.  A plain file
+    whose name is on disk already costs no WAL sync (strace).  Before,
+    only its backing file was synced and the name could vanish."""
+    m = make_mount()
+    md = m.maildir()
+    loss = PowerLoss(m)
+    old = os.path.join(md, "dovecot.index.log")
+    with open(old, "wb") as f:
+        f.write(b"log\n")
+    loss.synced_point()
+    trace = FdatasyncTrace(m).start()
+    try:
+        fd = os.open(old, os.O_WRONLY | os.O_APPEND)
+        os.write(fd, b"more\n")
+        os.fsync(fd)
+        os.close(fd)
+        appended = trace.synced()
+        fd = os.open(os.path.join(md, "new-state"),
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, b"state\n")
+        os.fsync(fd)
+        made = trace.synced()[len(appended):]
+        os.close(fd)
+    finally:
+        trace.stop()
+    assert "wal" not in appended, appended
+    assert "wal" in made, made
+    loss.size = loss.wal.stat().st_size  # what that sync made durable
+    os.mkdir(os.path.join(md, ".after"))
+    loss.strike()
+    assert read(os.path.join(md, "new-state")) == b"state\n"
+    assert read(old) == b"log\nmore\n"
