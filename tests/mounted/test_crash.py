@@ -609,17 +609,20 @@ def old_index_recovery(m, backup, cycle, delivered):
     # mail it puts back at its paths (engine/store-restore.c), the rest it
     # keeps, and the rebuild after it finds every delivery
     # (verify_restored).
+    # Whole records it keeps may be new mail or a purge's copies of
+    # messages the old index names at their old places (CI saw a cycle
+    # whose kept records were all copies: rebuild moved those messages
+    # and recovered nothing new), so what rebuild must find is judged
+    # message by message (verify_restored), not by its summary.
     m.mount()
     log = m.log_text()
-    kept = "kept" in log
     if delivered:
-        assert kept or "put back at their paths" in log, log[-2000:]
+        assert "whole records" in log or "put back at their paths" in log, \
+            log[-2000:]
     m.unmount()
     r = subprocess.run([str(DBOXADM), "rebuild", str(m.store)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    if delivered and kept:
-        assert "recovered" in r.stdout, r.stdout
     return r.stdout
 
 
