@@ -16,6 +16,12 @@
  * gone, and its copies were synced by the purge.  Numbers are never used
  * again, so the name cannot mean another file.
  *
+ * A plain file renamed over another name is listed the same way (by inode
+ * number, st->unsynced_files): the WAL sync that makes the rename durable
+ * must find its bytes on disk, as ext4 flushes such a file before the
+ * rename's commit (auto_da_alloc).  helper-69: Dovecot's dovecot.index,
+ * written and renamed over the old one without fsync, came back empty.
+ *
  * fsync() and fsyncdir() sync the WAL by a round too (namespace.c,
  * dbox_ns_sync_upto): their WAL sync carries the rows of
  * messages other writers closed a moment before, and those rows must not
@@ -30,6 +36,7 @@
  * its checkpointer runs the rounds); dboxadm's saves sync themselves.
  */
 #include "engine/namespace.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "engine/store-private.h"
 
@@ -64,6 +71,57 @@ void dbox_store_note_unsynced(struct dbox_store *st, struct dbox_mfile *mf)
 	st->unsynced = list;
 	st->unsynced[st->unsynced_count++] = mf->file_id;
 	mf->unsynced = true;
+}
+
+void dbox_store_note_unsynced_file(struct dbox_store *st, uint64_t ino)
+{
+	uint64_t *list;
+
+	dbox_store_assert_locked(st);
+	if (!st->timed_sync)
+		return;
+	list = dbox_grow(st->unsynced_files, st->unsynced_files_count,
+			 &st->unsynced_files_size, sizeof(*list));
+	if (list == NULL) {
+		dbox_warning("%s/" DBOX_STORE_FILES "/%llu: out of memory: its "
+			     "bytes are not synced before its rename",
+			     st->path, (unsigned long long)ino);
+		return;
+	}
+	st->unsynced_files = list;
+	st->unsynced_files[st->unsynced_files_count++] = ino;
+}
+
+/* What a round syncs: the m.N files and plain files listed. */
+struct sync_lists {
+	uint32_t *ids;
+	size_t count;
+	uint64_t *files;
+	size_t files_count;
+};
+
+/* fdatasync files/<ino> for each of inos[0..count). */
+static void sync_files(struct dbox_store *st, const uint64_t *inos,
+		       size_t count)
+{
+	for (size_t i = 0; i < count; i++) {
+		char name[DBOX_FILES_NAME_SIZE];
+		int fd;
+
+		dbox_files_name(name, inos[i]);
+		fd = openat(st->files_fd, name, O_RDONLY | O_NOFOLLOW |
+			    O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0) {
+			if (errno != ENOENT) /* ENOENT: deleted since */
+				dbox_error("%s/" DBOX_STORE_FILES "/%s: %s", st->path,
+					   name, strerror(errno));
+			continue;
+		}
+		if (fdatasync(fd) < 0)
+			dbox_error("%s/" DBOX_STORE_FILES "/%s: fdatasync: %s",
+				   st->path, name, strerror(errno));
+		close(fd);
+	}
 }
 
 /* fdatasync storage/m.<id> for each of ids[0..count), by a descriptor of
@@ -134,18 +192,33 @@ static void unlink_doomed(struct dbox_store *st, uint64_t *ids, size_t count)
 	free(ids);
 }
 
-/* Take st->unsynced (under st->lock): the caller syncs and frees it. */
-static uint32_t *take_list(struct dbox_store *st, size_t *count_r)
+/* Take st->unsynced and st->unsynced_files (under st->lock) into *l:
+   the caller syncs them (sync_lists) and frees them (free_lists). */
+static void take_lists(struct dbox_store *st, struct sync_lists *l)
 {
-	uint32_t *list = st->unsynced;
-
 	dbox_store_assert_locked(st);
-	*count_r = st->unsynced_count;
+	l->ids = st->unsynced;
+	l->count = st->unsynced_count;
 	st->unsynced = NULL;
 	st->unsynced_count = st->unsynced_size = 0;
 	for (size_t i = 0; i < st->append_count; i++)
 		st->append[i]->unsynced = false;
-	return list;
+	l->files = st->unsynced_files;
+	l->files_count = st->unsynced_files_count;
+	st->unsynced_files = NULL;
+	st->unsynced_files_count = st->unsynced_files_size = 0;
+}
+
+static void sync_lists(struct dbox_store *st, const struct sync_lists *l)
+{
+	sync_ids(st, l->ids, l->count);
+	sync_files(st, l->files, l->files_count);
+}
+
+static void free_lists(struct sync_lists *l)
+{
+	free(l->ids);
+	free(l->files);
 }
 
 /* Sync every m.N listed so far, then (wal) the WAL with every row
@@ -166,40 +239,44 @@ static uint32_t *take_list(struct dbox_store *st, size_t *count_r)
 static int sync_round(struct dbox_store *st, bool wal, uint64_t point)
 {
 	bool held = dbox_store_mutex_held(st);
-	uint32_t *list;
-	size_t count;
+	struct sync_lists l;
 	int ret = 0;
 
 	if (held) {
 		/* What is listed, and what a round running meanwhile is
 		   syncing (again: its syncs may not be done). */
-		list = take_list(st, &count);
-		sync_ids(st, list, count);
-		free(list);
+		take_lists(st, &l);
+		sync_lists(st, &l);
+		free_lists(&l);
 		sync_ids(st, st->round_ids, st->round_count);
+		sync_files(st, st->round_files, st->round_files_count);
 		return wal ? dbox_index_sync_written(st->index) : 0;
 	}
 	pthread_mutex_lock(&st->presync_mutex);
 	dbox_store_mutex_lock(st);
-	list = take_list(st, &count);
-	st->round_ids = list;
-	st->round_count = count;
+	take_lists(st, &l);
+	st->round_ids = l.ids;
+	st->round_count = l.count;
+	st->round_files = l.files;
+	st->round_files_count = l.files_count;
 	dbox_store_mutex_unlock(st);
-	sync_ids(st, list, count);
+	sync_lists(st, &l);
 	dbox_store_mutex_lock(st);
 	st->round_ids = NULL;
 	st->round_count = 0;
+	st->round_files = NULL;
+	st->round_files_count = 0;
 	dbox_store_mutex_unlock(st);
-	free(list);
+	free_lists(&l);
 	if (wal && (point == 0 ||
 		    !dbox_index_synced_upto(st->index, point))) {
 		uint64_t *doomed = NULL;
 		size_t ndoomed = 0;
 
 		dbox_store_mutex_lock(st);
-		list = take_list(st, &count);
-		sync_ids(st, list, count);
-		free(list);
+		take_lists(st, &l);
+		sync_lists(st, &l);
+		free_lists(&l);
 		ret = dbox_index_sync_written(st->index);
 		if (ret == 0) {
 			/* Every deletion listed was committed before this

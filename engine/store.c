@@ -417,6 +417,7 @@ void dbox_store_close(struct dbox_store **stp)
 	if (st->index != NULL && !st->readonly && st->doomed_count == 0)
 		(void)dbox_index_meta_delete_prefix(st->index,
 						    DBOX_META_FILE_GONE_PREFIX);
+	assert(st->unsynced_files == NULL);
 	free(st->doomed);
 	free(st->unlinked);
 	for (size_t i = 0; i < st->append_count; i++) {

@@ -141,6 +141,15 @@ struct dbox_store {
 				       (store-sync.c), or NULL; a WAL sync
 				       under st->lock syncs them again */
 	size_t round_count;
+	/* The same for plain files (their inode numbers): one renamed over
+	   another name since the last round has its backing file synced
+	   before the WAL sync that makes the rename durable, as ext4 flushes
+	   a file renamed over another before the rename's commit
+	   (auto_da_alloc; helper-69: it came back empty). */
+	uint64_t *unsynced_files;
+	size_t unsynced_files_count, unsynced_files_size;
+	const uint64_t *round_files;
+	size_t round_files_count;
 	bool timed_sync;
 	/* Backing files (files/<ino>) of plain files whose deletion is
 	   committed, removed only once a WAL sync has made that commit
@@ -370,6 +379,14 @@ int dbox_store_checkpointer_start(struct dbox_store *st);
    and does not wait for a round another thread runs.  Errors are
    logged. */
 void dbox_store_sync_unsynced(struct dbox_store *st);
+
+/* Plain file ino was renamed over another name just now (the commit
+   made last): its backing file is synced by the next round, before the
+   WAL sync that makes the rename durable (a power loss must not leave
+   the new name on a file whose bytes never reached the disk).  Nothing
+   when no checkpointer runs; logged when the list cannot grow.  Needs
+   st->lock. */
+void dbox_store_note_unsynced_file(struct dbox_store *st, uint64_t ino);
 
 /* The backing file of plain file ino, deleted (or made a message) by
    the commit just made, goes once a WAL sync has made that commit

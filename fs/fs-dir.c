@@ -286,6 +286,10 @@ static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	if (ret == 0)
 		note_name_change(fs, moved.ino);
+	/* A plain file renamed over another: its bytes reach the disk
+	   before the rename does (store.h). */
+	if (ret == 0 && gone.ino != 0 && moved.kind == DBOX_KIND_FILE)
+		dbox_store_note_unsynced_file(fs->st, moved.ino);
 	fs_inode_gone(fs, &gone);
 	dbox_save_free(&rc.copied);
 	/* The inode is a message now: its plain file goes once that is

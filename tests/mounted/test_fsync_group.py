@@ -300,3 +300,51 @@ def test_checkpoints_sync_the_wal_by_the_stores_round(mount):
     by_sqlite = [c for c in wal_syncs if c[2] in sqlite_fds]
     assert not by_sqlite, f"WAL synced by SQLite's own descriptor: " \
         f"{by_sqlite[:3]}"
+
+
+def test_a_plain_file_renamed_over_another_is_synced_before_the_rename(mount):
+    """A plain file written without fsync and renamed over another name
+    (Dovecot's dovecot.index, a client's state file): the round whose WAL
+    sync makes the rename durable syncs its backing file first, as ext4
+    flushes a file renamed over another before the rename's commit
+    (auto_da_alloc).  Before, the rename reached the disk within a second
+    and the bytes with the kernel's writeback, up to 30 s later: after a
+    power loss between the two the file was empty (helper-69).  A plain
+    rename to a new name is not flushed, as on ext4."""
+    md = mount.maildir()
+    old = os.path.join(md, "dovecot.index")
+    with open(old, "wb") as f:
+        f.write(b"old index\n")
+        f.flush()
+        os.fsync(f.fileno())
+    tmp = old + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(b"new index\n" * 100)
+    ino = os.stat(tmp).st_ino
+    time.sleep(1.5)  # the writes' own timed round is over
+    log = mount.mnt.parent / "renameover.strace"
+    tracer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-y", "-e", "trace=fdatasync,fsync",
+         "-o", str(log), "-p", str(mount.proc.pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        attach = FdatasyncTrace(mount)
+        deadline = time.monotonic() + 10
+        while not attach.traced():
+            assert time.monotonic() < deadline, "strace did not attach"
+            time.sleep(0.05)
+        os.rename(tmp, old)
+        deadline = time.monotonic() + 10
+        while "index.sqlite-wal>" not in log.read_text():
+            assert time.monotonic() < deadline, "no WAL sync"
+            time.sleep(0.1)
+    finally:
+        tracer.terminate()
+        tracer.wait()
+    synced = [line.split("<", 1)[1].split(">", 1)[0]
+              for line in log.read_text().splitlines() if "<" in line]
+    first_wal = next(i for i, p in enumerate(synced)
+                     if p.endswith("index.sqlite-wal"))
+    assert any(p.endswith(f"/files/{ino}") for p in synced[:first_wal]), synced
+    with open(old, "rb") as f:
+        assert f.read() == b"new index\n" * 100
