@@ -100,51 +100,48 @@ struct sync_lists {
 	size_t files_count;
 };
 
+/* fdatasync dir_name/name (dir_fd) by a descriptor of its own (any
+   descriptor of a file syncs its data).  A file gone meanwhile is
+   skipped: an m.N purged (its copies were synced by the purge), a plain
+   file deleted.  Errors are logged. */
+static void sync_name(struct dbox_store *st, int dir_fd, const char *dir_name,
+		      const char *name)
+{
+	int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+			O_CLOEXEC);
+
+	if (fd < 0) {
+		if (errno != ENOENT)
+			dbox_error("%s/%s/%s: %s", st->path, dir_name, name,
+				   strerror(errno));
+		return;
+	}
+	if (fdatasync(fd) < 0)
+		dbox_error("%s/%s/%s: fdatasync: %s", st->path, dir_name, name,
+			   strerror(errno));
+	close(fd);
+}
+
 /* fdatasync files/<ino> for each of inos[0..count). */
 static void sync_files(struct dbox_store *st, const uint64_t *inos,
 		       size_t count)
 {
 	for (size_t i = 0; i < count; i++) {
 		char name[DBOX_FILES_NAME_SIZE];
-		int fd;
 
 		dbox_files_name(name, inos[i]);
-		fd = openat(st->files_fd, name, O_RDONLY | O_NOFOLLOW |
-			    O_NONBLOCK | O_CLOEXEC);
-		if (fd < 0) {
-			if (errno != ENOENT) /* ENOENT: deleted since */
-				dbox_error("%s/" DBOX_STORE_FILES "/%s: %s", st->path,
-					   name, strerror(errno));
-			continue;
-		}
-		if (fdatasync(fd) < 0)
-			dbox_error("%s/" DBOX_STORE_FILES "/%s: fdatasync: %s",
-				   st->path, name, strerror(errno));
-		close(fd);
+		sync_name(st, st->files_fd, DBOX_STORE_FILES, name);
 	}
 }
 
-/* fdatasync storage/m.<id> for each of ids[0..count), by a descriptor of
-   its own (any descriptor of a file syncs its data). */
+/* fdatasync storage/m.<id> for each of ids[0..count). */
 static void sync_ids(struct dbox_store *st, const uint32_t *ids, size_t count)
 {
 	for (size_t i = 0; i < count; i++) {
 		char name[16];
-		int fd;
 
 		dbox_file_name(name, ids[i]);
-		fd = openat(st->storage_fd, name, O_RDONLY | O_NOFOLLOW |
-			    O_NONBLOCK | O_CLOEXEC);
-		if (fd < 0) {
-			if (errno != ENOENT) /* ENOENT: purged, synced then */
-				dbox_error("%s/" DBOX_STORE_STORAGE "/%s: %s", st->path,
-					   name, strerror(errno));
-			continue;
-		}
-		if (fdatasync(fd) < 0)
-			dbox_error("%s/" DBOX_STORE_STORAGE "/%s: fdatasync: %s",
-				   st->path, name, strerror(errno));
-		close(fd);
+		sync_name(st, st->storage_fd, DBOX_STORE_STORAGE, name);
 	}
 }
 

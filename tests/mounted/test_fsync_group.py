@@ -89,18 +89,21 @@ def test_fsync_committed_message_read_only(mount):
 
 
 class FdatasyncTrace:
-    """strace -f -y of the daemon's fdatasync() calls, from start() to
-    stop(): the files it synced, in order."""
+    """strace -f -y of the daemon's fdatasync() calls (or those of
+    `calls`), from start() to stop() into self.log: the files it synced,
+    in order."""
 
-    def __init__(self, mount):
+    def __init__(self, mount, calls="fdatasync", name="strace.log"):
         self.pid = mount.proc.pid
-        self.log = mount.mnt.parent / "strace.log"
+        self.log = mount.mnt.parent / name
+        self.calls = calls
         self.tracer = None
 
     def start(self):
         self.tracer = subprocess.Popen(
-            ["strace", "-f", "-qq", "-y", "-e", "trace=fdatasync",
-             "-o", str(self.log), "-p", str(self.pid)],
+            ["strace", "-f", "-qq", "-y", "-s", "0", "-e",
+             "trace=" + self.calls, "-o", str(self.log),
+             "-p", str(self.pid)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while not self.traced():
@@ -256,18 +259,10 @@ def test_checkpoints_sync_the_wal_by_the_stores_round(mount):
     the WAL with.  (That the round syncs the m.N first is
     test_closed_message_reaches_the_disk_before_its_row's.)"""
     md = mount.maildir()
-    log = mount.mnt.parent / "ckpt.strace"
-    tracer = subprocess.Popen(
-        ["strace", "-f", "-qq", "-y", "-s", "0", "-e",
-         "trace=fdatasync,fsync,pwrite64", "-o", str(log),
-         "-p", str(mount.proc.pid)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    trace = FdatasyncTrace(mount, "fdatasync,fsync,pwrite64",
+                           "ckpt.strace").start()
+    log = trace.log
     try:
-        attach = FdatasyncTrace(mount)
-        deadline = time.monotonic() + 10
-        while not attach.traced():
-            assert time.monotonic() < deadline, "strace did not attach"
-            time.sleep(0.05)
         body = b"Subject: no fsync\n\n" + b"x" * 300 + b"\n"
         checkpointed = False
         for i in range(8000):
@@ -281,8 +276,7 @@ def test_checkpoints_sync_the_wal_by_the_stores_round(mount):
                 break
         time.sleep(1.5)  # and the timed sync after the last commit
     finally:
-        tracer.terminate()
-        tracer.wait()
+        trace.stop()
     assert checkpointed, "no checkpoint in 8000 deliveries"
     calls = []  # (thread, call, fd, file)
     for line in log.read_text().splitlines():
@@ -322,25 +316,17 @@ def test_a_plain_file_renamed_over_another_is_synced_before_the_rename(mount):
         f.write(b"new index\n" * 100)
     ino = os.stat(tmp).st_ino
     time.sleep(1.5)  # the writes' own timed round is over
-    log = mount.mnt.parent / "renameover.strace"
-    tracer = subprocess.Popen(
-        ["strace", "-f", "-qq", "-y", "-e", "trace=fdatasync,fsync",
-         "-o", str(log), "-p", str(mount.proc.pid)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    trace = FdatasyncTrace(mount, "fdatasync,fsync",
+                           "renameover.strace").start()
+    log = trace.log
     try:
-        attach = FdatasyncTrace(mount)
-        deadline = time.monotonic() + 10
-        while not attach.traced():
-            assert time.monotonic() < deadline, "strace did not attach"
-            time.sleep(0.05)
         os.rename(tmp, old)
         deadline = time.monotonic() + 10
         while "index.sqlite-wal>" not in log.read_text():
             assert time.monotonic() < deadline, "no WAL sync"
             time.sleep(0.1)
     finally:
-        tracer.terminate()
-        tracer.wait()
+        trace.stop()
     synced = [line.split("<", 1)[1].split(">", 1)[0]
               for line in log.read_text().splitlines() if "<" in line]
     first_wal = next(i for i, p in enumerate(synced)
