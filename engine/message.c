@@ -83,8 +83,13 @@ int dbox_msg_fsync_note(struct dbox_store *st, uint64_t ino, char **path_r,
 
 	dbox_store_assert_locked(st);
 	*path_r = NULL;
-	if ((ret = dbox_index_getattr(st->index, ino, &attr)) < 0 ||
-	    (ret = dbox_index_path(st->index, ino, path_r)) < 0)
+	if ((ret = dbox_index_getattr(st->index, ino, &attr)) < 0)
+		return ret;
+	/* L holds one name: the others a link() gave it would be lost with
+	   the index commits (helper-67 #F6), so the index must be synced. */
+	if (attr.nlink > 1)
+		return -EMLINK;
+	if ((ret = dbox_index_path(st->index, ino, path_r)) < 0)
 		return ret;
 	if (strlen(*path_r) > DBOX_FSYNC_PATH_MAX) {
 		free(*path_r);

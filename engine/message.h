@@ -64,8 +64,9 @@ int dbox_msg_mailbox(struct dbox_store *st, uint64_t ino, char **mailbox_r);
    its path below the root, for L (dbox_index_path: one statement), into
    *path_r (malloc()ed), and its mode, owner and group, for A, into
    *owner_r.  Needs st->lock.  Returns 0, -ENAMETOOLONG when the path is
-   longer than DBOX_FSYNC_PATH_MAX (recovery would not follow it: the
-   fsync must sync the index instead), -ENOENT, -ENOMEM or -EIO. */
+   longer than DBOX_FSYNC_PATH_MAX (recovery would not follow it), -EMLINK
+   when ino has more than one name (L holds one) - the fsync must sync
+   the index instead - or -ENOENT, -ENOMEM, -EIO. */
 int dbox_msg_fsync_note(struct dbox_store *st, uint64_t ino, char **path_r,
 			struct dbox_owner *owner_r);
 

@@ -380,8 +380,9 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 
 		ret = dbox_msg_received(st, inode->ino, inode->written ?
 					&inode->wtime : NULL, &received);
-		/* No path (a copy; one too long for recovery to follow):
-		   not restorable, the fsync syncs the index too. */
+		/* No path (a copy; one too long for recovery to follow; a
+		   message with more names than L holds): not restorable,
+		   the fsync syncs the index too. */
 		if (ret == 0 && inflight_seq == 0 &&
 		    dbox_msg_fsync_note(st, inode->ino, &path, &owner) < 0)
 			path = NULL;

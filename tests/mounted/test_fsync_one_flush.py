@@ -699,3 +699,34 @@ def test_a_plain_file_created_and_fsynced_keeps_its_name(make_mount):
     loss.strike()
     assert read(os.path.join(md, "new-state")) == b"state\n"
     assert read(old) == b"log\nmore\n"
+
+
+def test_a_message_linked_before_its_fsync_keeps_both_names(make_mount):
+    """A message with a second name (link(), Dovecot's COPY of a maildir
+    message) when it is fsynced: L holds one name, so that fsync syncs
+    the index as well (strace), and both names survive a power loss
+    that takes what followed, as on ext4.  Before, only the first came
+    back, with one link (helper-67 #F6)."""
+    m = make_mount()
+    md = m.maildir()
+    other = m.maildir(".Other")
+    loss = PowerLoss(m)
+    first = os.path.join(md, "cur", "a:2,S")
+    second = os.path.join(other, "cur", "b:2,S")
+    data = b"Subject: linked\n\ntwo names\n"
+    trace = FdatasyncTrace(m).start()
+    try:
+        fd = os.open(first, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, data)
+        os.link(first, second)
+        os.fsync(fd)
+        synced = trace.synced()
+        os.close(fd)
+    finally:
+        trace.stop()
+    assert "wal" in synced, synced
+    loss.size = loss.wal.stat().st_size  # what that sync made durable
+    os.mkdir(os.path.join(md, ".after"))
+    loss.strike()
+    assert read(first) == data and read(second) == data
+    assert os.stat(first).st_nlink == 2
