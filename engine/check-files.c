@@ -84,19 +84,6 @@ static bool is_file_ino(const struct check *c, uint64_t ino)
 	return false;
 }
 
-/* Did a committed transaction delete plain file ino, whose backing file
-   waits for a WAL sync (namespace.h, DBOX_META_FILE_GONE_PREFIX)? */
-static bool file_gone(struct check *c, uint64_t ino)
-{
-	char key[40];
-	int64_t v;
-
-	dbox_ns_file_gone_key(ino, key);
-	return dbox_index_meta_get(c->index, key, &v) == 0 ||
-		(dbox_index_meta_get(c->index, DBOX_META_FILE_GONE, &v) == 0 &&
-		 v > 0 && (uint64_t)v == ino);
-}
-
 /* files/<name>, which no plain file of the index owns (offline only: a
    mount may be creating one). */
 static void stray_file(struct check *c, const char *name)
@@ -118,7 +105,7 @@ static void stray_file(struct check *c, const char *name)
 			   "%s/%s belongs to inode %s, which is no plain file "
 			   "(a plain file turned into a message; the next mount "
 			   "removes it)", DBOX_STORE_FILES, name, name);
-	else if (*end == '\0' && file_gone(c, ino))
+	else if (*end == '\0' && dbox_ns_file_gone(c->index, ino))
 		check_note(c, DBOX_CHECK_PLAIN_FILE, NULL, "%s/%s belongs to a "
 			   "plain file deleted just before a crash (the next "
 			   "mount removes it)", DBOX_STORE_FILES, name);

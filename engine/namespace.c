@@ -29,10 +29,22 @@ void dbox_ns_file_unlink(struct dbox_store *st, uint64_t ino)
 			     name, strerror(errno));
 }
 
-void dbox_ns_file_gone_key(uint64_t ino, char key[40])
+/* The DBOX_META_FILE_GONE_PREFIX key of plain file ino into key. */
+static void file_gone_key(uint64_t ino, char key[40])
 {
 	snprintf(key, 40, DBOX_META_FILE_GONE_PREFIX "%llu.",
 		 (unsigned long long)ino);
+}
+
+bool dbox_ns_file_gone(struct dbox_index *index, uint64_t ino)
+{
+	char key[40];
+	int64_t v;
+
+	file_gone_key(ino, key);
+	return dbox_index_meta_get(index, key, &v) == 0 ||
+		(dbox_index_meta_get(index, DBOX_META_FILE_GONE, &v) == 0 &&
+		 v > 0 && (uint64_t)v == ino);
 }
 
 /* In a transaction deleting plain file ino: its key, and the keys of the
@@ -44,13 +56,13 @@ static int file_gone_mark(struct dbox_store *st, uint64_t ino)
 	int ret = 0;
 
 	for (size_t i = 0; i < st->unlinked_count && ret == 0; i++) {
-		dbox_ns_file_gone_key(st->unlinked[i], key);
+		file_gone_key(st->unlinked[i], key);
 		ret = dbox_index_meta_delete_prefix(st->index, key);
 	}
 	free(st->unlinked);
 	st->unlinked = NULL;
 	st->unlinked_count = st->unlinked_size = 0;
-	dbox_ns_file_gone_key(ino, key);
+	file_gone_key(ino, key);
 	return ret < 0 ? ret : dbox_index_meta_set(st->index, key, 1);
 }
 

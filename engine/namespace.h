@@ -248,7 +248,9 @@ void dbox_ns_file_unlink(struct dbox_store *st, uint64_t ino);
 #define DBOX_META_FILE_GONE_PREFIX "file_gone."
 #define DBOX_META_FILE_GONE "file_gone_ino"
 
-/* The key of plain file ino above into key. */
-void dbox_ns_file_gone_key(uint64_t ino, char key[40]);
+/* Did a committed transaction delete plain file ino, whose backing file
+   may then still be there (either key above)?  Reads index (the store
+   lock, or a reader's connection). */
+bool dbox_ns_file_gone(struct dbox_index *index, uint64_t ino);
 
 #endif

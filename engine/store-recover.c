@@ -534,28 +534,14 @@ static int import_file_to_lost_found(struct dbox_store *st, const char *name,
    again, and the next create of a plain file would find the name taken.
    An empty one is removed; one with bytes is kept for 'dboxadm check' and
    'rebuild' (lost+found/), and its number is never handed out. */
-/* Did a committed transaction delete plain file ino (namespace.h,
-   DBOX_META_FILE_GONE_PREFIX)? */
-static bool file_gone(struct dbox_store *st, uint64_t ino)
-{
-	char key[40];
-	int64_t v;
-
-	dbox_ns_file_gone_key(ino, key);
-	return dbox_index_meta_get(st->index, key, &v) == 0;
-}
-
 static int recover_files(struct dbox_store *st)
 {
 	DIR *dir = fdopendir(dup(st->files_fd));
 	struct dirent *d;
-	int64_t gone = -1;
 	int ret = 0;
 
 	if (dir == NULL)
 		return 0;
-	if (dbox_index_meta_get(st->index, DBOX_META_FILE_GONE, &gone) < 0)
-		gone = -1;
 	rewinddir(dir); /* the dup shares files_fd's offset */
 	while ((d = readdir(dir)) != NULL && ret == 0) {
 		unsigned long long ino;
@@ -584,8 +570,7 @@ static int recover_files(struct dbox_store *st)
 			continue;
 		}
 		ret = 0;
-		if ((gone > 0 && ino == (unsigned long long)gone) ||
-		    file_gone(st, ino)) {
+		if (dbox_ns_file_gone(st->index, ino)) {
 			dbox_info("%s/" DBOX_STORE_FILES "/%s: its plain file was deleted "
 				  "and the daemon died before the file went; "
 				  "removed", st->path, d->d_name);

@@ -240,13 +240,14 @@ static int rename_moved(void *vctx, const struct dbox_attr *moved,
 	return ret;
 }
 
-/* Inode ino got a name just now (the commit made last): what a plain
-   file's fsync syncs the index up to (fs_inode.name_seq). */
-static void note_name_change(struct fs *fs, uint64_t ino)
+/* Inode attr got a name just now (the commit made last): a plain file's
+   fsync syncs the index up to it (fs_inode.name_seq). */
+static void note_name_change(struct fs *fs, const struct dbox_attr *attr)
 {
-	struct fs_inode *inode = fs_inode_get(&fs->inodes, ino);
+	struct fs_inode *inode;
 
-	if (inode != NULL)
+	if (attr->kind == DBOX_KIND_FILE &&
+	    (inode = fs_inode_get(&fs->inodes, attr->ino)) != NULL)
 		inode->name_seq = dbox_ns_sync_point(fs->st);
 }
 
@@ -285,7 +286,7 @@ static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 			break;
 	}
 	if (ret == 0)
-		note_name_change(fs, moved.ino);
+		note_name_change(fs, &moved);
 	/* A plain file renamed over another: its bytes reach the disk
 	   before the rename does (store.h). */
 	if (ret == 0 && gone.ino != 0 && moved.kind == DBOX_KIND_FILE)
@@ -319,7 +320,7 @@ static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	if (ret == 0)
 		ret = dbox_ns_link(fs->st, ino, newparent, newname, &attr);
 	if (ret == 0)
-		note_name_change(fs, ino);
+		note_name_change(fs, &attr);
 	if (ret == 0)
 		ret = fs_entry(fs, &attr, &e);
 	fs_unlock(fs);

@@ -99,7 +99,8 @@ static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 	if ((inode = fs_inode_add(&fs->inodes, attr_r->ino)) != NULL) {
 		inode->save = save;
 		save = NULL;
-		inode->name_seq = dbox_ns_sync_point(fs->st);
+		if (attr_r->kind == DBOX_KIND_FILE)
+			inode->name_seq = dbox_ns_sync_point(fs->st);
 	}
 	if (inode != NULL && open &&
 	    (*h_r = handle_new(fs, attr_r->kind, inode)) != NULL) {

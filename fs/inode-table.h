@@ -31,11 +31,12 @@ struct fs_inode {
 				    (copy-on-write): readers of the old one
 				    must reopen (atomic: read without lock) */
 	int64_t wtime;           /* dbox time of the last write (written) */
-	uint64_t name_seq;       /* the commit (dbox_ns_sync_point) of its
-				    last create, link or rename by this
-				    mount, or 0: a plain file's fsync syncs
-				    the index up to it, as ext4's fsync of a
-				    new file makes its name durable too */
+	uint64_t name_seq;       /* a plain file: the commit
+				    (dbox_ns_sync_point) of its last create,
+				    link or rename by this mount, or 0; its
+				    fsync syncs the index up to it, as ext4's
+				    fsync of a new file makes its name
+				    durable too */
 	uint64_t busy_size;      /* busy: the save's size when it began, for
 				    stat (the save is not to be read) */
 	uint32_t nopen;          /* open file handles */

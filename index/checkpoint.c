@@ -78,7 +78,7 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 				ck->wanted = false; /* this one does it */
 			pthread_mutex_unlock(&ck->mutex);
 			/* The thread's checkpoint would make this one busy;
-			   and its sync (wal_sync_by_hook) waits for the
+			   and its WAL sync (the hook's) waits for the
 			   store lock this thread holds: never wait for it.
 			   The next commit looks again. */
 			if (busy)
@@ -157,19 +157,6 @@ static void checkpoint_once(struct dbox_index *index)
 		   (dbox_index_checkpointer_start). */
 		dbox_warning("index %s: checkpoint: the checkpointer's "
 			     "connection has no WAL", index->path);
-}
-
-/* SQLite's syncs of the WAL, on both connections (reserve.h,
-   dbox_reserve_wal_sync_by): the hook's, so that a checkpoint copies no
-   row into the database, and syncs none in the WAL, before the message
-   bytes it points at are on disk.  The thread's checkpoint runs it
-   holding no lock of ours; the main connection's (an inline checkpoint,
-   a WAL restart) under the store lock. */
-static int wal_sync_by_hook(void *arg)
-{
-	struct index_checkpointer *ck = arg;
-
-	return ck->sync(ck->sync_ctx);
 }
 
 static bool due(const struct timespec *when)
@@ -259,9 +246,15 @@ int dbox_index_checkpointer_start(struct dbox_index *index,
 	ck->sync_pending = false;
 	ck->sync = sync;
 	ck->sync_ctx = ctx;
+	/* SQLite's syncs of the WAL, on both connections, are the hook's:
+	   a checkpoint then copies no row into the database, and syncs none
+	   in the WAL, before the message bytes it points at are on disk.
+	   The thread's checkpoint runs it holding no lock of ours; the main
+	   connection's (an inline checkpoint, a WAL restart) under the store
+	   lock. */
 	if (sync != NULL &&
-	    (dbox_reserve_wal_sync_by(ck->db, wal_sync_by_hook, ck) < 0 ||
-	     dbox_reserve_wal_sync_by(index->db, wal_sync_by_hook, ck) < 0))
+	    (dbox_reserve_wal_sync_by(ck->db, sync, ctx) < 0 ||
+	     dbox_reserve_wal_sync_by(index->db, sync, ctx) < 0))
 		dbox_warning("index %s: checkpointer: the WAL is not open "
 			     "through the reserve VFS; checkpoints sync it "
 			     "without the store's sync round", index->path);
