@@ -223,9 +223,16 @@ def actor_flags(ctx):
             try:
                 os.rename(folder / old, folder / new)
             except FileNotFoundError:
-                if not os.path.isdir(folder / "cur"):
+                # The mount gone (killed, detached) is not a lost name; a
+                # stat() cannot tell, the kernel may answer it from its
+                # attribute cache (mount_alive).
+                if not mount_alive(mnt):
                     raise
-                log.write("N", old)  # cannot happen: only we rename
+                # Cannot happen: only we rename.  What the mount says now.
+                log.write("N", old, *(f"{n}:{'present' if os.path.lexists(folder / n) else 'absent'}"
+                                      for n in (old, new)),
+                          "listed" if old.split("/")[1] in os.listdir(folder / old.split("/")[0])
+                          else "unlisted")
                 continue
             log.write("D", old.split("/")[1].split(":")[0], key or "INBOX", old, new)
 
@@ -425,7 +432,7 @@ class Ledger:
                 else:
                     self.names[base] = {new}
             elif f[0] == "N":
-                self.errors.append(f"{path.name}: rename source vanished: {f[1]}")
+                self.errors.append(f"{path.name}: rename source vanished: {' '.join(f[1:])}")
 
     def settle(self, present):
         """After a check: what is on the mount now is the truth (a pending
