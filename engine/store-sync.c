@@ -320,6 +320,12 @@ void dbox_store_sync_unsynced(struct dbox_store *st)
 	(void)sync_round(st, false, 0);
 }
 
+void dbox_store_wal_throttle(struct dbox_store *st)
+{
+	dbox_store_assert_unlocked(st);
+	dbox_index_wal_throttle(st->index);
+}
+
 int dbox_store_sync_wal(struct dbox_store *st, uint64_t point)
 {
 	return sync_round(st, true, point);

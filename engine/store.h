@@ -53,7 +53,11 @@
  *   (and WAL read-lock 0).  Under st->lock a checkpoint is PASSIVE,
  *   which never waits for that lock, and the inline one is skipped while
  *   the thread's runs (checkpoint.c, wal_hook); readers under st->lock
- *   never need read-lock 0 while a checkpoint has frames to copy.
+ *   never need read-lock 0 while a checkpoint has frames to copy.  When
+ *   the WAL outgrows its bound meanwhile, requests wait for the thread's
+ *   checkpoint before they take st->lock (dbox_store_wal_throttle, in
+ *   fs_lock), holding at most the locks above "inode busy" and an inode
+ *   busy, none of which the checkpoint or its round ever takes.
  * - The index mutexes are leaves: wal_sync's group commit
  *   (dbox_index_sync_upto) is waited for WITHOUT st->lock, the
  *   checkpointer has its own connection; neither takes another lock.
@@ -370,6 +374,13 @@ int dbox_store_alt_fd(struct dbox_store *st);
    index then checkpoints inside its commits.  Takes st->lock itself
    (from its thread). */
 int dbox_store_checkpointer_start(struct dbox_store *st);
+
+/* Before a request takes st->lock (fs/: fs_lock): wait while the WAL
+   has outgrown its bound during a checkpoint of the checkpointer's,
+   whose WAL sync needs st->lock, so that no commit could wait for it
+   (index/checkpoint.h, dbox_index_wal_throttle).  Needs st->lock NOT
+   held.  Returns at once in the usual case. */
+void dbox_store_wal_throttle(struct dbox_store *st);
 
 /* Sync the m.N files listed for the checkpointer's next timed sync now
    (store-sync.c): before any other sync of the WAL (fsync, fsyncdir),

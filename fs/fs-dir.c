@@ -25,6 +25,7 @@ static struct fs *req_fs(fuse_req_t req)
 
 void fs_lock(struct fs *fs)
 {
+	dbox_store_wal_throttle(fs->st);
 	dbox_store_mutex_lock(fs->st);
 }
 

@@ -76,11 +76,16 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 			busy = ck->busy;
 			if (!busy)
 				ck->wanted = false; /* this one does it */
+			else
+				__atomic_store_n(&ck->behind, true,
+						 __ATOMIC_RELEASE);
 			pthread_mutex_unlock(&ck->mutex);
 			/* The thread's checkpoint would make this one busy;
 			   and its WAL sync (the hook's) waits for the
-			   store lock this thread holds: never wait for it.
-			   The next commit looks again. */
+			   store lock this thread holds: never wait for it
+			   here.  New changes wait for it instead, before
+			   they take the store lock (behind); the first
+			   commit after it checkpoints here. */
 			if (busy)
 				return SQLITE_OK;
 		}
@@ -109,6 +114,15 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 	return SQLITE_OK;
 }
 
+/* The thread's checkpoint is over (or waits): an inline one may run, and
+   changes held back by behind go on.  Called with ck->mutex held. */
+static void not_busy(struct index_checkpointer *ck)
+{
+	ck->busy = false;
+	__atomic_store_n(&ck->behind, false, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&ck->cond);
+}
+
 /* One PASSIVE checkpoint by the thread's connection.  Called with
    ck->mutex held and ck->busy set; returns with the mutex held.  A
    checkpoint that finds the WAL-index header changing under it (the
@@ -133,8 +147,7 @@ static void checkpoint_once(struct dbox_index *index)
 			break;
 		/* Not busy while it waits: an inline checkpoint
 		   (wal_hook) need not wait for this one. */
-		ck->busy = false;
-		pthread_cond_broadcast(&ck->cond);
+		not_busy(ck);
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_nsec += DBOX_CHECKPOINT_BUSY_WAIT_MS * 1000000L;
 		if (until.tv_nsec >= 1000000000L) {
@@ -194,8 +207,7 @@ static void *checkpointer(void *arg)
 			ck->wanted = false;
 			ck->busy = true;
 			checkpoint_once(index);
-			ck->busy = false;
-			pthread_cond_broadcast(&ck->cond);
+			not_busy(ck);
 		} else if (!ck->sync_pending) {
 			pthread_cond_wait(&ck->cond, &ck->mutex);
 		} else if (!due(&ck->sync_due)) {
@@ -207,6 +219,18 @@ static void *checkpointer(void *arg)
 	}
 	pthread_mutex_unlock(&ck->mutex);
 	return NULL;
+}
+
+void dbox_index_wal_throttle(struct dbox_index *index)
+{
+	struct index_checkpointer *ck = &index->ckpt;
+
+	if (!__atomic_load_n(&ck->behind, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&ck->mutex);
+	while (ck->behind && !ck->stop)
+		pthread_cond_wait(&ck->cond, &ck->mutex);
+	pthread_mutex_unlock(&ck->mutex);
 }
 
 int dbox_index_checkpointer_start(struct dbox_index *index,
@@ -241,7 +265,7 @@ int dbox_index_checkpointer_start(struct dbox_index *index,
 		ck->db = NULL;
 		return -EIO;
 	}
-	ck->stop = ck->wanted = false;
+	ck->stop = ck->wanted = ck->behind = false;
 	ck->woken_pages = 0;
 	ck->sync_pending = false;
 	ck->sync = sync;

@@ -75,6 +75,15 @@ typedef int dbox_index_sync_fn(void *ctx);
 int dbox_index_checkpointer_start(struct dbox_index *index,
 				  dbox_index_sync_fn *sync, void *ctx);
 
+/* Wait while the WAL is past DBOX_CHECKPOINT_INLINE_BYTES and the
+   thread's checkpoint, which the commit that found it so could not
+   wait for (its WAL sync takes the store lock, engine/store.h), still
+   runs: then the next commit checkpoints inline and the WAL stops
+   growing.  Call without the store lock, before a change (fs/ calls it
+   before every request takes the lock).  Returns at once in the usual
+   case (one atomic load), and when no checkpointer runs. */
+void dbox_index_wal_throttle(struct dbox_index *index);
+
 /* Stop the checkpointer and close its connection (waits for a running
    checkpoint).  Safe when none was started.  dbox_index_close calls it. */
 void dbox_index_checkpointer_stop(struct dbox_index *index);

@@ -49,6 +49,11 @@ struct index_checkpointer {
 	bool running, stop, wanted;
 	bool busy;         /* the thread is checkpointing (mutex; cond is
 			      broadcast when it is done) */
+	/* A commit found the WAL past DBOX_CHECKPOINT_INLINE_BYTES while
+	   the thread checkpointed, and could not checkpoint itself: new
+	   changes wait (dbox_index_wal_throttle) until busy is false again
+	   (atomic; set and cleared under mutex, cond broadcast at clear). */
+	bool behind;
 	int woken_pages;   /* WAL pages when the hook last woke the thread,
 			      0: not since the WAL started over */
 	/* A commit since the thread's last timed sync (atomic; set under
