@@ -11,7 +11,9 @@
  * once the WAL passes DBOX_CHECKPOINT_BYTES.  A WAL that grows past
  * DBOX_CHECKPOINT_INLINE_BYTES anyway (the thread cannot keep up) is
  * checkpointed by the committing thread as before (so is one past
- * DBOX_CHECKPOINT_SHORT_BYTES while the disk is full).  Each time the WAL
+ * DBOX_CHECKPOINT_SHORT_BYTES while the disk is full); while the
+ * thread's own checkpoint runs, new changes wait for it first
+ * (dbox_index_wal_throttle).  Each time the WAL
  * starts over, SQLite cuts it to DBOX_WAL_KEEP bytes.  The bounds are WAL
  * file sizes, whatever the index's page size (index-private.h: 1024
  * bytes, or 4096 in an index created before 2026-12-02).
