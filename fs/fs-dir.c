@@ -454,13 +454,12 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	pthread_mutex_init(&dh->lock, NULL);
 	dirhandle_link(fs, dh);
 	fi->fh = (uintptr_t)dh;
-	/* The kernel may keep listings: every change to a directory goes
-	   through this mount, and the kernel drops its cached listing when
-	   it sees the directory change (iversion, mtime).  A listing cached
-	   while it is read is left for the daemon's own (entry.id cookies)
-	   when the directory changes meanwhile. */
-	fi->cache_readdir = 1;
-	fi->keep_cache = 1;
+	/* No cache_readdir: the kernel's listing cache checks that it is
+	   current only for a read at offset 0.  A listing that started while
+	   another process was filling the cache goes on from that cache once
+	   filled, and the part filled before a rename still lists the old
+	   name, after the rename returned and before this opendir
+	   (helper-70; test_concurrency.py).  Every listing is the daemon's. */
 	if (fuse_reply_open(req, fi) != 0) {
 		/* The open was interrupted: no RELEASEDIR will come. */
 		dirhandle_unlink(fs, dh);

@@ -423,8 +423,8 @@ void fs_init(void *userdata, struct fuse_conn_info *conn)
 	/* READDIRPLUS in the kernel's adaptive mode: the first batch of a
 	   listing comes with attributes, the rest only while the reader
 	   stats the entries it gets (ls -l, NeoMutt).  A reader of names
-	   alone (ls -f, scandir) gets plain READDIR, which the kernel caches
-	   (cache_readdir) and which makes no inode per entry: always-plus
+	   alone (ls -f, scandir) gets plain READDIR, which makes no inode
+	   per entry: always-plus
 	   made listing a 1,000,000-message folder 19 s instead of 3 s, and
 	   ls -l of 100,000 no faster.  Messages are immutable once
 	   committed and every change goes through this daemon, so the page
