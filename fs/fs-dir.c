@@ -29,6 +29,22 @@ void fs_lock(struct fs *fs)
 	dbox_store_mutex_lock(fs->st);
 }
 
+void fs_dir_changed(struct fs *fs, uint64_t dir)
+{
+	int ret;
+
+	if (__atomic_load_n(&fs->no_listing_cache, __ATOMIC_RELAXED))
+		return;
+	/* -ENOENT: the kernel holds no inode of dir, so no listing. */
+	ret = fuse_lowlevel_notify_inval_inode(fs->se, dir, 0, 0);
+	if (ret < 0 && ret != -ENOENT &&
+	    !__atomic_exchange_n(&fs->no_listing_cache, true,
+				 __ATOMIC_RELAXED))
+		dbox_warning("the kernel did not drop a cached directory "
+			     "listing (%s); listings are not cached from "
+			     "now on", strerror(-ret));
+}
+
 void fs_unlock(struct fs *fs)
 {
 	dbox_store_mutex_unlock(fs->st);
@@ -144,6 +160,8 @@ void fs_create_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		ret = fs_entry(fs, &attr, &e);
 	fs_unlock(fs);
 	dbox_cred_release(&c);
+	if (ret == 0)
+		fs_dir_changed(fs, parent);
 	reply_entry_or_err(req, ret, &e);
 }
 
@@ -177,6 +195,8 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	fs_unlock(fs);
 	dbox_cred_release(&c);
+	if (ret == 0)
+		fs_dir_changed(fs, parent);
 	fuse_reply_err(req, -ret);
 }
 
@@ -303,6 +323,11 @@ static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		dbox_store_doom_file(fs->st, rc.converted);
 	fs_unlock(fs);
 	dbox_cred_release(&c);
+	if (ret == 0) {
+		fs_dir_changed(fs, parent);
+		if (newparent != parent)
+			fs_dir_changed(fs, newparent);
+	}
 	fuse_reply_err(req, -ret);
 }
 
@@ -326,6 +351,8 @@ static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		ret = fs_entry(fs, &attr, &e);
 	fs_unlock(fs);
 	dbox_cred_release(&c);
+	if (ret == 0)
+		fs_dir_changed(fs, newparent);
 	reply_entry_or_err(req, ret, &e);
 }
 
@@ -454,12 +481,22 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	pthread_mutex_init(&dh->lock, NULL);
 	dirhandle_link(fs, dh);
 	fi->fh = (uintptr_t)dh;
-	/* No cache_readdir: the kernel's listing cache checks that it is
-	   current only for a read at offset 0.  A listing that started while
-	   another process was filling the cache goes on from that cache once
-	   filled, and the part filled before a rename still lists the old
-	   name, after the rename returned and before this opendir
-	   (helper-70; test_concurrency.py).  Every listing is the daemon's. */
+	/* The kernel may keep listings (cache_readdir): every change to a
+	   directory goes through this mount.  The kernel checks that its
+	   cached listing is current (iversion, mtime) only for a read from
+	   offset 0: a listing that began while another process filled the
+	   cache goes on from it once filled, and a fill begun before a
+	   rename lists the old name, after the rename returned and before
+	   this opendir (helper-70; test_concurrency.py).  So each change
+	   drops the cached pages before its reply (fs_dir_changed): the
+	   change holds the directory's lock, which every fill holds shared
+	   across each READDIR and its caching, so a fill begun before it
+	   is left with a missing page, and the kernel then reads the
+	   daemon's listing instead. */
+	if (!__atomic_load_n(&fs->no_listing_cache, __ATOMIC_RELAXED)) {
+		fi->cache_readdir = 1;
+		fi->keep_cache = 1;
+	}
 	if (fuse_reply_open(req, fi) != 0) {
 		/* The open was interrupted: no RELEASEDIR will come. */
 		dirhandle_unlink(fs, dh);

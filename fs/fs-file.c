@@ -187,6 +187,7 @@ void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fi->fh = (uintptr_t)h;
 	fi->keep_cache = 1;
 	fi->noflush = !h->writer;
+	fs_dir_changed(fs_from_req(req), parent);
 	fuse_reply_create(req, &e, fi);
 }
 
@@ -198,10 +199,12 @@ void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 	int ret = make_node(fs_from_req(req), req, parent, name, mode, rdev,
 			    false, &e, &h);
 
-	if (ret < 0)
+	if (ret < 0) {
 		fuse_reply_err(req, -ret);
-	else
-		fuse_reply_entry(req, &e);
+		return;
+	}
+	fs_dir_changed(fs_from_req(req), parent);
+	fuse_reply_entry(req, &e);
 }
 
 static int open_message(struct fs *fs, struct fs_inode *inode, int flags,
@@ -423,8 +426,8 @@ void fs_init(void *userdata, struct fuse_conn_info *conn)
 	/* READDIRPLUS in the kernel's adaptive mode: the first batch of a
 	   listing comes with attributes, the rest only while the reader
 	   stats the entries it gets (ls -l, NeoMutt).  A reader of names
-	   alone (ls -f, scandir) gets plain READDIR, which makes no inode
-	   per entry: always-plus
+	   alone (ls -f, scandir) gets plain READDIR, which the kernel caches
+	   (cache_readdir) and which makes no inode per entry: always-plus
 	   made listing a 1,000,000-message folder 19 s instead of 3 s, and
 	   ls -l of 100,000 no faster.  Messages are immutable once
 	   committed and every change goes through this daemon, so the page

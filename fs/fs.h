@@ -83,6 +83,9 @@ struct fs {
 	bool protected_hardlinks;  /* sysctl fs.protected_hardlinks at
 				      mount time */
 	struct fs_walkcut *walkcut;/* fs-walkcut.c's thread, or NULL */
+	bool no_listing_cache;     /* a drop of a cached listing failed
+				      (fs_dir_changed): listings are no
+				      longer cached (atomic) */
 };
 
 struct fs_dirhandle; /* fs-dir.c: an open directory */
@@ -119,6 +122,12 @@ void fs_dirhandles_free(struct fs *fs);
 /* Take and drop the store lock (st->lock, dbox_store_mutex_lock: lock
    order in engine/store.h). */
 void fs_lock(struct fs *fs);
+
+/* Directory dir has a name more or less (create, mknod, mkdir, symlink,
+   link, unlink, rmdir, rename), and the request's reply comes next:
+   drops the kernel's cached listing of dir (fs-dir.c, fs_opendir, says
+   why).  Call without the lock, after the change, before the reply. */
+void fs_dir_changed(struct fs *fs, uint64_t dir);
 void fs_unlock(struct fs *fs);
 
 /* End the transaction of an operation that returned ret: commit (durable:
