@@ -29,12 +29,18 @@ void fs_lock(struct fs *fs)
 	dbox_store_mutex_lock(fs->st);
 }
 
-void fs_dir_changed(struct fs *fs, uint64_t dir)
+bool fs_dir_listed(struct fs *fs, uint64_t dir)
+{
+	struct fs_inode *inode = fs_inode_get(&fs->inodes, dir);
+
+	dbox_store_assert_locked(fs->st);
+	return inode != NULL && inode->nlisting > 0;
+}
+
+void fs_dir_drop_listing(struct fs *fs, uint64_t dir)
 {
 	int ret;
 
-	if (__atomic_load_n(&fs->no_listing_cache, __ATOMIC_RELAXED))
-		return;
 	/* -ENOENT: the kernel holds no inode of dir, so no listing. */
 	ret = fuse_lowlevel_notify_inval_inode(fs->se, dir, 0, 0);
 	if (ret < 0 && ret != -ENOENT &&
@@ -147,6 +153,7 @@ void fs_create_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fuse_entry_param e;
 	struct dbox_attr attr;
 	struct dbox_cred c;
+	bool listed = false;
 	int ret;
 
 	nw->uid = ctx->uid;
@@ -156,12 +163,14 @@ void fs_create_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	ret = fs_perm_create(fs, &c, parent);
 	if (ret == 0)
 		ret = dbox_ns_create(fs->st, parent, name, nw, &attr);
-	if (ret == 0)
+	if (ret == 0) {
+		listed = fs_dir_listed(fs, parent);
 		ret = fs_entry(fs, &attr, &e);
+	}
 	fs_unlock(fs);
 	dbox_cred_release(&c);
-	if (ret == 0)
-		fs_dir_changed(fs, parent);
+	if (listed)
+		fs_dir_drop_listing(fs, parent);
 	reply_entry_or_err(req, ret, &e);
 }
 
@@ -184,6 +193,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct dbox_ns_hooks hooks = fs_ns_hooks(fs);
 	struct dbox_ns_gone gone = { 0 };
 	struct dbox_cred c;
+	bool listed = false;
 	int ret;
 
 	fs_perm_begin(req, &c);
@@ -193,10 +203,11 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 		ret = dbox_ns_remove(fs->st, parent, name, dir, &hooks, &gone);
 		fs_inode_gone(fs, &gone);
 	}
+	listed = ret == 0 && fs_dir_listed(fs, parent);
 	fs_unlock(fs);
 	dbox_cred_release(&c);
-	if (ret == 0)
-		fs_dir_changed(fs, parent);
+	if (listed)
+		fs_dir_drop_listing(fs, parent);
 	fuse_reply_err(req, -ret);
 }
 
@@ -292,6 +303,7 @@ static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	};
 	struct dbox_ns_gone gone = { 0 };
 	struct dbox_attr moved;
+	bool listed[2] = { false, false };
 	int ret;
 
 	fs_perm_begin(req, &c);
@@ -321,13 +333,16 @@ static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	   reused; recovery removes the file if this never happens. */
 	if (ret == 0 && rc.converted != 0)
 		dbox_store_doom_file(fs->st, rc.converted);
+	if (ret == 0) {
+		listed[0] = fs_dir_listed(fs, parent);
+		listed[1] = newparent != parent && fs_dir_listed(fs, newparent);
+	}
 	fs_unlock(fs);
 	dbox_cred_release(&c);
-	if (ret == 0) {
-		fs_dir_changed(fs, parent);
-		if (newparent != parent)
-			fs_dir_changed(fs, newparent);
-	}
+	if (listed[0])
+		fs_dir_drop_listing(fs, parent);
+	if (listed[1])
+		fs_dir_drop_listing(fs, newparent);
 	fuse_reply_err(req, -ret);
 }
 
@@ -338,6 +353,7 @@ static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	struct fuse_entry_param e;
 	struct dbox_attr attr;
 	struct dbox_cred c;
+	bool listed = false;
 	int ret;
 
 	fs_perm_begin(req, &c);
@@ -345,14 +361,15 @@ static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	ret = fs_perm_link(fs, &c, ino, newparent);
 	if (ret == 0)
 		ret = dbox_ns_link(fs->st, ino, newparent, newname, &attr);
-	if (ret == 0)
+	if (ret == 0) {
 		note_name_change(fs, &attr);
-	if (ret == 0)
+		listed = fs_dir_listed(fs, newparent);
 		ret = fs_entry(fs, &attr, &e);
+	}
 	fs_unlock(fs);
 	dbox_cred_release(&c);
-	if (ret == 0)
-		fs_dir_changed(fs, newparent);
+	if (listed)
+		fs_dir_drop_listing(fs, newparent);
 	reply_entry_or_err(req, ret, &e);
 }
 
@@ -396,23 +413,39 @@ struct fs_dirhandle {
 	pthread_mutex_t lock;
 	char *buf;
 	size_t size;
+	uint64_t listing;  /* the directory whose nlisting it counts
+			      (opened with cache_readdir), or 0 */
 	struct fs_dirhandle *prev, *next; /* in fs->dirs (st->lock) */
 };
 
-/* Link dh into fs->dirs, or unlink it. */
-static void dirhandle_link(struct fs *fs, struct fs_dirhandle *dh)
+/* Link dh into fs->dirs, or unlink it.  Linked, it may fill the
+   kernel's listing cache of dir (returns true; counted in the
+   directory's nlisting) unless listings are not cached or the
+   directory is not in the inode table. */
+static bool dirhandle_link(struct fs *fs, struct fs_dirhandle *dh,
+			   uint64_t dir)
 {
+	struct fs_inode *inode;
+
 	fs_lock(fs);
 	dh->prev = NULL;
 	dh->next = fs->dirs;
 	if (fs->dirs != NULL)
 		fs->dirs->prev = dh;
 	fs->dirs = dh;
+	if (!__atomic_load_n(&fs->no_listing_cache, __ATOMIC_RELAXED) &&
+	    (inode = fs_inode_get(&fs->inodes, dir)) != NULL) {
+		inode->nlisting++;
+		dh->listing = dir;
+	}
 	fs_unlock(fs);
+	return dh->listing != 0;
 }
 
 static void dirhandle_unlink(struct fs *fs, struct fs_dirhandle *dh)
 {
+	struct fs_inode *inode;
+
 	fs_lock(fs);
 	if (dh->prev != NULL)
 		dh->prev->next = dh->next;
@@ -420,6 +453,11 @@ static void dirhandle_unlink(struct fs *fs, struct fs_dirhandle *dh)
 		fs->dirs = dh->next;
 	if (dh->next != NULL)
 		dh->next->prev = dh->prev;
+	if (dh->listing != 0 &&
+	    (inode = fs_inode_get(&fs->inodes, dh->listing)) != NULL) {
+		inode->nlisting--;
+		fs_inode_unref(fs, dh->listing, 0, false);
+	}
 	fs_unlock(fs);
 }
 
@@ -479,7 +517,6 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	}
 	pthread_mutex_init(&dh->lock, NULL);
-	dirhandle_link(fs, dh);
 	fi->fh = (uintptr_t)dh;
 	/* The kernel may keep listings (cache_readdir): every change to a
 	   directory goes through this mount.  The kernel checks that its
@@ -487,13 +524,17 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	   offset 0: a listing that began while another process filled the
 	   cache goes on from it once filled, and a fill begun before a
 	   rename lists the old name, after the rename returned and before
-	   this opendir (helper-70; test_concurrency.py).  So each change
-	   drops the cached pages before its reply (fs_dir_changed): the
-	   change holds the directory's lock, which every fill holds shared
+	   this opendir (helper-70; test_concurrency.py).  So while a handle
+	   that may fill the cache is open (nlisting), each change drops
+	   the cached pages before its reply (fs_dir_drop_listing): the
+	   change holds the directory's lock, which a fill holds shared
 	   across each READDIR and its caching, so a fill begun before it
 	   is left with a missing page, and the kernel then reads the
-	   daemon's listing instead. */
-	if (!__atomic_load_n(&fs->no_listing_cache, __ATOMIC_RELAXED)) {
+	   daemon's listing instead.  With no such handle open, nothing
+	   fills the cache, and the kernel's own check at offset 0 finds a
+	   cached listing stale; a handle opened during a change reads
+	   after it (the directory's lock). */
+	if (dirhandle_link(fs, dh, ino)) {
 		fi->cache_readdir = 1;
 		fi->keep_cache = 1;
 	}

@@ -150,6 +150,7 @@ static int make_node(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 {
 	struct dbox_attr attr;
 	struct dbox_cred c;
+	bool listed = false;
 	int ret;
 
 	*h_r = NULL;
@@ -165,10 +166,15 @@ static int make_node(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 		ret = create_file(fs, req, parent, name, mode, open, &attr, h_r);
 	else if (ret == 0)
 		ret = create_special(fs, req, parent, name, mode, rdev, &attr);
-	if (ret == 0)
+	if (ret == 0) {
+		listed = fs_dir_listed(fs, parent);
 		ret = fs_entry(fs, &attr, e);
+	}
 	fs_unlock(fs);
 	dbox_cred_release(&c);
+	/* Before the reply (which the caller makes). */
+	if (listed)
+		fs_dir_drop_listing(fs, parent);
 	return ret;
 }
 
@@ -187,7 +193,6 @@ void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fi->fh = (uintptr_t)h;
 	fi->keep_cache = 1;
 	fi->noflush = !h->writer;
-	fs_dir_changed(fs_from_req(req), parent);
 	fuse_reply_create(req, &e, fi);
 }
 
@@ -199,12 +204,10 @@ void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 	int ret = make_node(fs_from_req(req), req, parent, name, mode, rdev,
 			    false, &e, &h);
 
-	if (ret < 0) {
+	if (ret < 0)
 		fuse_reply_err(req, -ret);
-		return;
-	}
-	fs_dir_changed(fs_from_req(req), parent);
-	fuse_reply_entry(req, &e);
+	else
+		fuse_reply_entry(req, &e);
 }
 
 static int open_message(struct fs *fs, struct fs_inode *inode, int flags,

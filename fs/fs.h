@@ -84,8 +84,8 @@ struct fs {
 				      mount time */
 	struct fs_walkcut *walkcut;/* fs-walkcut.c's thread, or NULL */
 	bool no_listing_cache;     /* a drop of a cached listing failed
-				      (fs_dir_changed): listings are no
-				      longer cached (atomic) */
+				      (fs_dir_drop_listing): listings are
+				      no longer cached (atomic) */
 };
 
 struct fs_dirhandle; /* fs-dir.c: an open directory */
@@ -123,11 +123,17 @@ void fs_dirhandles_free(struct fs *fs);
    order in engine/store.h). */
 void fs_lock(struct fs *fs);
 
-/* Directory dir has a name more or less (create, mknod, mkdir, symlink,
-   link, unlink, rmdir, rename), and the request's reply comes next:
-   drops the kernel's cached listing of dir (fs-dir.c, fs_opendir, says
-   why).  Call without the lock, after the change, before the reply. */
-void fs_dir_changed(struct fs *fs, uint64_t dir);
+/* Directory dir got or lost a name (create, mknod, mkdir, symlink, link,
+   unlink, rmdir, rename): whether the kernel may be filling its listing
+   cache now (a handle opened with cache_readdir is open; fs-dir.c,
+   fs_opendir, says why it matters).  If so, the caller calls
+   fs_dir_drop_listing(dir) after unlocking, before its reply.  Needs the
+   lock. */
+bool fs_dir_listed(struct fs *fs, uint64_t dir);
+
+/* Drop the kernel's cached listing of dir (one write to /dev/fuse).
+   Without the lock, before the reply of the change. */
+void fs_dir_drop_listing(struct fs *fs, uint64_t dir);
 void fs_unlock(struct fs *fs);
 
 /* End the transaction of an operation that returned ret: commit (durable:

@@ -88,7 +88,8 @@ struct fs_inode *fs_inode_add(struct fs_inode_table *table, uint64_t ino)
 
 bool fs_inode_unused(const struct fs_inode *inode)
 {
-	return inode->nlookup == 0 && inode->nopen == 0 && !inode->busy;
+	return inode->nlookup == 0 && inode->nopen == 0 &&
+	       inode->nlisting == 0 && !inode->busy;
 }
 
 void fs_inode_remove(struct fs_inode_table *table, uint64_t ino)

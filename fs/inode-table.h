@@ -41,6 +41,9 @@ struct fs_inode {
 				    stat (the save is not to be read) */
 	uint32_t nopen;          /* open file handles */
 	uint32_t nwriters;       /* of those, open for writing a message */
+	uint32_t nlisting;       /* a directory: its open handles the
+				    kernel may fill its listing cache by
+				    (cache_readdir; fs-dir.c) */
 	bool unlinked;           /* no names left: delete when unreferenced */
 	uint8_t kind;            /* enum dbox_kind as the index has it, or 0
 				    when not known; whoever changes an
