@@ -29,6 +29,11 @@ void fs_lock(struct fs *fs)
 	dbox_store_mutex_lock(fs->st);
 }
 
+void fs_unlock(struct fs *fs)
+{
+	dbox_store_mutex_unlock(fs->st);
+}
+
 bool fs_dir_listed(struct fs *fs, uint64_t dir)
 {
 	struct fs_inode *inode = fs_inode_get(&fs->inodes, dir);
@@ -49,11 +54,6 @@ void fs_dir_drop_listing(struct fs *fs, uint64_t dir)
 		dbox_warning("the kernel did not drop a cached directory "
 			     "listing (%s); listings are not cached from "
 			     "now on", strerror(-ret));
-}
-
-void fs_unlock(struct fs *fs)
-{
-	dbox_store_mutex_unlock(fs->st);
 }
 
 int fs_tx_end(struct fs *fs, int ret, bool durable)

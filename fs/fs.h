@@ -120,8 +120,10 @@ void fs_handles_release(struct fs *fs);
 void fs_dirhandles_free(struct fs *fs);
 
 /* Take and drop the store lock (st->lock, dbox_store_mutex_lock: lock
-   order in engine/store.h). */
+   order in engine/store.h).  fs_lock first waits while the WAL checkpoint
+   is behind (dbox_store_wal_throttle). */
 void fs_lock(struct fs *fs);
+void fs_unlock(struct fs *fs);
 
 /* Directory dir got or lost a name (create, mknod, mkdir, symlink, link,
    unlink, rmdir, rename): whether the kernel may be filling its listing
@@ -134,7 +136,6 @@ bool fs_dir_listed(struct fs *fs, uint64_t dir);
 /* Drop the kernel's cached listing of dir (one write to /dev/fuse).
    Without the lock, before the reply of the change. */
 void fs_dir_drop_listing(struct fs *fs, uint64_t dir);
-void fs_unlock(struct fs *fs);
 
 /* End the transaction of an operation that returned ret: commit (durable:
    on disk before returning) when ret is 0, else roll back.  Returns ret or
