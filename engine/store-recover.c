@@ -652,9 +652,9 @@ void dbox_store_sync_left(struct dbox_store *st)
 
 	n = sync_changed(st, st->storage_fd, DBOX_STORE_STORAGE, true, since);
 	n += sync_changed(st, st->files_fd, DBOX_STORE_FILES, false, since);
-	dbox_info("%s: recovery: %u files changed in the last %d s synced "
-		  "before the WAL a process that died left", st->path, n,
-		  DBOX_STORE_LEFT_AGE);
+	dbox_info("%s: recovery: a process that died left its WAL; synced "
+		  "the %u files it changed in the last %d s before that WAL",
+		  st->path, n, DBOX_STORE_LEFT_AGE);
 }
 
 int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r)
