@@ -496,13 +496,15 @@ int dbox_save_begin_unindexed(struct dbox_store *st, uint64_t ino,
 			      const char *mailbox, struct dbox_save **save_r);
 
 /* Start a copy of the message or plain file ino (saved to folder
-   mailbox) in a transaction of its own, committed (not synced) before
-   its first byte: dbox_save_begin_unindexed and its in-flight mark
+   mailbox) in a transaction of its own, committed (not synced):
+   dbox_save_begin_unindexed and its in-flight mark
    (dbox_save_note_inflight), so that recovery cuts the copy if it is
    never finished instead of keeping it as a message the index lost.  The
-   commit's number is kept for dbox_save_inflight_seq.  Needs st->lock
-   and no open transaction.  Returns 0 and *save_r, or a negative errno
-   (everything rolled back). */
+   commit's number is kept for dbox_save_inflight_seq; the caller makes
+   it durable (dbox_ns_sync_upto) before the copy's first byte, as any
+   sync of the m.N may come before the commit that finishes the copy.
+   Needs st->lock and no open transaction.  Returns 0 and *save_r, or a
+   negative errno (everything rolled back). */
 int dbox_save_begin_copy(struct dbox_store *st, uint64_t ino,
 			 const char *mailbox, struct dbox_save **save_r);
 
@@ -553,10 +555,10 @@ void dbox_save_unseal(struct dbox_save *save);
 
 /* The commit sequence number (index/wal-sync.h) of the commit that
    marked the save in flight (dbox_save_begin_copy), while the mark is
-   still there, else 0: a caller syncing the save's bytes syncs the index
-   up to it first (dbox_index_sync_upto), so that a durable record past
-   the committed end always has a durable mark and is cut by recovery,
-   not kept.  Needs st->lock. */
+   still there, else 0: the copy's maker syncs the index up to it before
+   the first byte (dbox_ns_sync_upto), so that a durable record past the
+   committed end always has a durable mark and is cut by recovery, not
+   kept or put back as a second message.  Needs st->lock. */
 uint64_t dbox_save_inflight_seq(const struct dbox_save *save);
 
 /* fdatasync() the m.N the save appends to.  Reads only the save's m.N

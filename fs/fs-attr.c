@@ -287,6 +287,7 @@ int fs_file_copy_out(struct fs *fs, uint64_t ino, uint64_t parent,
 	struct fs_inode *inode;
 	struct stat backing;
 	char *mailbox = NULL;
+	uint64_t mark_seq;
 	int64_t n;
 	int fd, ret;
 
@@ -294,8 +295,8 @@ int fs_file_copy_out(struct fs *fs, uint64_t ino, uint64_t parent,
 	if ((fd = dbox_store_file_open_ro(st, ino, &backing)) < 0)
 		return fd;
 	/* No WRITING row names the copy: its in-flight mark is committed
-	   before its first byte, so recovery cuts it, not keeps it as a
-	   message the index lost. */
+	   and synced before its first byte, so recovery cuts it, not keeps
+	   it as a message the index lost. */
 	if ((ret = dbox_msg_dir_mailbox(st, parent, &mailbox)) < 0 ||
 	    (ret = dbox_save_begin_copy(st, ino, mailbox, &save)) < 0)
 		goto out;
@@ -303,8 +304,13 @@ int fs_file_copy_out(struct fs *fs, uint64_t ino, uint64_t parent,
 		ret = -ENOMEM;
 		goto out;
 	}
+	mark_seq = dbox_save_inflight_seq(save);
 	fs_busy_begin(fs, inode);
-	n = dbox_save_copy_fd(save, fd);
+	/* The mark on disk before the copy's first byte, as for a
+	   message's copy (fs-write.c, start_write). */
+	n = dbox_ns_sync_upto(st, mark_seq);
+	if (n == 0)
+		n = dbox_save_copy_fd(save, fd);
 	ret = n < 0 ? (int)n :
 		dbox_save_seal(save, dbox_time_sec(fs_ts_time(&backing.st_mtim)),
 			       NULL, NULL);

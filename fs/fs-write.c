@@ -32,8 +32,9 @@
    keeps the committed record until the save's first finish: a crash
    before leaves the message as it was (recovery cuts the unfinished
    copy), instead of dropping it with all its names.  The copy's m.N row
-   and its in-flight mark (inflight.m.N) are committed before its first
-   byte; the copy itself runs without the lock, the inode busy meanwhile
+   and its in-flight mark (inflight.m.N) are committed and synced before
+   its first byte; the copy itself runs without the lock, the inode busy
+   meanwhile
    (inode->save is NULL until it is done): called and returns with the
    lock held, the inode idle. */
 static int start_write(struct fs *fs, struct fs_inode *inode,
@@ -44,7 +45,7 @@ static int start_write(struct fs *fs, struct fs_inode *inode,
 	struct dbox_save *save = NULL;
 	struct dbox_msgloc loc;
 	struct dbox_attr attr;
-	uint64_t off = 0;
+	uint64_t off = 0, mark_seq;
 	char *mailbox = NULL;
 	char buf[65536];
 	int ret;
@@ -66,23 +67,29 @@ static int start_write(struct fs *fs, struct fs_inode *inode,
 					mailbox != NULL ? mailbox : "INBOX",
 					&save)) < 0)
 		goto out;
-	if (copy_bytes > 0) {
-		fs_busy_begin(fs, inode);
-		while (off < copy_bytes) {
-			size_t want = copy_bytes - off < sizeof(buf) ?
-				copy_bytes - off : sizeof(buf);
-			ssize_t n = dbox_reader_pread(reader, buf, want, off);
+	mark_seq = dbox_save_inflight_seq(save);
+	fs_busy_begin(fs, inode);
+	/* The mark reaches the disk before any byte of the copy can: a
+	   sync of its m.N (the timed round's, another message's fsync)
+	   may come before the commit that finishes the copy, and a power
+	   loss in between must find the mark and cut the copy, not take
+	   it for a message the index lost (helper-71: a second message).
+	   One WAL sync per copy, shared with concurrent ones. */
+	ret = dbox_ns_sync_upto(st, mark_seq);
+	while (ret == 0 && off < copy_bytes) {
+		size_t want = copy_bytes - off < sizeof(buf) ?
+			copy_bytes - off : sizeof(buf);
+		ssize_t n = dbox_reader_pread(reader, buf, want, off);
 
-			if (n <= 0) {
-				ret = n < 0 ? dbox_corrupt_as_eio((int)n) : -EIO;
-				break;
-			}
-			if ((ret = dbox_save_write(save, buf, n, off)) < 0)
-				break;
-			off += n;
+		if (n <= 0) {
+			ret = n < 0 ? dbox_corrupt_as_eio((int)n) : -EIO;
+			break;
 		}
-		fs_busy_end(fs, inode);
+		if ((ret = dbox_save_write(save, buf, n, off)) < 0)
+			break;
+		off += n;
 	}
+	fs_busy_end(fs, inode);
 	if (ret == 0) {
 		inode->save = save;
 		save = NULL;
@@ -132,12 +139,6 @@ static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 
 	if (dbox_save_finished(inode->save) && !sync)
 		return 0;
-	/* A copy's in-flight mark is durable before its bytes are (at
-	   once when an fsync synced it already). */
-	if (sync && dbox_save_inflight_seq(inode->save) != 0 &&
-	    (ret = dbox_ns_sync_upto(st,
-			dbox_save_inflight_seq(inode->save))) < 0)
-		return ret;
 	if (!dbox_save_sealed(inode->save)) {
 		/* The heavy part (V read back, compression), unlocked. */
 		struct dbox_save *save = inode->save;
@@ -232,10 +233,11 @@ void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 /* A plain file renamed to a message name while open (rename converts only
    closed files) becomes a message at its last close, as rename would have
    made it.  Its bytes are copied without the lock (fs_file_copy_out);
-   called and returns with the lock held.  Returns true when it did: the
-   caller then removes the backing file, after unlocking (freeing a big
-   file's blocks takes a while). */
-static bool file_closed(struct fs *fs, uint64_t ino)
+   called and returns with the lock held.  Its backing file goes once
+   that is durable, as after a rename that converts (fs-dir.c): removed
+   at once, a power loss that took the commit brought the plain file back
+   without its bytes. */
+static void file_closed(struct fs *fs, uint64_t ino)
 {
 	struct dbox_save *copied = NULL;
 	uint64_t parent, parent_now;
@@ -243,7 +245,7 @@ static bool file_closed(struct fs *fs, uint64_t ino)
 	int ret;
 
 	if (!dbox_msg_file_wants(fs->st, ino, &parent))
-		return false;
+		return;
 	ret = fs_file_copy_out(fs, ino, parent, &copied);
 	/* Renamed or linked while it was copied (the lock was free): no
 	   message any more, or one of another folder (its B metadata
@@ -254,27 +256,26 @@ static bool file_closed(struct fs *fs, uint64_t ino)
 		dbox_save_free(&copied);
 	if (ret == 0)
 		ret = fs_file_to_message(fs, ino, parent_now, copied, true);
+	if (ret == 0)
+		dbox_store_doom_file(fs->st, ino);
 	dbox_save_free(&copied);
 	dbox_files_name(file, ino);
 	if (ret < 0 && ret != -EAGAIN)
 		dbox_error("%s/" DBOX_STORE_FILES "/%s: not turned into a message: %s",
 			   fs->st->path, file, strerror(-ret));
-	return ret == 0;
 }
 
 /* The last close of handle h of inode ino: a plain file renamed to a
    message name becomes one, a message written through it is finished
    (an unlinked one nobody can see is dropped), and h is freed.  Needs
-   the lock.  Returns true when the caller removes files/<ino> (a plain
-   file turned into a message), after unlocking. */
-static bool handle_release(struct fs *fs, uint64_t ino, struct fs_handle *h)
+   the lock. */
+static void handle_release(struct fs *fs, uint64_t ino, struct fs_handle *h)
 {
 	struct fs_inode *inode = h->inode;
-	bool converted = false;
 
 	fs_inode_wait_idle(fs, ino);
 	if (h->kind == DBOX_KIND_FILE && inode->nopen == 1)
-		converted = file_closed(fs, ino);
+		file_closed(fs, ino);
 	if (h->writer && --inode->nwriters == 0 && inode->save != NULL) {
 		bool discard = inode->unlinked && inode->nopen == 1 &&
 			inode->nlookup == 0;
@@ -289,40 +290,23 @@ static bool handle_release(struct fs *fs, uint64_t ino, struct fs_handle *h)
 	}
 	fs_handle_free(fs, h);
 	fs_inode_unref(fs, ino, 0, true);
-	return converted;
-}
-
-/* Remove files/<ino> of a plain file that became a message. */
-static void converted_file_remove(struct fs *fs, uint64_t ino)
-{
-	char file[DBOX_FILES_NAME_SIZE];
-
-	dbox_files_name(file, ino);
-	unlinkat(fs->st->files_fd, file, 0);
 }
 
 void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_from_req(req);
-	bool converted;
 
 	fs_lock(fs);
-	converted = handle_release(fs, ino, fs_handle_of(fi));
+	handle_release(fs, ino, fs_handle_of(fi));
 	fs_unlock(fs);
-	if (converted)
-		converted_file_remove(fs, ino);
 	fuse_reply_err(req, 0);
 }
 
 void fs_handles_release(struct fs *fs)
 {
 	fs_lock(fs);
-	while (fs->handles != NULL) {
-		uint64_t ino = fs->handles->inode->ino;
-
-		if (handle_release(fs, ino, fs->handles))
-			converted_file_remove(fs, ino);
-	}
+	while (fs->handles != NULL)
+		handle_release(fs, fs->handles->inode->ino, fs->handles);
 	fs_unlock(fs);
 }
 
@@ -402,14 +386,9 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	   a new copy (message_writable): it stays ours until we let go. */
 	dbox_save_ref(save);
 	fs_unlock(fs);
-	/* A copy: its in-flight mark durable before its bytes, so that
-	   recovery after a power loss cuts a copy whose commit did not
-	   reach the disk instead of keeping it as a message (group commit;
-	   at once when synced already). */
-	if (inflight_seq != 0)
-		ret = dbox_ns_sync_upto(st, inflight_seq);
-	if (ret == 0)
-		ret = dbox_save_sync(save);
+	/* A copy's in-flight mark is on disk since the copy began
+	   (start_write): a power loss before the commit below cuts it. */
+	ret = dbox_save_sync(save);
 	fs_lock(fs);
 	/* Before anything else on the inode: a write may be copying into a
 	   new save, or writing this one, unlocked.  The save stays ours

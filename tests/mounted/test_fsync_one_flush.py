@@ -409,13 +409,16 @@ def test_no_cur_anywhere_still_takes_the_records(make_mount):
 
 
 def test_a_message_written_again_after_its_fsync_keeps_both_versions(make_mount):
-    """write, fsync, write more, close, rename: the power loss takes every
-    commit.  The fsynced version comes back under the path its fsync
-    recorded; the version the close made (a copy with a GUID of its own,
-    sealed without a path) is kept past the committed end, as any record
-    an index does not know, and rebuild brings it back in cur/: nothing
-    acknowledged is lost, and the message is there twice
-    (docs/durability.md; helper-63)."""
+    """write, fsync, write more, close, rename, and every commit lost,
+    the copy's in-flight mark too.  A power loss leaves that now only
+    when the kernel's writeback put the copy's bytes on disk on its own
+    (the mark is synced before the copy's first byte: test_power_loss_
+    copy.py has the losses a sync leaves).  The fsynced version comes
+    back under the path its fsync recorded; the version the close made
+    (a copy with a GUID of its own, sealed without a path) is kept past
+    the committed end, as any record an index does not know, and rebuild
+    brings it back in cur/: nothing acknowledged is lost, and the message
+    is there twice (docs/durability.md; helper-63)."""
     m = make_mount()
     md = m.maildir()
     loss = PowerLoss(m).synced_point()
