@@ -49,11 +49,17 @@ static bool dest_used(const struct purge *p, const struct dbox_mfile *mf)
 }
 
 /* The pool file to copy a record of record_size bytes to: the current
-   one while it has room, else a new one from the pool (locked). */
+   one while it has room, else a new one from the pool (locked).  A new
+   one's in-flight mark is on disk before the first byte is copied to it:
+   the timed round may sync the file before the switch's commit, and a
+   power loss in between must find the mark and cut the copies, not keep
+   them as records the index lost (as for a message's copy,
+   fs/fs-write.c). */
 static int dest_for(struct purge *p, uint64_t record_size, struct dest **d_r)
 {
 	struct dest *d = p->ndests > 0 ? &p->dests[p->ndests - 1] : NULL;
 	struct dbox_mfile *mf;
+	bool marked = false;
 	int ret;
 
 	if (d != NULL && d->mf->size < p->st->rotate_size &&
@@ -73,6 +79,7 @@ static int dest_for(struct purge *p, uint64_t record_size, struct dest **d_r)
 	purge_lock(p);
 	if (!p->to_alt) {
 		ret = dbox_store_mfile_acquire(p->st, &mf);
+		marked = ret == 0;
 	} else if (p->nalts > 0 && !dest_used(p, p->alts[p->nalts - 1]) &&
 		   p->alts[p->nalts - 1]->size < p->st->rotate_size &&
 		   p->alts[p->nalts - 1]->size + record_size <= MFILE_MAX) {
@@ -93,8 +100,10 @@ static int dest_for(struct purge *p, uint64_t record_size, struct dest **d_r)
 	}
 	/* An ALT file's copies are in flight until the switch, as pool
 	   files' are (dbox_store_mfile_acquire notes those). */
-	if (ret == 0 && p->to_alt)
+	if (ret == 0 && p->to_alt) {
 		ret = dbox_store_note_inflight(p->st, mf);
+		marked = ret == 0;
+	}
 	purge_unlock(p);
 	if (ret < 0)
 		return ret;
@@ -102,7 +111,9 @@ static int dest_for(struct purge *p, uint64_t record_size, struct dest **d_r)
 	d->mf = mf;
 	d->start_size = mf->size;
 	*d_r = d;
-	return 0;
+	/* The mark was autocommitted: a sync of all the WAL holds (its
+	   round syncs the message bytes that commits before it name). */
+	return marked ? dbox_store_sync_wal(p->st, 0) : 0;
 }
 
 /* Give the pool files back; keep=false first cuts off what was copied to
