@@ -111,6 +111,7 @@ TSAN_TESTS := tests/mounted/test_semantics.py::test_concurrent_writers \
               tests/mounted/test_altmove.py::test_altmove_online_under_load \
               tests/mounted/test_fsync_group.py \
               tests/mounted/test_fsync_one_flush.py \
+              tests/mounted/test_power_loss_copy.py \
               tests/mounted/test_availability.py::test_big_message_does_not_stall_others \
               tests/mounted/test_shared_files.py \
               tests/mounted/test_crash.py \
