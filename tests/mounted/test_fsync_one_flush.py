@@ -410,10 +410,12 @@ def test_no_cur_anywhere_still_takes_the_records(make_mount):
 
 def test_a_message_written_again_after_its_fsync_keeps_both_versions(make_mount):
     """write, fsync, write more, close, rename, and every commit lost,
-    the copy's in-flight mark too.  A power loss leaves that now only
-    when the kernel's writeback put the copy's bytes on disk on its own
-    (the mark is synced before the copy's first byte: test_power_loss_
-    copy.py has the losses a sync leaves).  The fsynced version comes
+    the copy's in-flight mark too.  No power loss leaves that any more:
+    the mark is on disk before the copy's first byte is written, so even
+    the kernel's own writeback cannot put the copy there without it
+    (test_power_loss_copy.py has the losses that do happen).  This keeps
+    recovery's answer for such a store all the same (one copied while it
+    was written, say).  The fsynced version comes
     back under the path its fsync recorded; the version the close made
     (a copy with a GUID of its own, sealed without a path) is kept past
     the committed end, as any record an index does not know, and rebuild
