@@ -190,9 +190,24 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 		return 0; /* logged: ALT is missing */
 	fd = openat(dir, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
+		int err = errno;
+
+		/* One no committed message names: made just before a crash
+		   that took the file (a new m.N of the pool, or of a purge
+		   or copy whose bytes the crash cut); nothing is lost.  Its
+		   row stays: numbers are never handed out again. */
+		if (err == ENOENT &&
+		    dbox_index_mfile_rows_end(st->index, file_id, &rows_end) == 0 &&
+		    rows_end == 0) {
+			dbox_info("%s/" DBOX_STORE_STORAGE "/%s: not on disk, and no message "
+				  "is stored in it (made just before a crash "
+				  "that took it); nothing is lost",
+				  dbox_store_dir_name(st, alt), name);
+			return 0;
+		}
 		dbox_error("%s/" DBOX_STORE_STORAGE "/%s: %s; its messages will fail with EIO "
 			   "(run 'dboxadm check')", dbox_store_dir_name(st, alt),
-			   name, strerror(errno));
+			   name, strerror(err));
 		return 0;
 	}
 	if (fstat(fd, &stbuf) < 0 || (uint64_t)stbuf.st_size <= size ||

@@ -738,3 +738,34 @@ def test_older_index_and_a_purge_that_moved_a_message(tmp_path):
         m.unmount()
     finally:
         m.kill() if m.proc is not None else m.unmount()
+
+
+def test_a_missing_mfile_without_messages_is_no_error(tmp_path):
+    """An m.N the index knows but the disk lost, which no message names
+    (made just before a crash that took it: a pool file, a purge's or a
+    copy's), loses nothing: the mount says so once, without the EIO
+    error an m.N with messages gets (helper-73: 437 such alarming lines
+    in a power-loss run).  The one with a message still gets the error."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        deliver(md, "a")
+        m.unmount()
+        db = sqlite3.connect(m.store / "index.sqlite")
+        db.execute("INSERT INTO mfile (file_id, size) VALUES (9, 16)")
+        db.commit()
+        db.close()
+        m.mount()
+        log = m.log_text()
+        assert "m.9: not on disk, and no message is stored in it" in log, log
+        assert "fail with EIO" not in log, log
+        assert (md / "new" / "a").read_bytes() == body("a")
+        m.unmount()
+        (m.store / "storage" / "m.1").rename(tmp_path / "m.1")
+        m.mount()
+        assert "m.1: No such file or directory; its messages will fail with EIO" \
+            in m.log_text()
+        m.unmount()
+        (tmp_path / "m.1").rename(m.store / "storage" / "m.1")
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
