@@ -4,10 +4,11 @@
     bench.py [--quick] [--only NAMES] [--repeats N] [--out DIR]
 
 Runs the benchmarks of issue #5 (delivery, imap, hcache, read, space,
-listing, renames, scale), the cost of one FUSE request (roundtrip) and
-the backups of issue #15 (backup, backup_scale),
+listing, renames, scale), the cost of one FUSE request (roundtrip),
+messages written again in place (rewrites) and the backups of issue #15
+(backup, backup_scale),
 each repeating native and dboxfs in alternating order; the write rows
-(delivery, imap, hcache, renames) also run on the FUSE floor
+(delivery, rewrites, imap, hcache, renames) also run on the FUSE floor
 (passthrough_ll over ext4, `make` builds it) in the same rotation, and
 counts gives requests, daemon syscalls and daemon CPU per operation and
 the fsync() latency of a delivery on both.  Writes OUT/results.md
@@ -42,10 +43,11 @@ SIZES = {
     "imap_seconds": (10, 3),
     "renames": (10000, 2000),
     "roundtrip": (20000, 5000),
+    "rewrites": (2000, 300),
 }
 HEAVY = {"hcache", "read", "scale", "backup", "backup_scale"}
-ORDER = ["roundtrip", "counts", "delivery", "imap", "hcache", "read", "space", "listing",
-         "renames", "scale", "backup", "backup_scale"]
+ORDER = ["roundtrip", "counts", "delivery", "rewrites", "imap", "hcache", "read", "space",
+         "listing", "renames", "scale", "backup", "backup_scale"]
 
 
 class Context:
@@ -183,8 +185,9 @@ def main():
     log(f"{meta['mode']} run, {ctx.repeats} repeats, load {meta['load']}")
 
     import b_delivery, b_imap, b_hcache, b_read, b_space, b_listing, b_scale  # noqa: E401
-    import b_roundtrip, b_counts, b_backup  # noqa: E401
+    import b_roundtrip, b_counts, b_backup, b_rewrite  # noqa: E401
     modules = {"roundtrip": b_roundtrip, "counts": b_counts, "delivery": b_delivery,
+               "rewrites": b_rewrite,
                "imap": b_imap, "hcache": b_hcache, "read": b_read, "space": b_space,
                "listing": b_listing, "renames": b_listing.Renames, "scale": b_scale,
                "backup": b_backup, "backup_scale": b_backup.Scale}
@@ -195,7 +198,7 @@ def main():
             setup_corpus(ctx, stack)
         if "hcache" in only:
             setup_hcache_floor(ctx, stack)
-        if {"delivery", "imap"} & set(only):
+        if {"delivery", "rewrites", "imap"} & set(only):
             setup_work(ctx, stack)
         if {"listing", "renames"} & set(only):
             setup_list(ctx, stack)
