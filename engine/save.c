@@ -45,8 +45,6 @@ struct dbox_save {
 				 with sync, dbox_save_synced; 0: none) */
 	uint64_t path_seal; /* the seal that wrote the message's path (L,
 			       dbox_save_seal; 0: none) */
-	bool touched;    /* a write was tried, or the size changed, since
-			    begin (dbox_save_untouched) */
 	bool indexed;    /* save_begin wrote this record's WRITING row */
 	bool inflight;   /* inflight.m.N names this record (a copy) */
 	bool owns_tail;  /* mf is busy for this save: nobody else appends
@@ -142,7 +140,6 @@ int dbox_save_write(struct dbox_save *save, const void *buf, size_t len,
 	save_check(save);
 	save->finished = false;
 	save->sealed = false;
-	save->touched = true;
 	/* The disk space the index reserve gave back is the index's. */
 	if ((ret = dbox_index_reserve_check(save->st->index)) < 0)
 		return ret;
@@ -154,8 +151,6 @@ int dbox_save_truncate(struct dbox_save *save, uint64_t size)
 	save_check(save);
 	save->finished = false;
 	save->sealed = false;
-	if (size != dbox_body_size(&save->body))
-		save->touched = true;
 	return dbox_body_truncate(&save->body, size);
 }
 
@@ -168,11 +163,6 @@ ssize_t dbox_save_read(struct dbox_save *save, void *buf, size_t len,
 uint64_t dbox_save_size(const struct dbox_save *save)
 {
 	return dbox_body_size(&save->body);
-}
-
-bool dbox_save_untouched(const struct dbox_save *save)
-{
-	return !save->touched;
 }
 
 /* Write the record's metadata and header for the body as it stands,

@@ -530,11 +530,6 @@ ssize_t dbox_save_read(struct dbox_save *save, void *buf, size_t len,
 /* Current message (plaintext) size in bytes. */
 uint64_t dbox_save_size(const struct dbox_save *save);
 
-/* True while no write was tried and no truncate changed the size since
-   the save began (an empty new message, or a copy begun for O_TRUNC and
-   not written yet).  Same exclusion as dbox_save_write. */
-bool dbox_save_untouched(const struct dbox_save *save);
-
 /* The save's state (see struct dbox_save): finished (the index names
    its record as it stands), sealed (its metadata and header are written
    for the body as it stands), and how many times it was sealed (a caller

@@ -220,20 +220,10 @@ void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	if (h->writer) {
 		/* close(): the message is complete as it stands; errors
-		   (ENOSPC) reach the client here, not at release.  Not
-		   while nobody wrote it yet (an empty new message, an
-		   O_TRUNC open): the last release finishes it then.
-		   Finished now, the next write would start a copy, and
-		   such a close is often no end of writing: a shell's
-		   `> file` closes the descriptor it opened once it has
-		   moved it to 1, before the command writes, and Python's
-		   mailbox.Maildir.add opens its tmp/ file twice and closes
-		   the first before it writes through the second.  Each left
-		   an empty dead record and a copy per message. */
+		   (ENOSPC) reach the client here, not at release. */
 		fs_lock(fs);
 		fs_inode_wait_idle(fs, ino);
-		if (h->inode->save != NULL &&
-		    !dbox_save_untouched(h->inode->save))
+		if (h->inode->save != NULL)
 			ret = message_finish(fs, h->inode, false);
 		fs_unlock(fs);
 	}

@@ -896,6 +896,35 @@ def test_crash_keeps_acknowledged_rewrite(tmp_path, case):
         m.kill() if m.proc is not None else m.unmount()
 
 
+def test_a_close_acknowledges_a_truncating_open(tmp_path):
+    """open(O_TRUNC) and close() with no write, then the daemon killed at
+    once: the message is empty after the remount, as the close said.  A
+    build that left the finish of a message nobody wrote to the RELEASE
+    (which the kernel sends after close() returns) brought the old bytes
+    back 11 times in 15 (helper-74); so did a new file created and closed
+    empty, which was gone."""
+    old = content("old.message")
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        for i in range(10):
+            target = md / "cur" / f"{i}:2,S"
+            target.write_bytes(old)
+            fd = os.open(md / "cur" / f"{i}:2,S", os.O_WRONLY | os.O_TRUNC)
+            os.close(fd)
+            fd = os.open(md / "new" / f"{i}.new", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.close(fd)
+            m.kill()
+            m.mount()
+            assert target.read_bytes() == b"", i
+            assert (md / "new" / f"{i}.new").read_bytes() == b"", i
+        m.unmount()
+        rc, out = dboxadm_check(m.store)
+        assert rc == 0, out
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
+
+
 def test_fsync_racing_rewrites(tmp_path):
     """fsync in a loop on one descriptor of a committed message while
     another appends, each append followed by the close of a dup (a flush
