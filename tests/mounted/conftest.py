@@ -53,6 +53,24 @@ def tmpfs(d, size):
         subprocess.run(["umount", "-l", str(d)], check=False)
 
 
+def preload_shim(tmp_path, monkeypatch, name, source, libs=("-ldl",)):
+    """Compile the C source into tmp_path/name.so and preload it (with
+    monkeypatch: LD_PRELOAD) into the processes started from now on,
+    such as the next mount; skip the test without a C compiler.  Returns
+    the shim's path."""
+    src, shim = tmp_path / f"{name}.c", tmp_path / f"{name}.so"
+    src.write_text(source)
+    r = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim), str(src),
+                        *libs], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"no C compiler for the shim: {r.stderr[-300:]}")
+    monkeypatch.setenv("LD_PRELOAD", str(shim))
+    # A sanitizer build wants its runtime first in the preload list.
+    monkeypatch.setenv("ASAN_OPTIONS", os.environ.get("ASAN_OPTIONS", "") +
+                       ":verify_asan_link_order=0")
+    return shim
+
+
 def index_rows(store, sql):
     """The rows of a read-only query of STORE/index.sqlite."""
     db = sqlite3.connect(f"file:{store / 'index.sqlite'}?mode=ro", uri=True)

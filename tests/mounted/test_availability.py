@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DBOXADM, tmpfs
+from conftest import DBOXADM, preload_shim, tmpfs
 
 RNG = random.Random(12)
 
@@ -264,18 +264,8 @@ def test_wal_stays_bounded_while_the_checkpointer_is_slow(make_mount, tmp_path,
     the store lock the commit holds); new requests wait before they take
     the lock, and the next commit checkpoints.  (Without: 14 MiB and
     growing; a loaded CI run reached 15.9 MiB in the test above.)"""
-    shim = tmp_path / "slowsync.so"
-    (tmp_path / "slowsync.c").write_text(SLOW_SYNC_SHIM)
-    r = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                        str(tmp_path / "slowsync.c"), "-ldl"],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"no C compiler for the shim: {r.stderr[-300:]}")
-    monkeypatch.setenv("LD_PRELOAD", str(shim))
+    preload_shim(tmp_path, monkeypatch, "slowsync", SLOW_SYNC_SHIM)
     monkeypatch.setenv("SLOWSYNC_MS", "100")
-    # A sanitizer build wants its runtime first in the preload list.
-    monkeypatch.setenv("ASAN_OPTIONS", os.environ.get("ASAN_OPTIONS", "") +
-                       ":verify_asan_link_order=0")
     m = make_mount()
     monkeypatch.delenv("LD_PRELOAD")
     sizes = wal_sizes_while_delivering(m)

@@ -26,7 +26,8 @@ import time
 
 import pytest
 
-from conftest import DBOXADM
+from conftest import DBOXADM, preload_shim
+from test_fsync_one_flush import fsync_dir
 
 SHIM = r"""
 #define _GNU_SOURCE
@@ -125,31 +126,13 @@ V1 = b"Subject: draft\n\nsecond version, written over the first\n"
 TAIL = b"a line added at the end\n"
 
 
-def fsync_path(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @pytest.fixture
 def power_loss_shim(tmp_path, monkeypatch):
     """The shim above, preloaded into the next mount; its notes' folder."""
-    src, shim = tmp_path / "powerloss.c", tmp_path / "powerloss.so"
-    src.write_text(SHIM)
-    r = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                        str(src), "-ldl", "-lpthread"],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"no C compiler for the shim: {r.stderr[-300:]}")
+    preload_shim(tmp_path, monkeypatch, "powerloss", SHIM, ("-ldl", "-lpthread"))
     notes = tmp_path / "pl"
     notes.mkdir()
     monkeypatch.setenv("PL_DIR", str(notes))
-    monkeypatch.setenv("LD_PRELOAD", str(shim))
-    # A sanitizer build wants its runtime first in the preload list.
-    monkeypatch.setenv("ASAN_OPTIONS", os.environ.get("ASAN_OPTIONS", "") +
-                       ":verify_asan_link_order=0")
     return notes
 
 
@@ -185,8 +168,8 @@ def write_again(md, style):
         fd = fsynced_file(md / PLAIN)
         if style == "rename after close":
             os.close(fd)
-    fsync_path(md / "cur")
-    fsync_path(md / "tmp")
+    fsync_dir(md / "cur")
+    fsync_dir(md / "tmp")
     if style == "truncate":
         fd = os.open(md / DRAFT, os.O_WRONLY | os.O_TRUNC)
         os.write(fd, V1)
@@ -326,7 +309,7 @@ def test_a_new_mfile_is_on_disk_before_the_index_names_it(make_mount,
     monkeypatch.delenv("LD_PRELOAD")
     md = m.maildir()
     os.close(fsynced_file(md / DRAFT))
-    fsync_path(md / "cur")
+    fsync_dir(md / "cur")
     held = os.open(md / "tmp" / "2.held.host", os.O_WRONLY | os.O_CREAT | os.O_EXCL,
                    0o600)
     os.write(held, b"Subject: held open\n\n")
