@@ -7,6 +7,7 @@
 #include "engine/backup-private.h"
 #include "engine/store-layout.h"
 #include "engine/store-lock.h"
+#include "engine/store.h"
 
 #include "index/index-stats.h"
 #include "storage/dbox-file.h"
@@ -358,8 +359,8 @@ static int recover_copy(struct bk *b)
 	if (ret == 0)
 		ret = dbox_index_backup_detach(index);
 	if (ret == 0)
-		ret = dbox_index_recover(index, &writing, &orphans, &files,
-					 &nfiles);
+		ret = dbox_index_recover(index, DBOX_META_ACKED_EMPTY,
+					 &writing, &orphans, &files, &nfiles);
 	for (size_t i = 0; ret == 0 && i < nfiles; i++) {
 		char name[32];
 

@@ -155,6 +155,119 @@ int dbox_msg_finish(struct dbox_store *st, uint64_t ino,
 	return ret;
 }
 
+int dbox_msg_ack_empty(struct dbox_store *st, uint64_t ino,
+		       struct dbox_save *save, const int64_t *written_ns)
+{
+	struct dbox_attr attr;
+	int64_t acked_ns;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if (dbox_save_acked_empty(save, &acked_ns) &&
+	    (written_ns == NULL || *written_ns == acked_ns))
+		return 0; /* acknowledged as it stands */
+	if ((ret = dbox_index_begin(st->index)) < 0)
+		return ret;
+	ret = dbox_index_getattr(st->index, ino, &attr);
+	if (ret == 0)
+		ret = dbox_save_ack_empty(save, written_ns != NULL ?
+					  *written_ns : attr.mtime_ns);
+	return dbox_ns_tx_end(st, ret, false);
+}
+
+/* dbox_msg_restore_empty's list: the inodes of the keys and their
+   mtimes. */
+struct acked_list {
+	struct acked { uint64_t ino; int64_t mtime_ns; } *v;
+	size_t n;
+};
+
+static int acked_cb(void *ctx, const char *key, int64_t value)
+{
+	struct acked_list *l = ctx;
+	const char *num = key + strlen(DBOX_META_ACKED_EMPTY);
+	struct acked *v;
+	char *end;
+	unsigned long long ino;
+
+	errno = 0;
+	ino = strtoull(num, &end, 10);
+	if (*num < '0' || *num > '9' || *end != '\0' || errno != 0)
+		return 0; /* not one of ours: deleted with the rest */
+	if ((v = realloc(l->v, (l->n + 1) * sizeof(*v))) == NULL)
+		return -ENOMEM;
+	l->v = v;
+	l->v[l->n].ino = ino;
+	l->v[l->n++].mtime_ns = value;
+	return 0;
+}
+
+/* Store message ino empty, with mtime and ctime mtime_ns: a new empty
+   record (a copy of nothing), finished and synced, that the index names
+   instead of the one it had (a cut delivery's, or the version before an
+   O_TRUNC).  Its key goes in the same commit. */
+static int restore_empty(struct dbox_store *st, uint64_t ino,
+			 int64_t mtime_ns)
+{
+	struct dbox_save *save = NULL;
+	char *mailbox = NULL;
+	int ret;
+
+	if (dbox_msg_mailbox(st, ino, &mailbox) < 0)
+		mailbox = NULL;
+	ret = dbox_save_begin_copy(st, ino, mailbox != NULL ? mailbox :
+				   "INBOX", &save);
+	free(mailbox);
+	/* The copy's mark on disk before its bytes, as for any copy
+	   (fs/fs-write.c, start_write); the key again, so that the save
+	   deletes it in its finish's commit. */
+	if (ret == 0)
+		ret = dbox_ns_sync_upto(st, dbox_save_inflight_seq(save));
+	if (ret == 0 && (ret = dbox_index_begin(st->index)) == 0) {
+		ret = dbox_save_ack_empty(save, mtime_ns);
+		ret = dbox_ns_tx_end(st, ret, false);
+	}
+	if (ret == 0)
+		ret = dbox_msg_finish(st, ino, save, true, &mtime_ns);
+	dbox_save_free(&save);
+	return ret;
+}
+
+int dbox_msg_restore_empty(struct dbox_store *st, unsigned int *restored_r)
+{
+	struct acked_list l = { NULL, 0 };
+	int ret;
+
+	dbox_store_assert_locked(st);
+	*restored_r = 0;
+	ret = dbox_index_meta_list(st->index, DBOX_META_ACKED_EMPTY,
+				   acked_cb, &l);
+	for (size_t i = 0; ret == 0 && i < l.n; i++) {
+		struct dbox_msgloc loc;
+		struct dbox_attr attr;
+
+		/* Unlinked since (recovery dropped it), or no message. */
+		if (dbox_msg_locate(st, l.v[i].ino, &attr, &loc) < 0 ||
+		    attr.nlink == 0)
+			continue;
+		if ((ret = restore_empty(st, l.v[i].ino, l.v[i].mtime_ns)) < 0)
+			dbox_error("%s: recovery: message inode %llu could not "
+				   "be stored as the empty version its last "
+				   "close acknowledged: %s", st->path,
+				   (unsigned long long)l.v[i].ino,
+				   strerror(-ret));
+		else
+			(*restored_r)++;
+	}
+	free(l.v);
+	/* Keys of inodes gone since, and any left by a failure above: that
+	   one fails the open, and the next open finds its key again. */
+	if (ret == 0)
+		ret = dbox_index_meta_delete_prefix(st->index,
+						    DBOX_META_ACKED_EMPTY);
+	return ret;
+}
+
 int dbox_msg_set_received(struct dbox_store *st, uint64_t ino,
 			  time_t received_sec)
 {

@@ -89,6 +89,25 @@ int dbox_msg_finish(struct dbox_store *st, uint64_t ino,
 		    struct dbox_save *save, bool sync,
 		    const int64_t *written_ns);
 
+/* A close of message ino whose save is unfinished and empty (nothing
+   written yet, or truncated to 0): its empty version is acknowledged
+   (dbox_save_ack_empty, mtime *written_ns or the inode's) in a commit
+   of its own, and the save goes on unfinished, so writes through another
+   descriptor continue it.  Nothing to commit when acknowledged before
+   with the same mtime.  Returns 0 or a negative errno (rolled back). */
+int dbox_msg_ack_empty(struct dbox_store *st, uint64_t ino,
+		       struct dbox_save *save, const int64_t *written_ns);
+
+/* Crash recovery's last step, once the pool is ready (dbox_store_open):
+   every message with a DBOX_META_ACKED_EMPTY key - a close acknowledged
+   it empty and the process died before the finish - is stored empty, in
+   a new record synced to disk, with the key's mtime; the record it had
+   (a delivery cut as in flight, or the version before an O_TRUNC) is
+   garbage.  Keys of inodes gone are deleted.  *restored_r counts the
+   messages.  Returns 0 or a negative errno (-ENOSPC, -EIO: the open
+   fails; the next one tries again). */
+int dbox_msg_restore_empty(struct dbox_store *st, unsigned int *restored_r);
+
 /* Patch the received date (R) of message ino's committed record to
    received_sec in place (dbox_store_set_received).  Returns 0 (also when
    ino has no record yet), -ERANGE when the new date needs another width

@@ -22,6 +22,7 @@
 #include "storage/log.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -53,6 +54,10 @@ struct dbox_save {
 	uint64_t inflight_seq; /* dbox_index_commit_seq of the commit that
 				  marked it in flight (dbox_save_begin_copy;
 				  0: none) */
+	bool acked_empty; /* its empty version is acknowledged: the meta
+			     key DBOX_META_ACKED_EMPTY<ino> is set until the
+			     finish (dbox_save_ack_empty) */
+	int64_t acked_ns; /* the mtime that key holds */
 };
 
 /* The invariants above (assert(3): active unless NDEBUG). */
@@ -61,6 +66,7 @@ static void save_check(const struct dbox_save *save)
 	assert(save->refs > 0);
 	assert(!save->finished || save->sealed);
 	assert(!(save->finished && save->inflight));
+	assert(!(save->finished && save->acked_empty));
 	/* Until finished it owns its m.N's tail; after, it may have given
 	   the tail back (dbox_save_yield) and holds only the file. */
 	assert(save->mf == NULL || save->finished || save->owns_tail);
@@ -222,6 +228,39 @@ uint64_t dbox_save_mark_seq(const struct dbox_save *save)
 	return save->mf != NULL ? save->mf->mark_seq : 0;
 }
 
+void dbox_save_acked_empty_key(char key[48], uint64_t ino)
+{
+	snprintf(key, 48, DBOX_META_ACKED_EMPTY "%llu", (unsigned long long)ino);
+}
+
+int dbox_save_ack_empty(struct dbox_save *save, int64_t mtime_ns)
+{
+	char key[48];
+	int ret;
+
+	dbox_store_assert_locked(save->st);
+	save_check(save);
+	assert(!save->finished && dbox_body_size(&save->body) == 0);
+	/* A body a failed write broke is no empty message: its error
+	   again, as a finish would return it. */
+	if ((ret = dbox_body_error(&save->body)) < 0)
+		return ret;
+	dbox_save_acked_empty_key(key, save->ino);
+	if ((ret = dbox_index_meta_set(save->st->index, key, mtime_ns)) < 0)
+		return ret;
+	save->acked_empty = true;
+	save->acked_ns = mtime_ns;
+	return 0;
+}
+
+bool dbox_save_acked_empty(const struct dbox_save *save, int64_t *mtime_ns_r)
+{
+	save_check(save);
+	if (save->acked_empty && mtime_ns_r != NULL)
+		*mtime_ns_r = save->acked_ns;
+	return save->acked_empty;
+}
+
 int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 		     struct dbox_msgloc *loc_r)
 {
@@ -252,6 +291,14 @@ int dbox_save_finish(struct dbox_save *save, time_t received_sec, bool sync,
 	if (save->inflight) {
 		dbox_store_clear_inflight(st, save->mf);
 		save->inflight = false;
+	}
+	if (save->acked_empty) {
+		char key[48];
+
+		dbox_save_acked_empty_key(key, save->ino);
+		if ((ret = dbox_index_meta_delete(st->index, key)) < 0)
+			return ret;
+		save->acked_empty = false;
 	}
 	save->mf->size = save->ap.offset + save->ap.record_size;
 	if (sync)

@@ -701,7 +701,8 @@ int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r)
 	/* Tails first: they need the WRITING rows recovery drops. */
 	if ((ret = dbox_index_mfile_list(st->index, recover_mfile, st)) < 0)
 		return ret;
-	ret = dbox_index_recover(st->index, &writing, &orphans, &files, &nfiles);
+	ret = dbox_index_recover(st->index, DBOX_META_ACKED_EMPTY, &writing,
+				 &orphans, &files, &nfiles);
 	if (ret < 0)
 		return ret;
 	for (size_t i = 0; i < nfiles; i++) {

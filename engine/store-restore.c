@@ -18,7 +18,8 @@
  *    purge that moved it): that message, moved here: its row points here;
  *  - a delivery still WRITING (its create reached the disk, the commit
  *    of its fsync did not; or the daemon died between the two): finished
- *    in place, whatever its name now, and moved from tmp/ to new/;
+ *    in place, whatever its name now, and moved from tmp/ to new/ (an
+ *    empty version a close acknowledged before is not restored then);
  *  - nothing: made again at its path (in new/ for a path in tmp/; in
  *    the folder's cur/ or new/ when the loss took the mkdir of the one
  *    named), else as 'dboxadm rebuild' would, in its B folder's cur/
@@ -472,15 +473,20 @@ static int finish_writing(struct dbox_index *index, uint64_t ino,
 	struct dbox_attr attr;
 	uint64_t parent, up, dir, replaced;
 	uint32_t replaced_nlink;
-	char *name = NULL, *dirname = NULL;
+	char *name = NULL, *dirname = NULL, key[48];
 	int ret;
 
 	if ((ret = dbox_index_getattr(index, ino, &attr)) < 0)
 		return ret;
 	attr.size = r->plain_size;
 	attr.mtime_ns = dbox_time_make(r->received, 0);
+	/* The record is newer than an empty version a close acknowledged
+	   before (its fsync sealed it later): not stored empty after all
+	   (dbox_msg_restore_empty). */
+	dbox_save_acked_empty_key(key, ino);
 	if ((ret = dbox_index_msg_set(index, ino, loc)) < 0 ||
-	    (ret = dbox_index_setattr(index, &attr)) < 0)
+	    (ret = dbox_index_setattr(index, &attr)) < 0 ||
+	    (ret = dbox_index_meta_delete(index, key)) < 0)
 		return ret;
 	if (dbox_index_entry_of(index, ino, &parent, &name) < 0)
 		return 0; /* no name: the index's recovery drops it */

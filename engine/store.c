@@ -13,6 +13,7 @@
  *    otherwise: it changes only through dbox_store_mutex_*.
  */
 #include "engine/maildir.h"
+#include "engine/message.h"
 #include "engine/store-dirs.h"
 #include "engine/namespace.h"
 #include "engine/store-layout.h"
@@ -575,6 +576,18 @@ static int store_open(struct dbox_store *st, const char *path,
 	st->next_file_id = next_file_id(st, max_index);
 	if (max_index != 0 && !st->readonly)
 		dbox_store_pool_adopt(st, max_index, writing > 0);
+	/* Last, with the pool ready: the messages a close acknowledged
+	   empty before the process died (dbox_msg_restore_empty). */
+	if (!st->readonly) {
+		unsigned int restored;
+
+		if ((ret = dbox_msg_restore_empty(st, &restored)) < 0)
+			return ret;
+		if (restored > 0)
+			dbox_info("%s: recovery: stored %u messages empty, as "
+				  "their last close acknowledged them",
+				  st->path, restored);
+	}
 	return 0;
 }
 

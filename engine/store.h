@@ -619,6 +619,35 @@ bool dbox_save_sealed_with_path(const struct dbox_save *save);
    restorable only once that commit is on disk.  Needs st->lock. */
 uint64_t dbox_save_mark_seq(const struct dbox_save *save);
 
+/* The empty version of a message a close acknowledged while its save
+   goes on (fs/fs-write.c, message_flush): a shell's `> file` closes the
+   descriptor it opened before the command writes through its dup, and
+   Python's mailbox.Maildir.add closes its first descriptor before it
+   writes through a second.  Such a close commits the meta key
+   DBOX_META_ACKED_EMPTY<ino> = the message's mtime instead of finishing
+   the record, so the writes after it go on in the same record (no copy,
+   no dead empty record).  The key goes in the finish's transaction; if
+   the process dies first, recovery keeps the message (a WRITING row is
+   not dropped) and stores it empty with that mtime
+   (dbox_msg_restore_empty). */
+#define DBOX_META_ACKED_EMPTY "acked_empty."
+
+/* The key of ino into key: DBOX_META_ACKED_EMPTY followed by ino in
+   decimal. */
+void dbox_save_acked_empty_key(char key[48], uint64_t ino);
+
+/* Set the key of the save's inode to mtime_ns (a dbox time) inside the
+   caller's transaction; until the save is finished, dbox_save_finish
+   deletes it in its own.  The save must be unfinished and empty.  Needs
+   st->lock.  Returns 0, the error of a body a failed write broke (-ENOSPC:
+   storage/dbox-body.h), or the index's errno. */
+int dbox_save_ack_empty(struct dbox_save *save, int64_t mtime_ns);
+
+/* Is the save's empty version acknowledged (dbox_save_ack_empty, not
+   finished since)?  Then *mtime_ns_r (may be NULL) gets the mtime its
+   key holds.  Same exclusion as dbox_save_write. */
+bool dbox_save_acked_empty(const struct dbox_save *save, int64_t *mtime_ns_r);
+
 /* Mark the index row WRITING again.  Recovery drops a WRITING message
    with all its names, so this is only for a record nobody was told is
    stored; fs/ never writes a finished record again (it makes a copy):

@@ -212,6 +212,26 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 		fuse_reply_write(req, size);
 }
 
+/* close(): the message is acknowledged as it stands; errors (ENOSPC)
+   reach the client here, not at release.  A message nobody has written
+   yet (new, or just opened with O_TRUNC; truncated to nothing) is not
+   finished: its empty version is acknowledged (dbox_msg_ack_empty) and
+   its save goes on, because the close may be that of one descriptor of
+   several - a shell's `prog > file` closes the one it opened once it is
+   moved to 1, before prog writes; Python's mailbox.Maildir.add closes
+   its first before it writes through a second - and a finish would make
+   their writes a copy, leaving a dead empty record.  The last close's
+   release finishes it.  Needs the lock, the inode idle. */
+static int message_flush(struct fs *fs, struct fs_inode *inode)
+{
+	if (!dbox_save_finished(inode->save) &&
+	    dbox_save_size(inode->save) == 0)
+		return dbox_msg_ack_empty(fs->st, inode->ino, inode->save,
+					  inode->written ? &inode->wtime :
+					  NULL);
+	return message_finish(fs, inode, false);
+}
+
 void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_from_req(req);
@@ -219,12 +239,10 @@ void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int ret = 0;
 
 	if (h->writer) {
-		/* close(): the message is complete as it stands; errors
-		   (ENOSPC) reach the client here, not at release. */
 		fs_lock(fs);
 		fs_inode_wait_idle(fs, ino);
 		if (h->inode->save != NULL)
-			ret = message_finish(fs, h->inode, false);
+			ret = message_flush(fs, h->inode);
 		fs_unlock(fs);
 	}
 	fuse_reply_err(req, -ret);

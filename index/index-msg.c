@@ -10,6 +10,7 @@
 
 #include "storage/log.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,9 +240,9 @@ static int exec(struct dbox_index *index, const char *sql)
 	return 0;
 }
 
-int dbox_index_recover(struct dbox_index *index, unsigned int *writing_r,
-		       unsigned int *orphans_r, uint64_t **files_r,
-		       size_t *nfiles_r)
+int dbox_index_recover(struct dbox_index *index, const char *keep_prefix,
+		       unsigned int *writing_r, unsigned int *orphans_r,
+		       uint64_t **files_r, size_t *nfiles_r)
 {
 	sqlite3_stmt *stmt;
 	uint64_t *files = NULL;
@@ -254,13 +255,17 @@ int dbox_index_recover(struct dbox_index *index, unsigned int *writing_r,
 	*nfiles_r = 0;
 	if ((ret = dbox_index_begin(index)) < 0)
 		return ret;
-	/* Unfinished deliveries: their names go, their directories change. */
+	/* Unfinished deliveries: their names go, their directories change.
+	   Not those whose empty version a close acknowledged. */
+	assert(strchr(keep_prefix, '\'') == NULL);
 	snprintf(sql, sizeof(sql),
-		 "CREATE TEMP TABLE dead AS SELECT ino FROM message WHERE state = %d;"
+		 "CREATE TEMP TABLE dead AS SELECT ino FROM message WHERE state = %d"
+		 " AND NOT EXISTS (SELECT 1 FROM meta"
+		 " WHERE key = '%s' || message.ino);"
 		 "UPDATE inode SET mtime = %lld, ctime = %lld"
 		 " WHERE ino IN (SELECT parent FROM entry WHERE ino IN dead);"
 		 "DELETE FROM entry WHERE ino IN dead;",
-		 DBOX_MSG_WRITING, (long long)now, (long long)now);
+		 DBOX_MSG_WRITING, keep_prefix, (long long)now, (long long)now);
 	if ((ret = exec(index, sql)) < 0)
 		goto fail;
 	/* Then the inodes unlinked while open: a link count of 0 with no
@@ -401,6 +406,40 @@ int dbox_index_mfile_rows_end(struct dbox_index *index, uint32_t file_id,
 			      " FROM message WHERE file_id = ?1"
 			      " AND state != ?3", file_id, 0, "rows end", end_r);
 	return ret < 0 ? ret : 0;
+}
+
+int dbox_index_meta_delete(struct dbox_index *index, const char *key)
+{
+	sqlite3_stmt *stmt;
+	int rc;
+
+	if (sqlite3_prepare_v2(index->db, "DELETE FROM meta WHERE key = ?1",
+			       -1, &stmt, NULL) != SQLITE_OK)
+		return index_sql_error(index, "meta");
+	sqlite3_bind_text(stmt, 1, key, -1, SQLITE_STATIC);
+	rc = sqlite3_step(stmt);
+	sqlite3_finalize(stmt);
+	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "meta");
+}
+
+int dbox_index_meta_list(struct dbox_index *index, const char *prefix,
+			 dbox_meta_cb_t *cb, void *ctx)
+{
+	sqlite3_stmt *stmt;
+	int rc, ret = 0;
+
+	if (sqlite3_prepare_v2(index->db, "SELECT key, value FROM meta WHERE"
+			       " substr(key, 1, length(?1)) = ?1", -1, &stmt,
+			       NULL) != SQLITE_OK)
+		return index_sql_error(index, "meta");
+	sqlite3_bind_text(stmt, 1, prefix, -1, SQLITE_STATIC);
+	while (ret == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		ret = cb(ctx, (const char *)sqlite3_column_text(stmt, 0),
+			 sqlite3_column_int64(stmt, 1));
+	if (ret == 0 && rc != SQLITE_DONE)
+		ret = index_sql_error(index, "meta");
+	sqlite3_finalize(stmt);
+	return ret;
 }
 
 int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix)

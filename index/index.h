@@ -381,6 +381,19 @@ int dbox_index_msg_get(struct dbox_index *index, uint64_t ino,
 int dbox_index_msg_set(struct dbox_index *index, uint64_t ino,
 		       const struct dbox_msgloc *loc);
 
+/* Delete meta key key (nothing when it is not there).  Returns 0, -ENOSPC
+   or -EDQUOT (the disk or the quota is full) or -EIO (logged). */
+int dbox_index_meta_delete(struct dbox_index *index, const char *key);
+
+/* Called by dbox_index_meta_list with each key and its value; non-zero
+   stops the walk. */
+typedef int dbox_meta_cb_t(void *ctx, const char *key, int64_t value);
+
+/* Every meta key that starts with prefix, in no order.  Returns 0, the
+   callback's non-zero value, or -EIO (logged). */
+int dbox_index_meta_list(struct dbox_index *index, const char *prefix,
+			 dbox_meta_cb_t *cb, void *ctx);
+
 /* Delete every meta key that starts with prefix.  Returns 0, -ENOSPC or
    -EDQUOT (the disk or the quota is full) or -EIO (logged). */
 int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix);
@@ -475,15 +488,18 @@ int dbox_index_mfile_list(struct dbox_index *index, dbox_mfile_cb_t *cb,
 
 /* Crash recovery, run once at open by the owner of the store lock: delete
    messages still WRITING (unfinished deliveries; their names go too, and
-   their directories' mtime and ctime become now) and every inode with nlink 0 (unlinked
-   while open when the process died).  *writing_r and *orphans_r count them;
+   their directories' mtime and ctime become now) - but for those with a
+   meta key keep_prefix<ino> (an empty version a close acknowledged: the
+   caller stores it, dbox_msg_restore_empty) - and every inode with nlink 0
+   (unlinked while open when the process died).  keep_prefix is SQL text
+   without quotes.  *writing_r and *orphans_r count the dropped ones;
    *files_r receives a malloc()ed array of plain-file inode numbers whose
    backing files the caller removes (count in *nfiles_r), and frees.
    Returns 0, -ENOMEM or the convention's SQLite errno (nothing in
    *files_r then). */
-int dbox_index_recover(struct dbox_index *index, unsigned int *writing_r,
-		       unsigned int *orphans_r, uint64_t **files_r,
-		       size_t *nfiles_r);
+int dbox_index_recover(struct dbox_index *index, const char *keep_prefix,
+		       unsigned int *writing_r, unsigned int *orphans_r,
+		       uint64_t **files_r, size_t *nfiles_r);
 
 /* A key in the meta table (format, uidvalidity, ...) as int64.
    Returns 0, -ENOENT. */

@@ -465,6 +465,11 @@ uint64_t dbox_body_size(const struct dbox_body *body)
 	return body->plain_size;
 }
 
+int dbox_body_error(const struct dbox_body *body)
+{
+	return body->mode == DBOX_BODY_BROKEN ? body->error : 0;
+}
+
 int dbox_body_finish(struct dbox_body *body, struct dbox_metadata *md)
 {
 	int ret;

@@ -123,6 +123,10 @@ ssize_t dbox_body_pread(struct dbox_body *body, void *buf, size_t len,
 /* Plaintext size in bytes. */
 uint64_t dbox_body_size(const struct dbox_body *body);
 
+/* 0, or for a body a failed write left unusable the negative errno that
+   every later call returns (see above). */
+int dbox_body_error(const struct dbox_body *body);
+
 /* Finish: store the body in its final form (compressing it if needed),
    fill md's V and Z from the plaintext (for a plain body V is left to
    dbox_append_finish, which reads it back), and dbox_append_finish() the

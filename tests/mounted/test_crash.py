@@ -925,6 +925,67 @@ def test_a_close_acknowledges_a_truncating_open(tmp_path):
         m.kill() if m.proc is not None else m.unmount()
 
 
+def test_an_empty_version_a_close_acknowledged_survives_the_writes_after_it(tmp_path):
+    """A close of a message nobody wrote yet acknowledges it empty while
+    another descriptor goes on writing it (a shell's `prog > file`, where
+    the shell closes the descriptor it opened once it is moved to 1;
+    Python's mailbox.Maildir.add, which closes its first descriptor and
+    writes through a second).  The daemon killed before the last close:
+    each message is the empty version that close acknowledged, with the
+    mtime it had then, not its old bytes (O_TRUNC), not gone (new), and
+    not the unacknowledged writes.  One unlinked meanwhile stays gone."""
+    def close_quietly(fd):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+    old = content("old.message")
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    held = []
+    try:
+        md = m.mount().maildir()
+        for i in range(3):
+            truncated = md / "cur" / f"t{i}:2,S"
+            truncated.write_bytes(old)
+            fd = os.open(truncated, os.O_WRONLY | os.O_TRUNC)
+            held.append(os.dup(fd))
+            os.close(fd)
+            mtimes = {truncated.name: truncated.stat().st_mtime_ns}
+            os.write(held[-1], b"never acknowledged\n")
+            created = md / "tmp" / f"c{i}"
+            fd = os.open(created, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            held.append(os.open(created, os.O_WRONLY))  # Python's way
+            os.close(fd)
+            mtimes[created.name] = created.stat().st_mtime_ns
+            os.write(held[-1], b"Subject: not yet\n")
+            gone = md / "tmp" / f"g{i}"
+            fd = os.open(gone, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            held.append(os.dup(fd))
+            os.close(fd)
+            os.unlink(gone)
+            os.write(held[-1], b"unlinked\n")
+            m.kill()
+            for fd in held:
+                close_quietly(fd)
+            held.clear()
+            m.mount()
+            assert truncated.read_bytes() == b"", i
+            assert created.read_bytes() == b"", i
+            assert not gone.exists(), i
+            for p in (truncated, created):
+                assert p.stat().st_mtime_ns == mtimes[p.name], (i, p.name)
+        m.unmount()
+        rc, out = dboxadm_check(m.store)
+        assert rc == 0, out
+        m.mount()
+        assert sorted(os.listdir(md / "tmp")) == ["c0", "c1", "c2"]
+    finally:
+        for fd in held:
+            close_quietly(fd)
+        m.kill() if m.proc is not None else m.unmount()
+
+
 def test_fsync_racing_rewrites(tmp_path):
     """fsync in a loop on one descriptor of a committed message while
     another appends, each append followed by the close of a dup (a flush

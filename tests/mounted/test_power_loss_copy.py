@@ -339,3 +339,41 @@ def test_a_new_mfile_is_on_disk_before_the_index_names_it(make_mount,
     check = subprocess.run([str(DBOXADM), "check", str(m.store)],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_an_fsync_after_an_empty_close_outlives_that_close(make_mount,
+                                                          power_loss_shim,
+                                                          monkeypatch):
+    """Python's mailbox.Maildir.add opens a new message twice and closes
+    the first descriptor before it writes: that close acknowledges the
+    message empty (the key acked_empty.<ino>, engine/store.h) and the
+    record stays open.  The write and fsync through the second descriptor
+    then sync the m.N alone; a power loss takes their commit (and the
+    key's deletion in it).  Recovery puts the fsynced record back at its
+    path, and must not then store the message empty as the older close
+    said: the fsync returned, the bytes are the message."""
+    m = make_mount()
+    monkeypatch.delenv("LD_PRELOAD")
+    md = m.maildir()
+    path = md / "tmp" / "1.acked.host"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd2 = os.open(path, os.O_WRONLY)
+    os.close(fd)
+    fsync_dir(md / "tmp")  # the create and the empty close on disk
+    os.write(fd2, V0)
+    os.fsync(fd2)
+    m.kill()
+    try:
+        os.close(fd2)
+    except OSError:
+        pass
+    wal = m.store / "index.sqlite-wal"
+    os.truncate(wal, int((power_loss_shim / "wal-synced").read_text()))
+    (m.store / "index.sqlite-shm").unlink(missing_ok=True)
+    monkeypatch.delenv("PL_DIR")
+    m.mount()
+    assert drafts(md) == {"new/1.acked.host": V0}, m.log_text()
+    m.unmount()
+    check = subprocess.run([str(DBOXADM), "check", str(m.store)],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
