@@ -186,6 +186,30 @@ def write_again(md, style):
     return V0
 
 
+def lose_power(m, notes, *held):
+    """The daemon killed (if the shim has not) and the power lost: the
+    descriptors held on the mount closed, the WAL cut back to its size at
+    its last sync (notes/wal-synced), the WAL-index gone."""
+    m.kill()
+    for fd in held:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    wal = m.store / "index.sqlite-wal"
+    synced = int((notes / "wal-synced").read_text())
+    assert wal.stat().st_size >= synced
+    os.truncate(wal, synced)
+    (m.store / "index.sqlite-shm").unlink(missing_ok=True)
+
+
+def assert_check_clean(m):
+    """dboxadm check finds nothing in the unmounted store."""
+    check = subprocess.run([str(DBOXADM), "check", str(m.store)],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 def drafts(md):
     """{subdir/name: bytes} of every file in md's cur/, new/ and tmp/
     but the next delivery's."""
@@ -228,14 +252,7 @@ def test_a_copy_is_one_message_after_a_power_loss(make_mount, power_loss_shim,
     assert m.proc.returncode == -9, "the shim did not kill the daemon"
     died = (power_loss_shim / "died").read_text()
     assert "/storage/m." in died, died
-    m.kill()
-    # The power loss: what the WAL got after its last sync is gone, and
-    # so is the WAL-index.
-    wal = m.store / "index.sqlite-wal"
-    synced = int((power_loss_shim / "wal-synced").read_text())
-    assert wal.stat().st_size >= synced
-    os.truncate(wal, synced)
-    (m.store / "index.sqlite-shm").unlink(missing_ok=True)
+    lose_power(m, power_loss_shim)
     (power_loss_shim / "arm").unlink()
     monkeypatch.delenv("PL_DIR")
     m.mount()
@@ -244,9 +261,7 @@ def test_a_copy_is_one_message_after_a_power_loss(make_mount, power_loss_shim,
         (found, m.log_text())
     assert list(found.values())[0] in (V0, now)
     m.unmount()
-    check = subprocess.run([str(DBOXADM), "check", str(m.store)],
-                           capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
+    assert_check_clean(m)
 
 
 def test_purge_copies_are_cut_after_a_power_loss(make_mount, power_loss_shim,
@@ -290,9 +305,7 @@ def test_purge_copies_are_cut_after_a_power_loss(make_mount, power_loss_shim,
     for name, body in data.items():
         assert (cur / name).read_bytes() == body
     m.unmount()
-    check = subprocess.run([str(DBOXADM), "check", str(m.store)],
-                           capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
+    assert_check_clean(m)
 
 
 def test_a_new_mfile_is_on_disk_before_the_index_names_it(make_mount,
@@ -316,14 +329,7 @@ def test_a_new_mfile_is_on_disk_before_the_index_names_it(make_mount,
     fd = os.open(md / DRAFT, os.O_WRONLY | os.O_APPEND)
     os.write(fd, TAIL)
     os.close(fd)
-    m.kill()
-    try:
-        os.close(held)
-    except OSError:
-        pass
-    wal = m.store / "index.sqlite-wal"
-    os.truncate(wal, int((power_loss_shim / "wal-synced").read_text()))
-    (m.store / "index.sqlite-shm").unlink(missing_ok=True)
+    lose_power(m, power_loss_shim, held)
     synced = set((power_loss_shim / "mfile-synced").read_text().split())
     mfiles = sorted((m.store / "storage").glob("m.*"))
     assert len(mfiles) >= 2, mfiles
@@ -336,9 +342,7 @@ def test_a_new_mfile_is_on_disk_before_the_index_names_it(make_mount,
     assert list(found) == [DRAFT], (found, m.log_text())
     assert found[DRAFT] in (V0, V0 + TAIL)
     m.unmount()
-    check = subprocess.run([str(DBOXADM), "check", str(m.store)],
-                           capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
+    assert_check_clean(m)
 
 
 def test_an_fsync_after_an_empty_close_outlives_that_close(make_mount,
@@ -362,18 +366,9 @@ def test_an_fsync_after_an_empty_close_outlives_that_close(make_mount,
     fsync_dir(md / "tmp")  # the create and the empty close on disk
     os.write(fd2, V0)
     os.fsync(fd2)
-    m.kill()
-    try:
-        os.close(fd2)
-    except OSError:
-        pass
-    wal = m.store / "index.sqlite-wal"
-    os.truncate(wal, int((power_loss_shim / "wal-synced").read_text()))
-    (m.store / "index.sqlite-shm").unlink(missing_ok=True)
+    lose_power(m, power_loss_shim, fd2)
     monkeypatch.delenv("PL_DIR")
     m.mount()
     assert drafts(md) == {"new/1.acked.host": V0}, m.log_text()
     m.unmount()
-    check = subprocess.run([str(DBOXADM), "check", str(m.store)],
-                           capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
+    assert_check_clean(m)
