@@ -203,17 +203,26 @@ static int copy_records(struct purge *p, uint32_t file_id, int fd,
 
 		if (cancelled(p))
 			return -ECANCELED;
-		/* Copy only what reads as the record the index knows: a
-		   damaged one stays where it is, with its file. */
+		/* Copy only what reads as the record the index knows (its
+		   size, and for a committed row its GUID, as check compares
+		   them): a damaged record, or a row pointing at another
+		   message's, keeps the file where it is - the record the
+		   row should name may be one this purge would drop. */
 		ret = dbox_record_read(fd, file_id, r->offset, r->body_size,
 				       &body_size, &md, &record_size);
+		if (ret == 0 && record_size != r->record_size)
+			ret = 1;
+		else if (ret == 0 && r->state == DBOX_MSG_COMMITTED &&
+			 strncmp(md.guid, r->guid, sizeof(r->guid) - 1) != 0)
+			ret = 2;
 		dbox_metadata_clear(&md);
-		if (ret < 0 || record_size != r->record_size) {
+		if (ret != 0) {
 			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u offset %llu: record %s; "
 				   "the file is not purged", src_root(p),
 				   file_id, (unsigned long long)r->offset,
-				   ret < 0 ? "unreadable" :
-				   "size differs from the index");
+				   ret < 0 ? "unreadable" : ret == 1 ?
+				   "size differs from the index" :
+				   "GUID differs from the index");
 			return -EIO;
 		}
 		/* Copies wait while the index uses its reserve: files

@@ -153,6 +153,37 @@ static int candidate_cmp(const void *a, const void *b)
 	return x->file_id < y->file_id ? -1 : x->file_id > y->file_id;
 }
 
+/* Purge judges a record garbage when no row names it, so every committed
+   row must name a place inside a known m.N: a row a damaged index moved
+   elsewhere (helper-75: file_id 77) would leave its real record looking
+   expunged, and the purge of its file would destroy the one copy of the
+   message.  The scan (about 0.5 s per million messages) reads a snapshot
+   through a connection of its own, so a mount goes on serving; rows the
+   mount changes meanwhile it keeps in place.  Returns 0, or -EUCLEAN
+   (logged) when a row is out of place, or the open's or scan's errno.
+   Without the lock. */
+static int rows_in_place(struct dbox_store *st)
+{
+	struct dbox_index *index = NULL;
+	uint64_t ino, file_id;
+	int ret;
+
+	dbox_store_assert_unlocked(st);
+	if ((ret = dbox_index_open_readonly(st->index_path, &index)) < 0)
+		return ret;
+	ret = dbox_index_misplaced_row(index, &ino, &file_id);
+	dbox_index_close(&index);
+	if (ret <= 0)
+		return ret;
+	dbox_error("%s: the index places message inode %llu in m.%llu, outside "
+		   "every m.N it knows: the index is damaged, and a purge "
+		   "would take that message's record for garbage; nothing "
+		   "purged (run 'dboxadm check %s', then 'dboxadm rebuild')",
+		   st->path, (unsigned long long)ino,
+		   (unsigned long long)file_id, st->path);
+	return -EUCLEAN;
+}
+
 int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 	       struct dbox_purge_result *res_r)
 {
@@ -167,6 +198,10 @@ int dbox_purge(struct dbox_store *st, const struct dbox_purge_settings *set,
 	res_r->start_ns = dbox_now_ns();
 	if ((p.buf = malloc(COPY_SIZE)) == NULL)
 		return res_r->error = -ENOMEM;
+	if (set->check_rows && (ret = rows_in_place(st)) < 0) {
+		free(p.buf);
+		return res_r->error = ret;
+	}
 	purge_lock(&p);
 	if (set->only == NULL) {
 		ret = dbox_index_mfile_list(st->index, collect_cb, &c);
@@ -253,6 +288,7 @@ int dbox_altmove(struct dbox_store *st, const struct dbox_purge_settings *set,
 		 struct dbox_purge_result *purge_r)
 {
 	struct dbox_purge_settings ps = { .threshold = 0,
+					  .check_rows = set->check_rows,
 					  .cancel = set->cancel,
 					  .quiet = set->quiet };
 	int ret;

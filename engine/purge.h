@@ -64,6 +64,15 @@ struct dbox_purge_settings {
 	/* Leave files of the append pool alone (the automatic purge: a file
 	   still taking messages is not "sealed"). */
 	bool sealed_only;
+	/* Before anything, make sure every committed row names a record
+	   inside a known m.N (dbox_index_misplaced_row, one scan of the
+	   message table on a read-only connection), else purge nothing and
+	   fail with
+	   -EUCLEAN: a row a damaged index put elsewhere leaves its real
+	   record looking like garbage.  dboxadm's purges set it; the mount's
+	   automatic purge, on an index only the mount has changed since it
+	   opened it, does not. */
+	bool check_rows;
 	/* Checked between records: stop (the file being purged is kept
 	   whole) when it becomes true. */
 	const bool *cancel; /* read atomically; set by another thread */

@@ -140,6 +140,7 @@ static bool run_altmove(struct fs_purge *p)
 {
 	struct dbox_store *st = p->fs->st;
 	struct dbox_purge_settings set = { .altmove = true,
+					   .check_rows = true,
 					   .cancel = &p->stop };
 	struct dbox_purge_result res, purged;
 	struct altmove_progress ap = { 0 };
@@ -176,6 +177,7 @@ static bool run_altmove(struct fs_purge *p)
 static void run_requested(struct fs_purge *p)
 {
 	struct dbox_purge_settings set = { .threshold = 0,
+					   .check_rows = true,
 					   .cancel = &p->stop };
 	struct dbox_purge_result res;
 	int ret = dbox_purge(p->fs->st, &set, &res);

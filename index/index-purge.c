@@ -26,6 +26,35 @@ static int prepare(struct dbox_index *index, const char *sql,
 	return 0;
 }
 
+int dbox_index_misplaced_row(struct dbox_index *index, uint64_t *ino_r,
+			     uint64_t *file_id_r)
+{
+	sqlite3_stmt *stmt;
+	int rc, ret;
+
+	if ((ret = prepare(index,
+			   "SELECT m.ino, m.file_id FROM message m"
+			   " LEFT JOIN mfile f ON f.file_id = m.file_id"
+			   " WHERE m.state = ?1 AND (f.file_id IS NULL"
+			   " OR m.offset < 0 OR m.record_size < 0"
+			   " OR m.offset + m.record_size > f.size) LIMIT 1",
+			   &stmt)) < 0)
+		return ret;
+	sqlite3_bind_int(stmt, 1, DBOX_MSG_COMMITTED);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW) {
+		*ino_r = (uint64_t)sqlite3_column_int64(stmt, 0);
+		*file_id_r = (uint64_t)sqlite3_column_int64(stmt, 1);
+		ret = 1;
+	} else if (rc == SQLITE_DONE) {
+		ret = 0;
+	} else {
+		ret = index_sql_error(index, "misplaced rows");
+	}
+	sqlite3_finalize(stmt);
+	return ret;
+}
+
 int dbox_index_file_records(struct dbox_index *index, uint32_t file_id,
 			    struct dbox_file_rec **recs_r, size_t *count_r)
 {
@@ -38,7 +67,7 @@ int dbox_index_file_records(struct dbox_index *index, uint32_t file_id,
 	*count_r = 0;
 	if ((ret = prepare(index,
 			   "SELECT m.ino, m.offset, m.body_size, m.record_size,"
-			   " coalesce(i.mtime, 0), m.state FROM message m"
+			   " coalesce(i.mtime, 0), m.state, m.guid FROM message m"
 			   " LEFT JOIN inode i ON i.ino = m.ino"
 			   " WHERE m.file_id = ?1 ORDER BY m.offset", &stmt)) < 0)
 		return ret;
@@ -58,6 +87,9 @@ int dbox_index_file_records(struct dbox_index *index, uint32_t file_id,
 		recs[count].record_size = sqlite3_column_int64(stmt, 3);
 		recs[count].mtime_ns = sqlite3_column_int64(stmt, 4);
 		recs[count].state = sqlite3_column_int(stmt, 5);
+		snprintf(recs[count].guid, sizeof(recs[count].guid), "%s",
+			 sqlite3_column_text(stmt, 6) != NULL ?
+			 (const char *)sqlite3_column_text(stmt, 6) : "");
 		count++;
 	}
 	if (ret == 0 && rc != SQLITE_DONE)

@@ -28,6 +28,7 @@ struct dbox_file_rec {
 	uint64_t record_size;  /* header + body + metadata bytes */
 	int64_t mtime_ns;      /* the inode's mtime (received date), ns */
 	enum dbox_msg_state state;
+	char guid[33];         /* the GUID the row gives its record */
 };
 
 /* Every message row whose record is in m.<file_id>, by offset, into a
@@ -46,6 +47,16 @@ struct dbox_file_usage {
 	uint64_t records;     /* its message rows */
 	uint64_t writing;     /* of those, still being written */
 };
+
+/* A committed message row whose record lies outside every m.N the index
+   knows - in a file it has no row for, or past that file's committed end
+   - which only a damaged index has (dbox_index_check_namespace reports
+   it too): its real record would look like garbage to a purge.  Returns
+   1 with the first such row's inode and file into *ino_r and
+   *file_id_r, 0 when there is none, or -EIO.  One scan of the message
+   table (O(messages)). */
+int dbox_index_misplaced_row(struct dbox_index *index, uint64_t *ino_r,
+			     uint64_t *file_id_r);
 
 /* Usage of m.<file_id>.  Returns 0, -ENOENT when the index does not know
    the file. */

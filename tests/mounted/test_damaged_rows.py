@@ -252,3 +252,45 @@ def test_empty_names_and_a_planted_fifo_are_errors_not_crashes(tmp_path):
     for verb in ("check", "stats"):
         rc, out = adm(verb, store)
         assert rc in (0, 1) and "runtime error" not in out, out
+
+
+@pytest.mark.parametrize("damage_sql", [
+    # the row names an m.N the index does not know
+    f"UPDATE message SET file_id = 77 WHERE ino = {ino_of('m2:2,S')}",
+    # the row names another message's record (its own looks expunged)
+    f"UPDATE message SET offset = (SELECT offset FROM message WHERE ino ="
+    f" {ino_of('m1:2,S')}) WHERE ino = {ino_of('m2:2,S')}",
+], ids=["unknown-mfile", "other-record"])
+@pytest.mark.parametrize("mounted", [False, True], ids=["offline", "mounted"])
+def test_purge_destroys_no_record_a_damaged_row_hides(tmp_path, damage_sql, mounted):
+    """A row a damaged index moved elsewhere leaves its message's real
+    record named by no row, so purge took it for garbage and removed m.1
+    with the only copy of that message (helper-75; rebuild could no longer
+    bring it back).  With a message expunged, so that m.1 has dead bytes
+    to purge: purge now fails, says why, and keeps every record; a
+    rebuild brings all the other messages back."""
+    store, mail = make_store(tmp_path)
+    m = Mount(store, tmp_path / "mnt")
+    try:
+        os.unlink(m.mount().mnt / "cur" / "m6:2,S")
+        del mail["m6:2,S"]
+        m.unmount()
+        damage(store, damage_sql)
+        if mounted:
+            m.mount()
+        rc, out = adm("purge", store)
+    finally:
+        m.unmount()
+    assert rc != 0, out
+    why = out + (m.log_text() if mounted else "")
+    assert "the index is damaged" in why or "GUID differs from the index" in why, why
+    os.unlink(store / "index.sqlite")
+    for sidecar in ("index.sqlite-wal", "index.sqlite-shm"):
+        (store / sidecar).unlink(missing_ok=True)
+    rc, out = adm("rebuild", store)
+    assert rc == 0, out
+    rc, out = adm("export", store, tmp_path / "out")
+    assert rc == 0, out
+    got = {p.read_bytes() for sub in ("cur", "new")
+           for p in (tmp_path / "out" / sub).iterdir()}
+    assert set(mail.values()) <= got

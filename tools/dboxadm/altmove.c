@@ -74,6 +74,7 @@ static int altmove_offline(void *ctx)
 	struct dbox_store_settings set = { .create = false,
 					   .alt_path = a->alt };
 	struct dbox_purge_settings ps = { .altmove = true, .quiet = true,
+					  .check_rows = true,
 					  .altmove_before_ns = a->before_ns,
 					  .progress = altmove_progress_cb };
 	struct altmove_progress ap = { 0 };

@@ -56,7 +56,8 @@ static int purge_offline(void *ctx)
 {
 	const char *store = ((const struct purge_args *)ctx)->store;
 	struct dbox_store_settings set = { .create = false };
-	struct dbox_purge_settings ps = { .threshold = 0, .quiet = true };
+	struct dbox_purge_settings ps = { .threshold = 0, .quiet = true,
+					  .check_rows = true };
 	struct dbox_purge_result res;
 	struct dbox_store *st = NULL;
 	int ret;
@@ -68,9 +69,12 @@ static int purge_offline(void *ctx)
 		adm_warning("%s: purge not recorded in the index", store);
 	dbox_store_close(&st);
 	print_result(&res);
-	if (ret < 0)
+	if (ret < 0 && res.files_failed > 0)
 		adm_error("%s: %llu files could not be purged (see above)",
 			  store, (unsigned long long)res.files_failed);
+	else if (ret < 0)
+		adm_error("%s: nothing purged (%s; see above)", store,
+			  strerror(-ret));
 	return ret < 0 ? 1 : 0;
 }
 
@@ -111,11 +115,17 @@ static int purge_online(void *ctx, int lock_fd)
 		return ret;
 	printf("purged by the mount (pid %d)\n", (int)pid);
 	print_result(&pp.res);
-	if (pp.res.error != 0) {
+	if (pp.res.error != 0 && pp.res.files_failed > 0) {
 		adm_error("%s: the mount's purge failed (%s): %llu files could "
 			  "not be purged; the mount's log (syslog) names them",
 			  a->store, strerror(-pp.res.error),
 			  (unsigned long long)pp.res.files_failed);
+		return ADM_EXIT_FAILED;
+	}
+	if (pp.res.error != 0) {
+		adm_error("%s: the mount's purge failed (%s); the mount's log "
+			  "(syslog) says why", a->store,
+			  strerror(-pp.res.error));
 		return ADM_EXIT_FAILED;
 	}
 	return ADM_EXIT_OK;
