@@ -544,3 +544,28 @@ def test_posix_conformance(traversable_base, make_mount, options):
                 break  # later steps of the scenario follow from this one
     assert differences == [], "\n".join(map(repr, differences))
     assert stale == {}, f"KNOWN entries that no longer differ: {sorted(stale)}"
+
+
+RENAME_WHITEOUT = 4
+
+
+def test_rename_whiteout_is_refused(traversable_base, make_mount):
+    """renameat2(RENAME_WHITEOUT) (overlayfs' upper layers: it leaves a
+    0:0 character device behind) is a deliberate difference
+    (docs/limits.md): EINVAL, and nothing moves; ext4 (or the local
+    filesystem here) does it."""
+    m = make_mount(store=traversable_base / "store", mnt=traversable_base / "mnt")
+    native = traversable_base / "native"
+    native.mkdir()
+    for root in (m.mnt, native):
+        (root / "a").write_bytes(b"a\n")
+    with pytest.raises(OSError) as e:
+        renameat2(m.mnt / "a", m.mnt / "b", RENAME_WHITEOUT)
+    assert e.value.errno == errno.EINVAL
+    assert not (m.mnt / "b").exists() and read(m.mnt / "a") == b"a\n"
+    try:
+        renameat2(native / "a", native / "b", RENAME_WHITEOUT)
+    except OSError as e:
+        pytest.skip(f"the local filesystem has no whiteouts: {e}")
+    assert stat.S_ISCHR(os.lstat(native / "a").st_mode)
+    assert read(native / "b") == b"a\n"
