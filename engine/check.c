@@ -7,6 +7,7 @@
 #include "engine/check-private.h"
 #include "engine/store-layout.h"
 #include "engine/store-lock.h"
+#include "engine/store.h"
 
 #include "index/index-check.h"
 #include "index/index-stats.h"
@@ -59,22 +60,29 @@ static void index_problem_cb(void *ctx, const char *text)
    namespace, and what crash recovery would clean up. */
 static int check_index(struct check *c)
 {
-	uint64_t writing = 0, unnamed = 0;
+	uint64_t writing = 0, kept = 0, unnamed = 0;
 	int ret;
 
 	if ((ret = dbox_index_check_integrity(c->index, index_problem_cb,
 					      c)) < 0 ||
 	    (ret = dbox_index_check_namespace(c->index, index_problem_cb,
 					      c)) < 0 ||
-	    (ret = dbox_index_check_pending(c->index, &writing,
-					    &unnamed)) < 0)
+	    (ret = dbox_index_check_pending(c->index, DBOX_META_ACKED_EMPTY,
+					    &writing, &kept, &unnamed)) < 0)
 		return ret;
-	if (writing > 0)
+	if (writing > kept)
 		check_note(c, DBOX_CHECK_PENDING, NULL, "%llu messages %s",
-			   (unsigned long long)writing, c->offline ?
+			   (unsigned long long)(writing - kept), c->offline ?
 			   "were being written when the store was last used: "
 			   "the next mount drops them (crash recovery)" :
 			   "are being written");
+	if (kept > 0)
+		check_note(c, DBOX_CHECK_PENDING, NULL, "%llu messages %s",
+			   (unsigned long long)kept, c->offline ?
+			   "were being written after a close that acknowledged "
+			   "them empty: the next mount stores them empty "
+			   "(crash recovery)" : "are being written after a "
+			   "close that acknowledged them empty");
 	if (unnamed > 0 && c->offline)
 		check_note(c, DBOX_CHECK_PENDING, NULL, "%llu files have no "
 			   "name left (unlinked while open when the store was "

@@ -8,6 +8,7 @@
 #include "engine/store-dirs.h"
 #include "engine/mfile-read.h"
 #include "engine/store-layout.h"
+#include "engine/store.h"
 
 #include "index/index-stats.h"
 #include "storage/dbox-read.h"
@@ -156,12 +157,21 @@ static int item_prepare(struct dbox_export *ex, struct dbox_export_item *item,
 	int ret;
 
 	if (item->attr.kind == DBOX_KIND_MESSAGE) {
+		char key[48];
+		int64_t v;
+
 		ret = dbox_index_msg_get(index, item->attr.ino, &item->loc);
 		if (ret == -ENOENT ||
 		    (ret == 0 && item->loc.state != DBOX_MSG_COMMITTED))
 			item->unfinished = true;
 		else if (ret < 0)
 			return index_failed(ex, "message", ret);
+		dbox_save_acked_empty_key(key, item->attr.ino);
+		if (ret == 0 && dbox_index_meta_get(index, key, &v) == 0) {
+			item->acked_empty = true;
+			item->unfinished = false;
+			item->attr.size = 0;
+		}
 	} else if (item->attr.kind == DBOX_KIND_SYMLINK) {
 		ret = dbox_index_readlink(index, item->attr.ino, target_r);
 		if (ret < 0)
@@ -313,6 +323,8 @@ static int open_file(struct dbox_export *ex, struct dbox_export_item *item)
 int dbox_export_item_open(struct dbox_export *ex, struct dbox_export_item *item)
 {
 	item->off = 0;
+	if (item->acked_empty)
+		return 0;
 	if (item->attr.kind == DBOX_KIND_MESSAGE)
 		return item->unfinished ? -EINVAL : open_message(ex, item);
 	if (item->attr.kind == DBOX_KIND_DIR ||
@@ -327,6 +339,8 @@ ssize_t dbox_export_item_read(struct dbox_export_item *item, void *buf,
 {
 	ssize_t n;
 
+	if (item->acked_empty)
+		return 0;
 	if (item->reader != NULL) {
 		if (item->off >= item->attr.size)
 			return 0;

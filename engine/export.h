@@ -40,6 +40,10 @@ struct dbox_export_item {
 	const char *target;   /* DBOX_KIND_SYMLINK: its target */
 	bool unfinished;      /* DBOX_KIND_MESSAGE still being written (or
 				 gone meanwhile): it has no bytes yet */
+	bool acked_empty;     /* a message a close acknowledged empty while
+				 it was written on (DBOX_META_ACKED_EMPTY,
+				 engine/store.h): it reads as empty, as the
+				 next mount stores it */
 	int parent_fd;        /* the caller's descriptor of the directory
 				 holding it (dbox_export_walk's root_fd, or
 				 what dir_begin put in dir_fd) */

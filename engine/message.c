@@ -169,16 +169,21 @@ int dbox_msg_ack_empty(struct dbox_store *st, uint64_t ino,
 	if ((ret = dbox_index_begin(st->index)) < 0)
 		return ret;
 	ret = dbox_index_getattr(st->index, ino, &attr);
+	/* The truncation's time is the inode's from now on, as a finish
+	   would store it: a utime() after this close changes it as usual,
+	   and recovery keeps whatever the inode has. */
+	if (ret == 0 && written_ns != NULL) {
+		attr.mtime_ns = attr.ctime_ns = *written_ns;
+		ret = dbox_index_setattr(st->index, &attr);
+	}
 	if (ret == 0)
-		ret = dbox_save_ack_empty(save, written_ns != NULL ?
-					  *written_ns : attr.mtime_ns);
+		ret = dbox_save_ack_empty(save, attr.mtime_ns);
 	return dbox_ns_tx_end(st, ret, false);
 }
 
-/* dbox_msg_restore_empty's list: the inodes of the keys and their
-   mtimes. */
+/* dbox_msg_restore_empty's list: the inodes of the keys. */
 struct acked_list {
-	struct acked { uint64_t ino; int64_t mtime_ns; } *v;
+	uint64_t *v;
 	size_t n;
 };
 
@@ -186,10 +191,11 @@ static int acked_cb(void *ctx, const char *key, int64_t value)
 {
 	struct acked_list *l = ctx;
 	const char *num = key + strlen(DBOX_META_ACKED_EMPTY);
-	struct acked *v;
+	uint64_t *v;
 	char *end;
 	unsigned long long ino;
 
+	(void)value; /* the mtime then: the inode has it, or a later one */
 	errno = 0;
 	ino = strtoull(num, &end, 10);
 	if (*num < '0' || *num > '9' || *end != '\0' || errno != 0)
@@ -197,12 +203,11 @@ static int acked_cb(void *ctx, const char *key, int64_t value)
 	if ((v = realloc(l->v, (l->n + 1) * sizeof(*v))) == NULL)
 		return -ENOMEM;
 	l->v = v;
-	l->v[l->n].ino = ino;
-	l->v[l->n++].mtime_ns = value;
+	l->v[l->n++] = ino;
 	return 0;
 }
 
-/* Store message ino empty, with mtime and ctime mtime_ns: a new empty
+/* Store message ino empty, with the mtime its inode has: a new empty
    record (a copy of nothing), finished and synced, that the index names
    instead of the one it had (a cut delivery's, or the version before an
    O_TRUNC).  Its key goes in the same commit. */
@@ -228,7 +233,7 @@ static int restore_empty(struct dbox_store *st, uint64_t ino,
 		ret = dbox_ns_tx_end(st, ret, false);
 	}
 	if (ret == 0)
-		ret = dbox_msg_finish(st, ino, save, true, &mtime_ns);
+		ret = dbox_msg_finish(st, ino, save, true, NULL);
 	dbox_save_free(&save);
 	return ret;
 }
@@ -247,15 +252,14 @@ int dbox_msg_restore_empty(struct dbox_store *st, unsigned int *restored_r)
 		struct dbox_attr attr;
 
 		/* Unlinked since (recovery dropped it), or no message. */
-		if (dbox_msg_locate(st, l.v[i].ino, &attr, &loc) < 0 ||
+		if (dbox_msg_locate(st, l.v[i], &attr, &loc) < 0 ||
 		    attr.nlink == 0)
 			continue;
-		if ((ret = restore_empty(st, l.v[i].ino, l.v[i].mtime_ns)) < 0)
+		if ((ret = restore_empty(st, l.v[i], attr.mtime_ns)) < 0)
 			dbox_error("%s: recovery: message inode %llu could not "
 				   "be stored as the empty version its last "
 				   "close acknowledged: %s", st->path,
-				   (unsigned long long)l.v[i].ino,
-				   strerror(-ret));
+				   (unsigned long long)l.v[i], strerror(-ret));
 		else
 			(*restored_r)++;
 	}

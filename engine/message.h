@@ -91,9 +91,10 @@ int dbox_msg_finish(struct dbox_store *st, uint64_t ino,
 
 /* A close of message ino whose save is unfinished and empty (nothing
    written yet, or truncated to 0): its empty version is acknowledged
-   (dbox_save_ack_empty, mtime *written_ns or the inode's) in a commit
-   of its own, and the save goes on unfinished, so writes through another
-   descriptor continue it.  Nothing to commit when acknowledged before
+   (dbox_save_ack_empty) in a commit of its own that also stores
+   *written_ns (when not NULL: the time of the write or truncation) as
+   the inode's mtime and ctime, and the save goes on unfinished, so writes
+   through another descriptor continue it.  Nothing to commit when acknowledged before
    with the same mtime.  Returns 0 or a negative errno (rolled back). */
 int dbox_msg_ack_empty(struct dbox_store *st, uint64_t ino,
 		       struct dbox_save *save, const int64_t *written_ns);
@@ -101,7 +102,8 @@ int dbox_msg_ack_empty(struct dbox_store *st, uint64_t ino,
 /* Crash recovery's last step, once the pool is ready (dbox_store_open):
    every message with a DBOX_META_ACKED_EMPTY key - a close acknowledged
    it empty and the process died before the finish - is stored empty, in
-   a new record synced to disk, with the key's mtime; the record it had
+   a new record synced to disk, with its inode's mtime (the close stored
+   the truncation's; a utime() after it its own); the record it had
    (a delivery cut as in flight, or the version before an O_TRUNC) is
    garbage.  Keys of inodes gone are deleted.  *restored_r counts the
    messages.  Returns 0 or a negative errno (-ENOSPC, -EIO: the open

@@ -10,6 +10,7 @@
 #include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "engine/store-lock.h"
+#include "engine/store.h"
 #include "engine/view.h"
 #include "storage/log.h"
 
@@ -178,7 +179,9 @@ static int salvage_old(struct rebuild *rb)
 	if (rb->rep->old_index != NULL) {
 		if (asprintf(&path, "%s/%s", rb->store, rb->rep->old_index) < 0)
 			return -ENOMEM;
-		ret = dbox_index_salvage(path, &rb->old);
+		ret = dbox_index_salvage(path, DBOX_META_ACKED_EMPTY, &rb->old);
+		if (ret == 0)
+			rb->rep->acked_empty = rb->old->prefixed;
 		free(path);
 		if (ret < 0)
 			return ret;

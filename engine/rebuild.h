@@ -131,6 +131,13 @@ struct dbox_rebuild_report {
 	unsigned long expunged;   /* records left for purge */
 	unsigned long damaged_kept; /* messages kept with a damaged field */
 	unsigned long lost_msgs;  /* old messages without a whole record */
+	unsigned long acked_empty; /* old messages a close acknowledged
+				      empty while they were written on
+				      (DBOX_META_ACKED_EMPTY): their empty
+				      version has no record, so rebuild
+				      keeps their version before or loses
+				      them; a mount's recovery first stores
+				      them empty */
 	unsigned long lost_files; /* old plain files without files/<ino>,
 				     symlinks without target */
 	unsigned long lost_names; /* old names that could not be kept */

@@ -628,7 +628,7 @@ uint64_t dbox_save_mark_seq(const struct dbox_save *save);
    the record, so the writes after it go on in the same record (no copy,
    no dead empty record).  The key goes in the finish's transaction; if
    the process dies first, recovery keeps the message (a WRITING row is
-   not dropped) and stores it empty with that mtime
+   not dropped) and stores it empty with the inode's mtime
    (dbox_msg_restore_empty). */
 #define DBOX_META_ACKED_EMPTY "acked_empty."
 

@@ -224,12 +224,16 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
    release finishes it.  Needs the lock, the inode idle. */
 static int message_flush(struct fs *fs, struct fs_inode *inode)
 {
-	if (!dbox_save_finished(inode->save) &&
-	    dbox_save_size(inode->save) == 0)
-		return dbox_msg_ack_empty(fs->st, inode->ino, inode->save,
-					  inode->written ? &inode->wtime :
-					  NULL);
-	return message_finish(fs, inode, false);
+	int ret;
+
+	if (dbox_save_finished(inode->save) ||
+	    dbox_save_size(inode->save) != 0)
+		return message_finish(fs, inode, false);
+	ret = dbox_msg_ack_empty(fs->st, inode->ino, inode->save,
+				 inode->written ? &inode->wtime : NULL);
+	if (ret == 0)
+		inode->written = false; /* the time is stored */
+	return ret;
 }
 
 void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

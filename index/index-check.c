@@ -10,6 +10,7 @@
 
 #include "storage/log.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -340,23 +341,29 @@ int dbox_index_check_namespace(struct dbox_index *index,
 	return total;
 }
 
-int dbox_index_check_pending(struct dbox_index *index, uint64_t *writing_r,
+int dbox_index_check_pending(struct dbox_index *index, const char *keep_prefix,
+			     uint64_t *writing_r, uint64_t *kept_r,
 			     uint64_t *unnamed_r)
 {
 	sqlite3_stmt *stmt;
-	char sql[256];
+	char sql[512];
 	int rc;
 
+	assert(strchr(keep_prefix, '\'') == NULL);
 	snprintf(sql, sizeof(sql),
 		 "SELECT (SELECT count(*) FROM message WHERE state = %d),"
+		 " (SELECT count(*) FROM message WHERE state = %d AND EXISTS"
+		 " (SELECT 1 FROM meta WHERE key = '%s' || message.ino)),"
 		 " (SELECT count(*) FROM inode WHERE nlink = 0 AND kind != %d)",
-		 DBOX_MSG_WRITING, DBOX_KIND_DIR);
+		 DBOX_MSG_WRITING, DBOX_MSG_WRITING, keep_prefix,
+		 DBOX_KIND_DIR);
 	if (sqlite3_prepare_v2(index->db, sql, -1, &stmt, NULL) != SQLITE_OK)
 		return index_sql_error(index, "pending");
 	rc = sqlite3_step(stmt);
 	if (rc == SQLITE_ROW) {
 		*writing_r = (uint64_t)sqlite3_column_int64(stmt, 0);
-		*unnamed_r = (uint64_t)sqlite3_column_int64(stmt, 1);
+		*kept_r = (uint64_t)sqlite3_column_int64(stmt, 1);
+		*unnamed_r = (uint64_t)sqlite3_column_int64(stmt, 2);
 	}
 	sqlite3_finalize(stmt);
 	return rc == SQLITE_ROW ? 0 : index_sql_error(index, "pending");

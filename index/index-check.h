@@ -46,9 +46,12 @@ int dbox_index_check_namespace(struct dbox_index *index,
 			       dbox_problem_cb_t *cb, void *ctx);
 
 /* What crash recovery at the next mount would clean up: messages still
-   WRITING, and non-directory inodes without a name.  Returns 0 or a
-   negative errno. */
-int dbox_index_check_pending(struct dbox_index *index, uint64_t *writing_r,
+   WRITING (*kept_r of them with a meta key keep_prefix<ino>, which
+   recovery keeps: dbox_index_recover), and non-directory inodes without a
+   name.  keep_prefix is SQL text without quotes.  Returns 0 or a negative
+   errno. */
+int dbox_index_check_pending(struct dbox_index *index, const char *keep_prefix,
+			     uint64_t *writing_r, uint64_t *kept_r,
 			     uint64_t *unnamed_r);
 
 /* One message row with what its inode says. */

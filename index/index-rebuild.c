@@ -378,7 +378,8 @@ static bool quick_check_ok(sqlite3 *db)
 	return ok;
 }
 
-int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
+int dbox_index_salvage(const char *path, const char *count_prefix,
+		       struct dbox_salvage **salvage_r)
 {
 	struct salvage_ctx ctx = { .path = path };
 	sqlite3_stmt *stmt;
@@ -417,6 +418,17 @@ int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r)
 		if (sqlite3_step(stmt) == SQLITE_ROW)
 			ctx.s->uidvalidity = sqlite3_column_int64(stmt, 0);
 		sqlite3_finalize(stmt);
+		if (count_prefix != NULL &&
+		    sqlite3_prepare_v2(ctx.db, "SELECT count(*) FROM meta WHERE"
+				       " substr(key, 1, length(?1)) = ?1", -1,
+				       &stmt, NULL) == SQLITE_OK) {
+			sqlite3_bind_text(stmt, 1, count_prefix, -1,
+					  SQLITE_STATIC);
+			if (sqlite3_step(stmt) == SQLITE_ROW)
+				ctx.s->prefixed = (uint64_t)
+					sqlite3_column_int64(stmt, 0);
+			sqlite3_finalize(stmt);
+		}
 	} else {
 		dbox_warning("old index %s: not readable as an index: %s", path,
 			     sqlite3_errmsg(ctx.db));

@@ -79,6 +79,8 @@ struct dbox_salvage {
 	struct dbox_salvage_mfile *mfiles; /* sorted by file_id */
 	size_t nmfiles;
 	int64_t uidvalidity;   /* 0 when unreadable */
+	uint64_t prefixed;     /* meta keys that start with the caller's
+				  count_prefix (0 when unreadable) */
 	bool opened;           /* SQLite could open it as a database */
 	bool complete;
 	unsigned int read_errors; /* tables or row ranges that failed */
@@ -87,11 +89,13 @@ struct dbox_salvage {
 /* Salvage the index at path (which nobody uses), reading each table in
    rowid order and, at a damaged page, going on after it where SQLite
    can find later rows.  The file is not changed (the WAL next to it,
-   path + "-wal", is read but never checkpointed into it).  Returns 0
+   path + "-wal", is read but never checkpointed into it).  count_prefix
+   (may be NULL) names meta keys to count into prefixed.  Returns 0
    and *salvage_r (possibly empty when nothing was readable; the caller
    frees it with dbox_index_salvage_free), or -ENOMEM.  Problems found
    are logged as warnings. */
-int dbox_index_salvage(const char *path, struct dbox_salvage **salvage_r);
+int dbox_index_salvage(const char *path, const char *count_prefix,
+		       struct dbox_salvage **salvage_r);
 
 /* The salvaged target of symbolic link ino, or NULL when it was not
    read (then the symlink is lost, as a message whose record is). */

@@ -933,7 +933,10 @@ def test_an_empty_version_a_close_acknowledged_survives_the_writes_after_it(tmp_
     writes through a second).  The daemon killed before the last close:
     each message is the empty version that close acknowledged, with the
     mtime it had then, not its old bytes (O_TRUNC), not gone (new), and
-    not the unacknowledged writes.  One unlinked meanwhile stays gone."""
+    not the unacknowledged writes.  One unlinked meanwhile stays gone.
+    A utime() after the close keeps its time (second cycle).  Before the
+    remount, check and export of the crashed store say the same as the
+    mount will (first cycle): the tools read the acknowledgement too."""
     def close_quietly(fd):
         try:
             os.close(fd)
@@ -958,6 +961,9 @@ def test_an_empty_version_a_close_acknowledged_survives_the_writes_after_it(tmp_
             held.append(os.open(created, os.O_WRONLY))  # Python's way
             os.close(fd)
             mtimes[created.name] = created.stat().st_mtime_ns
+            if i == 1:
+                os.utime(created, ns=(1_500_000_000_000_000_000,) * 2)
+                mtimes[created.name] = 1_500_000_000_000_000_000
             os.write(held[-1], b"Subject: not yet\n")
             gone = md / "tmp" / f"g{i}"
             fd = os.open(gone, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -969,6 +975,16 @@ def test_an_empty_version_a_close_acknowledged_survives_the_writes_after_it(tmp_
             for fd in held:
                 close_quietly(fd)
             held.clear()
+            if i == 0:
+                rc, out = dboxadm_check(m.store)
+                assert rc == 0 and "the next mount stores them empty" in out, out
+                r = subprocess.run([str(DBOXADM), "export", str(m.store),
+                                    str(tmp_path / "exported")],
+                                   capture_output=True, text=True)
+                assert r.returncode == 0, r.stdout + r.stderr
+                got = {f"{p.parent.name}/{p.name}": p.read_bytes()
+                       for p in (tmp_path / "exported").glob("*/*")}
+                assert got == {"cur/t0:2,S": b"", "tmp/c0": b""}, got
             m.mount()
             assert truncated.read_bytes() == b"", i
             assert created.read_bytes() == b"", i
@@ -984,6 +1000,35 @@ def test_an_empty_version_a_close_acknowledged_survives_the_writes_after_it(tmp_
         for fd in held:
             close_quietly(fd)
         m.kill() if m.proc is not None else m.unmount()
+
+
+def test_rebuild_after_an_empty_close_says_what_it_cannot_keep(tmp_path):
+    """The daemon killed after a close acknowledged a rewritten message
+    empty, then `dboxadm rebuild` before any mount: the empty version has
+    no record in storage/ (the mount's recovery makes one), so the rebuild
+    brings the bytes before back and says so, with the remedy, instead of
+    undoing the truncation silently."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    held = None
+    try:
+        target = m.mount().maildir() / "cur" / "t:2,S"
+        target.write_bytes(content("old.message"))
+        fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
+        held = os.dup(fd)
+        os.close(fd)
+        m.kill()
+    finally:
+        if held is not None:
+            try:
+                os.close(held)
+            except OSError:
+                pass
+        m.kill() if m.proc is not None else m.unmount()
+    r = subprocess.run([str(DBOXADM), "rebuild", str(m.store)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 messages had been acknowledged empty by a close" in r.stdout, r.stdout
+    assert "a mount before the rebuild stores them empty" in r.stdout
 
 
 def test_fsync_racing_rewrites(tmp_path):

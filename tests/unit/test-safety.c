@@ -293,7 +293,7 @@ static void test_salvage(void **state)
 	assert_int_equal(problems, 0);
 	dbox_index_close(&ix);
 
-	assert_int_equal(dbox_index_salvage(f->path, &s), 0);
+	assert_int_equal(dbox_index_salvage(f->path, NULL, &s), 0);
 	assert_true(s->opened && s->complete);
 	assert_int_equal(s->ninodes, 2002);
 	assert_int_equal(s->nentries, 2001);
@@ -335,7 +335,7 @@ static void test_salvage(void **state)
 		close(fd);
 	}
 	error_count = 0;
-	assert_int_equal(dbox_index_salvage(f->path, &s), 0);
+	assert_int_equal(dbox_index_salvage(f->path, NULL, &s), 0);
 	assert_true(s->opened);
 	assert_false(s->complete);
 	assert_true(error_count >= 1);
@@ -350,7 +350,7 @@ static void test_salvage(void **state)
 		assert_int_equal(write(fd, "garbage garbage garbage", 23), 23);
 		close(fd);
 	}
-	assert_int_equal(dbox_index_salvage(f->path, &s), 0);
+	assert_int_equal(dbox_index_salvage(f->path, NULL, &s), 0);
 	assert_false(s->complete);
 	assert_int_equal(s->ninodes + s->nentries + s->nmsgs, 0);
 	dbox_index_salvage_free(&s);

@@ -101,6 +101,14 @@ static void report_done(const char *store,
 		       "whole record in " DBOX_STORE_STORAGE "/, %lu plain files no "
 		       DBOX_STORE_FILES "/<ino>\n", store, rep->lost_msgs,
 		       rep->lost_files);
+	if (rep->acked_empty > 0)
+		printf("%s: %lu messages had been acknowledged empty by a "
+		       "close while they were still being written when the "
+		       "store was last used; their empty version has no "
+		       "record, so each is back with its bytes before that "
+		       "close, or lost when it was new (a mount before the "
+		       "rebuild stores them empty)\n", store,
+		       rep->acked_empty);
 }
 
 /* --alt=PATH (the one option with a value), taken out of argv before the
