@@ -944,6 +944,7 @@ def test_check_while_delivering(mount):
 
 HOLD_STAT = r"""
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -952,23 +953,26 @@ HOLD_STAT = r"""
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The first fstatat() in a directory named files: HOLD_DIR/ready is
-   made, then the call waits (up to 30 s) for HOLD_DIR/go. */
+/* The first fstatat() in, or fdopendir() of, a directory whose path ends
+   in HOLD_SUFFIX: HOLD_DIR/ready is made, then the call waits (up to
+   30 s) for HOLD_DIR/go. */
 static int held;
 
 static void hold(int dirfd)
 {
-	const char *dir = getenv("HOLD_DIR");
+	const char *dir = getenv("HOLD_DIR"), *suffix = getenv("HOLD_SUFFIX");
 	char link[64], path[4096], flag[4200];
 	ssize_t n;
+	size_t len;
 
-	if (dir == NULL || held)
+	if (dir == NULL || suffix == NULL || held)
 		return;
+	len = strlen(suffix);
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", dirfd);
-	if ((n = readlink(link, path, sizeof(path) - 1)) < 6)
+	if ((n = readlink(link, path, sizeof(path) - 1)) < (ssize_t)len)
 		return;
 	path[n] = '\0';
-	if (strcmp(path + n - 6, "/files") != 0)
+	if (strcmp(path + n - len, suffix) != 0)
 		return;
 	held = 1;
 	snprintf(flag, sizeof(flag), "%s/ready", dir);
@@ -987,6 +991,16 @@ int fstatat(int dirfd, const char *name, struct stat *sb, int flags)
 			dlsym(RTLD_NEXT, "fstatat");
 	hold(dirfd);
 	return real(dirfd, name, sb, flags);
+}
+
+DIR *fdopendir(int fd)
+{
+	static DIR *(*real)(int);
+
+	if (real == NULL)
+		real = (DIR *(*)(int))dlsym(RTLD_NEXT, "fdopendir");
+	hold(fd);
+	return real(fd);
 }
 
 int fstatat64(int dirfd, const char *name, struct stat64 *sb, int flags)
@@ -1018,6 +1032,7 @@ def test_check_while_a_dot_file_is_replaced(mount, tmp_path, monkeypatch):
     hold.mkdir()
     preload_shim(tmp_path, monkeypatch, "holdstat", HOLD_STAT)
     monkeypatch.setenv("HOLD_DIR", str(hold))
+    monkeypatch.setenv("HOLD_SUFFIX", "/files")
     check = subprocess.Popen([str(DBOXADM), "check", str(mount.store), "--json"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -1042,6 +1057,41 @@ def test_check_while_a_dot_file_is_replaced(mount, tmp_path, monkeypatch):
     report = json.loads(out)
     assert report["mounted"] is True
     assert report["problems"] == [], report
+
+
+def test_stats_while_the_mount_purges(make_mount, tmp_path, monkeypatch):
+    """stats reads the index in one snapshot and then lists storage/; a
+    purge by the mount in between removes m.N files the snapshot still
+    knows, and stats exited 1, "m.N the index knows are not on disk"
+    (helper-76: 8 times in 520 runs beside automatic purges).  stats is
+    held by a shim before it lists storage/ while the purge runs: exit 0."""
+    m = make_mount(options=["-o", "rotate_size=16384"])
+    cur = m.maildir() / "cur"
+    for i in range(30):
+        (cur / f"{i}.host:2,S").write_bytes(message(i, 3000))
+    for i in range(26):
+        os.unlink(cur / f"{i}.host:2,S")
+    before = set(os.listdir(m.store / "storage"))
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    preload_shim(tmp_path, monkeypatch, "holdstat", HOLD_STAT)
+    monkeypatch.setenv("HOLD_DIR", str(hold))
+    monkeypatch.setenv("HOLD_SUFFIX", "/storage")
+    stats = subprocess.Popen([str(DBOXADM), "stats", str(m.store)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not (hold / "ready").exists() and stats.poll() is None:
+            assert time.monotonic() < deadline, "stats never listed storage/"
+            time.sleep(0.02)
+        monkeypatch.delenv("LD_PRELOAD")
+        r = adm("purge", m.store)
+        assert r.returncode == 0, r
+        assert before - set(os.listdir(m.store / "storage")), "nothing removed"
+    finally:
+        (hold / "go").touch()
+        out, err = stats.communicate(timeout=120)
+    assert stats.returncode == 0, (out + err).decode(errors="replace")
 
 
 # --- the commands ---------------------------------------------------------------------
