@@ -5,6 +5,7 @@ names, stores that must be refused, planted symlinks: each test breaks
 one thing on purpose and checks what a client and `dboxadm check` see,
 what `dboxadm rebuild` gives back, and that nothing else was touched.
 """
+import contextlib
 import errno
 import json
 import os
@@ -1016,6 +1017,33 @@ int fstatat64(int dirfd, const char *name, struct stat64 *sb, int flags)
 """
 
 
+@contextlib.contextmanager
+def held(tmp_path, monkeypatch, suffix, *args):
+    """Run dboxadm with args under the HOLD_STAT shim, held at its first
+    look into a directory ending in suffix; the body runs while it is
+    held (without the shim in its own processes), and the dict it gets
+    holds the command's rc, out and err once it has gone on and ended."""
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    shim = preload_shim(tmp_path, monkeypatch, "holdstat", HOLD_STAT)
+    monkeypatch.delenv("LD_PRELOAD")
+    proc = subprocess.Popen([str(DBOXADM), *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, LD_PRELOAD=str(shim),
+                                     HOLD_DIR=str(hold), HOLD_SUFFIX=suffix))
+    result = {}
+    try:
+        deadline = time.monotonic() + 30
+        while not (hold / "ready").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, f"never held at {suffix}"
+            time.sleep(0.02)
+        yield result
+    finally:
+        (hold / "go").touch()
+        result["out"], result["err"] = proc.communicate(timeout=120)
+        result["rc"] = proc.returncode
+
+
 def test_check_while_a_dot_file_is_replaced(mount, tmp_path, monkeypatch):
     """check reads the index in one snapshot; a plain file the mount deletes
     after it (Dovecot renames dovecot-uidlist.lock over dovecot-uidlist)
@@ -1028,18 +1056,8 @@ def test_check_while_a_dot_file_is_replaced(mount, tmp_path, monkeypatch):
     (md / ".uidlist").write_bytes(b"3 V1 N4\n")
     backing = mount.store / "files" / str(os.stat(md / ".uidlist").st_ino)
     assert backing.exists()
-    hold = tmp_path / "hold"
-    hold.mkdir()
-    preload_shim(tmp_path, monkeypatch, "holdstat", HOLD_STAT)
-    monkeypatch.setenv("HOLD_DIR", str(hold))
-    monkeypatch.setenv("HOLD_SUFFIX", "/files")
-    check = subprocess.Popen([str(DBOXADM), "check", str(mount.store), "--json"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while not (hold / "ready").exists() and check.poll() is None:
-            assert time.monotonic() < deadline, "check never looked into files/"
-            time.sleep(0.02)
+    with held(tmp_path, monkeypatch, "/files",
+              "check", mount.store, "--json") as check:
         (md / ".uidlist.lock").write_bytes(b"3 V1 N5\n")
         os.rename(md / ".uidlist.lock", md / ".uidlist")
         fd = os.open(md, os.O_RDONLY | os.O_DIRECTORY)
@@ -1051,10 +1069,7 @@ def test_check_while_a_dot_file_is_replaced(mount, tmp_path, monkeypatch):
         while backing.exists():
             assert time.monotonic() < deadline, "the backing file stayed"
             time.sleep(0.02)
-    finally:
-        (hold / "go").touch()
-        out, err = check.communicate(timeout=120)
-    report = json.loads(out)
+    report = json.loads(check["out"])
     assert report["mounted"] is True
     assert report["problems"] == [], report
 
@@ -1072,26 +1087,11 @@ def test_stats_while_the_mount_purges(make_mount, tmp_path, monkeypatch):
     for i in range(26):
         os.unlink(cur / f"{i}.host:2,S")
     before = set(os.listdir(m.store / "storage"))
-    hold = tmp_path / "hold"
-    hold.mkdir()
-    preload_shim(tmp_path, monkeypatch, "holdstat", HOLD_STAT)
-    monkeypatch.setenv("HOLD_DIR", str(hold))
-    monkeypatch.setenv("HOLD_SUFFIX", "/storage")
-    stats = subprocess.Popen([str(DBOXADM), "stats", str(m.store)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while not (hold / "ready").exists() and stats.poll() is None:
-            assert time.monotonic() < deadline, "stats never listed storage/"
-            time.sleep(0.02)
-        monkeypatch.delenv("LD_PRELOAD")
+    with held(tmp_path, monkeypatch, "/storage", "stats", m.store) as stats:
         r = adm("purge", m.store)
         assert r.returncode == 0, r
         assert before - set(os.listdir(m.store / "storage")), "nothing removed"
-    finally:
-        (hold / "go").touch()
-        out, err = stats.communicate(timeout=120)
-    assert stats.returncode == 0, (out + err).decode(errors="replace")
+    assert stats["rc"] == 0, (stats["out"] + stats["err"]).decode(errors="replace")
 
 
 # --- the commands ---------------------------------------------------------------------
