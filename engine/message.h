@@ -93,9 +93,11 @@ int dbox_msg_finish(struct dbox_store *st, uint64_t ino,
    written yet, or truncated to 0): its empty version is acknowledged
    (dbox_save_ack_empty) in a commit of its own that also stores
    *written_ns (when not NULL: the time of the write or truncation) as
-   the inode's mtime and ctime, and the save goes on unfinished, so writes
-   through another descriptor continue it.  Nothing to commit when acknowledged before
-   with the same mtime.  Returns 0 or a negative errno (rolled back). */
+   the inode's mtime and ctime, and the save goes on unfinished, so
+   writes through another descriptor continue it.  Nothing is committed
+   when it was acknowledged before and written_ns is NULL or the same.
+   Returns 0 or a negative errno (rolled back; -ENOSPC for a body a
+   failed write broke). */
 int dbox_msg_ack_empty(struct dbox_store *st, uint64_t ino,
 		       struct dbox_save *save, const int64_t *written_ns);
 

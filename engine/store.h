@@ -624,7 +624,7 @@ uint64_t dbox_save_mark_seq(const struct dbox_save *save);
    descriptor it opened before the command writes through its dup, and
    Python's mailbox.Maildir.add closes its first descriptor before it
    writes through a second.  Such a close commits the meta key
-   DBOX_META_ACKED_EMPTY<ino> = the message's mtime instead of finishing
+   DBOX_META_ACKED_EMPTY<ino> (its value the mtime then) instead of finishing
    the record, so the writes after it go on in the same record (no copy,
    no dead empty record).  The key goes in the finish's transaction; if
    the process dies first, recovery keeps the message (a WRITING row is
@@ -637,8 +637,8 @@ uint64_t dbox_save_mark_seq(const struct dbox_save *save);
 void dbox_save_acked_empty_key(char key[48], uint64_t ino);
 
 /* Set the key of the save's inode to mtime_ns (a dbox time) inside the
-   caller's transaction; until the save is finished, dbox_save_finish
-   deletes it in its own.  The save must be unfinished and empty.  Needs
+   caller's transaction; dbox_save_finish deletes it inside the finish's
+   transaction.  The save must be unfinished and empty.  Needs
    st->lock.  Returns 0, the error of a body a failed write broke (-ENOSPC:
    storage/dbox-body.h), or the index's errno. */
 int dbox_save_ack_empty(struct dbox_save *save, int64_t mtime_ns);
