@@ -159,12 +159,10 @@ int dbox_msg_ack_empty(struct dbox_store *st, uint64_t ino,
 		       struct dbox_save *save, const int64_t *written_ns)
 {
 	struct dbox_attr attr;
-	int64_t acked_ns;
 	int ret;
 
 	dbox_store_assert_locked(st);
-	if (dbox_save_acked_empty(save, &acked_ns) &&
-	    (written_ns == NULL || *written_ns == acked_ns))
+	if (dbox_save_acked_empty(save) && written_ns == NULL)
 		return 0; /* acknowledged as it stands */
 	if ((ret = dbox_index_begin(st->index)) < 0)
 		return ret;

@@ -95,7 +95,8 @@ int dbox_msg_finish(struct dbox_store *st, uint64_t ino,
    *written_ns (when not NULL: the time of the write or truncation) as
    the inode's mtime and ctime, and the save goes on unfinished, so
    writes through another descriptor continue it.  Nothing is committed
-   when it was acknowledged before and written_ns is NULL or the same.
+   when it was acknowledged before and written_ns is NULL (no write or
+   truncation since: the caller stored the time of the one before).
    Returns 0 or a negative errno (rolled back; -ENOSPC for a body a
    failed write broke). */
 int dbox_msg_ack_empty(struct dbox_store *st, uint64_t ino,

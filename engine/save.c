@@ -57,7 +57,6 @@ struct dbox_save {
 	bool acked_empty; /* its empty version is acknowledged: the meta
 			     key DBOX_META_ACKED_EMPTY<ino> is set until the
 			     finish (dbox_save_ack_empty) */
-	int64_t acked_ns; /* the mtime that key holds */
 };
 
 /* The invariants above (assert(3): active unless NDEBUG). */
@@ -249,15 +248,12 @@ int dbox_save_ack_empty(struct dbox_save *save, int64_t mtime_ns)
 	if ((ret = dbox_index_meta_set(save->st->index, key, mtime_ns)) < 0)
 		return ret;
 	save->acked_empty = true;
-	save->acked_ns = mtime_ns;
 	return 0;
 }
 
-bool dbox_save_acked_empty(const struct dbox_save *save, int64_t *mtime_ns_r)
+bool dbox_save_acked_empty(const struct dbox_save *save)
 {
 	save_check(save);
-	if (save->acked_empty && mtime_ns_r != NULL)
-		*mtime_ns_r = save->acked_ns;
 	return save->acked_empty;
 }
 

@@ -644,9 +644,8 @@ void dbox_save_acked_empty_key(char key[48], uint64_t ino);
 int dbox_save_ack_empty(struct dbox_save *save, int64_t mtime_ns);
 
 /* Is the save's empty version acknowledged (dbox_save_ack_empty, not
-   finished since)?  Then *mtime_ns_r (may be NULL) gets the mtime its
-   key holds.  Same exclusion as dbox_save_write. */
-bool dbox_save_acked_empty(const struct dbox_save *save, int64_t *mtime_ns_r);
+   finished since)?  Same exclusion as dbox_save_write. */
+bool dbox_save_acked_empty(const struct dbox_save *save);
 
 /* Mark the index row WRITING again.  Recovery drops a WRITING message
    with all its names, so this is only for a record nobody was told is
