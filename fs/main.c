@@ -8,6 +8,7 @@
 #include "fs.h"
 #include "fs-purge.h"
 #include "fs-stop.h"
+#include "owner.h"
 #include "options.h"
 
 #include "engine/store-dirs.h"
@@ -19,10 +20,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
-#include <grp.h>
-#include <pwd.h>
 #include <signal.h>
-#include <sys/fsuid.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,7 +246,7 @@ static int any_entry_cb(void *ctx, const struct dbox_dirent *ent)
    making or removing it) is an empty INBOX (docs/design.md section 1):
    the root gets cur/ new/ tmp/, so maildir clients find a mailbox.  They
    and the root are the caller's, or the store owner's when root's mount
-   works as that user (store_owner_enter), as dboxadm import makes them. */
+   works as that user (fs_owner_enter), as dboxadm import makes them. */
 static int create_inbox(struct dbox_store *st, uid_t uid, gid_t gid)
 {
 	struct dbox_ns_set set = { .what = DBOX_NS_SET_UID | DBOX_NS_SET_GID,
@@ -362,201 +360,6 @@ static int store_settings(struct fs_options *opts,
 	return 0;
 }
 
-/* Root mounting a store another user owns works on it as that user, as
-   dboxadm does (it drops to the owner): the files it makes there are the
-   owner's (root's m.N were unreadable to the owner's dboxadm), and the
-   store's bytes and names, the owner's to plant, reach nothing the owner
-   could not.  Only the filesystem identity changes (setfsuid, setfsgid:
-   per thread, so before any thread starts; threads inherit it); the
-   daemon stays root for the mount itself (root_for_mount).  The owner's
-   group is the gid of its passwd entry, else the store's group. */
-struct store_owner {
-	bool active;
-	uid_t uid;
-	gid_t gid;
-};
-
-/* Filesystem identity of the calling thread: the store's owner (to_owner)
-   or root.  Returns 0, or -EPERM (logged) when the switch did not hold. */
-static int store_owner_switch(const struct store_owner *o, bool to_owner)
-{
-	uid_t uid = to_owner ? o->uid : 0;
-	gid_t gid = to_owner ? o->gid : 0;
-
-	if (!o->active)
-		return 0;
-	setfsgid(gid);
-	setfsuid(uid);
-	/* Both return the previous value: asking again tells the current. */
-	if ((uid_t)setfsuid((uid_t)-1) != uid || (gid_t)setfsgid((gid_t)-1) != gid) {
-		dbox_error("cannot act as uid %u gid %u on the store",
-			   (unsigned)uid, (unsigned)gid);
-		return -EPERM;
-	}
-	return 0;
-}
-
-/* Take the supplementary groups of o's passwd entry (none without one).
-   Returns 0 or -errno (logged). */
-static int owner_groups(const struct store_owner *o)
-{
-	struct passwd *pw = getpwuid(o->uid);
-
-	if ((pw != NULL ? initgroups(pw->pw_name, o->gid) :
-	     setgroups(0, NULL)) < 0) {
-		int ret = -errno;
-
-		dbox_error("cannot take the groups of uid %u: %s",
-			   (unsigned)o->uid, strerror(-ret));
-		return ret;
-	}
-	return 0;
-}
-
-/* Root mounting o's user's store mounts as root (mount(2)): the mount
-   point must be a directory of that user's or of root's, reached
-   through no symbolic link of a user's and no directory of a third
-   user's - the user's link to /etc made /etc show the user's store to
-   root's processes.  (A directory of root's in one of the user's can
-   still be swapped between this check and the mount: docs/durability.md.)
-   mnt as given.  Returns 0 or -EPERM / -errno (said). */
-/* Root mounting another user's store: every mode, owner and device
-   number the mount serves comes from that user's index, so the mount is
-   nosuid,nodev whatever the options say - a set-user-ID-root file or a
-   device node of the owner's making was real on it, through mount.fuse3
-   or fstab, which add dev,suid for root (helper-61).  A mount made before
-   dboxfs started (/dev/fd/N: mount.fuse3 -o drop_privileges) cannot be
-   changed here, and is refused unless its options say nosuid,nodev.
-   Returns 0, -EPERM (said) or -ENOMEM. */
-static int owner_mount_options(const struct store_owner *o,
-			       const struct fs_options *opts,
-			       struct fuse_args *args, const char *mountpoint)
-{
-	if (!o->active)
-		return 0;
-	if (strncmp(mountpoint, "/dev/fd/", 8) == 0) {
-		if (opts->suid == 0 && opts->dev == 0)
-			return 0;
-		dbox_error("%s: a store of uid %u is mounted nosuid,nodev, and "
-			   "this mount was made before dboxfs started (%s, "
-			   "mount.fuse3 -o drop_privileges) without both; "
-			   "refusing it", opts->store, (unsigned)o->uid,
-			   mountpoint);
-		return -EPERM;
-	}
-	if (opts->suid == 1 || opts->dev == 1)
-		dbox_info("%s: a store of uid %u is mounted nosuid,nodev (its "
-			  "owner writes every mode and device number in it); "
-			  "-o suid and -o dev are ignored", opts->store,
-			  (unsigned)o->uid);
-	return fuse_opt_add_arg(args, "-onosuid,nodev") < 0 ? -ENOMEM : 0;
-}
-
-#define MNT_RULE "root mounts the store of uid %u only on a directory of " \
-	"that user's or of root's, reached through no link of a user's"
-
-static int mountpoint_owner_check(const struct store_owner *o, const char *mnt)
-{
-	struct dbox_store_owner m;
-	struct stat sb;
-	uid_t link;
-	int ret;
-
-	if (!o->active || mnt == NULL)
-		return 0;
-	/* Looked at as root, who mounts there (a root-only directory of
-	   root's is fine). */
-	if ((ret = store_owner_switch(o, false)) < 0)
-		return ret;
-	ret = dbox_store_owner_find(mnt, &m);
-	if (ret == 0 && m.new_store)
-		ret = -ENOENT;
-	if (ret == 0 && fstat(m.fd, &sb) < 0)
-		ret = -errno;
-	if (ret == 0 && (link = dbox_path_link_owner(mnt)) != 0) {
-		dbox_error("%s: reached through a symbolic link of uid %u; "
-			   MNT_RULE, mnt, (unsigned)link, (unsigned)o->uid);
-		ret = -EPERM;
-	} else if (ret == 0 && sb.st_uid != o->uid && sb.st_uid != 0) {
-		dbox_error("%s: a directory of uid %u; " MNT_RULE, mnt,
-			   (unsigned)sb.st_uid, (unsigned)o->uid);
-		ret = -EPERM;
-	} else if (ret == -EPERM && m.shared_dir) {
-		dbox_error("%s: in a directory other users may write to; "
-			   MNT_RULE, mnt, (unsigned)o->uid);
-	} else if (ret == -EPERM) {
-		dbox_error("%s: reached through a symbolic link or directory "
-			   "of uid %u; " MNT_RULE, mnt, (unsigned)m.way,
-			   (unsigned)o->uid);
-	} else if (ret < 0) {
-		dbox_error("%s: %s; refusing it as a mount point", mnt,
-			   ret == -ESTALE ? "changed while dboxfs looked at it" :
-			   strerror(-ret));
-	}
-	dbox_store_owner_free(&m);
-	if (store_owner_switch(o, true) < 0 && ret == 0)
-		ret = -EPERM;
-	return ret;
-}
-
-/* Whose store this is, decided as dboxadm decides it
-   (dbox_store_owner_find): the owner of STORE, or of its parent for a
-   store this mount will create; root's reached through a user's
-   directory or link is that user's; another user's reached through a
-   third user's is refused (-EPERM, said).  Switches to the owner (o->active)
-   and checks that the path still names the directory that decided. */
-static int store_owner_enter(const char *store, struct store_owner *o)
-{
-	struct dbox_store_owner found;
-	int ret;
-
-	o->active = false;
-	if (geteuid() != 0)
-		return 0;
-	/* Root mounts nothing it could not tell the owner of: a path that
-	   is missing, not a directory or switched while it was looked at
-	   would be opened again by name, as root. */
-	ret = dbox_store_owner_find(store, &found);
-	if (ret == -EPERM && found.shared_dir)
-		dbox_error("%s: in a directory other users may write to, one "
-			   "of them could put a link to another store at its "
-			   "name before root opens it; refusing it (use a "
-			   "directory only root writes to)", store);
-	else if (ret == -EPERM)
-		dbox_error("%s: owned by uid %u but reached through a symbolic "
-			   "link or directory of uid %u; refusing it (name the "
-			   "store by its own path)", found.what,
-			   (unsigned)found.uid, (unsigned)found.way);
-	else if (ret < 0 && ret != -ENOMEM)
-		dbox_error("%s: %s; refusing it", found.what != NULL ?
-			   found.what : store, ret == -ESTALE ?
-			   "changed while dboxfs looked at it" : strerror(-ret));
-	else if (ret == 0 && found.uid != 0 && found.gid == (gid_t)-1) {
-		dbox_error("%s: reached through a directory or link of uid %u, "
-			   "who has no passwd entry; refusing it", found.what,
-			   (unsigned)found.uid);
-		ret = -EPERM;
-	}
-	if (ret == 0 && found.uid != 0) {
-		o->uid = found.uid;
-		o->gid = found.gid;
-		o->active = true;
-		/* The owner's groups for good, as dboxadm takes them: root's
-		   supplementary groups (a login shell's 0) would reach what the
-		   owner cannot; the daemon needs none of them as root. */
-		ret = owner_groups(o);
-		if (ret == 0)
-			ret = store_owner_switch(o, true);
-		if (ret == 0 && (ret = dbox_store_owner_still(&found)) < 0)
-			dbox_error("%s: %s while dboxfs switched to its owner "
-				   "(uid %u); refusing it", found.what,
-				   ret == -ESTALE ? "changed" : strerror(-ret),
-				   (unsigned)found.uid);
-	}
-	dbox_store_owner_free(&found);
-	return ret;
-}
-
 /* What was at the store's path before this mount opened it: nothing
    (dir_made) or an empty directory (made_all: whatever is in it after
    the open is this mount's, so a mount that fails may take it away). */
@@ -602,7 +405,7 @@ static void close_store(struct fs *fs, const struct store_birth *b)
    closed again, and removed when this call made it: *birth). */
 static int open_store(struct fs *fs, const struct dbox_store_settings *set,
 		      unsigned long errors_before, struct store_birth *birth,
-		      const struct store_owner *owner)
+		      const struct fs_owner *owner)
 {
 	int ret;
 
@@ -790,7 +593,7 @@ int main(int argc, char *argv[])
 	struct fuse_cmdline_opts cmd;
 	struct dbox_store_settings set = { .create = true };
 	struct store_birth birth = { false, false };
-	struct store_owner owner = { false, 0, 0 };
+	struct fs_owner owner = { false, 0, 0 };
 	bool mounted, detached = false;
 	struct fs fs = {
 		.idle = PTHREAD_COND_INITIALIZER,
@@ -853,15 +656,15 @@ int main(int argc, char *argv[])
 	/* Whose store it is decides the mount's options: before the
 	   session, which takes them. */
 	errors_before = __atomic_load_n(&errors_logged, __ATOMIC_RELAXED);
-	if (store_owner_enter(fs.opts.store, &owner) < 0 ||
-	    owner_mount_options(&owner, &fs.opts, &args, cmd.mountpoint) < 0)
+	if (fs_owner_enter(fs.opts.store, &owner) < 0 ||
+	    fs_owner_mount_options(&owner, &fs.opts, &args, cmd.mountpoint) < 0)
 		goto out_args;
 	/* The session next: it rejects unknown -o options before the
 	   store is created or opened. */
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);
 	if (fs.se == NULL)
 		goto out_args;
-	if (mountpoint_owner_check(&owner, fs.opts.mountpoint_arg) < 0 ||
+	if (fs_owner_check_mountpoint(&owner, fs.opts.mountpoint_arg) < 0 ||
 	    open_store(&fs, &set, errors_before, &birth, &owner) < 0)
 		goto out_session;
 	if (fs_inode_table_init(&fs.inodes) < 0) {
@@ -876,14 +679,14 @@ int main(int argc, char *argv[])
 	   (recovery scans what they wrote): the mount point is checked
 	   again right before the mount, or they would have all that time
 	   to swap it for a link to a directory of root's (helper-61). */
-	if (mountpoint_owner_check(&owner, fs.opts.mountpoint_arg) < 0)
+	if (fs_owner_check_mountpoint(&owner, fs.opts.mountpoint_arg) < 0)
 		goto out_signals;
 	/* libfuse names what is wrong with the mount point on stderr (and
 	   only there): the log gets a line too. */
 	/* /dev/fuse and the mount point are root's business. */
-	mounted = store_owner_switch(&owner, false) == 0 &&
+	mounted = fs_owner_switch(&owner, false) == 0 &&
 		fuse_session_mount(fs.se, cmd.mountpoint) == 0;
-	if (store_owner_switch(&owner, true) < 0 && mounted)
+	if (fs_owner_switch(&owner, true) < 0 && mounted)
 		goto out_unmount; /* ret is 1 */
 	if (!mounted) {
 		dbox_error("%s: cannot mount (the reason is on stderr, from "
