@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import is_mounted
-from sysenv import need_root
+from sysenv import add_system_user, need_root
 
 TEAM = "dboxfs-team"
 ALICE, BOB, CAROL = "dboxfs-alice", "dboxfs-bob", "dboxfs-carol"
@@ -38,14 +38,10 @@ def team_users():
     users = {}
     for name, member in ((ALICE, True), (BOB, True), (CAROL, False)):
         try:
-            pwd.getpwnam(name)
+            users[name] = pwd.getpwnam(name)
         except KeyError:
-            cmd = ["useradd", "--system", "--user-group", "--no-create-home",
-                   "--shell", "/bin/sh"]
-            if member:
-                cmd += ["-G", TEAM]
-            subprocess.run(cmd + [name], check=True)
-        users[name] = pwd.getpwnam(name)
+            users[name] = add_system_user(name, "/bin/sh",
+                                          [TEAM] if member else [])
     members = grp.getgrnam(TEAM).gr_mem
     assert ALICE in members and BOB in members and CAROL not in members
     return users

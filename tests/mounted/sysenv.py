@@ -15,6 +15,7 @@ Everything here needs root.
 """
 import contextlib
 import fcntl
+import grp
 import os
 import pwd
 import shutil
@@ -135,14 +136,28 @@ class MountNamespace:
         self.proc.wait()
 
 
+def add_system_user(name, shell="/usr/sbin/nologin", groups=()):
+    """Create system user name (no home) with its own group and the
+    supplementary groups; a group of that name left behind (userdel of
+    the user alone) becomes its group, where --user-group would refuse
+    it.  Returns the pwd entry."""
+    try:
+        grp.getgrnam(name)
+        group = ["--gid", name]
+    except KeyError:
+        group = ["--user-group"]
+    extra = ["-G", ",".join(groups)] if groups else []
+    subprocess.run(["useradd", "--system", *group, "--no-create-home",
+                    "--shell", shell, *extra, name], check=True)
+    return pwd.getpwnam(name)
+
+
 def unprivileged_user():
     """(name, uid, gid) of the unprivileged test user, created if missing."""
     try:
         pw = pwd.getpwnam(TEST_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
-                        "--shell", "/usr/sbin/nologin", TEST_USER], check=True)
-        pw = pwd.getpwnam(TEST_USER)
+        pw = add_system_user(TEST_USER)
     return pw.pw_name, pw.pw_uid, pw.pw_gid
 
 
