@@ -75,7 +75,7 @@ int dbox_msg_mailbox(struct dbox_store *st, uint64_t ino, char **mailbox_r)
 	return maildir_mailbox_name(st->index, parent, mailbox_r);
 }
 
-int dbox_msg_fsync_note(struct dbox_store *st, uint64_t ino, char **path_r,
+int dbox_msg_seal_note(struct dbox_store *st, uint64_t ino, char **path_r,
 			struct dbox_owner *owner_r)
 {
 	struct dbox_attr attr;
@@ -91,7 +91,7 @@ int dbox_msg_fsync_note(struct dbox_store *st, uint64_t ino, char **path_r,
 		return -EMLINK;
 	if ((ret = dbox_index_path(st->index, ino, path_r)) < 0)
 		return ret;
-	if (strlen(*path_r) > DBOX_FSYNC_PATH_MAX) {
+	if (strlen(*path_r) > DBOX_SEAL_PATH_MAX) {
 		free(*path_r);
 		*path_r = NULL;
 		return -ENAMETOOLONG;

@@ -60,15 +60,16 @@ int dbox_msg_dir_mailbox(struct dbox_store *st, uint64_t dir,
    Returns 0, -ENOENT (no name), -ENOMEM, -EIO. */
 int dbox_msg_mailbox(struct dbox_store *st, uint64_t ino, char **mailbox_r);
 
-/* What an fsync() of message ino seals its record with (dbox_save_seal):
-   its path below the root, for L (dbox_index_path: one statement), into
-   *path_r (malloc()ed), and its mode, owner and group, for A, into
-   *owner_r.  Needs st->lock.  Returns 0, -ENAMETOOLONG when the path is
-   longer than DBOX_FSYNC_PATH_MAX (recovery would not follow it), -EMLINK
-   when ino has more than one name (L holds one) - the fsync must sync
-   the index instead - or -ENOENT, -ENOMEM, -EIO. */
-int dbox_msg_fsync_note(struct dbox_store *st, uint64_t ino, char **path_r,
-			struct dbox_owner *owner_r);
+/* What the close or fsync() of new message ino seals its record with
+   (dbox_save_seal): its path below the root, for L (dbox_index_path: one
+   statement), into *path_r (malloc()ed), and its mode, owner and group,
+   for A, into *owner_r.  Needs st->lock.  Returns 0, -ENAMETOOLONG when
+   the path is longer than DBOX_SEAL_PATH_MAX (recovery would not follow
+   it), -EMLINK when ino has more than one name (L holds one) - the
+   record is sealed without L, and an fsync must sync the index instead
+   - or -ENOENT, -ENOMEM, -EIO. */
+int dbox_msg_seal_note(struct dbox_store *st, uint64_t ino, char **path_r,
+		       struct dbox_owner *owner_r);
 
 /* The received date (R, UNIX seconds) a finish of message ino's save
    writes: its mtime, or written_ns (the time of a write not stored yet)

@@ -171,9 +171,9 @@ uint64_t dbox_save_size(const struct dbox_save *save)
 }
 
 /* Write the record's metadata and header for the body as it stands,
-   with L = fsync_path and A = owner when fsync_path is not NULL. */
+   with L = msg_path and A = owner when msg_path is not NULL. */
 static int save_write_record(struct dbox_save *save, time_t received_sec,
-			     const char *fsync_path,
+			     const char *msg_path,
 			     const struct dbox_owner *owner)
 {
 	struct dbox_store *st = save->st;
@@ -185,12 +185,12 @@ static int save_write_record(struct dbox_save *save, time_t received_sec,
 		memcpy(md.guid, save->guid, sizeof(save->guid));
 		md.received = received_sec;
 		md.mailbox = save->mailbox;
-		md.fsync_path = (char *)fsync_path;
-		if (fsync_path != NULL && owner != NULL)
+		md.msg_path = (char *)msg_path;
+		if (msg_path != NULL && owner != NULL)
 			md.owner = *owner;
 		ret = dbox_body_finish(&save->body, &md);
 		md.mailbox = NULL;
-		md.fsync_path = NULL;
+		md.msg_path = NULL;
 		if (ret < 0) {
 			dbox_metadata_clear(&md);
 			dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: finishing message at %llu: %s",
@@ -203,17 +203,17 @@ static int save_write_record(struct dbox_save *save, time_t received_sec,
 		dbox_metadata_clear(&md);
 		save->sealed = true;
 		save->seals++;
-		if (fsync_path != NULL)
+		if (msg_path != NULL)
 			save->path_seal = save->seals;
 	}
 	return 0;
 }
 
 int dbox_save_seal(struct dbox_save *save, time_t received_sec,
-		   const char *fsync_path, const struct dbox_owner *owner)
+		   const char *msg_path, const struct dbox_owner *owner)
 {
 	save_check(save);
-	return save_write_record(save, received_sec, fsync_path, owner);
+	return save_write_record(save, received_sec, msg_path, owner);
 }
 
 bool dbox_save_sealed_with_path(const struct dbox_save *save)

@@ -43,9 +43,9 @@ void dbox_store_sync_left(struct dbox_store *st);
    them, in one commit made durable.  Returns the committed end after
    it (committed when nothing was put back; failures are logged and
    leave the index as it was).  Needs st->lock. */
-uint64_t dbox_store_restore_fsynced(struct dbox_store *st, int fd,
-				    uint32_t file_id, bool alt,
-				    uint64_t committed, uint64_t stop);
+uint64_t dbox_store_restore_sealed(struct dbox_store *st, int fd,
+				   uint32_t file_id, bool alt,
+				   uint64_t committed, uint64_t stop);
 
 /* store-pool.c: put m.<file_id>, the last m.N the index knows, back into
    the append pool when it is below the rotate size and its bytes end at

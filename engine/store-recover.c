@@ -237,15 +237,15 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 			return 0;
 		}
 	}
-	/* Mail fsync() synced whose rows the crash lost: put back first,
-	   which moves the committed end over it (store-restore.c). */
+	/* Mail whose rows the crash lost: put back first, which moves
+	   the committed end over it (store-restore.c). */
 	if (!st->import_killed) {
 		int64_t mark = dbox_store_copy_mark(st->index, file_id, size,
 						    (uint64_t)stbuf.st_size);
 
-		size = dbox_store_restore_fsynced(st, fd, file_id, alt, size,
-						  mark < 0 ? UINT64_MAX :
-						  (uint64_t)mark);
+		size = dbox_store_restore_sealed(st, fd, file_id, alt, size,
+						 mark < 0 ? UINT64_MAX :
+						 (uint64_t)mark);
 		if ((uint64_t)stbuf.st_size <= size) {
 			close(fd);
 			return 0;
@@ -451,12 +451,12 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 				close(fd);
 				continue;
 			}
-			/* Mail fsync() synced into a file whose creation the
+			/* Mail sealed with its path into a file whose creation the
 			   crash lost: put back, which enters the file in the
 			   index (store-restore.c); what follows is judged as
 			   a known file's tail. */
 			if (!alt && !st->import_killed && stbuf.st_nlink <= 1) {
-				uint64_t end = dbox_store_restore_fsynced(
+				uint64_t end = dbox_store_restore_sealed(
 					st, fd, id, alt, header_len, UINT64_MAX);
 
 				if (end > header_len) {

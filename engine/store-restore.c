@@ -1,15 +1,17 @@
 /*
- * store-restore.c: crash recovery of mail a client fsync()ed (store-
- * private.h, dbox_store_restore_fsynced).
+ * store-restore.c: crash recovery of mail whose index row a power loss
+ * took (store-private.h, dbox_store_restore_sealed).
  *
- * An fsync of a new message syncs its m.N only: the record it seals
- * carries the message's path below the maildir root (metadata L,
- * dbox_save_seal), and its index row reaches the disk with the next WAL
- * sync (the timed one within a second, an fsyncdir, another fsync).  A
- * power loss before that leaves the record past its m.N's committed end
- * and the index without its row.  Recovery (store-recover.c) calls this
- * before it judges those bytes.  Each record up to the last one with a
- * path is put back, by what the index still knows of its GUID:
+ * The record a close or an fsync of a new message seals carries the
+ * message's path below the maildir root (metadata L, dbox_save_seal).
+ * An fsync syncs that m.N only, and its index row reaches the disk with
+ * the next WAL sync (the timed one within a second, an fsyncdir,
+ * another fsync); the timed sync flushes a closed message's m.N before
+ * the WAL.  A power loss between the two leaves the record past its
+ * m.N's committed end and the index without its row.  Recovery
+ * (store-recover.c) calls this before it judges those bytes.  Each
+ * record up to the last one with a path is put back, by what the index
+ * still knows of its GUID:
  *
  *  - a committed message whose record is there and whole: the record is
  *    a copy of it (a purge's, whose in-flight mark the loss took):
@@ -17,19 +19,20 @@
  *  - a committed message whose record is gone (an index older than a
  *    purge that moved it): that message, moved here: its row points here;
  *  - a delivery still WRITING (its create reached the disk, the commit
- *    of its fsync did not; or the daemon died between the two): finished
- *    in place, whatever its name now, and moved from tmp/ to new/ (an
- *    empty version a close acknowledged before is not restored then);
+ *    of its close or fsync did not; or the daemon died between the
+ *    two): finished in place, whatever its name now, and moved from
+ *    tmp/ to new/ (an empty version a close acknowledged before is not
+ *    restored then);
  *  - nothing: made again at its path (in new/ for a path in tmp/; in
  *    the folder's cur/ or new/ when the loss took the mkdir of the one
  *    named), else as 'dboxadm rebuild' would, in its B folder's cur/
  *    (restore.h).
  *
  * Of several records with one GUID (a purge's copies) the newest is the
- * message, under the path of the newest that has one.  Records without a path before the last
- * one put back (messages closed without fsync whose rows the same loss
- * took) are put back the same way, as the committed end cannot move
- * over them otherwise.
+ * message, under the path of the newest that has one.  Records without
+ * a path before the last one put back (a message with two names at its
+ * seal, one Dovecot or an older dboxfs wrote) are put back the same way,
+ * as the committed end cannot move over them otherwise.
  *
  * Invariants: records at or after an in-flight mark of a copy or purge
  * are never looked at (an fsync makes the mark's last change durable
@@ -62,7 +65,7 @@
    than this is taken as none: what a hostile store can make recovery
    hold in memory is bounded. */
 #define RESTORE_MAX_RECORDS 65536
-#define RESTORE_MAX_TEXT DBOX_FSYNC_PATH_MAX
+#define RESTORE_MAX_TEXT DBOX_SEAL_PATH_MAX
 /* ... and at most this many bytes of paths and Bs in all (65,536 records
    at both caps held 540 MB: helper-67). */
 #define RESTORE_MAX_TEXT_TOTAL (32 * 1024 * 1024)
@@ -145,7 +148,7 @@ static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	if (t->err != 0)
 		return 0;
 	if (!t->collect) {
-		size_t text = text_len(md->fsync_path) +
+		size_t text = text_len(md->msg_path) +
 			      text_len(md->mailbox);
 		struct scan_rec *sr;
 
@@ -156,8 +159,8 @@ static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 			/* Past a cap only whether a path follows: then the
 			   records kept go back now (they are before it),
 			   and the rest at the next recovery. */
-			t->path_beyond |= md->fsync_path != NULL &&
-				strlen(md->fsync_path) <= RESTORE_MAX_TEXT;
+			t->path_beyond |= md->msg_path != NULL &&
+				strlen(md->msg_path) <= RESTORE_MAX_TEXT;
 			return 0;
 		}
 		if ((sr = dbox_grow(t->s, t->n, &t->size,
@@ -170,8 +173,8 @@ static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 		sr = &t->s[t->n++];
 		sr->end = offset + record_size;
 		memcpy(sr->guid, md->guid, sizeof(sr->guid));
-		sr->path = md->fsync_path != NULL &&
-			strlen(md->fsync_path) <= RESTORE_MAX_TEXT;
+		sr->path = md->msg_path != NULL &&
+			strlen(md->msg_path) <= RESTORE_MAX_TEXT;
 		return 0;
 	}
 	if (offset + record_size > t->last_end)
@@ -191,7 +194,7 @@ static int tail_cb(void *ctx, uint64_t offset, uint64_t body_size,
 	};
 	memcpy(r->guid, md->guid, sizeof(r->guid));
 	r->mailbox = text_dup(md->mailbox, &t->err);
-	r->path = text_dup(md->fsync_path, &t->err);
+	r->path = text_dup(md->msg_path, &t->err);
 	r->owner = md->owner;
 	t->n++;
 	return 0;
@@ -628,7 +631,7 @@ static int restore_records(struct dbox_store *st, uint32_t file_id,
 	return 0;
 }
 
-uint64_t dbox_store_restore_fsynced(struct dbox_store *st, int fd,
+uint64_t dbox_store_restore_sealed(struct dbox_store *st, int fd,
 				    uint32_t file_id, bool alt,
 				    uint64_t committed, uint64_t stop)
 {
@@ -684,9 +687,8 @@ uint64_t dbox_store_restore_fsynced(struct dbox_store *st, int fd,
 		return committed;
 	}
 	end = t.v[n - 1].offset + t.v[n - 1].record_size;
-	dbox_warning("%s/" DBOX_STORE_STORAGE "/m.%u: %u messages synced by "
-		     "fsync() whose index rows the crash lost put back at "
-		     "their paths, %u in their folder's cur/, %u unfinished "
+	dbox_warning("%s/" DBOX_STORE_STORAGE "/m.%u: %u messages whose index "
+		     "rows the crash lost put back at their paths, %u in their folder's cur/, %u unfinished "
 		     "deliveries finished, %u messages a purge had moved "
 		     "found (%u copies of messages the index has left out); "
 		     "committed end %llu -> %llu", dbox_store_dir_name(st, alt),

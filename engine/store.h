@@ -600,16 +600,17 @@ void dbox_save_yield(struct dbox_save *save);
    commit.  Writes after it undo it.  The heavy part of a finish (V of a
    plain body is read back, a body written out of order is compressed),
    so it needs no store lock, only the exclusion of dbox_save_write (one
-   caller per save at a time).  fsync_path (may be NULL) is the message's
+   caller per save at a time).  msg_path (may be NULL) is the message's
    path below the maildir root, written as L, and owner (may be NULL) its
-   mode, owner and group, written as A with L: an fsync() seals with them
-   (dbox_msg_fsync_note), so that recovery can put the record back there,
-   as it was, when a crash loses its index row (store-restore.c).
+   mode, owner and group, written as A with L: the close or fsync() of a
+   new message seals with them (dbox_msg_seal_note), so that recovery
+   can put the record back there, as it was, when a power loss takes its
+   index row (store-restore.c).
    Returns 0 or a negative errno. */
 int dbox_save_seal(struct dbox_save *save, time_t received_sec,
-		   const char *fsync_path, const struct dbox_owner *owner);
+		   const char *msg_path, const struct dbox_owner *owner);
 
-/* Does the record as written now carry an fsync path (the last seal had
+/* Does the record as written now carry its path, L (the last seal had
    one, and no write undid it)? */
 bool dbox_save_sealed_with_path(const struct dbox_save *save);
 

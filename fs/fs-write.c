@@ -142,7 +142,9 @@ static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 	if (!dbox_save_sealed(inode->save)) {
 		/* The heavy part (V read back, compression), unlocked. */
 		struct dbox_save *save = inode->save;
+		struct dbox_owner owner = { 0 };
 		time_t received;
+		char *path = NULL;
 
 		/* R as the finish below would write it (h4's dbox time of
 		   the last write, not yet stored); the finish keeps it. */
@@ -150,9 +152,19 @@ static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 					     &inode->wtime : NULL,
 					     &received)) < 0)
 			return ret;
+		/* A new message's record carries its path (L) as an
+		   fsync's does: the timed sync puts its m.N on disk before
+		   the WAL, and a power loss between the two leaves the
+		   record without its row, which recovery then puts back
+		   there instead of keeping it for rebuild.  Not a copy (its
+		   old version is in the index, under the same GUID). */
+		if (dbox_save_inflight_seq(save) == 0 &&
+		    dbox_msg_seal_note(st, inode->ino, &path, &owner) < 0)
+			path = NULL;
 		fs_busy_begin(fs, inode);
-		ret = dbox_save_seal(save, received, NULL, NULL);
+		ret = dbox_save_seal(save, received, path, &owner);
 		fs_busy_end(fs, inode);
+		free(path);
 		if (ret < 0)
 			return ret;
 	}
@@ -337,9 +349,10 @@ void fs_handles_release(struct fs *fs)
    never points at bytes that are not), but without holding the store
    lock across the sync: the record is sealed under the lock, its bytes
    synced outside it, the row committed under it.  A new message's record
-   is sealed with its path (L), and that one flush is all: recovery puts
-   the record back at its path if a power loss takes the row
-   (engine/store-restore.c).  Otherwise (a copy, a record sealed before
+   carries its path (L: sealed so here, or by a close of another
+   descriptor before), and that one flush is all: recovery puts the
+   record back at its path if a power loss takes the row
+   (engine/store-restore.c).  Otherwise (a copy, a record sealed
    without a path) the WAL is synced too, by group commit with every
    other fsync in flight (wal-sync.h).  Only a writer's handle keeps the
    save alive outside the lock; other cases, and a write that lands
@@ -390,7 +403,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		   message with more names than L holds): not restorable,
 		   the fsync syncs the index too. */
 		if (ret == 0 && inflight_seq == 0 &&
-		    dbox_msg_fsync_note(st, inode->ino, &path, &owner) < 0)
+		    dbox_msg_seal_note(st, inode->ino, &path, &owner) < 0)
 			path = NULL;
 		if (ret == 0) {
 			fs_busy_begin(fs, inode);

@@ -137,7 +137,7 @@ int dbox_msg_header_parse(const uint8_t buf[DBOX_MSG_HEADER_SIZE],
 void dbox_metadata_clear(struct dbox_metadata *md)
 {
 	free(md->mailbox);
-	free(md->fsync_path);
+	free(md->msg_path);
 	free(md->extra);
 	memset(md, 0, sizeof(*md));
 }
@@ -164,8 +164,8 @@ long dbox_metadata_format(const struct dbox_metadata *md, char **buf_r)
 		fprintf(f, "G%s\n", md->guid);
 	if (md->mailbox != NULL && strpbrk(md->mailbox, "\r\n") == NULL)
 		fprintf(f, "B%s\n", md->mailbox);
-	if (md->fsync_path != NULL && strpbrk(md->fsync_path, "\r\n") == NULL)
-		fprintf(f, "L%s\n", md->fsync_path);
+	if (md->msg_path != NULL && strpbrk(md->msg_path, "\r\n") == NULL)
+		fprintf(f, "L%s\n", md->msg_path);
 	if (md->owner.set)
 		fprintf(f, "A%o %u %u\n", (unsigned int)(md->owner.mode & 0777),
 			(unsigned int)md->owner.uid, (unsigned int)md->owner.gid);
@@ -276,9 +276,9 @@ static int metadata_line(struct dbox_metadata *md, struct extra_buf *eb,
 		md->mailbox = strndup(value, value_len);
 		return md->mailbox == NULL ? -ENOMEM : 0;
 	case 'L':
-		free(md->fsync_path);
-		md->fsync_path = strndup(value, value_len);
-		return md->fsync_path == NULL ? -ENOMEM : 0;
+		free(md->msg_path);
+		md->msg_path = strndup(value, value_len);
+		return md->msg_path == NULL ? -ENOMEM : 0;
 	case 'A':
 		if (owner_parse(value, value_len, &md->owner))
 			return 0;

@@ -66,13 +66,13 @@ void dbox_msg_header_format(uint8_t out[DBOX_MSG_HEADER_SIZE],
 int dbox_msg_header_parse(const uint8_t buf[DBOX_MSG_HEADER_SIZE],
 			  uint64_t *body_size_r, struct dbox_fault *fault);
 
-/* Longest L value in bytes: an fsync() writes none for a longer path,
+/* Longest L value in bytes: a seal writes none for a longer path,
    and recovery takes a longer L or B as none (engine/store-restore.c),
    so the two agree on what a sealed path promises. */
-#define DBOX_FSYNC_PATH_MAX 4096
+#define DBOX_SEAL_PATH_MAX 4096
 
 /* A, dboxfs's own key (docs/dbox-format.md section 5): the message's
-   permission bits, owner and group when a client's fsync() sealed the
+   permission bits, owner and group when a close or fsync() sealed the
    record, so that recovery gives them back. */
 struct dbox_owner {
 	bool set;      /* the record has a valid A line */
@@ -92,9 +92,9 @@ struct dbox_metadata {
 				 stored body size (compression) */
 	bool has_plain_size;
 	char *mailbox;        /* B: folder the mail was saved to, or NULL */
-	char *fsync_path;     /* L, dboxfs's own key (docs/dbox-format.md
+	char *msg_path;       /* L, dboxfs's own key (docs/dbox-format.md
 				 section 5): the message's path below the
-				 maildir root when a client's fsync() sealed
+				 maildir root when a close or fsync() sealed
 				 the record ("tmp/1.host"), or NULL */
 	struct dbox_owner owner; /* A, dboxfs's own key; written only with
 				    L */
@@ -108,7 +108,7 @@ void dbox_metadata_clear(struct dbox_metadata *md);
 /* Format the metadata block (magic, lines in Dovecot 2.3's order Z R V G B,
    then L and A, then extra, then the empty line) into a malloc()ed buffer.
    Returns the block length in bytes and sets *buf_r (caller frees), or
-   -ENOMEM.  A mailbox or fsync path containing CR or LF is omitted, as
+   -ENOMEM.  A mailbox or path (L) containing CR or LF is omitted, as
    Dovecot does for B. */
 long dbox_metadata_format(const struct dbox_metadata *md, char **buf_r);
 

@@ -88,7 +88,7 @@ def test_backup_while_mounted_restores_what_was_committed(make_mount, tmp_path):
     got = tree(r.mnt)
     # The deliveries after the index copy are in the copy's storage/,
     # fsync()ed with their paths: the mount puts them back
-    # (docs/durability.md, "Mail fsync() synced"); all else is as it was
+    # (docs/durability.md, "Mail whose row a power loss took"); all else is as it was
     # when the index was copied.
     for i in range(3):
         expected[f"new/during.{i}"] = letter(100 + i).encode()

@@ -175,7 +175,7 @@ def actor_deliver(ctx):
             write_all(fd, data, rng)
             # A daemon killed between the fsync's flush and its commit
             # leaves the synced record, which recovery puts back in new/
-            # (docs/durability.md, "Mail fsync() synced"): at least once.
+            # (docs/durability.md, "Mail whose row a power loss took"): at least once.
             log.write("F", base, key or "INBOX", f"new/{base}")
             os.fsync(fd)
         finally:

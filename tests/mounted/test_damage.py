@@ -26,12 +26,21 @@ def body(name):
         name.encode() * 200 + b"\n"
 
 
-def deliver(md, name, fsync=True):
+def deliver(md, name, fsync=True, path=True):
+    """A delivery into md's new/ through tmp/.  path=False: the message
+    has a second name when it is closed, so its record carries no path
+    (L holds one), like a record Dovecot or a dboxfs from before
+    2026-12-07 wrote for a message closed without fsync: recovery cannot
+    put it back by itself."""
     fd = os.open(md / "tmp" / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, body(name))
+    if not path:
+        os.link(md / "tmp" / name, md / "tmp" / (name + ".2"))
     if fsync:
         os.fsync(fd)
     os.close(fd)
+    if not path:
+        os.unlink(md / "tmp" / (name + ".2"))
     os.rename(md / "tmp" / name, md / "new" / name)
 
 
@@ -57,11 +66,12 @@ def all_messages(mnt, read=True):
     return out
 
 
-def older_index_and_20_more(m, tmp_path, lose, fsync):
+def older_index_and_20_more(m, tmp_path, lose, fsync, path=True):
     """On m's new store: 3 messages, a copy of the index (lose: of the
     unmounted store, or of the main file as a checkpoint left it while
     mounted, without the WAL that held what came after), 20 more (with
-    fsync when fsync; in INBOX and .Sub), the copy put back (unmounted)."""
+    fsync when fsync, records without a path unless path; in INBOX and
+    .Sub), the copy put back (unmounted)."""
     md = m.mount().maildir()
     sub = m.maildir(".Sub")
     for i in range(3):
@@ -76,7 +86,7 @@ def older_index_and_20_more(m, tmp_path, lose, fsync):
         shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
         m.mount()
     for i in range(20):
-        deliver(md if i % 2 else sub, f"new{i}", fsync=fsync)
+        deliver(md if i % 2 else sub, f"new{i}", fsync=fsync, path=path)
     m.unmount()
     put_back_index(m.store, tmp_path / "old.sqlite")
 
@@ -84,14 +94,15 @@ def older_index_and_20_more(m, tmp_path, lose, fsync):
 @pytest.mark.parametrize("lose", ["restored_backup", "lost_wal"])
 def test_index_older_than_storage(tmp_path, lose):
     """3 messages, a copy of the index; 20 more closed without fsync (in
-    INBOX and a folder); the old index put back.  check reports the
-    unknown records, the mount cuts none of them, and rebuild brings all
-    23 back into their folders (B metadata), saying how many it
-    recovered.  (fsync()ed ones the mount puts back itself:
-    test_fsynced_mail_an_older_index_lost_is_put_back_at_mount.)"""
+    INBOX and a folder) whose records carry no path; the old index put
+    back.  check reports the unknown records, the mount cuts none of
+    them, and rebuild brings all 23 back into their folders (B
+    metadata), saying how many it recovered.  (Records with their path
+    the mount puts back itself:
+    test_mail_an_older_index_lost_is_put_back_at_mount.)"""
     m = Mount(tmp_path / "store", tmp_path / "mnt")
     try:
-        older_index_and_20_more(m, tmp_path, lose, fsync=False)
+        older_index_and_20_more(m, tmp_path, lose, fsync=False, path=False)
         sizes = {p.name: p.stat().st_size for p in (m.store / "storage").iterdir()}
 
         rc, out = adm("check", m.store)
@@ -130,14 +141,16 @@ def test_index_older_than_storage(tmp_path, lose):
         m.kill() if m.proc is not None else m.unmount()
 
 
-def test_fsynced_mail_an_older_index_lost_is_put_back_at_mount(tmp_path):
-    """The same with fsync()ed deliveries: their records carry their
-    paths (metadata L), and the mount puts them back under their names -
-    in new/, where the delivery renamed them from tmp/ - with no rebuild;
-    the store is whole for check at once."""
+@pytest.mark.parametrize("fsync", [True, False], ids=["fsynced", "closed"])
+def test_mail_an_older_index_lost_is_put_back_at_mount(tmp_path, fsync):
+    """The same with the records as deliveries leave them: closed or
+    fsync()ed, each carries its path (metadata L), and the mount puts
+    them back under their names - in new/, where the delivery renamed
+    them from tmp/ - with no rebuild; the store is whole for check at
+    once."""
     m = Mount(tmp_path / "store", tmp_path / "mnt")
     try:
-        older_index_and_20_more(m, tmp_path, "restored_backup", fsync=True)
+        older_index_and_20_more(m, tmp_path, "restored_backup", fsync=fsync)
         sizes = {p.name: p.stat().st_size for p in (m.store / "storage").iterdir()}
 
         m.mount()
@@ -146,7 +159,8 @@ def test_fsynced_mail_an_older_index_lost_is_put_back_at_mount(tmp_path):
         m.unmount()
         after = {p.name: p.stat().st_size for p in (m.store / "storage").iterdir()}
         assert after == sizes, (sizes, after, log)
-        assert "20 messages synced by fsync()" in log, log
+        assert "20 messages whose index rows the crash lost put back at " \
+            "their paths" in log, log
         want = {f"new/old{i}": body(f"old{i}") for i in range(3)}
         want.update({(f"new/new{i}" if i % 2 else f".Sub/new/new{i}"):
                      body(f"new{i}") for i in range(20)})
@@ -157,11 +171,12 @@ def test_fsynced_mail_an_older_index_lost_is_put_back_at_mount(tmp_path):
         m.kill() if m.proc is not None else m.unmount()
 
 
-def restore_index_copied_mid_delivery(m, tmp_path, fsync=False):
+def restore_index_copied_mid_delivery(m, tmp_path, fsync=False, path=True):
     """On the unmounted store of m: 3 deliveries, then a copy of the index
     taken while a 4th ("late") was being written, which then finished
-    (with an fsync when fsync) and was acknowledged (renamed into new/);
-    the copy put back.  Returns the maildir (not mounted)."""
+    (with an fsync when fsync; a record without a path unless path: see
+    deliver) and was acknowledged (renamed into new/); the copy put
+    back.  Returns the maildir (not mounted)."""
     md = m.mount().maildir()
     for i in range(3):
         deliver(md, f"old{i}")
@@ -178,9 +193,13 @@ def restore_index_copied_mid_delivery(m, tmp_path, fsync=False):
                        ).fetchall() == [(b"late",)]
     old.close()
     os.write(fd, body("late")[100:])
+    if not path:
+        os.link(md / "tmp" / "late", md / "tmp" / "late.2")
     if fsync:
         os.fsync(fd)
     os.close(fd)
+    if not path:
+        os.unlink(md / "tmp" / "late.2")
     os.rename(md / "tmp" / "late", md / "new" / "late")
     assert (md / "new" / "late").read_bytes() == body("late")
     m.unmount()
@@ -188,14 +207,17 @@ def restore_index_copied_mid_delivery(m, tmp_path, fsync=False):
     return md
 
 
-def test_index_copied_mid_delivery_fsynced_is_finished_in_place(tmp_path):
-    """The same with an fsync() before the close: the mount finishes the
-    delivery the index has as WRITING (by its GUID) with the synced
-    record, and moves it from tmp/ into new/, where it was renamed after
-    its fsync; no copy in lost+found/ is needed."""
+@pytest.mark.parametrize("fsync", [True, False], ids=["fsynced", "closed"])
+def test_index_copied_mid_delivery_is_finished_in_place(tmp_path, fsync):
+    """An index copied while a delivery was in flight, that delivery
+    finished (closed, or fsync()ed and closed) and renamed into new/: its
+    record carries its path, and the mount finishes the delivery the
+    index has as WRITING (by its GUID) with that record, and moves it
+    from tmp/ into new/, where it was renamed after its close; no copy in
+    lost+found/ is needed."""
     m = Mount(tmp_path / "store", tmp_path / "mnt")
     try:
-        md = restore_index_copied_mid_delivery(m, tmp_path, fsync=True)
+        md = restore_index_copied_mid_delivery(m, tmp_path, fsync=fsync)
         m.mount()
         log = m.log_text()
         assert sorted(os.listdir(md / "new")) == ["late", "old0", "old1", "old2"]
@@ -214,14 +236,14 @@ def test_index_copied_mid_delivery_loses_no_delivery(tmp_path):
     copying index.sqlite of a mounted store) names that delivery as
     WRITING at its offset.  The delivery then finished: close, rename
     into new/, acknowledged.  With that copy put back, the mount
-    finds a whole record where the index has a write in flight: it must
-    not cut it silently (it did: the message was gone for good, and
+    finds a whole record where the index has a write in flight, one
+    without a path to put it back at: it must not cut it silently (it did: the message was gone for good, and
     check and rebuild found nothing) but keep a copy that dboxadm cat
     shows.  A delivery that really was in flight at a crash (no whole
     record yet) is still dropped without a copy."""
     m = Mount(tmp_path / "store", tmp_path / "mnt")
     try:
-        md = restore_index_copied_mid_delivery(m, tmp_path)
+        md = restore_index_copied_mid_delivery(m, tmp_path, path=False)
         m.mount()
         log = m.log_text()
         assert sorted(os.listdir(md / "new")) == ["old0", "old1", "old2"]
@@ -276,7 +298,7 @@ def test_a_cut_recovery_could_not_make_is_judged_alike_next_time(tmp_path):
     after kills during purge on a full disk)."""
     m = Mount(tmp_path / "store", tmp_path / "mnt")
     try:
-        md = restore_index_copied_mid_delivery(m, tmp_path)
+        md = restore_index_copied_mid_delivery(m, tmp_path, path=False)
         (m.store / "lost+found").write_bytes(b"in the way\n")
         (file_id,), = index_rows(m.store, "SELECT DISTINCT file_id FROM message")
         size = (m.store / "storage" / f"m.{file_id}").stat().st_size
@@ -305,7 +327,9 @@ def test_a_stale_uncut_mark_cuts_no_mail(tmp_path):
     """An uncut mark that no longer fits its file - the index put back
     from a copy taken while the mark was set, mail delivered since - must
     not make recovery take that mail for a write in flight (an attack run
-    saw it cut into lost+found, out of its folders).  The mark holds only
+    saw it cut into lost+found, out of its folders).  That mail's records
+    carry no path, or recovery would put them back before it looks at
+    the mark.  The mark holds only
     while the file has the size it had; a backup's index carries none."""
     m = Mount(tmp_path / "store", tmp_path / "mnt")
     try:
@@ -323,8 +347,8 @@ def test_a_stale_uncut_mark_cuts_no_mail(tmp_path):
         shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
 
         m.mount()
-        deliver(md, "b", fsync=False)
-        deliver(md, "c", fsync=False)
+        deliver(md, "b", fsync=False, path=False)
+        deliver(md, "c", fsync=False, path=False)
         m.unmount()
         put_back_index(m.store, tmp_path / "old.sqlite")
         size = (m.store / "storage" / f"m.{file_id}").stat().st_size
@@ -665,7 +689,9 @@ def test_backup_copied_over_a_crashed_store_takes_no_more_changes(tmp_path):
 def test_rebuild_restores_mail_owned_as_its_folder(tmp_path):
     """A store of root's whose folder Dovecot keeps as user mail (a root
     mount with allow_other, docs/dovecot.md): a message rebuild restores
-    with a new name, closed without fsync, belongs to the folder's owner,
+    with a new name whose record has no owner (A: written with the path,
+    which a message with two names at its close does not get) belongs to
+    the folder's owner,
     mode as the folder less the execute bits (they were root's 0600, and
     Dovecot could not read them: helper-62).  One whose fsync recorded
     its mode, owner and group (metadata A) gets those back."""
@@ -679,7 +705,7 @@ def test_rebuild_restores_mail_owned_as_its_folder(tmp_path):
         m.unmount()
         shutil.copy(m.store / "index.sqlite", tmp_path / "old.sqlite")
         m.mount()
-        deliver(md, "new", fsync=False)
+        deliver(md, "new", fsync=False, path=False)
         fd = os.open(md / "tmp" / "own", os.O_WRONLY | os.O_CREAT, 0o600)
         os.write(fd, body("own"))
         os.fchown(fd, 1000, 1000)

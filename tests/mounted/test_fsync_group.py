@@ -200,16 +200,19 @@ def test_closed_message_reaches_the_disk_before_its_row(mount):
 
 
 def test_fsync_syncs_bytes_of_messages_others_closed(mount):
-    """An fsync() syncs the WAL with every commit so far, among them the
-    row of a message another writer closed without fsync a moment before:
-    that message's m.N is synced first (engine/store-sync.c), so no row
-    reaches the disk ahead of its bytes."""
+    """An fsync() that syncs the WAL - here of a message written again,
+    a copy, which recovery never puts back by itself
+    (test_fsync_one_flush.py) - syncs it with every commit so far, among
+    them the row of a message another writer closed without fsync a
+    moment before: that message's m.N is synced first (engine/store-
+    sync.c), so no row reaches the disk ahead of its bytes."""
     md = mount.maildir()
+    deliver_fsync(md, "b", b"Subject: b\n\nfirst version\n")
     a = os.open(os.path.join(md, "tmp", "a"), os.O_WRONLY | os.O_CREAT, 0o600)
-    b = os.open(os.path.join(md, "tmp", "b"), os.O_WRONLY | os.O_CREAT, 0o600)
+    b = os.open(os.path.join(md, "new", "b"), os.O_WRONLY | os.O_APPEND)
     try:
         os.write(a, b"Subject: a\n\nclosed, never fsynced\n")
-        os.write(b, b"Subject: b\n\nfsynced\n")
+        os.write(b, b"appended, fsynced\n")
         trace = FdatasyncTrace(mount).start()
         try:
             os.close(a)
@@ -222,7 +225,8 @@ def test_fsync_syncs_bytes_of_messages_others_closed(mount):
         for fd in (a, b):
             if fd is not None:
                 os.close(fd)
-    # a went to m.1, b (open while a wrote) to m.2.
+    # a went to m.1 (b's first version is there, its append took m.2
+    # while a held m.1).
     assert "m.2" in synced and "wal" in synced, synced
     assert "m.1" in synced[:synced.index("wal")], synced
 

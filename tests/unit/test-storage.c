@@ -350,7 +350,7 @@ static void test_metadata_roundtrip(void **state)
 	long len;
 
 	md.mailbox = strdup("Lists/Kernel");
-	md.fsync_path = strdup(".Lists.Kernel/tmp/1.host");
+	md.msg_path = strdup(".Lists.Kernel/tmp/1.host");
 	md.extra = strdup("P1234.5678\nO7\n");
 	len = dbox_metadata_format(&md, &buf);
 	assert_int_equal(len, sizeof(expected) - 1);
@@ -364,11 +364,11 @@ static void test_metadata_roundtrip(void **state)
 	assert_true(back.has_vsize && back.vsize == md.vsize);
 	assert_true(back.has_plain_size && back.plain_size == md.plain_size);
 	assert_string_equal(back.mailbox, "Lists/Kernel");
-	assert_string_equal(back.fsync_path, ".Lists.Kernel/tmp/1.host");
+	assert_string_equal(back.msg_path, ".Lists.Kernel/tmp/1.host");
 	assert_string_equal(back.extra, "P1234.5678\nO7\n");
 	dbox_metadata_clear(&back);
 	assert_null(back.mailbox);
-	assert_null(back.fsync_path);
+	assert_null(back.msg_path);
 
 	/* Every proper prefix asks for more; trailing bytes are not part
 	   of the block. */
@@ -393,7 +393,7 @@ static void test_metadata_roundtrip(void **state)
 	dbox_metadata_clear(&md);
 	md.received = 0x10;
 	md.mailbox = strdup("bad\nname");
-	md.fsync_path = strdup("tmp/bad\rname");
+	md.msg_path = strdup("tmp/bad\rname");
 	md.extra = strdup("Xsomething");
 	len = dbox_metadata_format(&md, &buf);
 	assert_int_equal(len, strlen("\n\x01\x03\nR10\nXsomething\n\n"));
@@ -404,7 +404,7 @@ static void test_metadata_roundtrip(void **state)
 	assert_false(back.has_plain_size);
 	assert_string_equal(back.guid, "");
 	assert_null(back.mailbox);
-	assert_null(back.fsync_path);
+	assert_null(back.msg_path);
 	dbox_metadata_clear(&back);
 	dbox_metadata_clear(&md);
 	free(buf);
@@ -442,7 +442,7 @@ static void test_metadata_owner(void **state)
 	char *buf, blk[64];
 	long len;
 
-	md.fsync_path = strdup("cur/1.host:2,S");
+	md.msg_path = strdup("cur/1.host:2,S");
 	md.owner = (struct dbox_owner){ .set = true, .mode = 0640,
 					.uid = 1000, .gid = 4294967295u };
 	len = dbox_metadata_format(&md, &buf);
