@@ -161,6 +161,49 @@ static bool shared_file(const char *root, const char *name,
 	return true;
 }
 
+/* Remember m.<file_id> as one this recovery did not judge: its in-flight
+   mark must outlive the open (dbox_store_drop_inflight_marks), or a copy
+   an altmove or purge had in flight into an ALT that was not mounted
+   then is kept for good when ALT is back, as mail the index does not
+   know (helper-77).  Returns 0 or -ENOMEM. */
+static int unjudged(struct dbox_store *st, uint32_t file_id)
+{
+	uint32_t *v = realloc(st->unjudged,
+			      (st->unjudged_count + 1) * sizeof(*v));
+
+	if (v == NULL)
+		return -ENOMEM;
+	st->unjudged = v;
+	st->unjudged[st->unjudged_count++] = file_id;
+	return 0;
+}
+
+/* dbox_store_drop_inflight_marks' walk: the marks of judged m.N. */
+static int drop_mark_cb(void *ctx, const char *key, int64_t value)
+{
+	struct dbox_store *st = ctx;
+	unsigned int id;
+	int end = 0;
+
+	(void)value;
+	if (sscanf(key, "inflight.m.%u%n", &id, &end) == 1 &&
+	    key[end] == '\0') {
+		for (size_t i = 0; i < st->unjudged_count; i++)
+			if (st->unjudged[i] == id)
+				return 0;
+	}
+	return dbox_index_meta_delete(st->index, key) < 0 ? -EIO : 0;
+}
+
+void dbox_store_drop_inflight_marks(struct dbox_store *st)
+{
+	if (st->unjudged_count == 0)
+		(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
+	else
+		(void)dbox_index_meta_list(st->index, "inflight.",
+					   drop_mark_cb, st);
+}
+
 /* Recovery of one m.N past its committed end `size`, before the index's
    own recovery drops the WRITING rows.  The record a save or purge had in
    flight starts where its m.N ended when it took the file: a delivery's
@@ -187,8 +230,12 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 	dbox_file_name(name, file_id);
 	dir = dbox_store_mfile_dir(st, file_id, &alt);
 	if (dir < 0)
-		return 0; /* logged: ALT is missing */
+		return unjudged(st, file_id); /* logged: ALT is missing */
 	fd = openat(dir, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0 && errno == EROFS)
+		/* A read-only ALT: its records are read, never cut. */
+		fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+			    O_CLOEXEC);
 	if (fd < 0) {
 		int err = errno;
 
@@ -208,7 +255,7 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 		dbox_error("%s/" DBOX_STORE_STORAGE "/%s: %s; its messages will fail with EIO "
 			   "(run 'dboxadm check')", dbox_store_dir_name(st, alt),
 			   name, strerror(err));
-		return 0;
+		return unjudged(st, file_id);
 	}
 	if (fstat(fd, &stbuf) < 0 || (uint64_t)stbuf.st_size <= size ||
 	    shared_file(dbox_store_dir_name(st, alt), name, &stbuf)) {

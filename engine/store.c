@@ -241,10 +241,14 @@ const char *dbox_store_dir_name(const struct dbox_store *st, bool alt)
 
 /* Open ALT/storage/ for the store: ALT itself is an admin's path (like
    STORE: symbolic links on the way are followed); storage/ inside it is
-   not followed.  Only an ALT dbox_alt_owner_check accepts.  Returns the
-   fd of storage/ or -errno (-EPERM: refused, logged). */
-static int open_alt_storage(struct dbox_store *st, const char *alt,
-			    bool recorded)
+   not followed.  Only an ALT dbox_alt_owner_check accepts, and while the
+   index places m.N in ALT, only one that holds the first of them: the
+   recorded ALT's disk may not be mounted yet (its mount point an empty
+   directory), and a new path given for it may be a typo; taken, it
+   split the ALT mail between two directories, with EIO for the half not
+   there (helper-77).  Returns the fd of storage/ or -errno (-EPERM:
+   refused; -ENOENT: not the ALT; both logged). */
+static int open_alt_storage(struct dbox_store *st, const char *alt)
 {
 	struct stat store_sb, sb;
 	uint32_t first;
@@ -255,11 +259,9 @@ static int open_alt_storage(struct dbox_store *st, const char *alt,
 
 	if (fstat(st->dir_fd, &store_sb) < 0)
 		return -errno;
-	/* The recorded ALT, which the index places m.N in: its disk may not
-	   be mounted yet, its mount point an empty directory.  That is not
-	   the alternate storage (nothing is made in it), and it is tried
-	   again later (dbox_store_alt_fd). */
-	if (recorded && dbox_index_mfile_alt_first(st->index, &first) == 0)
+	/* Nothing is made in an ALT that should hold mail already; the
+	   recorded one is tried again later (dbox_store_alt_fd). */
+	if (dbox_index_mfile_alt_first(st->index, &first) == 0)
 		has_files = true;
 	ret = dbox_alt_storage_open(alt, store_sb.st_uid,
 				    !st->readonly && !has_files, &uid, &way);
@@ -305,7 +307,7 @@ int dbox_store_alt_fd(struct dbox_store *st)
 	if (now < st->alt_tried + DBOX_ALT_RETRY_SECONDS)
 		return -1;
 	st->alt_tried = now;
-	if ((fd = open_alt_storage(st, st->alt_path, true)) < 0) {
+	if ((fd = open_alt_storage(st, st->alt_path)) < 0) {
 		st->alt_err = -fd;
 		return -1;
 	}
@@ -337,7 +339,7 @@ static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set
 	}
 	if (set->alt_path != NULL &&
 	    (recorded == NULL || strcmp(recorded, set->alt_path) != 0)) {
-		fd = open_alt_storage(st, set->alt_path, false);
+		fd = open_alt_storage(st, set->alt_path);
 		if (fd < 0) {
 			if (recorded != NULL)
 				dbox_error("%s/storage: alternate storage not "
@@ -377,7 +379,7 @@ static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set
 	st->alt_path = recorded;
 	if (recorded == NULL)
 		return 0;
-	if ((fd = open_alt_storage(st, recorded, true)) < 0) {
+	if ((fd = open_alt_storage(st, recorded)) < 0) {
 		st->alt_err = -fd;
 		st->alt_tried = monotonic_sec();
 		st->alt_said = st->alt_tried + 1; /* said here */
@@ -427,9 +429,11 @@ void dbox_store_close(struct dbox_store **stp)
 	}
 	free(st->append);
 	dbox_fd_cache_deinit(&st->read_fds);
-	/* Nothing is in flight any more (recovery reads none of these). */
+	/* Nothing is in flight any more, but what recovery could not judge
+	   (ALT missing). */
 	if (st->index != NULL && !st->readonly)
-		(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
+		dbox_store_drop_inflight_marks(st);
+	free(st->unjudged);
 	dbox_index_close(&st->index);
 	close_if_open(st->storage_fd);
 	close_if_open(st->alt_fd);
@@ -570,9 +574,10 @@ static int store_open(struct dbox_store *st, const char *path,
 	    (ret = dbox_index_mfile_max(st->index, &max_index)) < 0)
 		return ret;
 	/* Recovery judged them; stale marks must not outlive it (a failure
-	   only leaves marks below the committed ends, which are ignored). */
+	   only leaves marks below the committed ends, which are ignored),
+	   but those of m.N it could not reach (ALT missing). */
 	if (!st->readonly)
-		(void)dbox_index_meta_delete_prefix(st->index, "inflight.");
+		dbox_store_drop_inflight_marks(st);
 	st->next_file_id = next_file_id(st, max_index);
 	if (max_index != 0 && !st->readonly)
 		dbox_store_pool_adopt(st, max_index, writing > 0);

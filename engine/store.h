@@ -185,6 +185,11 @@ struct dbox_store {
 	unsigned long kept_records; /* whole records recovery kept past what
 				       the index knows (index older than
 				       storage/) */
+	uint32_t *unjudged;         /* m.N recovery could not look at (ALT
+				       missing, the file unreadable): their
+				       in-flight marks stay for a recovery
+				       that can (malloc()ed) */
+	size_t unjudged_count;
 	bool wal_left;              /* the open found index.sqlite-wal not
 				       empty: left by a process that died
 				       (dbox_store_verify_start) */
@@ -241,6 +246,14 @@ int dbox_store_import_mark_commit(struct dbox_store *st, bool running);
    starts; kept = the end of the whole records past the committed end
    that recovery kept (an index older than storage/). */
 void dbox_store_tail_keys(uint32_t file_id, char inflight[32], char kept[32]);
+
+/* Delete the inflight.m.N marks once nothing is in flight (after the
+   open's recovery, at close), but those of the m.N recovery could not
+   look at (st->unjudged: ALT missing, the file unreadable), which the
+   next recovery that reaches them judges.  The caller has the store to
+   itself (open, close).  Failures leave marks, which cost nothing below
+   a committed end. */
+void dbox_store_drop_inflight_marks(struct dbox_store *st);
 
 /* The lowest mark at or past the committed end (bytes) of m.<file_id>
    where a copy or purge started writing (inflight.m.N), or where a write

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import DBOXADM, index_rows, need_corpora, tmpfs
+from conftest import DBOXADM, index_rows, need_corpora, preload_shim, tmpfs
 from dovecot_mdbox import Mdbox, dovecot_tmp  # noqa: F401
 
 ROTATE = "rotate_size=16384"
@@ -435,8 +435,11 @@ def test_altmove_killed_midway(tmp_path, make_mount):
         assert (cur / n).read_bytes() == body
     m.unmount()
 
-    # Online: the mount does the copying; kill it in the middle.
+    # Online: the mount does the copying; kill it in the middle.  The
+    # ALT moves first, as an admin moving its disk would: every m.N
+    # copied over, then the new path given.
     (tmp_path / "alt2").mkdir()
+    shutil.copytree(alt / "storage", tmp_path / "alt2" / "storage")
     m.options = ["-o", f"rotate_size=4096,alt={tmp_path / 'alt2'}"]
     m.mount()
     assert f"alternate storage changed from {alt} to {tmp_path / 'alt2'}" in m.log_text()
@@ -444,10 +447,6 @@ def test_altmove_killed_midway(tmp_path, make_mount):
     data2, _ = fill(cur, 150, old_every=1, prefix="b")
     data.update(data2)
     m.unmount()
-    # Everything already in alt/ stays readable only there: copy it over,
-    # as an admin moving the ALT disk would.
-    for p in (alt / "storage").glob("m.*"):
-        shutil.copy2(p, tmp_path / "alt2" / "storage" / p.name)
     alt = tmp_path / "alt2"
     midway, limit = 0, 0.3
     for attempt in range(40):
@@ -1009,3 +1008,141 @@ def test_alt_recorded_by_a_user_leads_root_nowhere(tmp_path):
     finally:
         unmount(scratch / "mnt")
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+KILL_AT_SYNC = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Kill the process when the KILL_SYNC_N-th fdatasync of a file whose
+   path starts with KILL_SYNC_OF returns. */
+int fdatasync(int fd)
+{
+	static int (*real)(int);
+	static int seen;
+	const char *of = getenv("KILL_SYNC_OF"), *n = getenv("KILL_SYNC_N");
+	char link[64], path[4096];
+	ssize_t len;
+	int ret;
+
+	if (real == NULL)
+		real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+	ret = real(fd);
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	if (of != NULL && n != NULL &&
+	    (len = readlink(link, path, sizeof(path) - 1)) > 0) {
+		path[len] = '\0';
+		if (strncmp(path, of, strlen(of)) == 0 && ++seen == atoi(n))
+			kill(getpid(), SIGKILL);
+	}
+	return ret;
+}
+"""
+
+
+def old_mail(cur, count, prefix="k", one_name=False):
+    """count messages written into cur with old received dates, without
+    the corpora; one_name: each has a second name at its close, so its
+    record carries no path (as Dovecot's records).  Returns name ->
+    bytes."""
+    data = {}
+    for i in range(count):
+        name = f"{1600000000 + i}.{prefix}{i}.test:2,S"
+        data[name] = b"Subject: %d\n\n" % i + b"old mail, moved to ALT\n" * (40 + i)
+        with open(cur / name, "wb") as f:
+            f.write(data[name])
+            if one_name:
+                os.link(cur / name, cur / (name + "2"))
+        if one_name:
+            os.unlink(cur / (name + "2"))
+        os.utime(cur / name, ns=(OLD_NS + i * 10**9,) * 2)
+    return data
+
+
+def test_a_new_alt_path_without_the_alt_mail_is_not_taken(tmp_path, make_mount):
+    """A second --alt= (or -o alt=) naming a directory without the m.N
+    the index places in ALT - a typo, a disk not mounted - is refused and
+    not recorded: taken, the next altmove put mail there and the rest
+    stayed in the first, with EIO for whichever half the mount did not
+    see (helper-77).  Nothing is made in it; the recorded ALT serves."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    data = old_mail(m.mnt / "cur", 20)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    typo = tmp_path / "alt-typo"
+    typo.mkdir()
+    r = adm("altmove", store, "--older-than", "30", f"--alt={typo}")
+    assert r.returncode == 2, r
+    assert b"not recorded" in r.stderr, r.stderr
+    (typo / "storage").mkdir()       # storage/ there, but not the mail
+    r = adm("altmove", store, "--older-than", "30", f"--alt={typo}")
+    assert r.returncode == 2 and b"holds no m." in r.stderr, r
+    m.options = ["-o", f"{ROTATE},alt={typo}"]
+    m.mount()
+    assert "not recorded" in m.log_text(), m.log_text()
+    for name, body in data.items():
+        assert (m.mnt / "cur" / name).read_bytes() == body
+    m.unmount()
+    assert os.listdir(typo / "storage") == []
+    check_store(store, data, alt)
+    assert all(a for _, a in where(store).values())
+
+
+def test_a_killed_altmove_is_judged_once_alt_is_back(tmp_path, make_mount,
+                                                     monkeypatch):
+    """An offline altmove killed right after it synced its first copies
+    into ALT, before the commit that switches the index to them; the
+    next mount runs while ALT's disk is not there, then ALT comes back.
+    That recovery cannot look at the ALT m.N, and it dropped the copies'
+    in-flight mark all the same: with ALT back, every check and mount
+    took the copies for mail an older index did not know ('run dboxadm
+    rebuild'), purge refused the file, and a rebuild brought back a
+    message expunged meanwhile (helper-77).  The mark now stays until a
+    recovery reaches the file and cuts the copies."""
+    shim = preload_shim(tmp_path, monkeypatch, "killsync", KILL_AT_SYNC)
+    monkeypatch.delenv("LD_PRELOAD")
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    cur = m.mnt / "cur"
+    # No path in the records: recovery could put back copies with one.
+    data = old_mail(cur, 40, one_name=True)
+    m.unmount()
+    r = subprocess.run([str(DBOXADM), "altmove", str(store), "--older-than", "30",
+                        f"--alt={alt}"], capture_output=True,
+                       env=dict(os.environ, LD_PRELOAD=str(shim),
+                                KILL_SYNC_OF=str(alt / "storage") + "/m.",
+                                KILL_SYNC_N="2"))
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr[-2000:])
+    assert not any(a for _, a in where(store).values()), "the switch committed"
+
+    os.rename(alt, tmp_path / "alt.away")
+    alt.mkdir()                      # ALT's disk is not mounted
+    m.mount()
+    m.unmount()
+    alt.rmdir()
+    os.rename(tmp_path / "alt.away", alt)
+
+    m.mount()
+    log = m.log_text()
+    for name, body in data.items():
+        assert (cur / name).read_bytes() == body
+    victim = sorted(data)[0]
+    os.unlink(cur / victim)
+    del data[victim]
+    m.unmount()
+    assert "rebuild" not in log, log
+    adm("purge", store, check_rc=0)
+    check_store(store, data, alt)
+    adm("altmove", store, "--older-than", "30", check_rc=0)
+    check_store(store, data, alt)
+    m.mount()
+    assert sorted(os.listdir(cur)) == sorted(data)
+    m.unmount()
