@@ -179,17 +179,23 @@ static const struct bk_ment *has_entry(const struct bk_manifest *m,
 
 /* The same bytes in the previous backup, linked.  Only m.N: their
    committed bytes never change, but a plain file of a mounted backup is
-   written in place, which would change it in PREV too.  Returns 1 when
-   linked, 0 when it must be copied, or a negative errno. */
+   written in place, which would change it in PREV too.  An m.N of PREV
+   is no longer what its manifest says when its mtime moved: a mount of
+   that backup rewrites a received date in place (helper-77: the
+   link shared a date PREV's mount had changed, at the same size).
+   Returns 1 when linked, 0 when it must be copied, or a negative errno. */
 static int link_prev(struct bk *b, const struct bk_ment *rec,
 		     const struct stat *st, const char *name)
 {
 	int dst_dir = b->part.storage, prev_dir = b->prevs.storage;
 	const struct bk_ment *e;
+	struct stat pst;
 
 	if (rec->kind != 'm' || !rec->linkable ||
 	    (e = has_entry(&b->prevm, rec, st, prev_dir, name)) == NULL ||
-	    !e->linkable)
+	    !e->linkable || e->copy_mtime < 0 ||
+	    fstatat(prev_dir, name, &pst, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    bk_ts_ns(&pst.st_mtim) != e->copy_mtime)
 		return 0;
 	if (unlinkat(dst_dir, name, 0) < 0 && errno != ENOENT)
 		return -errno;
@@ -237,10 +243,16 @@ static int64_t copy_src(struct bk *b, const struct bk_src *s, int dst_dir,
 	return n;
 }
 
-/* The record, the bytes (how), counted. */
-static void done(struct bk *b, const struct bk_ment *rec, uint64_t *files,
-		 uint64_t *bytes, uint64_t len)
+/* The record (with the mtime of its copy, dir_fd/name), the bytes (how),
+   counted. */
+static void done(struct bk *b, struct bk_ment *rec, int dir_fd,
+		 const char *name, uint64_t *files, uint64_t *bytes,
+		 uint64_t len)
 {
+	struct stat st;
+
+	rec->copy_mtime = fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ?
+		bk_ts_ns(&st.st_mtim) : -1;
 	++*files;
 	*bytes += len;
 	progress(b, 1, 0);
@@ -276,14 +288,16 @@ void bk_backup_file(struct bk *b, char kind, uint64_t id, uint64_t committed)
 	/* What an interrupted run of this backup already wrote. */
 	if (!last && (e = has_entry(&b->old, &rec, &st, dst_dir, name)) != NULL) {
 		rec.linkable = e->linkable;
-		done(b, &rec, &res->kept, &res->bytes_kept, len);
+		done(b, &rec, dst_dir, name, &res->kept, &res->bytes_kept,
+		     len);
 		return;
 	}
 	if (!last && (ret = link_prev(b, &rec, &st, name)) != 0) {
 		if (ret < 0)
 			b->failed = ret;
 		else
-			done(b, &rec, &res->linked, &res->bytes_linked, len);
+			done(b, &rec, dst_dir, name, &res->linked,
+			     &res->bytes_linked, len);
 		return;
 	}
 	if ((n = copy_src(b, s, dst_dir, name, &rec)) < 0) {
@@ -295,6 +309,7 @@ void bk_backup_file(struct bk *b, char kind, uint64_t id, uint64_t committed)
 		rec.len = (uint64_t)n;
 		rec.linkable = 0;
 	}
-	done(b, &rec, &res->copied, &res->bytes_copied, (uint64_t)n);
+	done(b, &rec, dst_dir, name, &res->copied, &res->bytes_copied,
+	     (uint64_t)n);
 	bk_hook(b, "copied");
 }

@@ -1,8 +1,9 @@
 /*
  * backup-manifest.c: DEST/backup-manifest, the list of what a backup
  * wrote, one line a file: kind ('m' or 'f'), id, bytes in the backup, the
- * source's device, inode, size, mtime and ctime (ns), and whether a later
- * backup may hard-link the copy (backup.h, Incremental).  A line is
+ * source's device, inode, size, mtime and ctime (ns), whether a later
+ * backup may hard-link the copy, and the copy's own mtime (ns; missing
+ * in manifests from before 2026-12-07) (backup.h, Incremental).  A line is
  * written after its file is on disk, so a killed run's manifest names
  * only files a rerun can keep.
  */
@@ -46,7 +47,18 @@ static bool parse_line(const char *line, struct bk_ment *e)
 		   " %" SCNu64 " %" SCNd64 " %" SCNd64 " %d%n", &kind, &e->id,
 		   &e->len, &e->dev, &e->ino, &e->size, &e->mtime, &e->ctime,
 		   &e->linkable, &n) != 9 ||
-	    (kind != 'm' && kind != 'f') || line[n] != '\n')
+	    (kind != 'm' && kind != 'f'))
+		return false;
+	e->copy_mtime = -1;
+	if (line[n] == ' ') {
+		int more = 0;
+
+		if (sscanf(line + n, " %" SCNd64 "%n", &e->copy_mtime,
+			   &more) != 1)
+			return false;
+		n += more;
+	}
+	if (line[n] != '\n')
 		return false;
 	e->kind = kind;
 	return true;
@@ -119,9 +131,9 @@ int bk_manifest_create(struct bk *b)
 void bk_manifest_add(struct bk *b, const struct bk_ment *e)
 {
 	fprintf(b->manifest, "%c %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
-		" %" PRIu64 " %" PRId64 " %" PRId64 " %d\n", e->kind, e->id,
-		e->len, e->dev, e->ino, e->size, e->mtime, e->ctime,
-		e->linkable);
+		" %" PRIu64 " %" PRId64 " %" PRId64 " %d %" PRId64 "\n",
+		e->kind, e->id, e->len, e->dev, e->ino, e->size, e->mtime,
+		e->ctime, e->linkable, e->copy_mtime);
 	if (fflush(b->manifest) != 0 && b->failed == 0)
 		b->failed = -errno;
 }

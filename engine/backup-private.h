@@ -40,6 +40,9 @@ struct bk_ment {
 	uint64_t dev, ino, size;   /* the source, fstat()ed before copying */
 	int64_t mtime, ctime;  /* ns */
 	int linkable;          /* a later backup may hard-link this copy */
+	int64_t copy_mtime;    /* the copy's own mtime (ns) when this entry
+				  was written; -1: not known (a manifest
+				  from before 2026-12-07) */
 };
 
 struct bk_manifest {

@@ -448,6 +448,81 @@ static void raise_nofile(void)
 	}
 }
 
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Remove from dir (DEST.partial's storage/ or files/) every file of ours
+   (an m.N; a files/<ino>) whose id is not in ids[n] (sorted): a resumed
+   run's DEST.partial holds what the interrupted run copied, and the
+   store may have dropped some of it since (a purge, an altmove, a
+   deleted plain file).  Left there, the backup failed check for an m.N
+   its index does not know, and rebuild brought expunged mail back
+   (helper-77).  Returns 0 or a negative errno. */
+static int prune_dir(int dir_fd, bool mfiles, const uint64_t *ids, size_t n)
+{
+	int fd = dup(dir_fd), ret = 0;
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	struct dirent *de;
+
+	if (d == NULL) {
+		if (fd >= 0)
+			close(fd);
+		return -errno;
+	}
+	while ((de = readdir(d)) != NULL) {
+		uint64_t id;
+		uint32_t file_id;
+		char *end;
+
+		if (mfiles) {
+			if (!dbox_mfile_parse_name(de->d_name, &file_id))
+				continue;
+			id = file_id;
+		} else {
+			if (de->d_name[0] < '0' || de->d_name[0] > '9')
+				continue;
+			errno = 0;
+			id = strtoull(de->d_name, &end, 10);
+			if (*end != '\0' || errno != 0)
+				continue;
+		}
+		if (bsearch(&id, ids, n, sizeof(*ids), u64_cmp) == NULL &&
+		    unlinkat(dir_fd, de->d_name, 0) < 0 && errno != ENOENT) {
+			ret = -errno;
+			break;
+		}
+	}
+	closedir(d);
+	return ret;
+}
+
+/* Only the snapshot's files in DEST.partial (prune_dir).  Returns 0 or
+   a negative errno. */
+static int prune_partial(struct bk *b, const struct dbox_index_snapshot *snap)
+{
+	uint64_t *ids = malloc((snap->nmfiles + snap->nfiles + 1) *
+			       sizeof(*ids));
+	int ret;
+
+	if (ids == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < snap->nmfiles; i++)
+		ids[i] = snap->mfiles[i].file_id;
+	qsort(ids, snap->nmfiles, sizeof(*ids), u64_cmp);
+	ret = prune_dir(b->part.storage, true, ids, snap->nmfiles);
+	if (ret == 0) {
+		memcpy(ids, snap->files, snap->nfiles * sizeof(*ids));
+		qsort(ids, snap->nfiles, sizeof(*ids), u64_cmp);
+		ret = prune_dir(b->part.files, false, ids, snap->nfiles);
+	}
+	free(ids);
+	return ret;
+}
+
 /* Every file of the snapshot into DEST.partial, then DEST in place. */
 static int copy_all(struct bk *b, const struct dbox_index_snapshot *snap)
 {
@@ -463,6 +538,8 @@ static int copy_all(struct bk *b, const struct dbox_index_snapshot *snap)
 			bk_backup_file(b, kind, id, kind == 'm' ?
 				       snap->mfiles[i].size : 0);
 	}
+	if (b->failed == 0)
+		b->failed = prune_partial(b, snap);
 	if (b->failed == 0)
 		b->failed = finish(b);
 	if (b->failed != 0)

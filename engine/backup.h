@@ -51,7 +51,9 @@
  * identity is the one PREV's manifest recorded, that was copied whole,
  * and whose ctime was at least DBOX_BACKUP_LINK_AGE_NS older than that
  * backup's start (a write in the same timestamp tick would not move
- * ctime), is hard-linked from PREV instead of copied.  Any write to the
+ * ctime), is hard-linked from PREV instead of copied - if PREV's copy
+ * still has the mtime its manifest recorded for it (a mount of PREV
+ * rewrites received dates in place).  Any write to the
  * source (an append, the received date rewritten in place by utimens, a
  * cut by recovery) moves its ctime, which the store owner cannot set.
  * The highest m.N of the snapshot is always copied: a mount of the backup

@@ -411,6 +411,42 @@ def test_killed_backup_is_incomplete_and_a_rerun_completes_it(make_mount, tmp_pa
     assert tree(r.mnt) == expected
 
 
+def test_a_rerun_keeps_no_file_the_store_dropped_since(make_mount, tmp_path):
+    """A backup killed after its first m.N; then the mail is expunged and
+    purged, so that m.N leaves the store, and new mail arrives; then the
+    same command again.  The finished backup holds the new snapshot's
+    files only and passes check.  The first run's m.N stayed in it: check
+    failed for an m.N its index did not know, and rebuild brought the
+    expunged mail back (helper-77)."""
+    store, m = filled(make_mount, tmp_path, messages=80)
+    hooks, env = hooked(tmp_path, "copied")
+    dest, partial = tmp_path / "bk", tmp_path / "bk.partial"
+    proc = subprocess.Popen([str(DBOXADM), "backup", str(store), str(dest)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(hooks / "copied.reached", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = {p.name for p in (partial / "storage").iterdir()}
+    assert len(first) == 1
+
+    for p in list(m.mnt.rglob("*")):
+        if p.is_file() and p.parent.name in ("cur", "new"):
+            p.unlink()
+    (m.mnt / "cur" / "after.1:2,S").write_bytes(letter(5000))
+    adm("purge", store, check_rc=0)
+    assert not first & {p.name for p in (store / "storage").iterdir()}
+    expected = tree(m.mnt)
+    summary = backup(store, dest)
+    m.unmount()
+    assert summary["source_errors"] == 0
+    assert not partial.exists()
+    assert {p.name for p in (dest / "storage").iterdir()} == \
+        {f"m.{fid}" for (fid,) in index_rows(dest, "SELECT file_id FROM mfile")}
+    check_clean(dest)
+    r = make_mount(store=dest, mnt=tmp_path / "mnt-bk")
+    assert tree(r.mnt) == expected
+
+
 def test_link_dest_shares_unchanged_mfiles(make_mount, tmp_path):
     store, m = filled(make_mount, tmp_path, messages=80)
     time.sleep(2.1)  # older than the backup's link age
@@ -464,6 +500,34 @@ def test_link_dest_shares_unchanged_mfiles(make_mount, tmp_path):
     check_clean(tmp_path / "bk1")
     r = make_mount(store=tmp_path / "bk1", mnt=tmp_path / "mnt-bk1")
     assert tree(r.mnt) == t1
+
+
+def test_link_dest_copies_an_mfile_a_mount_of_prev_changed(make_mount, tmp_path):
+    """PREV mounted read-write and a message's date set there: its
+    received date is rewritten in place in PREV's m.N, at the same size,
+    so PREV's manifest still matches the source.  The next backup with
+    --link-dest must copy that m.N, not link PREV's changed one (it did:
+    the new backup held a date the source never had; helper-77)."""
+    store, m = filled(make_mount, tmp_path, messages=80)
+    m.unmount()
+    time.sleep(2.1)  # older than the backup's link age
+    bk1, bk2 = tmp_path / "bk1", tmp_path / "bk2"
+    backup(store, bk1)
+    file_of = dict((n.decode(), f) for n, f in index_rows(
+        bk1, "SELECT e.name, m.file_id FROM entry e JOIN message m ON m.ino = e.ino"))
+    top = max(file_of.values())
+    r = make_mount(store=bk1, mnt=tmp_path / "mnt-bk1")
+    touched = next(p for p in messages(r.mnt) if file_of[p.name] < top - 1)
+    os.utime(touched, (1_000_000_000, 1_000_000_000))
+    r.unmount()
+    changed = f"m.{file_of[touched.name]}"
+    b2 = backup(store, bk2, "--link-dest", bk1)
+    assert b2["files_linked"] > 0
+    assert (bk2 / "storage" / changed).stat().st_ino != \
+        (bk1 / "storage" / changed).stat().st_ino
+    for p in (bk2 / "storage").iterdir():
+        assert p.read_bytes() == (store / "storage" / p.name).read_bytes(), p.name
+    check_clean(bk2)
 
 
 def test_backup_offline_and_refusals(make_mount, tmp_path):
