@@ -59,6 +59,14 @@ static int store_txn(struct dbox_store *st, int (*fn)(struct dbox_index *,
 	return ret;
 }
 
+/* A meta value, 0 when it is not there or unreadable. */
+static int64_t meta(struct dbox_index *index, const char *key)
+{
+	int64_t value = 0;
+
+	return dbox_index_meta_get(index, key, &value) == 0 ? value : 0;
+}
+
 static int set_kvs(struct dbox_index *index, const void *ctx)
 {
 	const struct meta_kvs *kvs = ctx;
@@ -186,14 +194,6 @@ int dbox_purge_record(struct dbox_store *st,
 
 /* --- dboxadm's side: requests to a mount -------------------------------- */
 
-/* A meta value, 0 when it is not there or unreadable. */
-static int64_t meta(struct dbox_index *index, const char *key)
-{
-	int64_t value = 0;
-
-	return dbox_index_meta_get(index, key, &value) == 0 ? value : 0;
-}
-
 int dbox_purge_request_done(struct dbox_view *view, int64_t since_ns,
 			    struct dbox_purge_result *res_r)
 {
@@ -220,6 +220,17 @@ int dbox_purge_request_done(struct dbox_view *view, int64_t since_ns,
 	return 1;
 }
 
+/* The request kvs into the one slot, unless another dboxadm's request
+   there has not run yet (-EBUSY): overwritten, it was never run, and
+   both dboxadm took the one outcome for theirs (helper-77). */
+static int set_request(struct dbox_index *index, const void *ctx)
+{
+	if (meta(index, DBOX_META_ALTMOVE_REQUEST) >
+	    meta(index, DBOX_META_ALTMOVE_DONE))
+		return -EBUSY;
+	return set_kvs(index, ctx);
+}
+
 int dbox_altmove_request(struct dbox_view *view, int64_t before_ns,
 			 uint64_t folder, int64_t *request_ns_r)
 {
@@ -231,7 +242,7 @@ int dbox_altmove_request(struct dbox_view *view, int64_t before_ns,
 	};
 
 	*request_ns_r = now;
-	return in_txn(view->index, set_kvs, KVS(kv), true);
+	return in_txn(view->index, set_request, KVS(kv), true);
 }
 
 int dbox_altmove_pending(struct dbox_store *st, int64_t *request_ns_r,

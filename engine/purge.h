@@ -227,7 +227,9 @@ int dbox_purge_request_done(struct dbox_view *view, int64_t since_ns,
    index's time encoding; INT64_MAX: any age) in folder (an ino from
    dbox_altmove_folder, 0: every folder): the DBOX_META_ALTMOVE_ keys
    written in one durable transaction, the request time last.  *request_ns_r
-   is the request time (ns), set in any case.  Returns 0 or -EIO. */
+   is the request time (ns), set in any case.  Returns 0, -EBUSY when
+   another request is there that the mount has not run yet (one at a
+   time: wait for it, signalling the mount, and ask again), or -EIO. */
 int dbox_altmove_request(struct dbox_view *view, int64_t before_ns,
 			 uint64_t folder, int64_t *request_ns_r);
 

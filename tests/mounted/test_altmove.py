@@ -1146,3 +1146,32 @@ def test_a_killed_altmove_is_judged_once_alt_is_back(tmp_path, make_mount,
     m.mount()
     assert sorted(os.listdir(cur)) == sorted(data)
     m.unmount()
+
+
+def test_two_altmoves_asked_of_one_mount_at_once_both_run(tmp_path, make_mount):
+    """Two dboxadm altmove with different selections sent to one mount at
+    the same moment: each runs, and each reports its own outcome.  The
+    mount has one request slot; the second request overwrote the first,
+    which never ran, and both dboxadm exited 0 with the one outcome
+    (helper-77, 5 of 5 rounds).  A request now waits while another one
+    is there that the mount has not run."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt",
+                   options=["-o", f"{ROTATE},alt={alt}"])
+    inbox = old_mail(m.mnt / "cur", 30, prefix="i")
+    archive = m.maildir(".Archive")
+    for i in range(30):
+        (archive / "cur" / f"{1700000000 + i}.a{i}.test:2,S").write_bytes(
+            b"Subject: archived %d\n\nrecent, in a folder\n" % i)
+    procs = [subprocess.Popen([str(DBOXADM), "altmove", str(store), *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for args in (["--folder=.Archive"], ["--older-than=30"])]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, (out, err)
+    placed = where(store)
+    assert all(placed[n][1] for n in inbox), "INBOX's old mail not moved"
+    assert all(a for n, (_, a) in placed.items() if ".a" in n), \
+        "the folder's mail not moved"
+    m.unmount()

@@ -15,9 +15,11 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct altmove_args {
 	const char *store, *folder, *alt;
@@ -153,8 +155,24 @@ static int altmove_ask(void *ctx, struct dbox_view *view,
 	}
 	if (folder_ino(view->index, a, &folder) < 0)
 		return ADM_EXIT_USAGE;
-	if ((ret = dbox_altmove_request(view, a->before_ns, folder,
-					&mp->t0)) < 0) {
+	/* The mount takes one request at a time: another dboxadm's, not
+	   run yet, first (signalled, in case its dboxadm died before). */
+	for (int64_t until = dbox_now_ns() + (int64_t)a->timeout * 1000000000;
+	     (ret = dbox_altmove_request(view, a->before_ns, folder,
+					 &mp->t0)) == -EBUSY &&
+	     dbox_now_ns() < until;) {
+		struct timespec ts = { 0, 100 * 1000000L };
+
+		(void)dbox_holder_signal(h, SIGUSR1);
+		nanosleep(&ts, NULL);
+	}
+	if (ret == -EBUSY) {
+		adm_error("%s: another altmove request is still waiting for "
+			  "the mount after %lu s; run it again later",
+			  a->store, a->timeout);
+		return ADM_EXIT_FAILED;
+	}
+	if (ret < 0) {
 		adm_error("%s: cannot write the request into the index: %s",
 			  a->store, strerror(-ret));
 		return ADM_EXIT_FAILED;
