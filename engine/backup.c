@@ -271,6 +271,61 @@ static int partial_check(struct bk *b)
 	return 0;
 }
 
+/* Would DEST (path) lie in the store's directory or ALT's, or below one?
+   A backup there became a directory among the m.N (STORE/storage/m.999),
+   which the store's check then reported for good (helper-77).  Looks at
+   the directories from DEST's parent up to /, by device and inode. */
+static bool dest_inside_source(const struct bk *b, const char *path)
+{
+	struct stat own[2];
+	int nown = 0, fd;
+	char *parent = strdup(path), *slash;
+
+	/* The store's directory (storage/'s parent) and ALT's. */
+	for (int i = 0; i < 2; i++) {
+		int sfd = i == 0 ? b->src.storage : b->src.alt;
+		int pfd = sfd < 0 ? -1 : openat(sfd, "..", O_RDONLY |
+						O_DIRECTORY | O_CLOEXEC);
+
+		if (pfd >= 0 && fstat(pfd, &own[nown]) == 0)
+			nown++;
+		if (pfd >= 0)
+			close(pfd);
+	}
+	if (parent == NULL)
+		return false;
+	slash = strrchr(parent, '/');
+	if (slash == parent)
+		slash[1] = '\0';
+	else if (slash != NULL)
+		*slash = '\0';
+	fd = open(slash != NULL ? parent : ".", O_RDONLY | O_DIRECTORY |
+		  O_CLOEXEC);
+	free(parent);
+	for (int depth = 0; fd >= 0 && depth < 4096; depth++) {
+		struct stat st, up;
+		int ufd;
+
+		if (fstat(fd, &st) < 0)
+			break;
+		for (int i = 0; i < nown; i++)
+			if (st.st_dev == own[i].st_dev &&
+			    st.st_ino == own[i].st_ino) {
+				close(fd);
+				return true;
+			}
+		ufd = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		close(fd);
+		fd = ufd;
+		if (fd >= 0 && fstat(fd, &up) == 0 && up.st_dev == st.st_dev &&
+		    up.st_ino == st.st_ino)
+			break; /* / */
+	}
+	if (fd >= 0)
+		close(fd);
+	return false;
+}
+
 /* Create (or, from an interrupted run, reuse) DEST.partial, locked for
    this run, with its manifest, storage/ and files/.  Returns 0 or a
    negative errno (logged; res->refused unless it failed writing). */
@@ -280,6 +335,11 @@ static int partial_open(struct bk *b)
 	int ret;
 
 	b->res->refused = true;
+	if (dest_inside_source(b, b->dest)) {
+		dbox_error("%s: inside the store %s or its alternate storage; "
+			   "a backup goes elsewhere", b->dest, b->store);
+		return -EINVAL;
+	}
 	if (lstat(b->dest, &st) == 0) {
 		dbox_error("%s: exists; a backup goes to a new directory", b->dest);
 		return -EEXIST;

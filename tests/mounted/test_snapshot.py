@@ -575,6 +575,24 @@ def test_backup_offline_and_refusals(make_mount, tmp_path):
     assert not (tmp_path / "bk6" / "storage" / "m.999").exists()
 
 
+def test_backup_inside_the_store_is_refused(make_mount, tmp_path):
+    """DEST inside the store or its alternate storage is refused and
+    nothing is made there: a backup into STORE/storage/m.999 became a
+    directory among the m.N, which check then reported for good
+    (helper-77)."""
+    alt = tmp_path / "alt"
+    alt.mkdir()
+    store, m = filled(make_mount, tmp_path, messages=10,
+                      options=["-o", f"alt={alt}"])
+    m.unmount()
+    for dest in (store / "storage" / "m.999", store / "bk",
+                 alt / "storage" / "m.999", alt / "bk"):
+        r = adm("backup", store, dest)
+        assert r.returncode == 2 and b"inside the store" in r.stderr, r
+        assert not dest.exists() and not Path(f"{dest}.partial").exists()
+    check_clean(store)
+
+
 def test_damaged_store_is_backed_up_as_it_is(make_mount, tmp_path):
     """An m.N the index refers to is missing (not gone meanwhile: missing
     in a second snapshot too), another one is cut short: the backup
