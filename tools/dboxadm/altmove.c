@@ -163,7 +163,12 @@ static int altmove_ask(void *ctx, struct dbox_view *view,
 	     dbox_now_ns() < until;) {
 		struct timespec ts = { 0, 100 * 1000000L };
 
-		(void)dbox_holder_signal(h, SIGUSR1);
+		if (dbox_holder_signal(h, SIGUSR1) == -ESRCH) {
+			adm_error("%s: the mount (pid %d) went away before "
+				  "it took the altmove; run it again",
+				  a->store, (int)h->pid);
+			return ADM_EXIT_FAILED;
+		}
 		nanosleep(&ts, NULL);
 	}
 	if (ret == -EBUSY) {
