@@ -217,7 +217,9 @@ static int open_message(struct fs *fs, struct fs_inode *inode, int flags,
 
 	if ((flags & O_TRUNC) && (flags & O_ACCMODE) == O_RDONLY) {
 		/* Linux truncates at O_TRUNC whatever the access mode (ext4
-		   does for O_RDONLY too): complete now, as a truncate(). */
+		   does for O_RDONLY too): complete now, as a truncate(), and
+		   with its mtime and ctime (helper-78: they stayed). */
+		fs_message_written(inode);
 		if ((ret = fs_message_truncate(fs, inode, 0)) < 0)
 			return ret;
 	}
