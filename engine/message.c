@@ -139,8 +139,13 @@ int dbox_msg_finish(struct dbox_store *st, uint64_t ino,
 	if (ret == 0 && (attr.size != dbox_save_size(save) ||
 			 written_ns != NULL)) {
 		attr.size = dbox_save_size(save);
-		if (written_ns != NULL)
-			attr.mtime_ns = attr.ctime_ns = *written_ns;
+		/* The write's time; a later ctime (a link or rename since
+		   the write) stays. */
+		if (written_ns != NULL) {
+			attr.mtime_ns = *written_ns;
+			if (attr.ctime_ns < *written_ns)
+				attr.ctime_ns = *written_ns;
+		}
 		ret = dbox_index_setattr(st->index, &attr);
 	}
 	/* What the inode holds now, known without reading it back: the
@@ -171,7 +176,9 @@ int dbox_msg_ack_empty(struct dbox_store *st, uint64_t ino,
 	   would store it: a utime() after this close changes it as usual,
 	   and recovery keeps whatever the inode has. */
 	if (ret == 0 && written_ns != NULL) {
-		attr.mtime_ns = attr.ctime_ns = *written_ns;
+		attr.mtime_ns = *written_ns;
+		if (attr.ctime_ns < *written_ns)
+			attr.ctime_ns = *written_ns;
 		ret = dbox_index_setattr(st->index, &attr);
 	}
 	if (ret == 0)

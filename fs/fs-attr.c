@@ -130,8 +130,13 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 			if (stbuf->st_blocks == 0)
 				stbuf->st_blocks = 1;
 		}
-		if (inode != NULL && inode->written)
-			stbuf->st_mtim = stbuf->st_ctim = fs_time_ts(inode->wtime);
+		/* A write not stored yet: its time, but a later ctime (a
+		   link or rename since) stays (helper-78). */
+		if (inode != NULL && inode->written) {
+			stbuf->st_mtim = fs_time_ts(inode->wtime);
+			stbuf->st_ctim = fs_time_ts(inode->wtime > attr->ctime_ns ?
+						    inode->wtime : attr->ctime_ns);
+		}
 		break;
 	case DBOX_KIND_SYMLINK:
 		break; /* st_size: the target's length, as ext4 */

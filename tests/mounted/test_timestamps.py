@@ -277,6 +277,35 @@ def test_writes_set_mtime_ctime_now_like_ext4(mount, ext4):
     assert os.stat(mount.mnt / "cur" / "m:2,S").st_mtime_ns == st.st_mtime_ns
 
 
+def writer_link_steps(root):
+    """link() and rename() of a message whose writer is still open: does
+    each move its ctime, and does the close keep it?"""
+    p = root / "cur" / "w:2,S"
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        os.write(fd, b"Subject: w\n\nstill being written\n")
+        c0 = os.stat(p).st_ctime_ns
+        time.sleep(0.05)
+        os.link(p, root / "cur" / "w2:2,S")
+        c1 = os.stat(p).st_ctime_ns
+        time.sleep(0.05)
+        os.rename(root / "cur" / "w2:2,S", root / "cur" / "w3:2,S")
+        c2 = os.stat(p).st_ctime_ns
+    finally:
+        os.close(fd)
+    c3 = os.stat(p).st_ctime_ns
+    return c1 > c0, c2 > c1, c3 == c2
+
+
+def test_link_of_a_message_being_written_moves_ctime_like_ext4(mount, ext4):
+    """The time of a write not stored yet stood for the message's ctime
+    too, so a link() or rename() meanwhile did not move it (helper-78's
+    differential fuzzer)."""
+    ref = writer_link_steps(ext4)
+    assert all(ref), ref
+    assert writer_link_steps(mount.mnt) == ref
+
+
 def rsync_steps(root, dest):
     """rsync -a, overwrite 4 bytes of a message (same size), rsync -ai:
     the second run lists the message, and the copy has the new bytes."""
