@@ -135,3 +135,38 @@ def test_setgid_shared_mailbox_dovecot(twin_trees):
         assert sorted(r[1:] for r in result["mount"][4]) == \
             sorted(r[1:] for r in result["plain"][4])
         assert result["mount"][:4] == result["plain"][:4]
+
+
+def write_after_fsuid_switch(root):
+    """A root process opens a setgid file (02755) for writing, switches its
+    filesystem uid and gid to another user and writes through that
+    descriptor: (what the write did, the mode after, the bytes)."""
+    import ctypes
+    libc = ctypes.CDLL(None)
+    alice = team_users()[ALICE]
+    p = root / "sgid-file"
+    p.write_bytes(b"hello\n")
+    os.chmod(p, 0o2755)
+    fd = os.open(p, os.O_RDWR)
+    libc.setfsgid(alice.pw_gid)
+    libc.setfsuid(alice.pw_uid)
+    try:
+        try:
+            did = os.pwrite(fd, b"X", 0)
+        except OSError as e:
+            did = e.strerror
+    finally:
+        libc.setfsuid(0)
+        libc.setfsgid(0)
+        os.close(fd)
+    return did, oct(os.stat(p).st_mode & 0o7777), p.read_bytes()
+
+
+def test_write_after_an_fsuid_switch_drops_setgid_like_ext4(mount, tmp_path):
+    """The kernel's chmod that drops setgid for a writer who does not own
+    the file was refused on a mount that checks permissions itself when
+    the caller could not write by the mode any more, and the write failed
+    with EPERM (helper-78).  ext4: the write goes through, setgid goes."""
+    ref = write_after_fsuid_switch(tmp_path)
+    assert ref == (1, oct(0o755), b"Xello\n"), ref
+    assert write_after_fsuid_switch(mount.mnt / "cur") == ref
