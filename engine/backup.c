@@ -575,7 +575,8 @@ static int prune_partial(struct bk *b, const struct dbox_index_snapshot *snap)
 	qsort(ids, snap->nmfiles, sizeof(*ids), u64_cmp);
 	ret = prune_dir(b->part.storage, true, ids, snap->nmfiles);
 	if (ret == 0) {
-		memcpy(ids, snap->files, snap->nfiles * sizeof(*ids));
+		if (snap->nfiles > 0)
+			memcpy(ids, snap->files, snap->nfiles * sizeof(*ids));
 		qsort(ids, snap->nfiles, sizeof(*ids), u64_cmp);
 		ret = prune_dir(b->part.files, false, ids, snap->nfiles);
 	}
