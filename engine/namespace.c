@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 void dbox_ns_file_unlink(struct dbox_store *st, uint64_t ino)
@@ -448,6 +449,20 @@ static int xattr_changed(struct dbox_store *st, uint64_t ino, int ret)
 	return ns_end(st, ret, NULL, 0);
 }
 
+/* Does ino's attribute name hold exactly value[len]? */
+static bool xattr_same(struct dbox_store *st, uint64_t ino, const char *name,
+		       const void *value, size_t len)
+{
+	void *old = NULL;
+	size_t old_len = 0;
+	bool same = dbox_index_xattr_get(st->index, ino, name, &old,
+					 &old_len) == 0 &&
+		old_len == len && (len == 0 || memcmp(old, value, len) == 0);
+
+	free(old);
+	return same;
+}
+
 int dbox_ns_xattr_set(struct dbox_store *st, uint64_t ino, const char *name,
 		      const void *value, size_t len, int flags)
 {
@@ -456,6 +471,10 @@ int dbox_ns_xattr_set(struct dbox_store *st, uint64_t ino, const char *name,
 	dbox_store_assert_locked(st);
 	if ((ret = ns_begin(st, NULL)) < 0)
 		return ret;
+	/* The value it has already: nothing changes, ctime neither (as
+	   ext4; helper-78).  XATTR_CREATE still says EEXIST. */
+	if (!(flags & XATTR_CREATE) && xattr_same(st, ino, name, value, len))
+		return ns_end(st, 0, NULL, 0);
 	return xattr_changed(st, ino, dbox_index_xattr_set(st->index, ino, name,
 							   value, len, flags));
 }
