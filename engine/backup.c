@@ -152,7 +152,7 @@ static int src_open(struct bk *b)
 				   "available (%s) and holds %lu m.N of the "
 				   "store: nothing was backed up", b->store,
 				   v->alt_path, DBOX_STORE_STORAGE,
-				   strerror(-v->alt_err), ac.files);
+				   dbox_view_alt_why(v->alt_err), ac.files);
 			return -ENODEV;
 		}
 	}

@@ -141,9 +141,7 @@ static void report_dirs(struct check *c)
 		check_problem(c, DBOX_CHECK_STORAGE, NULL, "alternate storage "
 			      "%s/%s: %s; the messages in it are unreadable",
 			      v->alt_path, DBOX_STORE_STORAGE,
-			      v->alt_err == -EPERM ? "not owned by the store's "
-			      "owner, or reached through another user's "
-			      "directory (refused)" : strerror(-v->alt_err));
+			      dbox_view_alt_why(v->alt_err));
 	/* Named by their ALT path even while it is not there (a problem
 	   above says why), never as storage/m.N of the store. */
 	c->alt_shown = v->alt_path;

@@ -49,6 +49,8 @@ struct rebuild {
 	struct dbox_rebuild_report *rep;
 	int dir_fd, storage_fd, files_fd;
 	int alt_fd;              /* ALT/storage, or -1 */
+	char alt_id[33];         /* its id for the new index (engine/
+				    alt-mark.h), or "" */
 	int lock_fd;             /* the store lock, held */
 	size_t notes_size;       /* allocated of rep->notes */
 	uid_t uid;               /* owner of STORE: owner of new inodes */

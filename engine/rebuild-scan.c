@@ -289,6 +289,9 @@ int rebuild_scan_storage(struct rebuild *rb)
 	if (ret == 0 && rb->rep->alt_path != NULL)
 		ret = dbox_index_setting_set(rb->index, DBOX_SETTING_ALT_PATH,
 					     rb->rep->alt_path);
+	if (ret == 0 && rb->alt_id[0] != '\0')
+		ret = dbox_index_setting_set(rb->index, DBOX_SETTING_ALT_ID,
+					     rb->alt_id);
 	free(ids);
 	return ret;
 }

@@ -6,6 +6,7 @@
  * which replaces index.sqlite only when complete and on disk.
  */
 #include "storage/grow.h"
+#include "engine/alt-mark.h"
 #include "engine/rebuild-private.h"
 #include "engine/store-dirs.h"
 #include "engine/store-layout.h"
@@ -282,6 +283,7 @@ static int open_alt(struct rebuild *rb)
 {
 	struct dbox_rebuild_report *rep = rb->rep;
 	struct alt_count ac = { NULL, 0 };
+	struct dbox_alt_mark mark = { .index_id = "" };
 	char *name, aux[2][128];
 	bool had[2];
 	int ret, fd;
@@ -297,6 +299,9 @@ static int open_alt(struct rebuild *rb)
 		ret = open_index_file(rb, name, false, true, &ac.index);
 		free(name);
 		if (ret == 0) {
+			/* A damaged one: no id (the ALT's mark decides). */
+			if (dbox_alt_mark_load(ac.index, &mark) < 0)
+				memset(&mark, 0, sizeof(mark));
 			if (rep->alt_path == NULL)
 				(void)dbox_index_setting_get(
 					ac.index, DBOX_SETTING_ALT_PATH,
@@ -322,10 +327,16 @@ static int open_alt(struct rebuild *rb)
 	}
 	if (rep->alt_path == NULL)
 		return 0;
-	if ((fd = dbox_store_open_alt_dir(rb->store, rep->alt_path)) < 0) {
+	/* An ALT the admin names is taken as the store's, unless its mark
+	   says it is another's than the old index's. */
+	mark.index_places = ac.files > 0 || rb->opts->alt_path != NULL;
+	if ((fd = dbox_store_open_alt_dir(rb->store, rep->alt_path,
+					  &mark)) < 0) {
 		rep->stage = DBOX_REBUILD_ALT_OPEN;
 		return fd;
 	}
+	memcpy(rb->alt_id, mark.alt_id[0] != '\0' ? mark.alt_id :
+	       mark.index_id, sizeof(rb->alt_id));
 	rb->alt_fd = fd;
 	return 0;
 }

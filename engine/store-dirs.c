@@ -3,8 +3,10 @@
  * removing a store just made (store-dirs.h).
  */
 #include "engine/store-dirs.h"
+#include "engine/alt-mark.h"
 #include "engine/store-layout.h"
 #include "storage/dbox-file.h"
+#include "storage/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -300,20 +302,40 @@ void dbox_store_owner_free(struct dbox_store_owner *o)
 }
 
 int dbox_alt_storage_open(const char *alt, uid_t owner, bool create,
-			  uid_t *uid_r, bool *way_r)
+			  struct dbox_alt_mark *mark, uid_t *uid_r, bool *way_r)
 {
-	int fd, ret;
+	int fd, sfd = -1, ret;
 
 	*uid_r = 0;
 	*way_r = false;
 	if ((fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return -errno;
 	ret = dbox_alt_owner_check(fd, alt, owner, uid_r, way_r);
+	if (ret == 0)
+		ret = dbox_alt_mark_judge(fd, alt, mark);
 	if (ret == 0 && create &&
 	    mkdirat(fd, DBOX_STORE_STORAGE, 0700) < 0 && errno != EEXIST)
 		ret = -errno;
 	if (ret == 0)
-		ret = dbox_storage_dir_open(fd);
+		sfd = ret = dbox_storage_dir_open(fd);
+	if (sfd >= 0 && mark->want_first && mark->index_places) {
+		char name[16];
+		struct stat sb;
+
+		dbox_file_name(name, mark->first);
+		if (fstatat(sfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0 &&
+		    errno == ENOENT) {
+			dbox_error("%s/" DBOX_STORE_STORAGE ": holds no %s, "
+				   "which the index places there: not the "
+				   "alternate storage (its disk not mounted "
+				   "yet?)", alt, name);
+			close(sfd);
+			sfd = ret = -ENOENT;
+		}
+	}
+	/* Marked only once it is known to be this store's. */
+	if (sfd >= 0)
+		dbox_alt_mark_write(fd, alt, mark);
 	close(fd);
 	return ret;
 }

@@ -114,12 +114,16 @@ int dbox_alt_owner_check(int alt_fd, const char *alt, uid_t owner,
 
 /* ALT/storage/ of the alternate storage alt for a store owned by owner:
    alt opened as given (symbolic links on the way followed: an admin's
-   path, like STORE), accepted by dbox_alt_owner_check, and its storage/
+   path, like STORE), accepted by dbox_alt_owner_check and, as this
+   store's, by its mark (dbox_alt_mark_judge with mark, which a writable
+   opener filled with dbox_alt_mark_load and write set), and its storage/
    opened without following a link, made first (mode 0700) with create.
    Returns the descriptor (the caller's) or -errno; -EPERM: refused, with
-   *uid_r and *way_r as dbox_alt_owner_check sets them. */
+   *uid_r and *way_r as dbox_alt_owner_check sets them; -EXDEV: another
+   store's ALT (logged). */
+struct dbox_alt_mark;
 int dbox_alt_storage_open(const char *alt, uid_t owner, bool create,
-			  uid_t *uid_r, bool *way_r);
+			  struct dbox_alt_mark *mark, uid_t *uid_r, bool *way_r);
 
 /* Undo a store that was just made and holds no mail of anyone's yet: in
    directory path, the names dbox_store_open makes (the index and its

@@ -7,6 +7,7 @@
  *
  *   STORE/storage/m.N          dbox v2 files, as Dovecot's mdbox storage/
  *                              (an ALT root holds a storage/ of its own)
+ *   ALT/dboxfs-alt-id          which store the ALT is (engine/alt-mark.h)
  *   STORE/index.sqlite(-wal)   the SQLite index
  *   STORE/index.sqlite-reserve headroom for a full disk (index/reserve.h)
  *   STORE/files/<ino>          plain files
@@ -19,5 +20,6 @@
 #define DBOX_STORE_FILES      "files"
 #define DBOX_STORE_LOCK       "lock"
 #define DBOX_STORE_LOST_FOUND "lost+found"
+#define DBOX_ALT_MARK         "dboxfs-alt-id"
 
 #endif

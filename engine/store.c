@@ -12,6 +12,7 @@
  *  - st->lock.owner is the holder's thread token while it is held, 0
  *    otherwise: it changes only through dbox_store_mutex_*.
  */
+#include "engine/alt-mark.h"
 #include "engine/maildir.h"
 #include "engine/message.h"
 #include "engine/store-dirs.h"
@@ -246,43 +247,43 @@ const char *dbox_store_dir_name(const struct dbox_store *st, bool alt)
    recorded ALT's disk may not be mounted yet (its mount point an empty
    directory), and a new path given for it may be a typo; taken, it
    split the ALT mail between two directories, with EIO for the half not
-   there (helper-77).  Returns the fd of storage/ or -errno (-EPERM:
-   refused; -ENOENT: not the ALT; both logged). */
+   there (helper-77).  Nor one whose mark says it is another store's
+   (engine/alt-mark.h); a writable open marks it as this store's.
+   Returns the fd of storage/ or -errno (-EPERM: refused; -ENOENT: not
+   the ALT; -EXDEV: another store's; all logged). */
 static int open_alt_storage(struct dbox_store *st, const char *alt)
 {
-	struct stat store_sb, sb;
-	uint32_t first;
-	char name[16];
-	bool way, has_files = false;
+	struct dbox_alt_mark mark;
+	struct stat store_sb;
+	bool way;
 	uid_t uid;
 	int ret;
 
 	if (fstat(st->dir_fd, &store_sb) < 0)
 		return -errno;
+	if ((ret = dbox_alt_mark_load(st->index, &mark)) < 0)
+		return ret;
+	mark.write = !st->readonly;
+	mark.want_first = true;
 	/* Nothing is made in an ALT that should hold mail already; the
 	   recorded one is tried again later (dbox_store_alt_fd). */
-	if (dbox_index_mfile_alt_first(st->index, &first) == 0)
-		has_files = true;
 	ret = dbox_alt_storage_open(alt, store_sb.st_uid,
-				    !st->readonly && !has_files, &uid, &way);
-	if (ret >= 0 && has_files) {
-		dbox_file_name(name, first);
-		if (fstatat(ret, name, &sb, AT_SYMLINK_NOFOLLOW) < 0 &&
-		    errno == ENOENT) {
-			close(ret);
-			dbox_error("%s/" DBOX_STORE_STORAGE ": holds no %s, which "
-				   "the index places there: not the alternate "
-				   "storage (its disk not mounted yet?)", alt,
-				   name);
-			return -ENOENT;
-		}
-	}
+				    !st->readonly && !mark.index_places,
+				    &mark, &uid, &way);
 	if (ret == -EPERM)
 		dbox_error("%s: the alternate storage %s %s uid %u, the store "
 			   "belongs to uid %u; refused", st->path, alt,
 			   way ? "is reached through a directory or symbolic "
 			   "link of" : "belongs to", (unsigned)uid,
 			   (unsigned)store_sb.st_uid);
+	if (ret >= 0 && mark.write) {
+		int err = dbox_alt_mark_record(st->index, &mark);
+
+		if (err < 0) {
+			close(ret);
+			ret = err;
+		}
+	}
 	return ret;
 }
 

@@ -2,6 +2,7 @@
  * view.c: a store opened for reading without the store lock (view.h).
  */
 #include "engine/view.h"
+#include "engine/alt-mark.h"
 #include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 
@@ -36,7 +37,8 @@ int dbox_store_open_in(const char *store, const char *sub, const char *name,
 	return fd < 0 ? ret : fd;
 }
 
-int dbox_store_open_alt_dir(const char *store, const char *alt)
+int dbox_store_open_alt_dir(const char *store, const char *alt,
+			    struct dbox_alt_mark *mark)
 {
 	struct stat store_sb;
 	bool way;
@@ -44,7 +46,8 @@ int dbox_store_open_alt_dir(const char *store, const char *alt)
 
 	if (stat(store, &store_sb) < 0)
 		return -errno;
-	return dbox_alt_storage_open(alt, store_sb.st_uid, false, &uid, &way);
+	return dbox_alt_storage_open(alt, store_sb.st_uid, false, mark, &uid,
+				     &way);
 }
 
 int dbox_view_open(const char *path, struct dbox_view **view_r)
@@ -84,7 +87,12 @@ int dbox_view_open(const char *path, struct dbox_view **view_r)
 	if (dbox_index_setting_get(view->index, DBOX_SETTING_ALT_PATH,
 				   &view->alt_path) == 0 &&
 	    view->alt_path != NULL) {
-		view->alt_fd = dbox_store_open_alt_dir(path, view->alt_path);
+		struct dbox_alt_mark mark;
+
+		view->alt_fd = dbox_alt_mark_load(view->index, &mark);
+		if (view->alt_fd == 0)
+			view->alt_fd = dbox_store_open_alt_dir(path,
+						view->alt_path, &mark);
 		if (view->alt_fd < 0) {
 			view->alt_err = view->alt_fd;
 			view->alt_fd = -1;
@@ -92,6 +100,17 @@ int dbox_view_open(const char *path, struct dbox_view **view_r)
 	}
 	*view_r = view;
 	return 0;
+}
+
+const char *dbox_view_alt_why(int alt_err)
+{
+	if (alt_err == -EPERM)
+		return "not owned by the store's owner, or reached through "
+			"another user's directory (refused)";
+	if (alt_err == -EXDEV)
+		return "another store's alternate storage, by its "
+			DBOX_ALT_MARK " (refused)";
+	return strerror(-alt_err);
 }
 
 void dbox_view_close(struct dbox_view **viewp)

@@ -25,7 +25,8 @@ struct dbox_view {
 				     records, or NULL */
 	int alt_fd;               /* ALT/storage/, or -1: alt_err */
 	int alt_err;              /* negative errno (-EPERM: ALT belongs to
-				     another owner than STORE), or 0 */
+				     another owner than STORE; -EXDEV: its
+				     mark is another store's), or 0 */
 };
 
 /* Open the store at path for reading.  Returns 0 and *view_r (free with
@@ -35,6 +36,11 @@ struct dbox_view {
    format; logged).  A missing storage/ or alternate storage is not an
    error here: see storage_err and alt_err. */
 int dbox_view_open(const char *path, struct dbox_view **view_r);
+
+/* Why the alternate storage did not open, for a message: view->alt_err
+   (negative errno) in words, the refusals (-EPERM, -EXDEV) spelled out.
+   A static string. */
+const char *dbox_view_alt_why(int alt_err);
 
 /* Close everything; *view = NULL.  Safe on NULL. */
 void dbox_view_close(struct dbox_view **view);
@@ -56,8 +62,12 @@ int dbox_store_open_in(const char *store, const char *sub, const char *name,
 /* Open ALT/storage/ of the alternate storage alt of store: alt must be a
    directory owned by the owner of store and reached through no directory
    or symbolic link of a third user's (dbox_alt_owner_check; else
-   -EPERM), storage/ in it is never followed through a symbolic link.
-   Returns the fd or a negative errno. */
-int dbox_store_open_alt_dir(const char *store, const char *alt);
+   -EPERM) and whose mark does not say it is another store's
+   (dbox_alt_mark_judge with mark, filled by dbox_alt_mark_load: -EXDEV;
+   nothing is written), storage/ in it is never followed through a
+   symbolic link.  Returns the fd or a negative errno. */
+struct dbox_alt_mark;
+int dbox_store_open_alt_dir(const char *store, const char *alt,
+			    struct dbox_alt_mark *mark);
 
 #endif

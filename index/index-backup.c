@@ -179,7 +179,8 @@ int dbox_index_backup_detach(struct dbox_index *index)
 
 	if (sqlite3_exec(index->db, "BEGIN IMMEDIATE;"
 			 "UPDATE mfile SET alt = 0 WHERE alt <> 0;"
-			 "DELETE FROM setting WHERE key = '" DBOX_SETTING_ALT_PATH "';"
+			 "DELETE FROM setting WHERE key IN ('"
+			 DBOX_SETTING_ALT_PATH "', '" DBOX_SETTING_ALT_ID "');"
 			 "DELETE FROM meta WHERE key LIKE 'inflight.m.%'"
 			 " OR key LIKE 'kept.m.%' OR key LIKE 'uncut.m.%'"
 			 " OR key LIKE 'uncut_size.m.%';"

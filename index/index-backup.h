@@ -51,7 +51,8 @@ int dbox_index_backup(struct dbox_index *src, const char *dest_path,
 /* Make the copied index (opened with dbox_index_open, so at the current
    format) describe a self-contained store whose m.N are all in its own
    storage/, in one transaction: every mfile row's alt flag cleared and
-   the alternate storage path (DBOX_SETTING_ALT_PATH) forgotten, as the
+   the alternate storage path and id (DBOX_SETTING_ALT_PATH, _ALT_ID:
+   the copy, given an ALT of its own, marks a new one) forgotten, as the
    backup copies ALT/storage/m.N into DEST/storage/; the crash-recovery
    marks inflight.m.N, kept.m.N and uncut.m.N deleted, as each m.N is copied only up
    to its committed end (nothing is in flight in the copy, and whole

@@ -473,6 +473,10 @@ int dbox_index_setting_set(struct dbox_index *index, const char *key,
    open that names one (dboxfs -o alt=, dboxadm altmove --alt=). */
 #define DBOX_SETTING_ALT_PATH "alt_path"
 
+/* Key of the id of the store's alternate storage, which its root's mark
+   carries too (engine/alt-mark.h). */
+#define DBOX_SETTING_ALT_ID "alt_id"
+
 /* Highest file_id known into *file_id_r (0 when none).  Returns 0 or
    -EIO. */
 int dbox_index_mfile_max(struct dbox_index *index, uint32_t *file_id_r);

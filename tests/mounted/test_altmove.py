@@ -15,6 +15,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -1175,3 +1176,145 @@ def test_two_altmoves_asked_of_one_mount_at_once_both_run(tmp_path, make_mount):
     assert all(a for n, (_, a) in placed.items() if ".a" in n), \
         "the folder's mail not moved"
     m.unmount()
+
+
+def alt_ids(store, alt):
+    """(the index's alt_id setting or None, ALT's mark or None)."""
+    rows = index_rows(store, "SELECT value FROM setting WHERE key = 'alt_id'")
+    mark = alt / "dboxfs-alt-id"
+    value = rows[0][0] if rows else None
+    return (value.decode() if isinstance(value, bytes) else value,
+            mark.read_text() if mark.exists() else None)
+
+
+def mfile_bytes(storage):
+    """name -> bytes of every m.N in storage."""
+    return {p.name: p.read_bytes() for p in sorted(storage.glob("m.*"))}
+
+
+def test_alt_of_another_store_is_refused_by_every_opener(tmp_path, make_mount):
+    """Two stores, each with mail in its own ALT under the same m.N
+    numbers; store A's recorded ALT path is a symbolic link, switched to
+    B's ALT.  Before, `dboxadm backup A` exited 0 with B's mail in it
+    (helper-77), and A's purge, rebuild and mount worked on B's m.N under
+    A's numbers.  Each ALT now carries a mark of its store
+    (ALT/dboxfs-alt-id, engine/alt-mark.h) that every opener judges:
+    A's backup, check, rebuild and mount refuse B's ALT, and B's m.N are
+    not changed by anything run on A.  With the link back, all is well."""
+    link = tmp_path / "alt-link"
+    stores = {}
+    for s in ("a", "b"):
+        alt = tmp_path / f"alt-{s}"
+        alt.mkdir()
+        m = make_mount(store=tmp_path / f"store-{s}", mnt=tmp_path / f"mnt-{s}",
+                       options=["-o", ROTATE])
+        data = old_mail(m.mnt / "cur", 20, prefix=s)
+        m.unmount()
+        if s == "a":
+            link.symlink_to(alt)
+        adm("altmove", m.store, "--older-than", "30",
+            f"--alt={link if s == 'a' else alt}", check_rc=0)
+        stores[s] = (m, alt, data)
+    (ma, alt_a, data_a), (mb, alt_b, data_b) = stores["a"], stores["b"]
+    # Marked at the first altmove, each with its own id, in ALT and index.
+    ida, idb = alt_ids(ma.store, alt_a), alt_ids(mb.store, alt_b)
+    assert ida[0] is not None and ida[1] == ida[0] + "\n", ida
+    assert idb[0] is not None and idb[1] == idb[0] + "\n", idb
+    assert ida[0] != idb[0]
+    shared = set(mfile_bytes(alt_a / "storage")) & set(mfile_bytes(alt_b / "storage"))
+    assert shared, "the two ALTs share no m.N number: nothing to confuse"
+    b_files = mfile_bytes(alt_b / "storage")
+
+    link.unlink()
+    link.symlink_to(alt_b)           # A's ALT path now leads to B's ALT
+    r = adm("backup", ma.store, tmp_path / "bk", check_rc=2)
+    assert b"another store" in r.stderr, r.stderr
+    assert not (tmp_path / "bk").exists()
+    r = adm("check", ma.store)
+    assert r.returncode != 0 and b"another store" in r.stdout + r.stderr, r
+    ma.mount()
+    assert "another store" in ma.log_text()
+    for name, body in data_a.items():  # A's ALT mail: EIO, never B's bytes
+        with pytest.raises(OSError) as e:
+            (ma.mnt / "cur" / name).read_bytes()
+        assert e.value.errno == errno.EIO
+    victim = sorted(data_a)[0]
+    os.unlink(ma.mnt / "cur" / victim)  # its m.N now has a dead record
+    ma.unmount()
+    adm("purge", ma.store)
+    r = adm("rebuild", ma.store)
+    assert r.returncode != 0 and b"another store" in r.stderr, r
+    assert mfile_bytes(alt_b / "storage") == b_files, "B's ALT changed"
+    assert alt_ids(mb.store, alt_b) == idb
+    adm("check", mb.store, check_rc=0)
+
+    link.unlink()
+    link.symlink_to(alt_a)           # back
+    del data_a[victim]
+    ma.mount()
+    for name, body in data_a.items():
+        assert (ma.mnt / "cur" / name).read_bytes() == body
+    ma.unmount()
+    check_store(ma.store, data_a, alt_a)
+    adm("backup", ma.store, tmp_path / "bk", check_rc=0)
+
+
+def test_alt_marks_of_old_stores_and_copies(tmp_path, make_mount):
+    """A store and ALT from before the marks (neither has one) are marked
+    at the next writable open, with one id; an index without the id whose
+    ALT holds its mail (restored from before the marks, or a rebuild's)
+    takes the ALT's; a backup (a store of its own, without ALT) given the
+    original's ALT is refused, and nothing is written there; a rebuild
+    keeps the id."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    data = old_mail(m.mnt / "cur", 12)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    mark = alt / "dboxfs-alt-id"
+    first = alt_ids(store, alt)
+    assert first[0] is not None and first[1] == first[0] + "\n"
+
+    def forget(setting=True, file=True):
+        if setting:
+            db = sqlite3.connect(str(store / "index.sqlite"))
+            db.execute("DELETE FROM setting WHERE key = 'alt_id'")
+            db.commit()
+            db.close()
+        if file:
+            mark.unlink()
+
+    forget()                          # as before the marks
+    m.mount()
+    for n, body in data.items():
+        assert (m.mnt / "cur" / n).read_bytes() == body
+    m.unmount()
+    again = alt_ids(store, alt)
+    assert again[0] is not None and again[1] == again[0] + "\n", again
+    forget(file=False)                # an index without it: takes ALT's
+    m.mount()
+    m.unmount()
+    assert alt_ids(store, alt) == again
+    forget(setting=False)             # an ALT without it: gets the index's
+    m.mount()
+    m.unmount()
+    assert alt_ids(store, alt) == again
+    mark.write_text("not an id\n")    # damaged: rewritten
+    m.mount()
+    m.unmount()
+    assert alt_ids(store, alt) == again
+
+    adm("backup", store, tmp_path / "bk", check_rc=0)
+    bk = make_mount(store=tmp_path / "bk", mnt=tmp_path / "mnt-bk",
+                    options=["-o", f"alt={alt}"])
+    assert "another store" in bk.log_text(), bk.log_text()[-2000:]
+    for n, body in data.items():     # its own copies, all of them
+        assert (bk.mnt / "cur" / n).read_bytes() == body
+    bk.unmount()
+    assert index_rows(tmp_path / "bk", "SELECT value FROM setting WHERE key"
+                      " IN ('alt_id', 'alt_path')") == []
+
+    adm("rebuild", store, check_rc=0)
+    assert alt_ids(store, alt) == again
+    check_store(store, data, alt)

@@ -151,10 +151,7 @@ int adm_open_view(const char *store, struct dbox_view **view_r)
 	if (ret == 0 && (*view_r)->alt_err < 0)
 		adm_error("%s: alternate storage %s/storage: %s; the messages "
 			  "in it are unreadable", store, (*view_r)->alt_path,
-			  (*view_r)->alt_err == -EPERM ?
-			  "not owned by the store's owner, or reached "
-			  "through another user's directory (refused)" :
-			  strerror(-(*view_r)->alt_err));
+			  dbox_view_alt_why((*view_r)->alt_err));
 	return ret < 0 ? ADM_EXIT_USAGE : ADM_EXIT_OK;
 }
 
