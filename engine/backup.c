@@ -271,6 +271,26 @@ static int partial_check(struct bk *b)
 	return 0;
 }
 
+/* Open the directory that holds path (O_RDONLY).  Returns the fd, or -1
+   (errno set). */
+static int open_parent(const char *path)
+{
+	char *parent = strdup(path), *slash;
+	int fd;
+
+	if (parent == NULL)
+		return -1;
+	slash = strrchr(parent, '/');
+	if (slash == parent)
+		slash[1] = '\0';
+	else if (slash != NULL)
+		*slash = '\0';
+	fd = open(slash != NULL ? parent : ".", O_RDONLY | O_DIRECTORY |
+		  O_CLOEXEC);
+	free(parent);
+	return fd;
+}
+
 /* Would DEST (path) lie in the store's directory or ALT's, or below one?
    A backup there became a directory among the m.N (STORE/storage/m.999),
    which the store's check then reported for good (helper-77).  Looks at
@@ -279,7 +299,6 @@ static bool dest_inside_source(const struct bk *b, const char *path)
 {
 	struct stat own[2];
 	int nown = 0, fd;
-	char *parent = strdup(path), *slash;
 
 	/* The store's directory (storage/'s parent) and ALT's. */
 	for (int i = 0; i < 2; i++) {
@@ -292,16 +311,7 @@ static bool dest_inside_source(const struct bk *b, const char *path)
 		if (pfd >= 0)
 			close(pfd);
 	}
-	if (parent == NULL)
-		return false;
-	slash = strrchr(parent, '/');
-	if (slash == parent)
-		slash[1] = '\0';
-	else if (slash != NULL)
-		*slash = '\0';
-	fd = open(slash != NULL ? parent : ".", O_RDONLY | O_DIRECTORY |
-		  O_CLOEXEC);
-	free(parent);
+	fd = open_parent(path);
 	for (int depth = 0; fd >= 0 && depth < 4096; depth++) {
 		struct stat st, up;
 		int ufd;
@@ -440,19 +450,10 @@ static int fsync_dir(int fd)
 /* Sync the directory that holds path. */
 static int fsync_parent(const char *path)
 {
-	char *parent = strdup(path), *slash;
-	int ret = 0, pfd;
+	int ret = 0, pfd = open_parent(path);
 
-	if (parent == NULL)
+	if (pfd < 0 && errno == ENOMEM)
 		return -ENOMEM;
-	slash = strrchr(parent, '/');
-	if (slash == parent)
-		slash[1] = '\0';
-	else if (slash != NULL)
-		*slash = '\0';
-	pfd = open(slash != NULL ? parent : ".", O_RDONLY | O_DIRECTORY |
-		   O_CLOEXEC);
-	free(parent);
 	if (pfd >= 0) {
 		ret = fsync_dir(pfd);
 		close(pfd);

@@ -127,6 +127,35 @@ int fs_message_writable(struct fs *fs, struct fs_inode *inode,
 	return start_write(fs, inode, copy_bytes);
 }
 
+/* Seal the unsealed save of message inode (dbox_save_seal): R as the
+   finish will write it (the time of a write not stored yet), and for a
+   new message its path and owner (L, A), so that recovery can put the
+   record back there when a power loss takes its row - not for a copy,
+   whose old version is in the index under the same GUID, nor for a path
+   L cannot hold.  The heavy part (V read back, compression) runs
+   unlocked, the inode busy.  Called and returns with the lock held.
+   Returns 0 or a negative errno. */
+static int message_seal(struct fs *fs, struct fs_inode *inode)
+{
+	struct dbox_save *save = inode->save;
+	struct dbox_owner owner = { 0 };
+	time_t received;
+	char *path = NULL;
+	int ret;
+
+	if ((ret = dbox_msg_received(fs->st, inode->ino, inode->written ?
+				     &inode->wtime : NULL, &received)) < 0)
+		return ret;
+	if (dbox_save_inflight_seq(save) == 0 &&
+	    dbox_msg_seal_note(fs->st, inode->ino, &path, &owner) < 0)
+		path = NULL;
+	fs_busy_begin(fs, inode);
+	ret = dbox_save_seal(save, received, path, &owner);
+	fs_busy_end(fs, inode);
+	free(path);
+	return ret;
+}
+
 /* Finish the message being written: record on disk, index COMMITTED with
    its size.  sync: data and index on disk before returning.  Opens and
    commits its own transaction.  The record is sealed without the lock
@@ -139,35 +168,12 @@ static int message_finish(struct fs *fs, struct fs_inode *inode, bool sync)
 
 	if (dbox_save_finished(inode->save) && !sync)
 		return 0;
-	if (!dbox_save_sealed(inode->save)) {
-		/* The heavy part (V read back, compression), unlocked. */
-		struct dbox_save *save = inode->save;
-		struct dbox_owner owner = { 0 };
-		time_t received;
-		char *path = NULL;
-
-		/* R as the finish below would write it (h4's dbox time of
-		   the last write, not yet stored); the finish keeps it. */
-		if ((ret = dbox_msg_received(st, inode->ino, inode->written ?
-					     &inode->wtime : NULL,
-					     &received)) < 0)
-			return ret;
-		/* A new message's record carries its path (L) as an
-		   fsync's does: the timed sync puts its m.N on disk before
-		   the WAL, and a power loss between the two leaves the
-		   record without its row, which recovery then puts back
-		   there instead of keeping it for rebuild.  Not a copy (its
-		   old version is in the index, under the same GUID). */
-		if (dbox_save_inflight_seq(save) == 0 &&
-		    dbox_msg_seal_note(st, inode->ino, &path, &owner) < 0)
-			path = NULL;
-		fs_busy_begin(fs, inode);
-		ret = dbox_save_seal(save, received, path, &owner);
-		fs_busy_end(fs, inode);
-		free(path);
-		if (ret < 0)
-			return ret;
-	}
+	/* With its path, as an fsync's: the timed sync puts its m.N on
+	   disk before the WAL, and a power loss between the two leaves the
+	   record without its row. */
+	if (!dbox_save_sealed(inode->save) &&
+	    (ret = message_seal(fs, inode)) < 0)
+		return ret;
 	ret = dbox_msg_finish(st, inode->ino, inode->save, sync,
 			      inode->written ? &inode->wtime : NULL);
 	if (ret == 0)
@@ -385,33 +391,10 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		fs_unlock(fs);
 		return ret;
 	}
-	ret = 0;
 	inflight_seq = dbox_save_inflight_seq(save);
-	if (!dbox_save_sealed(save)) {
-		/* R as message_finish writes it (the time of a write not
-		   stored yet), taken under the lock; a new message's record
-		   carries its path (L), so that recovery can put it back
-		   if the crash loses the row (not a copy: its old version
-		   is in the index, under the same GUID). */
-		struct dbox_owner owner = { 0 };
-		time_t received;
-		char *path = NULL;
-
-		ret = dbox_msg_received(st, inode->ino, inode->written ?
-					&inode->wtime : NULL, &received);
-		/* No path (a copy; one too long for recovery to follow; a
-		   message with more names than L holds): not restorable,
-		   the fsync syncs the index too. */
-		if (ret == 0 && inflight_seq == 0 &&
-		    dbox_msg_seal_note(st, inode->ino, &path, &owner) < 0)
-			path = NULL;
-		if (ret == 0) {
-			fs_busy_begin(fs, inode);
-			ret = dbox_save_seal(save, received, path, &owner);
-			fs_busy_end(fs, inode);
-		}
-		free(path);
-	}
+	/* Sealed without a path (a copy, a path too long, more names than
+	   L holds): not restorable below, the fsync syncs the index too. */
+	ret = dbox_save_sealed(save) ? 0 : message_seal(fs, inode);
 	seals = dbox_save_seals(save);
 	if (ret < 0) {
 		fs_unlock(fs);
