@@ -53,6 +53,8 @@ struct fs_options {
 	int noatime;             /* -o noatime: reads never move atime */
 	int writeback_cache;     /* -o writeback_cache: the kernel caches
 				    writes (FUSE_CAP_WRITEBACK_CACHE) */
+	int nonempty;            /* -o nonempty: mount over a directory
+				    that is not empty */
 	int kernel_checks;       /* -o allow_other, allow_root,
 				    default_permissions or writeback_cache:
 				    the kernel checks permissions (else

@@ -51,6 +51,7 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FUSE_OPT_KEY("rw", KEY_RW),
 	FS_OPT("user_xattr", user_xattr),
 	FS_OPT("writeback_cache", writeback_cache),
+	FS_OPT("nonempty", nonempty),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -102,6 +103,8 @@ static void usage(const char *prog)
 	       "                           another one appends to without a lock\n"
 	       "                           (Dovecot's index) see sizes they can read;\n"
 	       "                           the kernel then checks permissions\n"
+	       "    -o nonempty            mount over a directory that is not empty\n"
+	       "                           (hiding what is in it; refused otherwise)\n"
 	       "    -o default_permissions the kernel checks permissions (always\n"
 	       "                           with allow_other, allow_root or\n"
 	       "                           writeback_cache; otherwise dboxfs does,\n"
@@ -265,6 +268,28 @@ static int create_inbox(struct dbox_store *st, uid_t uid, gid_t gid)
 }
 
 /* statfs() f_type of a FUSE mount (linux/magic.h). */
+/* The first entry of directory path but "." and ".." into name (size
+   bytes, cut short if need be).  Returns 1 when there is one, 0 when the
+   directory is empty, -errno when it cannot be read. */
+static int dir_first_entry(const char *path, char *name, size_t size)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+	int ret = 0;
+
+	if (d == NULL)
+		return -errno;
+	while ((de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
+			snprintf(name, size, "%s", de->d_name);
+			ret = 1;
+			break;
+		}
+	}
+	closedir(d);
+	return ret;
+}
+
 #ifndef FUSE_SUPER_MAGIC
 #define FUSE_SUPER_MAGIC 0x65735546
 #endif
@@ -272,15 +297,21 @@ static int create_inbox(struct dbox_store *st, uid_t uid, gid_t gid)
 /* Refuse mount points that cannot work: a dead mount still there (its
    daemon was killed; stat says ENOTCONN), and a store inside the mount
    point (every access to the store would go through the mount being
-   set up, and hang), and a FUSE mount there already.  Returns 0, or
-   -ENOTCONN (a dead mount), -EBUSY (a FUSE mount) or -EINVAL (the store
-   inside), reported on stderr. */
-static int check_mountpoint(const char *store, const char *mnt)
+   set up, and hang), and a FUSE mount there already.  And, unless
+   nonempty_ok (-o nonempty), one that is not empty: the mount would
+   hide what is there - mail a delivery agent put into the bare
+   directory while the store was not mounted (a dead mount taken away by
+   -o auto_unmount), or a maildir not imported yet (helper-80).  Returns
+   0, or -ENOTCONN (a dead mount), -EBUSY (a FUSE mount), -EINVAL (the
+   store inside) or -ENOTEMPTY, reported on stderr. */
+static int check_mountpoint(const char *store, const char *mnt,
+			    bool nonempty_ok)
 {
-	char *abs_store = realpath(store, NULL), *parent = NULL;
+	char *abs_store, *parent = NULL;
 	struct statfs sfs;
 	struct stat stbuf, parent_sb;
 	size_t len = strlen(mnt);
+	char first[256];
 	int ret = 0;
 
 	/* statfs() too: stat() of a dead mount may be answered from the
@@ -292,6 +323,7 @@ static int check_mountpoint(const char *store, const char *mnt)
 			mnt, mnt);
 		return -ENOTCONN;
 	}
+	abs_store = realpath(store, NULL);
 	/* Mounting over a FUSE mount hides it, and takes two fusermount3
 	   -u to undo: most likely dboxfs was run twice. */
 	if (statfs(mnt, &sfs) == 0 && sfs.f_type == FUSE_SUPER_MAGIC &&
@@ -326,6 +358,17 @@ static int check_mountpoint(const char *store, const char *mnt)
 	}
 	free(parent);
 	free(abs_store);
+	if (ret == 0 && !nonempty_ok && strncmp(mnt, "/dev/fd/", 8) != 0 &&
+	    dir_first_entry(mnt, first, sizeof(first)) == 1) {
+		char shown[sizeof(first) * 4];
+
+		fprintf(stderr, "dboxfs: %s is not empty (it holds '%s'): the "
+			"mount would hide what is there, such as mail delivered "
+			"while the store was not mounted; move it away or into "
+			"the store (dboxadm import), or give -o nonempty\n", mnt,
+			dbox_log_escape(shown, sizeof(shown), first));
+		ret = -ENOTEMPTY;
+	}
 	return ret;
 }
 
@@ -369,21 +412,11 @@ struct store_birth {
 
 static void store_birth_note(const char *store, struct store_birth *b)
 {
-	DIR *d = opendir(store);
-	struct dirent *de;
+	char first[256];
+	int ret = dir_first_entry(store, first, sizeof(first));
 
-	b->dir_made = d == NULL && errno == ENOENT;
-	b->made_all = b->dir_made;
-	if (d == NULL)
-		return;
-	b->made_all = true;
-	while ((de = readdir(d)) != NULL) {
-		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
-			b->made_all = false;
-			break;
-		}
-	}
-	closedir(d);
+	b->dir_made = ret == -ENOENT;
+	b->made_all = b->dir_made || ret == 0;
 }
 
 /* Close the store; a mount that failed before it was up takes back the
@@ -646,7 +679,7 @@ int main(int argc, char *argv[])
 	}
 	log_debug = cmd.debug;
 	raise_nofile();
-	if (check_mountpoint(fs.opts.store, cmd.mountpoint) < 0)
+	if (check_mountpoint(fs.opts.store, cmd.mountpoint, fs.opts.nonempty) < 0)
 		goto out_args;
 
 	/* Open the store before mounting, so a refusal (locked, not a
@@ -698,17 +731,19 @@ int main(int argc, char *argv[])
 				strerror(errno));
 		goto out_signals;
 	}
-	birth.made_all = false; /* up: clients may have used it */
 	{
-		/* Both paths absolute, as libfuse made the mount point. */
+		/* Both paths absolute, as libfuse made the mount point.  A
+		   new store is said so: a mistyped STORE is one. */
 		char spec[32], *store = realpath(fs.opts.store, NULL);
 
 		dbox_compress_format(&set.compress, spec, sizeof(spec));
-		dbox_info("mounted %s on %s (compress=%s%s)",
+		dbox_info("mounted %s%s on %s (compress=%s%s)",
+			  birth.made_all ? "a new, empty store " : "",
 			  store != NULL ? store : fs.opts.store, cmd.mountpoint,
 			  spec, fs.opts.readonly ? ", read-only" : "");
 		free(store);
 	}
+	birth.made_all = false; /* up: clients may have used it */
 	/* SQLite connections must not cross fork(): background_fork()
 	   forks and the parent exits, so the connection is closed here and
 	   opened again in the child.  The store lock (STORE/lock) is

@@ -223,3 +223,48 @@ def test_mount_and_dboxadm_right_after_unmount(tmp_path):
             time.sleep(0.1)
         # the last daemon lets go of the store before tmp_path goes
         wait_store_free(store)
+
+
+def test_mount_point_that_is_not_empty_is_refused(tmp_path):
+    """A delivery into the bare mount point (the dead mount taken away by
+    -o auto_unmount, or the store not mounted yet at boot) put mail where
+    the next mount hid it: dboxfs mounted over the directory without a
+    word (helper-80).  A mount point that is not empty is now refused,
+    naming what is there, and nothing is made; -o nonempty mounts over it
+    all the same.  A new store is said to be one (a mistyped STORE is)."""
+    store, mnt = tmp_path / "store", tmp_path / "mnt"
+    (mnt / "new").mkdir(parents=True)
+    mail = mnt / "new" / "1796631736.4836_0.vm"
+    mail.write_bytes(b"Subject: hidden?\n\nx\n")
+    r = run_dboxfs(store, mnt)
+    assert r.returncode != 0
+    assert "is not empty (it holds 'new')" in r.stderr, r.stderr
+    assert "-o nonempty" in r.stderr
+    assert not is_mounted(mnt)
+    assert not store.exists(), "a refused mount made a store"
+    assert mail.read_bytes() == b"Subject: hidden?\n\nx\n"
+    # A name that could act on the terminal is escaped.
+    mail.rename(mnt / "new" / "x")
+    (mnt / "new").rename(mnt / "a\x1b[2Jb")
+    r = run_dboxfs(store, mnt)
+    assert r.returncode != 0 and "a\\x1b[2Jb" in r.stderr, r.stderr
+    (mnt / "a\x1b[2Jb").rename(mnt / "new")
+    r = run_dboxfs(store, mnt, "-o", "nonempty")
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "mounted a new, empty store" in r.stderr, r.stderr
+        assert is_mounted(mnt)
+        assert os.listdir(mnt / "new") == []   # hidden under the mount
+    finally:
+        unmount(mnt)
+    wait_store_free(store)
+    assert (mnt / "new" / "x").exists()
+    os.unlink(mnt / "new" / "x")
+    os.rmdir(mnt / "new")
+    r = run_dboxfs(store, mnt)                   # empty now; not a new store
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "mounted " + str(store) in r.stderr, r.stderr
+        assert "new, empty" not in r.stderr
+    finally:
+        unmount(mnt)
