@@ -234,7 +234,7 @@ void check_lost_found(struct check *c)
 		whole = lost_found_whole(fd, de->d_name);
 		if (whole > 0)
 			check_note(c, DBOX_CHECK_LOST_FOUND, NULL, "%s/%s: %llu bytes crash recovery "
-				   "cut off an m.N, kept as a copy; it holds %ld "
+				   "or rebuild cut off an m.N, kept as a copy; it holds %ld "
 				   "whole message records: a save a crash cut "
 				   "short, or mail delivered after the index was "
 				   "copied ('dboxadm cat %s %s/%s/%s 0' shows the "
@@ -245,7 +245,7 @@ void check_lost_found(struct check *c)
 				   DBOX_STORE_LOST_FOUND, de->d_name);
 		else
 			check_note(c, DBOX_CHECK_LOST_FOUND, NULL, "%s/%s: %llu bytes crash recovery "
-				   "cut off an m.N, kept as a copy; delete it "
+				   "or rebuild cut off an m.N, kept as a copy; delete it "
 				   "once check finds no problem",
 				   DBOX_STORE_LOST_FOUND, de->d_name,
 				   (unsigned long long)sb.st_size);

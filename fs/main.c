@@ -737,10 +737,10 @@ int main(int argc, char *argv[])
 		char spec[32], *store = realpath(fs.opts.store, NULL);
 
 		dbox_compress_format(&set.compress, spec, sizeof(spec));
-		dbox_info("mounted %s%s on %s (compress=%s%s)",
-			  birth.made_all ? "a new, empty store " : "",
+		dbox_info("mounted %s on %s (compress=%s%s%s)",
 			  store != NULL ? store : fs.opts.store, cmd.mountpoint,
-			  spec, fs.opts.readonly ? ", read-only" : "");
+			  spec, fs.opts.readonly ? ", read-only" : "",
+			  birth.made_all ? "; a new, empty store" : "");
 		free(store);
 	}
 	birth.made_all = false; /* up: clients may have used it */

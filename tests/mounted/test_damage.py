@@ -567,6 +567,16 @@ def test_damaged_message_header_is_no_expunge(tmp_path, at, xor, first):
         m.unmount()
         rc, out = adm("check", m.store)
         assert rc != 0, out
+        # check says what to do (helper-80: nothing did, and the damage
+        # stopped a schedule's purge for good); the last step of the
+        # repair it names, an expunge of the message, makes it clean.
+        assert "advice: bytes of mail are missing or damaged" in out, out
+        assert "Repairing a store" in out, out
+        m.mount()
+        os.unlink(md / "new" / "a")
+        m.unmount()
+        rc, out = adm("check", m.store)
+        assert rc == 0 and "advice:" not in out, out
     finally:
         m.kill() if m.proc is not None else m.unmount()
 

@@ -252,7 +252,7 @@ def test_mount_point_that_is_not_empty_is_refused(tmp_path):
     r = run_dboxfs(store, mnt, "-o", "nonempty")
     try:
         assert r.returncode == 0, r.stderr
-        assert "mounted a new, empty store" in r.stderr, r.stderr
+        assert "; a new, empty store)" in r.stderr, r.stderr
         assert is_mounted(mnt)
         assert os.listdir(mnt / "new") == []   # hidden under the mount
     finally:

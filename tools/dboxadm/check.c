@@ -32,6 +32,7 @@ struct check_out {
 	bool json;
 	struct progress progress;
 	struct strs problems, notes;
+	unsigned kinds;           /* 1 << kind of every problem found */
 };
 
 static void strs_add(struct strs *s, const char *text)
@@ -63,6 +64,8 @@ static void report_cb(void *ctx, const struct dbox_check_item *item)
 	char escaped[DBOX_LOG_ESCAPED_SIZE(2048)];
 
 	strs_add(problem ? &out->problems : &out->notes, item->text);
+	if (problem)
+		out->kinds |= 1u << item->kind;
 	if (out->json)
 		return;
 	progress_clear();
@@ -110,6 +113,33 @@ static void print_result(const struct check_out *out,
 	       out->problems.n, out->problems.n == 1 ? "" : "s");
 }
 
+/* What to do about the kinds of problems found, a line each (text
+   output only): the repairs docs/administration.md ("Repairing a
+   store") describes. */
+static void print_advice(const struct check_out *out)
+{
+	const char *s = out->store;
+	unsigned k = out->kinds;
+
+	if (k & (1u << DBOX_CHECK_INDEX))
+		printf("advice: 'dboxadm rebuild %s' (unmounted) recreates the "
+		       "index from " DBOX_STORE_STORAGE "/\n", s);
+	if (k & (1u << DBOX_CHECK_STORAGE))
+		printf("advice: make the storage named above reachable (the "
+		       "alternate storage's disk mounted, its path right); "
+		       "its messages read again without a repair\n");
+	if (k & ((1u << DBOX_CHECK_MFILE) | (1u << DBOX_CHECK_REGION) |
+		 (1u << DBOX_CHECK_TAIL) | (1u << DBOX_CHECK_MESSAGE) |
+		 (1u << DBOX_CHECK_BODY) | (1u << DBOX_CHECK_PLAIN_FILE)))
+		printf("advice: bytes of mail are missing or damaged; put the "
+		       "m.N named above back from a backup (the store "
+		       "unmounted), or run 'dboxadm rebuild %s', which keeps "
+		       "every whole record and drops the messages that have "
+		       "none; what remains damaged reads EIO until it is "
+		       "expunged on the mount "
+		       "(docs/administration.md, \"Repairing a store\")\n", s);
+}
+
 /* Why the check could not run or stopped; the exit status. */
 static int failed(const char *store, const struct dbox_check_summary *sum,
 		  int err)
@@ -151,6 +181,8 @@ static int check_main(int argc, char **argv)
 		ret = failed(out.store, &sum, ret);
 	} else {
 		print_result(&out, &sum);
+		if (!out.json)
+			print_advice(&out);
 		ret = sum.problems > 0 ? ADM_EXIT_FAILED : ADM_EXIT_OK;
 	}
 	strs_free(&out.problems);
