@@ -297,21 +297,15 @@ static int dir_first_entry(const char *path, char *name, size_t size)
 /* Refuse mount points that cannot work: a dead mount still there (its
    daemon was killed; stat says ENOTCONN), and a store inside the mount
    point (every access to the store would go through the mount being
-   set up, and hang), and a FUSE mount there already.  And, unless
-   nonempty_ok (-o nonempty), one that is not empty: the mount would
-   hide what is there - mail a delivery agent put into the bare
-   directory while the store was not mounted (a dead mount taken away by
-   -o auto_unmount), or a maildir not imported yet (helper-80).  Returns
-   0, or -ENOTCONN (a dead mount), -EBUSY (a FUSE mount), -EINVAL (the
-   store inside) or -ENOTEMPTY, reported on stderr. */
-static int check_mountpoint(const char *store, const char *mnt,
-			    bool nonempty_ok)
+   set up, and hang), and a FUSE mount there already.  Returns 0, or
+   -ENOTCONN (a dead mount), -EBUSY (a FUSE mount) or -EINVAL (the store
+   inside), reported on stderr. */
+static int check_mountpoint(const char *store, const char *mnt)
 {
 	char *abs_store, *parent = NULL;
 	struct statfs sfs;
 	struct stat stbuf, parent_sb;
 	size_t len = strlen(mnt);
-	char first[256];
 	int ret = 0;
 
 	/* statfs() too: stat() of a dead mount may be answered from the
@@ -358,18 +352,29 @@ static int check_mountpoint(const char *store, const char *mnt,
 	}
 	free(parent);
 	free(abs_store);
-	if (ret == 0 && !nonempty_ok && strncmp(mnt, "/dev/fd/", 8) != 0 &&
-	    dir_first_entry(mnt, first, sizeof(first)) == 1) {
-		char shown[sizeof(first) * 4];
-
-		fprintf(stderr, "dboxfs: %s is not empty (it holds '%s'): the "
-			"mount would hide what is there, such as mail delivered "
-			"while the store was not mounted; move it away or into "
-			"the store (dboxadm import), or give -o nonempty\n", mnt,
-			dbox_log_escape(shown, sizeof(shown), first));
-		ret = -ENOTEMPTY;
-	}
 	return ret;
+}
+
+/* Unless nonempty_ok (-o nonempty), refuse a mount point that is not
+   empty: the mount would hide what is there - mail a delivery agent put
+   into the bare directory while the store was not mounted (a dead mount
+   taken away by -o auto_unmount), or a maildir not imported yet
+   (helper-80).  Looked at once root's checks of the mount point passed
+   (fs_owner_check_mountpoint: a refusal there says more).  Returns 0 or
+   -ENOTEMPTY, reported on stderr. */
+static int check_mountpoint_empty(const char *mnt, bool nonempty_ok)
+{
+	char first[256], shown[sizeof(first) * 4];
+
+	if (nonempty_ok || strncmp(mnt, "/dev/fd/", 8) == 0 ||
+	    dir_first_entry(mnt, first, sizeof(first)) != 1)
+		return 0;
+	fprintf(stderr, "dboxfs: %s is not empty (it holds '%s'): the mount "
+		"would hide what is there, such as mail delivered while the "
+		"store was not mounted; move it away or into the store "
+		"(dboxadm import), or give -o nonempty\n", mnt,
+		dbox_log_escape(shown, sizeof(shown), first));
+	return -ENOTEMPTY;
 }
 
 /* The store settings from the -o options: rotate size, read-only, the
@@ -679,7 +684,7 @@ int main(int argc, char *argv[])
 	}
 	log_debug = cmd.debug;
 	raise_nofile();
-	if (check_mountpoint(fs.opts.store, cmd.mountpoint, fs.opts.nonempty) < 0)
+	if (check_mountpoint(fs.opts.store, cmd.mountpoint) < 0)
 		goto out_args;
 
 	/* Open the store before mounting, so a refusal (locked, not a
@@ -698,6 +703,7 @@ int main(int argc, char *argv[])
 	if (fs.se == NULL)
 		goto out_args;
 	if (fs_owner_check_mountpoint(&owner, fs.opts.mountpoint_arg) < 0 ||
+	    check_mountpoint_empty(cmd.mountpoint, fs.opts.nonempty) < 0 ||
 	    open_store(&fs, &set, errors_before, &birth, &owner) < 0)
 		goto out_session;
 	if (fs_inode_table_init(&fs.inodes) < 0) {
