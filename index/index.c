@@ -296,9 +296,12 @@ static char *file_uri(const char *path, const char *query)
 }
 
 /* Open index->db read-only (see dbox_index_open_readonly).  immutable=1
-   promises SQLite that nobody changes the file: used only on a read-only
-   filesystem, or when there is no WAL (so no connection is open on it).
-   Returns 0 or -EIO (logged). */
+   promises SQLite that nobody changes the file: used when there is no
+   WAL (so no connection is open on it, and the caller's store lock keeps
+   writers away), where mode=ro would make index.sqlite-wal and -shm in
+   a store that should be left as it is (helper-80: a backup mounted -o
+   ro kept both), and on a read-only filesystem, where mode=ro fails
+   without index.sqlite-shm.  Returns 0 or -EIO (logged). */
 static int open_db_readonly(struct dbox_index *index, const char *path)
 {
 	static const char *const queries[] = { "mode=ro", "immutable=1" };
@@ -312,7 +315,7 @@ static int open_db_readonly(struct dbox_index *index, const char *path)
 	if (asprintf(&wal, "%s-wal", path) < 0)
 		return -ENOMEM;
 	has_wal = stat(wal, &sb) == 0;
-	for (size_t i = 0; i < 2; i++) {
+	for (size_t i = has_wal ? 0 : 1; i < 2; i++) {
 		char *uri;
 		int rc;
 
