@@ -1,5 +1,5 @@
 /*
- * fs-stop.c: the orderly stop of a writeback_cache mount (fs-stop.h).
+ * fs-stop.c: the orderly stop of a mount (fs-stop.h).
  *
  * The handler only writes the signal's number into a pipe (async-signal
  * safe); the thread reads it, has the kernel write back the open files,
@@ -39,7 +39,6 @@ struct fs_stop {
 	pthread_t loop;               /* the session loop's thread */
 	struct fs *fs;
 	struct sigaction fuse_sa[NSIGNALS]; /* libfuse's handlers */
-	bool drain;                   /* writeback_cache: serve open files on */
 	char nonce[33];               /* in the name the stop looks up */
 	pid_t asker;                  /* the thread asking (atomic), or 0 */
 	bool took_unmount;            /* root's stop dealt with the unmount
@@ -254,20 +253,6 @@ static void *stop_thread(void *arg)
 
 	if ((sig = next_signal(s, -1)) <= 0)
 		return NULL; /* fs_stop_finish: the session ended otherwise */
-	if (!s->drain) {
-		/* Root's mount without writeback_cache: detached here, where
-		   the mount is checked, then ended by libfuse as before (which
-		   must not unmount by the path again: main.c). */
-		if (detach_mount(s) < 0)
-			dbox_error("%s: not detached (%s): %s", s->fs->mountpoint,
-				   strerror(errno), errno == EXDEV ? "another "
-				   "mount is there now; this one, moved "
-				   "elsewhere, is left for you to unmount" :
-				   "unmount it by hand");
-		give_back_signals(s);
-		pthread_kill(s->loop, sig);
-		return NULL;
-	}
 	dbox_info("%s received; writing back the kernel's cached writes and "
 		  "detaching the mount", strsignal(sig));
 	open_files = write_back_open_files(s->fs);
@@ -306,7 +291,7 @@ static void *stop_thread(void *arg)
 	return NULL;
 }
 
-int fs_stop_start(struct fs *fs, bool drain)
+int fs_stop_start(struct fs *fs)
 {
 	struct sigaction sa = { .sa_handler = on_stop_signal };
 	struct fs_stop *s = calloc(1, sizeof(*s));
@@ -325,7 +310,6 @@ int fs_stop_start(struct fs *fs, bool drain)
 	for (size_t i = 0; i < sizeof(rnd); i++)
 		snprintf(s->nonce + 2 * i, 3, "%02x", rnd[i]);
 	s->fs = fs;
-	s->drain = drain;
 	if (pipe2(s->pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
 		ret = -errno;
 		free(s);

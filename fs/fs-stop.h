@@ -2,25 +2,27 @@
 #define DBOXFS_FS_STOP_H
 
 /*
- * fs-stop: an orderly stop (SIGTERM, SIGINT, SIGHUP) of a mount with
- * -o writeback_cache.  The kernel then keeps bytes that write(2) took in
- * its page cache and sends them later (WRITE requests); libfuse's own
- * signal handlers end the session at once, and those bytes were lost
- * with the unmount although every write() had returned (attack runs:
- * Dovecot's index log cut short, acknowledged flag changes and expunges
- * undone; megabytes written during the stop gone).  Here the signal
- * wakes a thread that has the kernel write back the cached pages of
- * every file a client holds open (fuse_lowlevel_notify_inval_inode: the
- * kernel writes each dirty page and waits for its WRITE, which the
- * request threads serve meanwhile), then detaches the mount (umount -l)
- * and lets the session run until the kernel ends it, when the last file
- * open on the mount is closed: writes to those files, even after the
- * signal, reach the store, as on a local filesystem unmounted with -l.
- * Root's mounts detach here in any case (without writeback_cache, then
- * libfuse ends the session): only after checking that the mount point
- * still holds this very mount, which libfuse's unmount by path does not.
- * A killed daemon (SIGKILL) still loses what the kernel had not sent:
- * dboxfs(1), -o writeback_cache.
+ * fs-stop: an orderly stop (SIGTERM, SIGINT, SIGHUP; systemd's stop) of
+ * a mount, as a local filesystem's `umount -l`: the mount leaves the tree
+ * at once, and files open on it go on working until they are closed.
+ * libfuse's own signal handlers end the session at once: with -o
+ * writeback_cache the bytes write(2) took into the kernel's page cache
+ * (sent later as WRITE requests) were lost with the unmount although
+ * every write() had returned (attack runs: Dovecot's index log cut
+ * short, acknowledged flag changes and expunges undone; megabytes
+ * written during the stop gone), and without it every client with a
+ * file open got ENOTCONN in the middle of its read or delivery
+ * (helper-80).  Here the signal wakes a thread that has the kernel write
+ * back the cached pages of every file a client holds open
+ * (fuse_lowlevel_notify_inval_inode: the kernel writes each dirty page
+ * and waits for its WRITE, which the request threads serve meanwhile),
+ * then detaches the mount (umount -l) and lets the session run until the
+ * kernel ends it, when the last file open on the mount is closed: writes
+ * to those files, even after the signal, reach the store.  Root detaches
+ * only after checking that the mount point still holds this very mount,
+ * which libfuse's unmount by path does not.  A killed daemon (SIGKILL)
+ * still loses what the kernel had not sent: dboxfs(1), -o
+ * writeback_cache.
  */
 
 #include <fuse_lowlevel.h>
@@ -30,12 +32,11 @@ struct fs;
 
 /* Take over SIGTERM, SIGINT and SIGHUP from libfuse's handlers (already
    installed: fuse_set_signal_handlers) for fs's mount, made and serving
-   from now on, whose session loop runs in the calling thread.  drain:
-   writeback_cache's stop (write back, detach, serve until the last file
-   is closed); else, for root's mounts, only the checked detach before
-   libfuse ends the session.  Returns 0, or a negative errno (logged): the
-   stop then stays libfuse's. */
-int fs_stop_start(struct fs *fs, bool drain);
+   from now on, whose session loop runs in the calling thread: at one of
+   them, write back, detach, serve until the last file is closed.
+   Returns 0, or a negative errno (logged): the stop then stays
+   libfuse's. */
+int fs_stop_start(struct fs *fs);
 
 /* Is req (a LOOKUP of name in the mount's root) the stop's own question
    whether the mount point is this mount?  Then the lookup is answered

@@ -772,8 +772,7 @@ int main(int argc, char *argv[])
 	__atomic_store_n(&log_to_stderr, cmd.foreground, __ATOMIC_RELAXED);
 	fs.mountpoint = cmd.mountpoint; /* the purge thread names it */
 	start_threads(&fs);
-	if ((fs.opts.writeback_cache && !fs.opts.readonly) || geteuid() == 0)
-		fs_stop_start(&fs, fs.opts.writeback_cache && !fs.opts.readonly);
+	fs_stop_start(&fs);
 	background_ready(ready_fd, true);
 	ret = run_loop(&fs, &cmd);
 	detached = fs_stop_took_unmount(&fs);
