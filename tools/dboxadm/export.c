@@ -19,6 +19,7 @@
  * reported, its partial output removed, and the export goes on (exit 1).
  */
 #include "engine/export.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "dboxadm.h"
 #include "engine/inomap.h"
@@ -412,14 +413,91 @@ static bool dir_is_empty(const char *path)
 	return empty;
 }
 
+/* For root: is the way to dir (as given, and the real path of dir, or
+   of its parent while dir does not exist yet) free of other users'
+   directories and symbolic links?  fd: dir opened, or -1.  Returns
+   true, or false after reporting. */
+static bool way_is_roots(const char *dir, int fd)
+{
+	char *real = NULL, *parent, *slash;
+	uid_t foreign;
+
+	if (geteuid() != 0)
+		return true;
+	foreign = dbox_path_foreign_owner(dir, 0);
+	if (fd >= 0) {
+		char proc[64];
+
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+		real = realpath(proc, NULL);
+	} else if ((parent = strdup(dir)) != NULL) {
+		slash = strrchr(parent, '/');
+		while (slash != NULL && slash > parent && slash[1] == '\0') {
+			*slash = '\0';          /* "a/b/" is "a/b" */
+			slash = strrchr(parent, '/');
+		}
+		if (slash == parent)
+			slash[1] = '\0';
+		else if (slash != NULL)
+			*slash = '\0';
+		real = realpath(slash == NULL ? "." : parent, NULL);
+		free(parent);
+	}
+	if (foreign == 0 && real != NULL)
+		foreign = dbox_path_foreign_owner(real, 0);
+	free(real);
+	if (foreign == 0)
+		return true;
+	adm_error("%s: reached through a directory or symbolic link of uid "
+		  "%u, who could switch where root writes; export into a "
+		  "directory only root controls (or as that user)", dir,
+		  (unsigned)foreign);
+	return false;
+}
+
+/* May this process write its export into dir, open as fd?  Whoever
+   could swap a step of the way, or what lies in dir, chooses where its
+   files go: root writing through a user's symbolic link or directory,
+   or into an empty directory a user made in /tmp, put root's mail tree
+   where that user wanted, readable by them (helper-79 F1).  So dir must
+   be this process's own directory that no one else may write in (root:
+   group writers neither), and for root every directory and symbolic
+   link on the way to it root's (dbox_path_foreign_owner), as for a
+   backup's DEST.partial and a store's ALT.  Returns true, or false after
+   reporting. */
+static bool output_is_ours(const char *dir, int fd)
+{
+	uid_t euid = geteuid();
+	struct stat sb;
+
+	if (fstat(fd, &sb) < 0) {
+		adm_error("%s: %s", dir, strerror(errno));
+		return false;
+	}
+	if (!way_is_roots(dir, fd))
+		return false;
+	if (sb.st_uid != euid || (sb.st_mode & (euid == 0 ? 022 : 002))) {
+		adm_error("%s: belongs to uid %u or others may write in it "
+			  "(mode %o); export into a new directory, or an empty "
+			  "one of your own", dir, (unsigned)sb.st_uid,
+			  (unsigned)(sb.st_mode & 07777));
+		return false;
+	}
+	return true;
+}
+
 /* The output directory: created (mode 0700 until the end), or an
-   existing empty one.  Returns its fd, or -1 after reporting. */
+   existing empty one of ours (output_is_ours).  Returns its fd, or -1
+   after reporting. */
 static int open_output(const char *dir)
 {
 	struct stat sb;
 	char why[80];
 	int fd;
 
+	/* Nothing made through another user's way either. */
+	if (!way_is_roots(dir, -1))
+		return -1;
 	if (mkdir(dir, 0700) < 0) {
 		if (errno != EEXIST) {
 			adm_error("%s: %s%s", dir, strerror(errno),
@@ -440,6 +518,10 @@ static int open_output(const char *dir)
 	if (fd < 0)
 		adm_error("%s: %s%s", dir, strerror(errno),
 			  adm_denied_why(errno, why, sizeof(why)));
+	if (fd >= 0 && !output_is_ours(dir, fd)) {
+		close(fd);
+		return -1;
+	}
 	return fd;
 }
 
