@@ -64,7 +64,7 @@ static bool still_plain_file(const struct check *c, uint64_t ino)
 static int file_ino_cb(void *ctx, uint64_t ino)
 {
 	struct check *c = ctx;
-	char name[24], *path = NULL;
+	char name[24], why[128], *path = NULL;
 	const char *what;
 
 	if (c->nfile_inos == c->file_inos_size) {
@@ -79,9 +79,19 @@ static int file_ino_cb(void *ctx, uint64_t ino)
 	}
 	c->file_inos[c->nfile_inos++] = ino;
 	dbox_files_name(name, ino);
-	if (c->files_fd < 0 || (what = plain_file_fault(c->files_fd,
-							name)) == NULL)
+	/* No files/ (missing, a symbolic link: never followed) is a
+	   problem of every plain file: each reads EIO on the mount
+	   (helper-79 F3: check said 0 problems). */
+	if (c->files_fd < 0) {
+		snprintf(why, sizeof(why), "cannot be read: its directory %s",
+			 c->files_err == -ENOENT ? "is missing" :
+			 c->files_err == -ENOTDIR || c->files_err == -ELOOP ?
+			 "is a symbolic link (never followed) or no directory" :
+			 strerror(-c->files_err));
+		what = why;
+	} else if ((what = plain_file_fault(c->files_fd, name)) == NULL) {
 		return 0;
+	}
 	if (!c->offline && strcmp(what, MISSING) == 0 &&
 	    !still_plain_file(c, ino))
 		return 0;

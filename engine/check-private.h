@@ -55,7 +55,8 @@ struct check {
 	bool offline;          /* we hold the store lock (shared) */
 	const char *alt_shown; /* the ALT path for names, when the store
 				  has one (open or not); else NULL */
-	int files_fd;          /* STORE/files/, or -1 */
+	int files_fd;          /* STORE/files/, or -1: files_err */
+	int files_err;         /* negative errno of opening it, or 0 */
 	dbox_check_report_t *report;
 	dbox_check_progress_t *progress;
 	void *ctx;

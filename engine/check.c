@@ -183,6 +183,7 @@ int dbox_check_store(const char *path, dbox_check_report_t *report,
 		sum->opened = true;
 		report_dirs(&c);
 		c.files_fd = dbox_store_open_in(path, DBOX_STORE_FILES, NULL, 0);
+		c.files_err = c.files_fd < 0 ? c.files_fd : 0;
 		if ((ret = run(&c)) == 0)
 			check_lost_found(&c);
 		sum->mfiles = c.nfiles;

@@ -805,3 +805,32 @@ def test_a_missing_mfile_without_messages_is_no_error(tmp_path):
         (tmp_path / "m.1").rename(m.store / "storage" / "m.1")
     finally:
         m.kill() if m.proc is not None else m.unmount()
+
+
+def test_check_reports_plain_files_when_files_dir_is_gone(tmp_path):
+    """STORE/files/ missing, or a symbolic link (never followed): every
+    plain file reads EIO on the mount, and check said 0 problems and
+    exited 0 (helper-79 F3).  Each plain file is a problem now."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt")
+    try:
+        md = m.mount().maildir()
+        deliver(md, "a")
+        (md / "dovecot-uidlist").write_bytes(b"3 V1 N2\n")
+        (md / ".mbsyncstate").write_bytes(b"state\n")
+        m.unmount()
+        files = m.store / "files"
+        files.rename(tmp_path / "files.away")
+        rc, out = adm("check", m.store)
+        assert rc == 1, out
+        assert out.count("its directory is missing") == 2, out
+        decoy = tmp_path / "decoy"
+        decoy.mkdir()
+        files.symlink_to(decoy)
+        rc, out = adm("check", m.store)
+        assert rc == 1 and out.count("its directory is a symbolic link") == 2, out
+        files.unlink()
+        (tmp_path / "files.away").rename(files)
+        rc, out = adm("check", m.store)
+        assert rc == 0, out
+    finally:
+        m.kill() if m.proc is not None else m.unmount()
