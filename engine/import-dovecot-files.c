@@ -240,8 +240,17 @@ static int link_in(struct dbox_adopt *adopt, bool alt, uint32_t dfile,
 	struct stat sb;
 
 	dbox_file_name(src, dfile);
-	if (fstatat(dfd, src, &sb, 0) < 0)
+	if (fstatat(dfd, src, &sb, AT_SYMLINK_NOFOLLOW) < 0)
 		return -errno;
+	/* A link is a second name of the same bytes: the file's owner
+	   keeps theirs, and can rewrite what the store serves. */
+	if (sb.st_uid != geteuid()) {
+		struct dbox_adopt_note w = n;
+
+		w.kind = DBOX_ADOPT_NOT_OURS;
+		w.owner = (unsigned)sb.st_uid;
+		adopt_note(adopt, w);
+	}
 	a->dfile = dfile;
 	a->alt = alt;
 	if ((err = dbox_store_file_id_take(adopt->st, &a->file_id)) < 0)

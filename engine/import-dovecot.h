@@ -77,6 +77,11 @@ enum dbox_adopt_note_kind {
 	DBOX_ADOPT_RENAME_FAILED, /* staged `name` of file in `where` could
 				     not get its final name: err */
 	/* Warnings: adopted, but the caller should know. */
+	DBOX_ADOPT_NOT_OURS,      /* file belongs to `owner`, not to the
+				     store's owner (this process): its owner
+				     can still rewrite the store's mail
+				     through their own name of it (helper-79
+				     F2) */
 	DBOX_ADOPT_CORRUPT,       /* file has a corrupt record at offset: the
 				     records after it cannot be found */
 	DBOX_ADOPT_FINISHED,      /* file in `where`: an earlier run's
@@ -102,6 +107,7 @@ struct dbox_adopt_note {
 	uint64_t size, offset;
 	const char *name;     /* a folder, file or keyword name; a step */
 	unsigned int count, found;
+	unsigned int owner;   /* a file's owner (NOT_OURS) */
 	int err;              /* a positive errno, or 0 */
 };
 

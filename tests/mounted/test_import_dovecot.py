@@ -12,6 +12,7 @@ the same UIDs, flags and keywords.
 """
 import base64
 import os
+import pwd
 import re
 import shutil
 import sqlite3
@@ -348,6 +349,34 @@ def test_adopt_then_purge(dovecot_tmp, make_mount):
     assert os.stat(root / "storage" / "m.1").st_nlink == 1
     m = make_mount(store=store, mnt=tmp_path / "mnt")
     check_adopted(m.mnt, truth, lambda t: texts[(t["mailbox"], t["uid"])])
+
+
+def test_adopting_another_users_files_is_said(dovecot_tmp):
+    """The adopted m.N are hard links: the Dovecot root's owner keeps a
+    name of each, and when that is not the store's owner (root adopting
+    the mail user's root into a store of root's) they can rewrite what
+    the store serves (helper-79 F2: a forged message on root's mount).
+    Each such file is warned about; a store of the Dovecot root's owner
+    (its directory made theirs first, so dboxadm works as them) gets
+    no warning."""
+    tmp_path = dovecot_tmp
+    if not (FIXTURES / "plain" / "mdbox").is_dir():
+        pytest.skip("../shared/fixtures/dovecot-mdbox not present")
+    for owned_by_mail in (False, True):
+        root = tmp_path / f"mdbox{int(owned_by_mail)}"
+        store = tmp_path / f"store{int(owned_by_mail)}"
+        copy_fixture("plain", root)
+        Mdbox(root, tmp_path / f"dovecot{int(owned_by_mail)}")
+        mail = pwd.getpwnam("mail")
+        if owned_by_mail:
+            store.mkdir(mode=0o700)
+            os.chown(store, mail.pw_uid, mail.pw_gid)
+        r = adm("import-dovecot", store, root, check_rc=0)
+        files = sorted((root / "storage").glob("m.*"))
+        assert files and all(f.stat().st_uid == mail.pw_uid for f in files)
+        said = r.stderr.decode().count(f"belongs to uid {mail.pw_uid}, not to "
+                                       "the store's owner")
+        assert said == (0 if owned_by_mail else len(files)), r.stderr
 
 
 def stats(store):

@@ -88,6 +88,15 @@ static bool note_file(struct imp *imp, const struct dbox_adopt_note *n)
 			  "(run import-dovecot again to finish)", n->where,
 			  n->name, n->file, msg);
 		return true;
+	case DBOX_ADOPT_NOT_OURS:
+		adm_warning("%s/" DBOX_STORE_STORAGE "/m.%u: belongs to uid %u, "
+			    "not to the store's owner (uid %u): adopted, but its "
+			    "owner can rewrite the store's mail through their "
+			    "own name of it; to prevent that, import into a "
+			    "store of that user's, or copy the Dovecot root "
+			    "first", n->root, n->file, n->owner,
+			    (unsigned)geteuid());
+		return true;
 	case DBOX_ADOPT_CORRUPT:
 		adm_warning("%s/" DBOX_STORE_STORAGE "/m.%u: corrupt record at "
 			    "%llu; messages after it cannot be found (run "
