@@ -146,10 +146,23 @@ static int index_failed(struct dbox_export *ex, const char *what, int err)
 	return err;
 }
 
+/* The item at ex->path has damaged rows: skipped (returns 0), or the
+   walk stops (ENOMEM; no item_damaged op) with err. */
+static int item_damaged(struct dbox_export *ex, const char *what, int err)
+{
+	if (err == -ENOMEM || ex->ops->item_damaged == NULL)
+		return index_failed(ex, what, err);
+	ex->ops->item_damaged(ex->ctx, ex->path != NULL ? ex->path : "", what,
+			      err);
+	return 0;
+}
+
 static int walk_dir(struct dbox_export *ex, uint64_t dir, int dir_fd);
 
 /* The index's facts a non-directory item needs before its callback: a
-   message's location (or that it is unfinished), a link's target. */
+   message's location (or that it is unfinished), a link's target.
+   Returns 0, 1 when the item is skipped (its rows damaged: said), or a
+   negative errno (the walk stops). */
 static int item_prepare(struct dbox_export *ex, struct dbox_export_item *item,
 			char **target_r)
 {
@@ -165,7 +178,7 @@ static int item_prepare(struct dbox_export *ex, struct dbox_export_item *item,
 		    (ret == 0 && item->loc.state != DBOX_MSG_COMMITTED))
 			item->unfinished = true;
 		else if (ret < 0)
-			return index_failed(ex, "message", ret);
+			return item_damaged(ex, "message", ret) == 0 ? 1 : ret;
 		dbox_save_acked_empty_key(key, item->attr.ino);
 		if (ret == 0 && dbox_index_meta_get(index, key, &v) == 0) {
 			item->acked_empty = true;
@@ -175,7 +188,7 @@ static int item_prepare(struct dbox_export *ex, struct dbox_export_item *item,
 	} else if (item->attr.kind == DBOX_KIND_SYMLINK) {
 		ret = dbox_index_readlink(index, item->attr.ino, target_r);
 		if (ret < 0)
-			return index_failed(ex, "readlink", ret);
+			return item_damaged(ex, "readlink", ret) == 0 ? 1 : ret;
 		item->target = *target_r;
 	}
 	return 0;
@@ -197,10 +210,10 @@ static int walk_entry(struct dbox_export *ex, const char *name,
 					   "cycle; run 'dboxadm check'); not "
 					   "entered", ex->path,
 					   (unsigned long long)attr->ino);
-				return index_failed(ex, "readdir", -ELOOP);
+				return item_damaged(ex, "cycle", -ELOOP);
 			}
 		if (ex->depth == DBOX_TREE_MAX_DEPTH)
-			return index_failed(ex, "readdir", -ELOOP);
+			return item_damaged(ex, "depth", -ELOOP);
 		if ((ret = ex->ops->dir_begin(ex->ctx, &item)) != 0)
 			return ret < 0 ? ret : 0;
 		ex->ancestors[ex->depth++] = attr->ino;
@@ -212,6 +225,8 @@ static int walk_entry(struct dbox_export *ex, const char *name,
 	}
 	if ((ret = item_prepare(ex, &item, &target)) == 0)
 		ret = ex->ops->entry(ex->ctx, &item);
+	else if (ret == 1)
+		ret = 0; /* skipped */
 	dbox_export_item_close(&item);
 	free(target);
 	return ret;

@@ -65,10 +65,16 @@ struct dbox_export_ops {
 	void (*dir_end)(void *ctx, struct dbox_export_item *item);
 	/* Any other name (message, plain file, symbolic link, special). */
 	int (*entry)(void *ctx, struct dbox_export_item *item);
-	/* The index failed (what: "readdir", "message", "readlink") at path
-	   (the entry, or the directory being listed); the walk stops with
-	   err. */
+	/* The index failed (what: "readdir", ...) at path (the directory
+	   being listed); the walk stops with err. */
 	void (*index_failed)(void *ctx, const char *path, const char *what,
+			     int err);
+	/* The index's rows of the item at path are damaged (what:
+	   "message", "readlink"; a directory inside itself, "cycle"): the
+	   item is skipped and the walk goes on (helper-79 F4: one damaged
+	   row stopped the export of everything after it).  NULL: as
+	   index_failed. */
+	void (*item_damaged)(void *ctx, const char *path, const char *what,
 			     int err);
 };
 

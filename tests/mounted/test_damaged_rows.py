@@ -294,3 +294,19 @@ def test_purge_destroys_no_record_a_damaged_row_hides(tmp_path, damage_sql, moun
     got = {p.read_bytes() for sub in ("cur", "new")
            for p in (tmp_path / "out" / sub).iterdir()}
     assert set(mail.values()) <= got
+
+
+def test_export_skips_one_damaged_row_and_goes_on(tmp_path):
+    """One message row damaged - its kind says symbolic link, with no link
+    row - stopped the whole export at that name ("index error; stopping
+    the export": 1 of 20 messages written, helper-79 F4).  That item is
+    now skipped and named, every other one is exported, and the exit
+    status says something failed."""
+    store, mail = make_store(tmp_path, n=20)
+    victim = "m7:2,S"
+    damage(store, f"UPDATE inode SET kind = 4 WHERE ino = {ino_of(victim)}")
+    rc, out = adm("export", store, tmp_path / "out")
+    assert rc == 1, out
+    assert f"cur/{victim}" in out and "not exported" in out, out
+    got = {p.name: p.read_bytes() for p in (tmp_path / "out" / "cur").iterdir()}
+    assert got == {n: b for n, b in mail.items() if n != victim}

@@ -83,6 +83,16 @@ static void on_index_failed(void *ctx, const char *path, const char *what,
 	ex->fatal = true;
 }
 
+static void on_item_damaged(void *ctx, const char *path, const char *what,
+			    int err)
+{
+	struct export *ex = ctx;
+
+	adm_error("%s: %s: damaged index rows (%s); not exported (run "
+		  "'dboxadm check')", at(ex, path), what, strerror(-err));
+	ex->failed++;
+}
+
 /* Permission bits export gives: the index's without set-user-ID and
    set-group-ID (sticky and rwx kept). */
 #define EXPORT_MODE_MASK 01777
@@ -391,6 +401,7 @@ static const struct dbox_export_ops export_ops = {
 	.dir_end = on_dir_end,
 	.entry = on_entry,
 	.index_failed = on_index_failed,
+	.item_damaged = on_item_damaged,
 };
 
 /* Is the directory at path empty?  Sets errno when it cannot be read. */
