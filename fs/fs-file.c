@@ -244,6 +244,34 @@ static int open_message(struct fs *fs, struct fs_inode *inode, int flags,
 	return 0;
 }
 
+/* open(O_TRUNC) by a caller without CAP_FSETID (here: not root) drops
+   the file's set-user-ID bit, and its set-group-ID bit when group
+   execute is set or the caller is not in the file's group, as ext4's
+   truncate does (setattr_should_drop_suidgid, Linux 6.x): the kernel
+   leaves that to the daemon when it sends O_TRUNC with the OPEN
+   (FUSE_CAP_ATOMIC_O_TRUNC), and the bits stayed (helper-79 F5).  A
+   failure is logged; the open stands.  Needs the lock. */
+static void truncate_drops_privs(struct fs *fs, struct dbox_cred *c,
+				 uint64_t ino)
+{
+	struct dbox_ns_set set = { .what = DBOX_NS_SET_MODE };
+	struct dbox_attr attr;
+	int ret;
+
+	if (c->privileged || dbox_ns_getattr(fs->st, ino, &attr) < 0 ||
+	    !(attr.mode & (S_ISUID | S_ISGID)))
+		return;
+	set.mode = attr.mode & 07777 & ~S_ISUID;
+	if ((set.mode & S_ISGID) &&
+	    ((set.mode & S_IXGRP) || !dbox_perm_in_group(c, attr.gid)))
+		set.mode &= ~S_ISGID;
+	if (set.mode != (attr.mode & 07777) &&
+	    (ret = dbox_ns_setattr(fs->st, ino, &set, NULL)) < 0)
+		dbox_error("inode %llu: dropping set-user-ID and set-group-ID "
+			   "at a truncating open: %s", (unsigned long long)ino,
+			   strerror(-ret));
+}
+
 void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = fs_from_req(req);
@@ -319,6 +347,8 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		if (ret < 0) {
 			fs_handle_free(fs, h);
 			fs_inode_unref(fs, ino, 0, true);
+		} else if (fi->flags & O_TRUNC) {
+			truncate_drops_privs(fs, &c, ino);
 		}
 	}
 	fs_unlock(fs);

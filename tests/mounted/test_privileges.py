@@ -909,3 +909,42 @@ def test_an_unreadable_source_directory_is_not_made_empty(scratch, user):
     exp = scratch / "exp"
     assert adm("export", store, exp, user=name).returncode == 0
     assert sorted(os.listdir(exp)) == [".Open", "cur", "new", "tmp"]
+
+
+@pytest.mark.parametrize("writeback", [False, True], ids=["default", "writeback_cache"])
+def test_truncating_open_by_another_user_drops_setid_bits_as_ext4(scratch, user,
+                                                                   tmp_path, writeback):
+    """Another user truncating root's set-user-ID or set-group-ID file
+    with open(O_TRUNC), in a sticky world-writable folder of root's
+    allow_other mount: ext4 drops set-user-ID, and set-group-ID when group
+    execute is set or the writer is not in the file's group; dboxfs kept
+    them all (helper-79 F5: the kernel leaves it to the daemon when O_TRUNC
+    comes with the OPEN).  The same steps on a plain directory and on the
+    mount, messages and plain files, give the same modes."""
+    name = user[0]
+    opts = "allow_other,writeback_cache" if writeback else "allow_other"
+    m = Mount(tmp_path / "store", scratch / "mnt", options=["-o", opts]).mount()
+    modes = {}
+    try:
+        for where, root in (("ext4", scratch / "ext4"), ("dboxfs", m.mnt)):
+            d = root / "cur"
+            d.mkdir(parents=True, exist_ok=True)
+            os.chmod(root, 0o755)
+            os.chmod(d, 0o1777)
+            names = []
+            for mode in (0o6777, 0o6767, 0o2777, 0o2767, 0o4766):
+                for n in (f"1.m{mode:o}:2,S", f".plain{mode:o}"):
+                    (d / n).write_bytes(b"Subject: x\n\nset-id\n")
+                    os.chmod(d / n, mode)
+                    names.append(n)
+            for n in names:
+                r = as_user(name, [sys.executable, "-c",
+                                   "import os, sys; os.close(os.open(sys.argv[1], "
+                                   "os.O_WRONLY | os.O_TRUNC))", d / n])
+                assert r.returncode == 0, (where, n, r.stderr)
+            modes[where] = {n: oct(stat.S_IMODE(os.stat(d / n).st_mode))
+                            for n in names}
+    finally:
+        m.unmount()
+    assert modes["dboxfs"] == modes["ext4"]
+    assert modes["ext4"]["1.m6777:2,S"] == "0o777"   # the reference did drop them
