@@ -1065,18 +1065,26 @@ def old_mail(cur, count, prefix="k", one_name=False):
     return data
 
 
+def old_mail_in_alt(tmp_path, make_mount, count):
+    """A store (tmp_path/store, mounted once on tmp_path/mnt, small m.N)
+    with count old messages (old_mail, no corpora), altmoved offline to
+    tmp_path/alt (made here): (store, alt, the unmounted Mount, data)."""
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    data = old_mail(m.mnt / "cur", count)
+    m.unmount()
+    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    return store, alt, m, data
+
+
 def test_a_new_alt_path_without_the_alt_mail_is_not_taken(tmp_path, make_mount):
     """A second --alt= (or -o alt=) naming a directory without the m.N
     the index places in ALT - a typo, a disk not mounted - is refused and
     not recorded: taken, the next altmove put mail there and the rest
     stayed in the first, with EIO for whichever half the mount did not
     see (helper-77).  Nothing is made in it; the recorded ALT serves."""
-    store, alt = tmp_path / "store", tmp_path / "alt"
-    alt.mkdir()
-    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
-    data = old_mail(m.mnt / "cur", 20)
-    m.unmount()
-    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    store, alt, m, data = old_mail_in_alt(tmp_path, make_mount, 20)
     typo = tmp_path / "alt-typo"
     typo.mkdir()
     r = adm("altmove", store, "--older-than", "30", f"--alt={typo}")
@@ -1266,12 +1274,7 @@ def test_alt_marks_of_old_stores_and_copies(tmp_path, make_mount):
     takes the ALT's; a backup (a store of its own, without ALT) given the
     original's ALT is refused, and nothing is written there; a rebuild
     keeps the id."""
-    store, alt = tmp_path / "store", tmp_path / "alt"
-    alt.mkdir()
-    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
-    data = old_mail(m.mnt / "cur", 12)
-    m.unmount()
-    adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    store, alt, m, data = old_mail_in_alt(tmp_path, make_mount, 12)
     mark = alt / "dboxfs-alt-id"
     first = alt_ids(store, alt)
     assert first[0] is not None and first[1] == first[0] + "\n"
