@@ -4,9 +4,12 @@
  */
 #include "engine/alt-mark.h"
 #include "engine/store-layout.h"
+#include "storage/dbox-file.h"
+#include "storage/dbox-record.h"
 #include "storage/guid.h"
 #include "storage/log.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -46,7 +49,70 @@ int dbox_alt_mark_load(struct dbox_index *index, struct dbox_alt_mark *mark)
 		return ret;
 	mark->index_places = ret == 0;
 	mark->first = ret == 0 ? first : 0;
-	return 0;
+	if (!mark->index_places)
+		return 0;
+	ret = dbox_index_alt_first_msg(index, &mark->msg);
+	mark->has_msg = ret == 1;
+	return ret < 0 ? ret : 0;
+}
+
+/* Does storage/ (open as storage_fd) hold any m.N? */
+static bool holds_mfiles(int storage_fd)
+{
+	int fd = dup(storage_fd);
+	struct dirent *de;
+	bool found = false;
+	uint32_t id;
+	DIR *d;
+
+	if (fd < 0 || (d = fdopendir(fd)) == NULL) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	rewinddir(d); /* the duplicate shares the offset */
+	while (!found && (de = readdir(d)) != NULL)
+		found = dbox_mfile_parse_name(de->d_name, &id);
+	closedir(d);
+	return found;
+}
+
+/* Is the ALT whose storage/ is open as storage_fd this store's by its
+   content: does the record at the index's first ALT message hold that
+   message's GUID?  A whole record with another GUID is another store's
+   mail (-EXDEV, logged); no such message, a missing m.N or a record that
+   does not read whole prove nothing (0). */
+static int content_proof(int storage_fd, const char *alt,
+			 const struct dbox_alt_mark *mark)
+{
+	struct dbox_metadata md;
+	uint64_t body, size;
+	char name[16];
+	bool other;
+	int fd, ret;
+
+	if (!mark->has_msg || storage_fd < 0)
+		return 0;
+	dbox_file_name(name, mark->msg.file_id);
+	fd = openat(storage_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+		    O_NOCTTY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	memset(&md, 0, sizeof(md));
+	ret = dbox_record_verify(fd, mark->msg.offset, UINT64_MAX, &body, &md,
+				 &size, NULL);
+	close(fd);
+	if (ret < 0)
+		return 0;
+	other = strcmp(md.guid, mark->msg.guid) != 0;
+	if (other)
+		dbox_error("%s/" DBOX_STORE_STORAGE "/%s: offset %llu holds "
+			   "message %s, where this store's index has %s: the "
+			   "alternate storage of another store; refused", alt,
+			   name, (unsigned long long)mark->msg.offset, md.guid,
+			   mark->msg.guid);
+	dbox_metadata_clear(&md);
+	return other ? -EXDEV : 0;
 }
 
 /* Read ALT's mark into mark->alt_id ("" when none or damaged).  The file
@@ -104,21 +170,31 @@ static int write_mark(int alt_fd, const char *id)
 	return ret;
 }
 
-int dbox_alt_mark_judge(int alt_fd, const char *alt, struct dbox_alt_mark *mark)
+int dbox_alt_mark_judge(int alt_fd, int storage_fd, const char *alt,
+			struct dbox_alt_mark *mark)
 {
 	read_mark(alt_fd, mark);
-	if (mark->alt_id[0] != '\0' &&
-	    (mark->index_id[0] != '\0' ?
-	     strcmp(mark->alt_id, mark->index_id) != 0 : !mark->index_places)) {
-		if (mark->index_id[0] != '\0')
-			dbox_error("%s: the alternate storage of another store "
-				   "(its %s is %s, this store's is %s); "
-				   "refused", alt, DBOX_ALT_MARK, mark->alt_id,
-				   mark->index_id);
-		else
-			dbox_error("%s: the alternate storage of another store "
-				   "(it has a %s, and this store has no mail "
-				   "there); refused", alt, DBOX_ALT_MARK);
+	if (mark->alt_id[0] != '\0' && mark->index_id[0] != '\0') {
+		if (strcmp(mark->alt_id, mark->index_id) == 0)
+			return 0;
+		dbox_error("%s: the alternate storage of another store (its %s "
+			   "is %s, this store's is %s); refused", alt,
+			   DBOX_ALT_MARK, mark->alt_id, mark->index_id);
+		return -EXDEV;
+	}
+	if (mark->index_places)
+		return content_proof(storage_fd, alt, mark);
+	if (mark->alt_id[0] != '\0') {
+		dbox_error("%s: the alternate storage of another store (it has "
+			   "a %s, and this store has no mail there; give a new, "
+			   "empty directory); refused", alt, DBOX_ALT_MARK);
+		return -EXDEV;
+	}
+	if (storage_fd >= 0 && holds_mfiles(storage_fd)) {
+		dbox_error("%s/" DBOX_STORE_STORAGE ": holds m.N files this "
+			   "store's index does not place there: the alternate "
+			   "storage of another store (give a new, empty "
+			   "directory); refused", alt);
 		return -EXDEV;
 	}
 	return 0;

@@ -311,12 +311,18 @@ int dbox_alt_storage_open(const char *alt, uid_t owner, bool create,
 	if ((fd = open(alt, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return -errno;
 	ret = dbox_alt_owner_check(fd, alt, owner, uid_r, way_r);
-	if (ret == 0)
-		ret = dbox_alt_mark_judge(fd, alt, mark);
-	if (ret == 0 && create &&
+	if (ret == 0) {
+		sfd = dbox_storage_dir_open(fd); /* -1: none yet */
+		ret = dbox_alt_mark_judge(fd, sfd, alt, mark);
+		if (ret < 0 && sfd >= 0) {
+			close(sfd);
+			sfd = -1;
+		}
+	}
+	if (ret == 0 && sfd < 0 && create &&
 	    mkdirat(fd, DBOX_STORE_STORAGE, 0700) < 0 && errno != EEXIST)
 		ret = -errno;
-	if (ret == 0)
+	if (ret == 0 && sfd < 0)
 		sfd = ret = dbox_storage_dir_open(fd);
 	if (sfd >= 0 && mark->want_first && mark->index_places) {
 		char name[16];
@@ -337,7 +343,7 @@ int dbox_alt_storage_open(const char *alt, uid_t owner, bool create,
 	if (sfd >= 0)
 		dbox_alt_mark_write(fd, alt, mark);
 	close(fd);
-	return ret;
+	return ret < 0 ? ret : sfd;
 }
 
 /* Unlink the m.N of storage/ (plain: the files/<ino> of files/) open as

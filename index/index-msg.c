@@ -387,6 +387,29 @@ int dbox_index_msg_rows(struct dbox_index *index, dbox_msg_row_cb_t *cb,
 	return ret;
 }
 
+int dbox_index_alt_first_msg(struct dbox_index *index,
+			     struct dbox_msgloc *loc_r)
+{
+	sqlite3_stmt *stmt;
+	int rc;
+
+	if (sqlite3_prepare_v2(index->db, "SELECT m.file_id, m.offset,"
+			       " m.body_size, m.record_size, m.vsize, m.state,"
+			       " m.guid FROM message m JOIN mfile f"
+			       " ON f.file_id = m.file_id WHERE f.alt <> 0"
+			       " AND m.state = ?1 ORDER BY m.file_id, m.offset"
+			       " LIMIT 1", -1, &stmt, NULL) != SQLITE_OK)
+		return index_sql_error(index, "first message");
+	sqlite3_bind_int(stmt, 1, DBOX_MSG_COMMITTED);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW)
+		column_msgloc(stmt, 0, loc_r);
+	sqlite3_finalize(stmt);
+	if (rc == SQLITE_ROW)
+		return 1;
+	return rc == SQLITE_DONE ? 0 : index_sql_error(index, "first message");
+}
+
 int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
 			      uint64_t from, uint64_t *offset_r)
 {

@@ -405,6 +405,14 @@ int dbox_index_meta_delete_prefix(struct dbox_index *index, const char *prefix);
 int dbox_index_writing_offset(struct dbox_index *index, uint32_t file_id,
 			      uint64_t from, uint64_t *offset_r);
 
+/* The committed message the index places first in the alternate storage
+   (lowest file_id, then offset) into *loc_r: a record whose GUID tells
+   this store's ALT m.N from another store's of the same number
+   (engine/alt-mark.h).  Returns 1, 0 when the ALT holds no committed
+   message, or -EIO. */
+int dbox_index_alt_first_msg(struct dbox_index *index,
+			     struct dbox_msgloc *loc_r);
+
 /* Called by dbox_index_msg_rows with each message row; non-zero stops. */
 typedef int dbox_msg_row_cb_t(void *ctx, uint64_t ino,
 			      const struct dbox_msgloc *loc);

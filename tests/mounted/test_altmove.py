@@ -1321,3 +1321,65 @@ def test_alt_marks_of_old_stores_and_copies(tmp_path, make_mount):
     adm("rebuild", store, check_rc=0)
     assert alt_ids(store, alt) == again
     check_store(store, data, alt)
+
+
+def test_an_unmarked_alt_of_another_store_is_told_by_its_content(tmp_path, make_mount):
+    """Store B's ALT moved the documented way (its storage/ copied over,
+    so without its mark), then store A pointed at it by a typo, with -o
+    alt= and with altmove --alt=: A's mount took it, wrote A's id into
+    it, and A's purge removed B's m.N; B was then refused its own ALT
+    (helper-81).  Without a mark, an ALT is this store's only if the
+    first message the index places there is in it (its GUID at its
+    offset), or, for a store with no mail in ALT, if it holds no m.N:
+    both are refused now, and B's ALT is left as it was."""
+    stores = {}
+    for s in ("a", "b"):
+        store, alt = tmp_path / f"store-{s}", tmp_path / f"alt-{s}"
+        alt.mkdir()
+        m = make_mount(store=store, mnt=tmp_path / f"mnt-{s}", options=["-o", ROTATE])
+        data = old_mail(m.mnt / "cur", 12, prefix=s)
+        m.unmount()
+        adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+        stores[s] = (store, alt, m, data)
+    store_a, alt_a, ma, data_a = stores["a"]
+    store_b, alt_b, mb, data_b = stores["b"]
+    moved = tmp_path / "alt-b-new"                 # B's ALT, moved: no mark
+    (moved / "storage").mkdir(parents=True)
+    for p in (alt_b / "storage").iterdir():
+        shutil.copy2(p, moved / "storage" / p.name)
+    assert not (moved / "dboxfs-alt-id").exists()
+    b_files = mfile_bytes(moved / "storage")
+    assert set(b_files) & set(mfile_bytes(alt_a / "storage"))
+
+    ma.options = ["-o", f"{ROTATE},alt={moved}"]   # the typo
+    ma.mount()
+    assert "another store" in ma.log_text(), ma.log_text()[-2000:]
+    for name, body in data_a.items():              # A's own ALT still serves
+        assert (ma.mnt / "cur" / name).read_bytes() == body
+    victim = sorted(data_a)[0]
+    os.unlink(ma.mnt / "cur" / victim)
+    ma.unmount()
+    assert index_rows(store_a, "SELECT value FROM setting WHERE key = 'alt_path'")[0][0] \
+        in (str(alt_a), str(alt_a).encode())
+    adm("purge", store_a, check_rc=0)
+    assert mfile_bytes(moved / "storage") == b_files
+    assert not (moved / "dboxfs-alt-id").exists()
+
+    # A store with no mail in ALT, sent to B's unmarked ALT by altmove.
+    c_store = tmp_path / "store-c"
+    mc = make_mount(store=c_store, mnt=tmp_path / "mnt-c", options=["-o", ROTATE])
+    old_mail(mc.mnt / "cur", 4, prefix="c")
+    mc.unmount()
+    r = adm("altmove", c_store, "--older-than", "30", f"--alt={moved}")
+    assert r.returncode == 2 and b"another store" in r.stderr, r
+    assert mfile_bytes(moved / "storage") == b_files
+    assert not (moved / "dboxfs-alt-id").exists()
+
+    # B itself takes its moved ALT, by its content, and marks it.
+    mb.options = ["-o", f"{ROTATE},alt={moved}"]
+    mb.mount()
+    for name, body in data_b.items():
+        assert (mb.mnt / "cur" / name).read_bytes() == body
+    mb.unmount()
+    assert (moved / "dboxfs-alt-id").read_text().strip() == \
+        alt_ids(store_b, moved)[0]

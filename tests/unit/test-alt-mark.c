@@ -13,6 +13,7 @@
 #include "tests/unit/test-common.h"
 #include "engine/alt-mark.h"
 #include "engine/store-layout.h"
+#include "storage/dbox-file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +27,8 @@
 
 struct fixture {
 	char dir[256];
-	int fd;
+	int fd;          /* the ALT root */
+	int storage_fd;  /* its storage/ */
 };
 
 static int setup(void **state)
@@ -36,6 +38,9 @@ static int setup(void **state)
 	tmpdir_make(f.dir, sizeof(f.dir), "dboxfs-alt-mark");
 	f.fd = open(f.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	assert_true(f.fd >= 0);
+	assert_int_equal(mkdirat(f.fd, DBOX_STORE_STORAGE, 0700), 0);
+	f.storage_fd = openat(f.fd, DBOX_STORE_STORAGE, O_RDONLY | O_DIRECTORY);
+	assert_true(f.storage_fd >= 0);
 	dbox_log_set_sink(capture_sink);
 	errors_reset();
 	*state = &f;
@@ -46,6 +51,7 @@ static int teardown(void **state)
 {
 	struct fixture *f = *state;
 
+	close(f->storage_fd);
 	close(f->fd);
 	rm_rf(f->dir);
 	return 0;
@@ -79,11 +85,16 @@ static int judge(struct fixture *f, const char *index_id, bool places,
 {
 	int ret;
 
+	struct dbox_msgloc msg = mark->msg;
+	bool has_msg = mark->has_msg;
+
 	memset(mark, 0, sizeof(*mark));
 	strcpy(mark->index_id, index_id);
 	mark->index_places = places;
+	mark->has_msg = has_msg;
+	mark->msg = msg;
 	mark->write = write;
-	ret = dbox_alt_mark_judge(f->fd, f->dir, mark);
+	ret = dbox_alt_mark_judge(f->fd, f->storage_fd, f->dir, mark);
 	if (ret == 0)
 		dbox_alt_mark_write(f->fd, f->dir, mark);
 	return ret;
@@ -92,7 +103,7 @@ static int judge(struct fixture *f, const char *index_id, bool places,
 static void test_the_table(void **state)
 {
 	struct fixture *f = *state;
-	struct dbox_alt_mark m;
+	struct dbox_alt_mark m = { 0 };
 
 	/* none, none: this store's; nothing written read-only. */
 	assert_int_equal(judge(f, "", false, false, &m), 0);
@@ -118,10 +129,65 @@ static void test_the_table(void **state)
 	assert_int_equal(judge(f, "", false, true, &m), -EXDEV);
 }
 
+/* Put m.<file_id> into the ALT's storage/ with one record of guid;
+   returns the record's offset. */
+static uint64_t put_record(struct fixture *f, uint32_t file_id,
+			   const char *guid)
+{
+	struct dbox_metadata md = { 0 };
+	struct dbox_append ap;
+	uint64_t offset;
+	int fd = dbox_file_create(f->storage_fd, file_id, &offset);
+
+	assert_true(fd >= 0);
+	snprintf(md.guid, sizeof(md.guid), "%s", guid);
+	assert_int_equal(dbox_append_begin(&ap, fd, offset), 0);
+	assert_int_equal(dbox_append_pwrite(&ap, "Subject: x\n\nbody\n", 18, 0), 0);
+	assert_int_equal(dbox_append_finish(&ap, &md), 0);
+	close(fd);
+	return offset;
+}
+
+static void test_unmarked_alts_by_content(void **state)
+{
+	struct fixture *f = *state;
+	struct dbox_alt_mark m = { 0 };
+
+	/* The index's first ALT message is in this ALT: this store's, and
+	   a writable open marks it. */
+	m.has_msg = true;
+	m.msg.file_id = 3;
+	m.msg.offset = put_record(f, 3, ID_I);
+	snprintf(m.msg.guid, sizeof(m.msg.guid), "%s", ID_I);
+	assert_int_equal(judge(f, ID_J, true, true, &m), 0);
+	assert_string_equal(mark_text(f), ID_J "\n");
+	/* Another store's mail at that place (a typo, a switched link, an
+	   ALT moved without its mark: helper-81): refused, not marked. */
+	unlinkat(f->fd, DBOX_ALT_MARK, 0);
+	snprintf(m.msg.guid, sizeof(m.msg.guid), "%s", ID_J);
+	errors_reset();
+	assert_int_equal(judge(f, ID_J, true, true, &m), -EXDEV);
+	assert_int_equal(judge(f, "", true, true, &m), -EXDEV);
+	assert_non_null(strstr(last_error, "another store"));
+	assert_string_equal(mark_text(f), "");
+	/* A record that does not read whole proves nothing: taken. */
+	m.msg.offset += 5;
+	assert_int_equal(judge(f, ID_J, true, false, &m), 0);
+	/* No index mail there, but m.N in it: another store's. */
+	m.has_msg = false;
+	assert_int_equal(judge(f, ID_J, false, true, &m), -EXDEV);
+	assert_int_equal(judge(f, "", false, true, &m), -EXDEV);
+	assert_string_equal(mark_text(f), "");
+	/* An empty storage/: a new ALT, marked. */
+	assert_int_equal(unlinkat(f->storage_fd, "m.3", 0), 0);
+	assert_int_equal(judge(f, "", false, true, &m), 0);
+	assert_int_equal(strlen(mark_text(f)), 33);
+}
+
 static void test_writes_of_a_writable_open(void **state)
 {
 	struct fixture *f = *state;
-	struct dbox_alt_mark m;
+	struct dbox_alt_mark m = { 0 };
 	char first[33];
 
 	/* Neither has one: a new id, written and reported. */
@@ -145,7 +211,7 @@ static void test_writes_of_a_writable_open(void **state)
 static void test_hostile_marks(void **state)
 {
 	struct fixture *f = *state;
-	struct dbox_alt_mark m;
+	struct dbox_alt_mark m = { 0 };
 	char target[300];
 
 	/* Damaged lines are no mark: rewritten by a writable open. */
@@ -191,6 +257,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_the_table, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_writes_of_a_writable_open,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unmarked_alts_by_content,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_marks, setup,
 						teardown),
