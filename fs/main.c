@@ -360,20 +360,32 @@ static int check_mountpoint(const char *store, const char *mnt)
    into the bare directory while the store was not mounted (a dead mount
    taken away by -o auto_unmount), or a maildir not imported yet
    (helper-80).  Looked at once root's checks of the mount point passed
-   (fs_owner_check_mountpoint: a refusal there says more).  Returns 0 or
-   -ENOTEMPTY, reported on stderr. */
+   (fs_owner_check_mountpoint: a refusal there says more); one that
+   cannot be read is refused too (helper-81: a mount point of mode 0333
+   holding a file was taken).  Returns 0 or -ENOTEMPTY, reported on
+   stderr. */
 static int check_mountpoint_empty(const char *mnt, bool nonempty_ok)
 {
 	char first[256], shown[sizeof(first) * 4];
+	int ret;
 
-	if (nonempty_ok || strncmp(mnt, "/dev/fd/", 8) == 0 ||
-	    dir_first_entry(mnt, first, sizeof(first)) != 1)
+	/* /dev/fd/N: mount.fuse3 made the mount before dboxfs started. */
+	if (nonempty_ok || strncmp(mnt, "/dev/fd/", 8) == 0)
 		return 0;
-	fprintf(stderr, "dboxfs: %s is not empty (it holds '%s'): the mount "
-		"would hide what is there, such as mail delivered while the "
-		"store was not mounted; move it away or into the store "
-		"(dboxadm import), or give -o nonempty\n", mnt,
-		dbox_log_escape(shown, sizeof(shown), first));
+	ret = dir_first_entry(mnt, first, sizeof(first));
+	if (ret == 0 || ret == -ENOENT) /* missing: libfuse says so */
+		return 0;
+	if (ret < 0)
+		fprintf(stderr, "dboxfs: %s cannot be read (%s), so whether it "
+			"is empty cannot be told; give -o nonempty to mount "
+			"over it all the same\n", mnt, strerror(-ret));
+	else
+		fprintf(stderr, "dboxfs: %s is not empty (it holds '%s'): the "
+			"mount would hide what is there, such as mail "
+			"delivered while the store was not mounted; move it "
+			"away or into the store (dboxadm import), or give -o "
+			"nonempty\n", mnt,
+			dbox_log_escape(shown, sizeof(shown), first));
 	return -ENOTEMPTY;
 }
 

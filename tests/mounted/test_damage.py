@@ -826,6 +826,10 @@ def test_check_reports_plain_files_when_files_dir_is_gone(tmp_path):
         rc, out = adm("check", m.store)
         assert rc == 1, out
         assert out.count("its directory is missing") == 2, out
+        # Put files/ back first: a rebuild would forget those plain files
+        # (helper-81), and the mail advice says nothing of rebuild here.
+        assert "advice: plain files" in out and "before anything else" in out
+        assert "bytes of mail are missing" not in out, out
         decoy = tmp_path / "decoy"
         decoy.mkdir()
         files.symlink_to(decoy)

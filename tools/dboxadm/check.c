@@ -128,9 +128,17 @@ static void print_advice(const struct check_out *out)
 		printf("advice: make the storage named above reachable (the "
 		       "alternate storage's disk mounted, its path right); "
 		       "its messages read again without a repair\n");
+	/* First: a rebuild forgets a plain file whose backing file is
+	   missing (helper-81: names lost, bytes in lost+found/). */
+	if (k & (1u << DBOX_CHECK_PLAIN_FILE))
+		printf("advice: plain files (client state: dovecot-uidlist, "
+		       ".mbsyncstate, ...) have no readable " DBOX_STORE_FILES
+		       "/<ino>; put " DBOX_STORE_FILES "/ or the files named "
+		       "above back (from a backup) before anything else: "
+		       "a rebuild forgets such files\n");
 	if (k & ((1u << DBOX_CHECK_MFILE) | (1u << DBOX_CHECK_REGION) |
 		 (1u << DBOX_CHECK_TAIL) | (1u << DBOX_CHECK_MESSAGE) |
-		 (1u << DBOX_CHECK_BODY) | (1u << DBOX_CHECK_PLAIN_FILE)))
+		 (1u << DBOX_CHECK_BODY)))
 		printf("advice: bytes of mail are missing or damaged; put the "
 		       "m.N named above back from a backup (the store "
 		       "unmounted), or run 'dboxadm rebuild %s', which keeps "
