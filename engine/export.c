@@ -37,6 +37,7 @@ struct dbox_export {
 	   index may name a directory inside itself. */
 	uint64_t ancestors[DBOX_TREE_MAX_DEPTH];
 	size_t depth;
+	uint64_t reached;          /* names the walk listed */
 	const struct dbox_export_ops *ops;
 	void *ctx;
 };
@@ -263,6 +264,7 @@ static int walk_dir(struct dbox_export *ex, uint64_t dir, int dir_fd)
 		if ((ret = dbox_index_readdir(ex->view->index, dir, after,
 					      page_cb, page)) < 0)
 			index_failed(ex, "readdir", ret);
+		ex->reached += page->n;
 		for (size_t i = 0; i < page->n; i++) {
 			if (ret >= 0 &&
 			    (old = path_push(ex, page->ents[i].name)) < 0) {
@@ -403,4 +405,16 @@ int dbox_export_xattrs(struct dbox_export *ex, uint64_t ino,
 	}
 	free(names);
 	return ret;
+}
+
+int dbox_export_unreached(struct dbox_export *ex, uint64_t *count_r)
+{
+	uint64_t total;
+	int ret;
+
+	*count_r = 0;
+	if ((ret = dbox_index_entry_count(ex->view->index, &total)) < 0)
+		return ret;
+	*count_r = total > ex->reached ? total - ex->reached : 0;
+	return 0;
 }

@@ -93,6 +93,14 @@ int dbox_export_begin(struct dbox_view *view, struct dbox_export **ex_r,
 int dbox_export_walk(struct dbox_export *ex, const struct dbox_export_ops *ops,
 		     void *ctx, int root_fd);
 
+/* After dbox_export_walk: how many names of the index (in the walk's
+   snapshot) the walk did not list: below a directory it left out (a
+   cycle, too deep, one the caller skipped) or in a subtree the index's
+   tree no longer joins to the root (a damaged parent; helper-79 F4:
+   such names were left out with exit status 0).  Returns 0 and
+   *count_r, or -EIO. */
+int dbox_export_unreached(struct dbox_export *ex, uint64_t *count_r);
+
 /* Open the bytes of a message or plain file item for
    dbox_export_item_read; a plain file's times become those of its
    backing file.  Returns 0; for a message -EIO when its m.N or record is

@@ -614,3 +614,18 @@ int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r)
 {
 	return dbox_index_entry_of(index, dir, NULL, name_r);
 }
+
+int dbox_index_entry_count(struct dbox_index *index, uint64_t *count_r)
+{
+	sqlite3_stmt *stmt;
+	int rc;
+
+	if (sqlite3_prepare_v2(index->db, "SELECT count(*) FROM entry", -1,
+			       &stmt, NULL) != SQLITE_OK)
+		return index_sql_error(index, "entry count");
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW)
+		*count_r = (uint64_t)sqlite3_column_int64(stmt, 0);
+	sqlite3_finalize(stmt);
+	return rc == SQLITE_ROW ? 0 : index_sql_error(index, "entry count");
+}

@@ -340,6 +340,11 @@ struct dbox_dirent {
    negative errno to abort. */
 typedef int dbox_readdir_cb_t(void *ctx, const struct dbox_dirent *ent);
 
+/* How many names (entry rows) the index holds, every directory's: what a
+   walk from the root must reach (dbox_export_unreached).  Returns 0 and
+   *count_r, or -EIO. */
+int dbox_index_entry_count(struct dbox_index *index, uint64_t *count_r);
+
 /* List directory dir in entry.id order, starting after cookie `after` (0 =
    from the start).  Returns 0 when done or stopped, or a negative errno. */
 int dbox_index_readdir(struct dbox_index *index, uint64_t dir, uint64_t after,

@@ -310,3 +310,17 @@ def test_export_skips_one_damaged_row_and_goes_on(tmp_path):
     assert f"cur/{victim}" in out and "not exported" in out, out
     got = {p.name: p.read_bytes() for p in (tmp_path / "out" / "cur").iterdir()}
     assert got == {n: b for n, b in mail.items() if n != victim}
+
+
+def test_export_says_what_a_detached_subtree_left_out(tmp_path):
+    """A damaged parent takes a directory out of the tree (here cur/,
+    made its own parent): export could not reach its messages and left
+    them out with exit status 0 (helper-79 F4).  It now says how many
+    names it did not reach and exits 1; a healthy store says nothing."""
+    store, mail = make_store(tmp_path, n=6)
+    rc, out = adm("export", store, tmp_path / "ok")
+    assert rc == 0 and "not reached" not in out, out
+    damage(store, "UPDATE entry SET parent = ino WHERE CAST(name AS TEXT) = 'cur'")
+    rc, out = adm("export", store, tmp_path / "out")
+    assert rc == 1, out
+    assert "7 names of the index were not reached" in out, out

@@ -548,6 +548,20 @@ static void export_tree(struct export *ex, int outfd, const char *dir,
 	ex->out_fd = outfd;
 	if (dbox_export_walk(ex->walk, &export_ops, ex, outfd) < 0)
 		ex->fatal = true;
+	if (!ex->fatal) {
+		uint64_t unreached = 0;
+
+		if (dbox_export_unreached(ex->walk, &unreached) == 0 &&
+		    unreached > 0) {
+			adm_error("%llu names of the index were not reached "
+				  "from its root (below a directory left out "
+				  "above, or in a part of the tree a damaged "
+				  "index detached: run 'dboxadm check %s'); "
+				  "not exported", (unsigned long long)unreached,
+				  ex->store);
+			ex->failed++;
+		}
+	}
 	at(ex, "");
 	if ((ret = set_attrs(ex, outfd, &root->attr, times)) < 0) {
 		adm_error("%s: setting mode and times: %s", dir, strerror(-ret));
