@@ -3,13 +3,13 @@
  * belongs to (alt-mark.h has the rules).
  */
 #include "engine/alt-mark.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "storage/dbox-file.h"
 #include "storage/dbox-record.h"
 #include "storage/guid.h"
 #include "storage/log.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -56,25 +56,20 @@ int dbox_alt_mark_load(struct dbox_index *index, struct dbox_alt_mark *mark)
 	return ret < 0 ? ret : 0;
 }
 
-/* Does storage/ (open as storage_fd) hold any m.N? */
+/* dbox_dir_walk callback: stop (1) at the first m.N name. */
+static int is_mfile_cb(void *ctx, const char *name)
+{
+	uint32_t id;
+
+	(void)ctx;
+	return dbox_mfile_parse_name(name, &id) ? 1 : 0;
+}
+
+/* Does storage/ (open as storage_fd) hold any m.N?  (A directory that
+   cannot be read holds none that could be told.) */
 static bool holds_mfiles(int storage_fd)
 {
-	int fd = dup(storage_fd);
-	struct dirent *de;
-	bool found = false;
-	uint32_t id;
-	DIR *d;
-
-	if (fd < 0 || (d = fdopendir(fd)) == NULL) {
-		if (fd >= 0)
-			close(fd);
-		return false;
-	}
-	rewinddir(d); /* the duplicate shares the offset */
-	while (!found && (de = readdir(d)) != NULL)
-		found = dbox_mfile_parse_name(de->d_name, &id);
-	closedir(d);
-	return found;
+	return dbox_dir_walk(storage_fd, is_mfile_cb, NULL) == 1;
 }
 
 /* Is the ALT whose storage/ is open as storage_fd this store's by its
