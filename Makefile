@@ -115,6 +115,7 @@ TSAN_TESTS := tests/mounted/test_semantics.py::test_concurrent_writers \
               tests/mounted/test_availability.py::test_big_message_does_not_stall_others \
               tests/mounted/test_shared_files.py \
               tests/mounted/test_crash.py \
+              tests/mounted/test_deferred_commit.py \
               tests/mounted/test_python_mailbox.py \
               tests/mounted/test_damage.py::test_backup_copied_over_a_crashed_store_takes_no_more_changes \
               tests/mounted/test_permissions_owner.py::test_chmods_against_listings_do_not_stop_the_mount \

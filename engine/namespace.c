@@ -229,6 +229,9 @@ bool dbox_ns_is_message_name(struct dbox_store *st, uint64_t parent,
 uint64_t dbox_ns_sync_point(struct dbox_store *st)
 {
 	dbox_store_assert_locked(st);
+	/* Deferred operations were made before too: committed first (a
+	   failed commit undoes them, logged). */
+	(void)dbox_store_commit_deferred(st);
 	return dbox_index_commit_seq(st->index);
 }
 
@@ -358,6 +361,32 @@ int dbox_ns_remove(struct dbox_store *st, uint64_t parent, const char *name,
 	return ns_end(st, ret, gone_r, file_ino);
 }
 
+/* Is a message's rename from directory parent to newparent (over
+   nothing) a change of its flags or a move between new/ and cur/ of
+   one folder?  Its loss at the death of the daemon leaves the message
+   under its name before, so its commit may be deferred (store-commit.c).
+   Any rename out of tmp/ is not: it is a delivery's acknowledgement. */
+static bool flag_rename(struct dbox_store *st, uint64_t parent,
+			uint64_t newparent)
+{
+	uint64_t folder[2];
+	char *name[2] = { NULL, NULL };
+	bool ret;
+
+	if (dbox_index_entry_of(st->index, parent, &folder[0], &name[0]) < 0)
+		return false;
+	ret = strcmp(name[0], "cur") == 0 || strcmp(name[0], "new") == 0;
+	if (ret && newparent != parent)
+		ret = dbox_index_entry_of(st->index, newparent, &folder[1],
+					  &name[1]) == 0 &&
+		      folder[1] == folder[0] &&
+		      (strcmp(name[1], "cur") == 0 ||
+		       strcmp(name[1], "new") == 0);
+	free(name[0]);
+	free(name[1]);
+	return ret;
+}
+
 int dbox_ns_rename(struct dbox_store *st, uint64_t parent, const char *name,
 		   uint64_t newparent, const char *newname, unsigned int flags,
 		   const struct dbox_ns_hooks *hooks, struct dbox_attr *moved_r,
@@ -381,6 +410,10 @@ int dbox_ns_rename(struct dbox_store *st, uint64_t parent, const char *name,
 		ret = hooks->moved(hooks->ctx, moved_r, newparent, newname);
 	if (ret == 0)
 		ret = name_gone(st, replaced, nlink, hooks, gone_r, &file_ino);
+	if (ret == 0 && replaced == 0 && file_ino == 0 &&
+	    moved_r->kind == DBOX_KIND_MESSAGE &&
+	    flag_rename(st, parent, newparent))
+		return dbox_store_commit_later(st);
 	return ns_end(st, ret, gone_r, file_ino);
 }
 

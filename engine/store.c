@@ -70,6 +70,18 @@ void dbox_store_mutex_wait(struct dbox_store *st, pthread_cond_t *cond)
 	__atomic_store_n(&st->lock.owner, thread_token(), __ATOMIC_RELAXED);
 }
 
+int dbox_store_mutex_timedwait(struct dbox_store *st, pthread_cond_t *cond,
+			       const struct timespec *abstime)
+{
+	int ret;
+
+	dbox_store_assert_locked(st);
+	__atomic_store_n(&st->lock.owner, 0, __ATOMIC_RELAXED);
+	ret = pthread_cond_timedwait(cond, &st->lock.mutex, abstime);
+	__atomic_store_n(&st->lock.owner, thread_token(), __ATOMIC_RELAXED);
+	return ret;
+}
+
 bool dbox_store_mutex_held(const struct dbox_store *st)
 {
 	/* Only this thread ever stores its own token: a stale value read
@@ -407,6 +419,8 @@ void dbox_store_close(struct dbox_store **stp)
 	if (st == NULL)
 		return;
 	*stp = NULL;
+	/* Deferred operations are committed first: what follows syncs. */
+	dbox_store_defer_stop(st);
 	/* The checkpointer's round syncs what it listed: stop it first,
 	   then sync the rest here (the index's close syncs the WAL). */
 	if (st->index != NULL)

@@ -30,7 +30,9 @@
  *   st->presync_mutex                        (store-sync.c: a round of
  *        |                                    syncs before a WAL sync;
  *        |                                    under st->lock only tried)
- *   st->lock                                 (this file)
+ *   st->lock                                 (this file; the deferred-
+ *        |                                    commit thread, store-
+ *        |                                    commit.c, takes it alone)
  *        |
  *   fs_purge.lock                            (fs/fs-purge.c: the list
  *        |                                    of files to purge)
@@ -74,6 +76,7 @@
 #include <stdbool.h>
 #include <sys/stat.h>
 #include <stdint.h>
+#include <time.h>
 
 /* Dovecot's mdbox_rotate_size default: start a new m.N past 10 MiB. */
 #define DBOX_DEFAULT_ROTATE_SIZE (10 * 1024 * 1024)
@@ -193,7 +196,49 @@ struct dbox_store {
 	bool wal_left;              /* the open found index.sqlite-wal not
 				       empty: left by a process that died
 				       (dbox_store_verify_start) */
+	struct dbox_store_defer {   /* deferred commits (store-commit.c) */
+		bool on;            /* the thread runs: operations may defer */
+		bool stop;          /* the thread is asked to end */
+		pthread_t thread;
+		pthread_cond_t cond; /* on st->lock; CLOCK_MONOTONIC */
+		int64_t since_ns;   /* CLOCK_MONOTONIC time of the oldest
+				       deferred operation, when there is one */
+	} defer;
 };
+
+/* Longest time in milliseconds an operation stays deferred (not
+   committed) once its call returned: docs/durability.md, "Deferred
+   commits". */
+#define DBOX_DEFER_MS 10
+
+/* Start the thread that commits deferred operations (a message's rename
+   within its directory: dbox_store_commit_later) at most DBOX_DEFER_MS
+   after the first of them.  Without it (dboxadm) nothing is deferred.
+   For a writable store, once.  Takes st->lock itself.  Returns 0 or a
+   -errno of pthread_create (nothing is deferred then). */
+int dbox_store_defer_start(struct dbox_store *st);
+
+/* Stop that thread, after it committed what is deferred.  Call without
+   st->lock; a no-op when it was not started.  dbox_store_close calls
+   it. */
+void dbox_store_defer_stop(struct dbox_store *st);
+
+/* End the operation in the open index transaction (dbox_index_begin):
+   defer its commit while the thread runs, else commit it now.  Needs
+   st->lock.  Returns 0 or the error of dbox_index_commit_later /
+   dbox_index_commit (the operation is then undone). */
+int dbox_store_commit_later(struct dbox_store *st);
+
+/* Commit the deferred operations now (before something that must see
+   them committed: a sync point).  Needs st->lock, outside an operation.
+   Returns 0 or the commit's error (they are then undone, logged). */
+int dbox_store_commit_deferred(struct dbox_store *st);
+
+/* pthread_cond_timedwait(cond, abstime) on st->lock, as
+   dbox_store_mutex_wait; abstime on the clock cond was made with.
+   Returns 0 or ETIMEDOUT. */
+int dbox_store_mutex_timedwait(struct dbox_store *st, pthread_cond_t *cond,
+			       const struct timespec *abstime);
 
 /* Take st->lock (the store lock; lock order above), recording the
    calling thread as its holder.  Never fails (a mutex error aborts). */

@@ -589,8 +589,9 @@ static void background_ready(int ready_fd, bool ok)
 /* The threads beside the request loop.  Without the purge thread the
    mount still works; only purging it on request or by itself does not.
    WAL checkpoints run in a thread of their own, off the request path
-   (commits checkpoint themselves when it cannot start).  A read-only
-   mount does neither. */
+   (commits checkpoint themselves when it cannot start), and one commits
+   deferred renames (engine/store-commit.c).  A read-only mount does
+   none of these. */
 static void start_threads(struct fs *fs)
 {
 	if (fs->opts.readonly) {
@@ -599,6 +600,7 @@ static void start_threads(struct fs *fs)
 	}
 	fs_purge_start(fs);
 	dbox_store_checkpointer_start(fs->st);
+	(void)dbox_store_defer_start(fs->st); /* logs why when it fails */
 	dbox_store_verify_start(fs->st);
 	if (fs_walkcut_start(fs) < 0)
 		dbox_warning("%s: no thread to drop cached names after a chmod "

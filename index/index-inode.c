@@ -58,14 +58,17 @@ static void attr_cache_changed(void *arg, int op, const char *db,
 		c->ino = 0;
 }
 
+void index_attr_cache_drop(struct dbox_index *index)
+{
+	for (size_t i = 0; i < INDEX_ATTR_CACHE; i++)
+		index->attrs.attr[i].ino = 0;
+}
+
 /* A rollback (explicit or automatic): values read inside the transaction
    may be gone. */
 static void attr_cache_rollback(void *arg)
 {
-	struct dbox_index *index = arg;
-
-	for (size_t i = 0; i < INDEX_ATTR_CACHE; i++)
-		index->attrs.attr[i].ino = 0;
+	index_attr_cache_drop(arg);
 }
 
 void dbox_index_cache_attrs(struct dbox_index *index)

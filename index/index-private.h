@@ -13,7 +13,7 @@
 
 /* Every statement the index runs, prepared once at open (index.c). */
 enum index_stmt {
-	ST_BEGIN, ST_COMMIT, ST_ROLLBACK,
+	ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_SAVEPOINT, ST_RELEASE, ST_ROLLBACK_TO,
 	ST_LOOKUP, ST_LOOKUP_RANGE, ST_GETATTR, ST_INODE_INSERT, ST_ENTRY_INSERT,
 	ST_ENTRY_GET, ST_RENAME_ENDS, ST_ENTRY_DELETE, ST_ENTRY_MOVE, ST_ENTRY_SET_INO,
 	ST_DIR_HAS_ENTRIES, ST_PARENT_OF, ST_NAME_OF, ST_PATH, ST_TOUCH_DIR,
@@ -124,6 +124,14 @@ struct dbox_index {
 	   refuses every write transaction (atomic: set by any thread). */
 	int damaged;
 	struct index_verifier verifier;
+	/* Deferred commits (dbox_index_commit_later).  deferred: the open
+	   transaction holds operations that ended without a commit; in_op:
+	   an operation begun inside it runs in savepoint "op".  Invariant:
+	   in_op implies deferred, and either implies a transaction open
+	   (sqlite3_get_autocommit false) unless SQLite rolled it back by
+	   itself after an error (index_deferred_lost). */
+	bool deferred;
+	bool in_op;
 };
 
 /* path with its directory resolved (realpath(3)) and its last name as
@@ -181,6 +189,10 @@ void index_bind_attr(sqlite3_stmt *stmt, const struct dbox_attr *attr);
    there (index-inode.c). */
 bool index_attr_cache_get(struct dbox_index *index, uint64_t ino,
 			  struct dbox_attr *attr_r);
+
+/* Forget every cached attribute (a rollback, of the transaction or of
+   a savepoint in it; index-inode.c). */
+void index_attr_cache_drop(struct dbox_index *index);
 
 /* Keep attr in the attribute cache, when it is on (index-inode.c). */
 void index_attr_cache_put(struct dbox_index *index,

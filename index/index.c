@@ -15,6 +15,7 @@
 
 #include "storage/log.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -30,6 +31,9 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_BEGIN] = "BEGIN IMMEDIATE",
 	[ST_COMMIT] = "COMMIT",
 	[ST_ROLLBACK] = "ROLLBACK",
+	[ST_SAVEPOINT] = "SAVEPOINT op",
+	[ST_RELEASE] = "RELEASE op",
+	[ST_ROLLBACK_TO] = "ROLLBACK TO op",
 	[ST_LOOKUP] = "SELECT " INDEX_ATTR_COLS " FROM entry e JOIN inode i ON i.ino = e.ino"
 		      " WHERE e.parent = ?1 AND e.name = ?2",
 	/* Names from ?2 up to (not with) ?3, in byte order: a range of the
@@ -633,6 +637,10 @@ void dbox_index_close(struct dbox_index **indexp)
 	if (index == NULL)
 		return;
 	*indexp = NULL;
+	/* Deferred operations were acknowledged: commit them (a close
+	   would roll them back). */
+	assert(!index->in_op);
+	(void)dbox_index_commit_deferred(index);
 	dbox_index_verify_stop(index);
 	dbox_index_checkpointer_stop(index);
 	for (int i = 0; i < ST_COUNT; i++)
@@ -650,13 +658,43 @@ void dbox_index_close(struct dbox_index **indexp)
 	free(index);
 }
 
+/* SQLite rolls a transaction back by itself after some errors (a full
+   disk or an I/O error in a statement or the COMMIT).  Deferred
+   operations went with it: say so once, and forget them.  Returns
+   whether they were lost. */
+static bool index_deferred_lost(struct dbox_index *index)
+{
+	if (!index->deferred || !sqlite3_get_autocommit(index->db))
+		return false;
+	dbox_error("index %s: deferred changes rolled back by an error:"
+		   " the last renames may be undone", index->path);
+	index->deferred = index->in_op = false;
+	return true;
+}
+
 int dbox_index_begin(struct dbox_index *index)
 {
+	int ret;
+
 	/* A damaged index takes no more changes: a message acknowledged
 	   into it could be lost to the damage (docs/durability.md). */
 	if (__atomic_load_n(&index->damaged, __ATOMIC_ACQUIRE))
 		return -EIO;
-	return index_exec_stmt(index, index_stmt(index, ST_BEGIN), "begin");
+	if (index->in_op) {
+		/* Operations do not nest; BEGIN inside BEGIN fails alike. */
+		dbox_error("index %s: begin inside an operation", index->path);
+		return -EIO;
+	}
+	(void)index_deferred_lost(index);
+	if (!index->deferred)
+		return index_exec_stmt(index, index_stmt(index, ST_BEGIN),
+				       "begin");
+	/* Inside the deferred transaction: a savepoint, so that a rollback
+	   undoes this operation only. */
+	ret = index_exec_stmt(index, index_stmt(index, ST_SAVEPOINT), "begin");
+	if (ret == 0)
+		index->in_op = true;
+	return ret;
 }
 
 /* Make every committed transaction durable: one fdatasync of the WAL
@@ -673,17 +711,62 @@ static int index_sync(struct dbox_index *index)
 	return dbox_index_sync_all(index);
 }
 
+/* End the operation's savepoint, keeping its changes in the deferred
+   transaction.  Returns 0 or -EIO (the whole transaction is then rolled
+   back). */
+static int index_release_op(struct dbox_index *index)
+{
+	int ret;
+
+	if (!index->in_op)
+		return 0;
+	index->in_op = false;
+	ret = index_exec_stmt(index, index_stmt(index, ST_RELEASE), "release");
+	if (ret < 0)
+		dbox_index_rollback_all(index);
+	return ret;
+}
+
 int dbox_index_commit(struct dbox_index *index, bool durable)
 {
 	int ret;
 
+	if ((ret = index_release_op(index)) < 0)
+		return ret;
 	ret = index_exec_stmt(index, index_stmt(index, ST_COMMIT), "commit");
 	if (ret < 0) {
-		dbox_index_rollback(index);
+		dbox_index_rollback_all(index);
 		return ret;
 	}
+	index->deferred = false;
 	__atomic_add_fetch(&index->commits, 1, __ATOMIC_RELEASE);
 	return durable ? index_sync(index) : 0;
+}
+
+int dbox_index_commit_later(struct dbox_index *index)
+{
+	int ret;
+
+	if (index_deferred_lost(index))
+		return -EIO;
+	if ((ret = index_release_op(index)) < 0)
+		return ret;
+	assert(!sqlite3_get_autocommit(index->db));
+	index->deferred = true;
+	return 0;
+}
+
+bool dbox_index_deferred(const struct dbox_index *index)
+{
+	return index->deferred;
+}
+
+int dbox_index_commit_deferred(struct dbox_index *index)
+{
+	assert(!index->in_op);
+	if (!index->deferred || index_deferred_lost(index))
+		return 0;
+	return dbox_index_commit(index, false);
 }
 
 int dbox_index_sync(struct dbox_index *index)
@@ -693,6 +776,27 @@ int dbox_index_sync(struct dbox_index *index)
 
 void dbox_index_rollback(struct dbox_index *index)
 {
+	if (index->in_op) {
+		/* This operation only: the deferred ones before it stay.
+		   ROLLBACK TO calls no rollback hook: the attribute cache
+		   drops what it read inside, as a rollback makes it. */
+		index->in_op = false;
+		sqlite3_step(index_stmt(index, ST_ROLLBACK_TO));
+		sqlite3_reset(index->stmt[ST_ROLLBACK_TO]);
+		sqlite3_step(index_stmt(index, ST_RELEASE));
+		sqlite3_reset(index->stmt[ST_RELEASE]);
+		index_attr_cache_drop(index);
+		(void)index_deferred_lost(index);
+		return;
+	}
+	if (index->deferred)
+		return; /* no operation open: the deferred ones are not its */
+	dbox_index_rollback_all(index);
+}
+
+void dbox_index_rollback_all(struct dbox_index *index)
+{
+	index->deferred = index->in_op = false;
 	if (!sqlite3_get_autocommit(index->db))
 		sqlite3_step(index_stmt(index, ST_ROLLBACK));
 	sqlite3_reset(index->stmt[ST_ROLLBACK]);

@@ -187,6 +187,33 @@ int dbox_index_begin(struct dbox_index *index);
 int dbox_index_commit(struct dbox_index *index, bool durable);
 void dbox_index_rollback(struct dbox_index *index);
 
+/* Deferred commits (docs/durability.md, "Deferred commits"): for
+   operations whose loss at the death of the process is harmless (a
+   flag rename), so that many share one COMMIT, which costs some eight
+   fcntl() locks of the WAL-index and a WAL write.
+   - dbox_index_commit_later ends the operation begun by
+     dbox_index_begin without committing: the transaction stays open,
+     and the connection's later reads see its changes; other
+     connections do not until a commit.  Returns 0, or -EIO (logged:
+     the release failed, or SQLite rolled the transaction back after an
+     error; the deferred operations are then undone).
+   - While operations are deferred, dbox_index_begin opens a savepoint
+     in the open transaction: dbox_index_rollback undoes that operation
+     only, dbox_index_commit commits it with every deferred one, and
+     dbox_index_rollback outside an operation is a no-op.
+   - dbox_index_commit_deferred commits the deferred operations, outside
+     an operation; 0 when there are none, else as dbox_index_commit.
+     dbox_index_close calls it.
+   - dbox_index_rollback_all rolls the whole transaction back, deferred
+     operations too: only for a failed commit.
+   The owner of the connection (engine/store-commit.c) bounds how long
+   a change stays deferred.  Needs what the connection needs (the
+   store lock). */
+int dbox_index_commit_later(struct dbox_index *index);
+bool dbox_index_deferred(const struct dbox_index *index);
+int dbox_index_commit_deferred(struct dbox_index *index);
+void dbox_index_rollback_all(struct dbox_index *index);
+
 /* Put every committed transaction on disk (fsync of the WAL), outside a
    transaction.  Returns 0, -ENOSPC or -EDQUOT (the disk or the quota is
    full) or -EIO (logged). */

@@ -16,6 +16,7 @@
 #include "index/checkpoint.h"
 #include "index/index.h"
 #include "index/reserve.h"
+#include "index/wal-sync.h"
 #include "storage/log.h"
 #include "test-common.h"
 
@@ -2475,6 +2476,99 @@ static void test_rollback(void **state)
 	assert_true(ino_at(f, DBOX_ROOT_INO, "d") != 0);
 }
 
+/* The count of names in the root as a second connection sees them:
+   what is committed. */
+static int64_t committed_names(struct fix *f)
+{
+	sqlite3 *db;
+	sqlite3_stmt *stmt;
+	int64_t n;
+
+	assert_int_equal(sqlite3_open_v2(f->path, &db, SQLITE_OPEN_READONLY,
+					 NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM entry"
+					    " WHERE parent = 1", -1, &stmt,
+					    NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(stmt), SQLITE_ROW);
+	n = sqlite3_column_int64(stmt, 0);
+	sqlite3_finalize(stmt);
+	sqlite3_close(db);
+	return n;
+}
+
+/* Create name in the root as one operation, ended by commit_later. */
+static void create_later(struct fix *f, const char *name)
+{
+	struct dbox_attr attr;
+
+	assert_int_equal(dbox_index_begin(f->index), 0);
+	assert_int_equal(dbox_index_create(f->index, DBOX_ROOT_INO, name,
+					   strlen(name), DBOX_KIND_MESSAGE,
+					   S_IFREG | 0600, 0, 0, dbox_now_ns(),
+					   &attr), 0);
+	assert_int_equal(dbox_index_commit_later(f->index), 0);
+}
+
+/* Deferred commits: operations ended by commit_later are seen by this
+   connection at once and by others only after a commit (of another
+   operation, commit_deferred or the close); a rollback of a later
+   operation undoes that one only; a failed operation leaves the
+   deferred ones alone. */
+static void test_deferred_commits(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_attr attr;
+	uint64_t seq = dbox_index_commit_seq(f->index);
+	int64_t names0 = committed_names(f);
+
+	assert_false(dbox_index_deferred(f->index));
+	create_later(f, "a");
+	create_later(f, "b");
+	assert_true(dbox_index_deferred(f->index));
+	assert_int_equal(dbox_index_commit_seq(f->index), seq);
+	assert_true(ino_at(f, DBOX_ROOT_INO, "b") != 0);
+	assert_int_equal(committed_names(f), names0);
+
+	/* An operation that fails is undone alone. */
+	assert_int_equal(dbox_index_begin(f->index), 0);
+	assert_int_equal(dbox_index_create(f->index, DBOX_ROOT_INO, "c", 1,
+					   DBOX_KIND_MESSAGE, S_IFREG | 0600,
+					   0, 0, dbox_now_ns(), &attr), 0);
+	assert_int_equal(dbox_index_create(f->index, DBOX_ROOT_INO, "a", 1,
+					   DBOX_KIND_MESSAGE, S_IFREG | 0600,
+					   0, 0, dbox_now_ns(), &attr), -EEXIST);
+	dbox_index_rollback(f->index);
+	assert_true(dbox_index_deferred(f->index));
+	assert_int_equal(dbox_index_lookup(f->index, DBOX_ROOT_INO, "c", 1,
+					   &attr), -ENOENT);
+	assert_true(ino_at(f, DBOX_ROOT_INO, "a") != 0);
+	/* A rollback outside an operation leaves the deferred ones. */
+	dbox_index_rollback(f->index);
+	assert_true(ino_at(f, DBOX_ROOT_INO, "b") != 0);
+
+	/* An operation that commits takes the deferred ones with it. */
+	assert_int_equal(tx_create(f, DBOX_ROOT_INO, "d", DBOX_KIND_MESSAGE,
+				   &attr), 0);
+	assert_false(dbox_index_deferred(f->index));
+	assert_int_equal(dbox_index_commit_seq(f->index), seq + 1);
+	assert_int_equal(committed_names(f), names0 + 3);
+
+	/* commit_deferred, and nothing to do without deferred ones. */
+	create_later(f, "e");
+	assert_int_equal(committed_names(f), names0 + 3);
+	assert_int_equal(dbox_index_commit_deferred(f->index), 0);
+	assert_int_equal(committed_names(f), names0 + 4);
+	assert_int_equal(dbox_index_commit_deferred(f->index), 0);
+	assert_int_equal(dbox_index_commit_seq(f->index), seq + 2);
+
+	/* The close commits what is deferred. */
+	create_later(f, "f");
+	reopen(f);
+	assert_int_equal(committed_names(f), names0 + 5);
+	assert_true(ino_at(f, DBOX_ROOT_INO, "f") != 0);
+	assert_int_equal(error_count, 0);
+}
+
 static void test_setattr(void **state)
 {
 	struct fix *f = *state;
@@ -2837,6 +2931,7 @@ int main(void)
 		T(test_msg_finish_in_place),
 		T(test_attr_cache_follows_changes),
 		T(test_rollback),
+		T(test_deferred_commits),
 		T(test_setattr),
 		T(test_symlink),
 		T(test_xattr),

@@ -1,0 +1,134 @@
+/*
+ * store-commit.c: deferred commits of the mount (docs/durability.md,
+ * "Deferred commits").  An operation whose loss at the death of the
+ * daemon is harmless - a message's rename within its directory, a flag
+ * change - ends without a COMMIT (dbox_index_commit_later); the next
+ * commit of any operation carries it, and this file's thread commits it
+ * at the latest DBOX_DEFER_MS after the first deferred one.  A COMMIT
+ * costs some eight fcntl() locks of SQLite's WAL-index and a write of
+ * the WAL; a mail reader marking messages makes one per batch instead
+ * of one per rename.
+ *
+ * Invariants:
+ *  - operations defer only while the thread runs (st->defer.on), so a
+ *    deferred change is never older than DBOX_DEFER_MS plus the time
+ *    the thread waits for st->lock;
+ *  - st->defer.since_ns is the time of the oldest deferred operation
+ *    whenever the index holds one (set when the first defers);
+ *  - the thread takes st->lock and nothing else; it commits only
+ *    between operations (every operation runs its transaction inside one
+ *    hold of st->lock).
+ */
+#include "engine/store-private.h"
+
+#include "storage/log.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* CLOCK_MONOTONIC now, in nanoseconds. */
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void *defer_main(void *arg)
+{
+	struct dbox_store *st = arg;
+	struct dbox_store_defer *d = &st->defer;
+
+	dbox_store_mutex_lock(st);
+	while (!d->stop) {
+		int64_t due = d->since_ns + (int64_t)DBOX_DEFER_MS * 1000000;
+		struct timespec ts;
+
+		if (st->index == NULL || !dbox_index_deferred(st->index)) {
+			dbox_store_mutex_wait(st, &d->cond);
+			continue;
+		}
+		if (mono_ns() < due) {
+			ts.tv_sec = due / 1000000000;
+			ts.tv_nsec = due % 1000000000;
+			(void)dbox_store_mutex_timedwait(st, &d->cond, &ts);
+			continue;
+		}
+		(void)dbox_store_commit_deferred(st);
+	}
+	if (st->index != NULL)
+		(void)dbox_store_commit_deferred(st);
+	dbox_store_mutex_unlock(st);
+	return NULL;
+}
+
+int dbox_store_defer_start(struct dbox_store *st)
+{
+	struct dbox_store_defer *d = &st->defer;
+	pthread_condattr_t attr;
+	int ret;
+
+	dbox_store_assert_unlocked(st);
+	assert(!d->on && !st->readonly);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&d->cond, &attr);
+	pthread_condattr_destroy(&attr);
+	d->stop = false;
+	dbox_store_mutex_lock(st);
+	ret = pthread_create(&d->thread, NULL, defer_main, st);
+	if (ret == 0)
+		d->on = true;
+	dbox_store_mutex_unlock(st);
+	if (ret != 0) {
+		pthread_cond_destroy(&d->cond);
+		dbox_warning("%s: no thread for deferred commits (%s): every "
+			     "rename commits at once", st->path, strerror(ret));
+		return -ret;
+	}
+	return 0;
+}
+
+void dbox_store_defer_stop(struct dbox_store *st)
+{
+	struct dbox_store_defer *d = &st->defer;
+
+	if (!d->on)
+		return;
+	dbox_store_assert_unlocked(st);
+	dbox_store_mutex_lock(st);
+	d->stop = true;
+	pthread_cond_signal(&d->cond);
+	dbox_store_mutex_unlock(st);
+	pthread_join(d->thread, NULL);
+	dbox_store_mutex_lock(st);
+	d->on = false;
+	dbox_store_mutex_unlock(st);
+	pthread_cond_destroy(&d->cond);
+}
+
+int dbox_store_commit_later(struct dbox_store *st)
+{
+	struct dbox_store_defer *d = &st->defer;
+	bool first;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if (!d->on || d->stop)
+		return dbox_index_commit(st->index, false); /* nobody would */
+	first = !dbox_index_deferred(st->index);
+	if ((ret = dbox_index_commit_later(st->index)) < 0)
+		return ret;
+	if (first) {
+		d->since_ns = mono_ns();
+		pthread_cond_signal(&d->cond);
+	}
+	return 0;
+}
+
+int dbox_store_commit_deferred(struct dbox_store *st)
+{
+	dbox_store_assert_locked(st);
+	return dbox_index_commit_deferred(st->index);
+}
