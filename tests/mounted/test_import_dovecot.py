@@ -11,12 +11,14 @@ Dovecot's (no byte copied).  A Dovecot reading the mount as maildir sees
 the same UIDs, flags and keywords.
 """
 import base64
+import fcntl
 import os
 import pwd
 import re
 import shutil
 import sqlite3
 import subprocess
+import termios
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -471,6 +473,57 @@ def test_doveadm_config_stays_roots(dovecot_tmp, make_mount):
     assert home[0] == str(dv.uid), lines
     # Nothing of the run is left behind.
     assert not os.path.exists(confdir[2])
+
+
+def test_doveadm_gets_nothing_of_roots_session(dovecot_tmp):
+    """doveadm runs as the owner of the mdbox root, who may attach to it
+    (ptrace, pidfd_getfd): it must hold nothing of root's - no controlling
+    terminal (the owner could read root's keys or push input into root's
+    shell with TIOCSTI: helper-83 ran a command as root so), stdin from
+    /dev/null, no descriptor root's dboxadm inherited.  Root runs the
+    import from a terminal of its own here, with a descriptor of a file
+    only root may read open; a wrapper around the real doveadm records
+    what it holds."""
+    tmp_path = dovecot_tmp
+    root, store, dv = one_message_mdbox(tmp_path)
+    seen = tmp_path / "seen"
+    secret = tmp_path / "roots-secret"
+    secret.write_text("root only\n")
+    secret.chmod(0o600)
+    doveadm = tmp_path / "doveadm"
+    doveadm.write_text(
+        "#!/bin/sh\n"
+        f"{{ cut -d' ' -f6,7 /proc/$$/stat; ls -l /proc/$$/fd/; }} >> {seen} 2>&1\n"
+        "exec doveadm \"$@\"\n")
+    doveadm.chmod(0o755)
+    master, slave = os.openpty()
+    held = os.open(secret, os.O_RDONLY)
+
+    def own_terminal():
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    try:
+        r = subprocess.run([str(DBOXADM), "import-dovecot", f"--doveadm={doveadm}",
+                            str(store), str(root)],
+                           stdin=slave, capture_output=True, pass_fds=(held,),
+                           preexec_fn=own_terminal, timeout=300)
+    finally:
+        os.close(held)
+        os.close(slave)
+        os.close(master)
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = seen.read_text()
+    runs = text.count("total")
+    assert runs >= 1, text
+    # /proc/PID/stat fields 6 and 7: session, tty_nr (0: no terminal).
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and all(f.isdigit() for f in fields):
+            assert fields[1] == "0", text
+    assert "/dev/pts" not in text and "/dev/tty" not in text, text
+    assert str(secret) not in text, text
+    assert " 0 -> /dev/null" in text, text
 
 
 def test_adopt_retries_without_zlib_only_when_it_is_missing(dovecot_tmp, make_mount):

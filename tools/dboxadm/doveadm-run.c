@@ -221,8 +221,23 @@ int doveadm_run(struct doveadm_run *d, const char *const *args,
 		return ret;
 	}
 	if (pid == 0) {
-		dup2(pipefd[1], STDOUT_FILENO);
-		dup2(errfd, STDERR_FILENO);
+		/* doveadm runs as the store's owner when root imports a
+		   user's store (dboxadm switched to them): a process that
+		   user may attach to.  So it gets nothing of the caller's
+		   session - no controlling terminal (through it the user
+		   could read root's keys or push input into root's shell,
+		   TIOCSTI; helper-83), stdin from /dev/null, no descriptor
+		   but its stdout and stderr. */
+		int null = open("/dev/null", O_RDONLY);
+
+		if (null < 0 || dup2(null, STDIN_FILENO) < 0 ||
+		    dup2(pipefd[1], STDOUT_FILENO) < 0 ||
+		    dup2(errfd, STDERR_FILENO) < 0 || setsid() < 0) {
+			dprintf(errfd, "dboxadm: cannot start %s: %s\n",
+				argv[0], strerror(errno));
+			_exit(127);
+		}
+		close_range(STDERR_FILENO + 1, ~0U, 0);
 		/* Only what doveadm needs; USER names the (static) user. */
 		clearenv();
 		setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:"
