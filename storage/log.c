@@ -32,10 +32,12 @@ dbox_log_sink_t *dbox_log_get_sink(void)
 	return log_sink;
 }
 
-/* The length of the well-formed UTF-8 sequence at p that is no C1
-   control, or 0. */
-static size_t utf8_len(const unsigned char *p)
+size_t dbox_text_char_len(const char *text)
 {
+	const unsigned char *p = (const unsigned char *)text;
+
+	if (*p < 0x20 || *p == 0x7f)
+		return 0;
 	if (*p < 0x80)
 		return 1;
 	if (*p >= 0xc2 && *p <= 0xdf && (p[1] & 0xc0) == 0x80)
@@ -58,9 +60,9 @@ char *dbox_log_escape(char *dst, size_t dst_size, const char *src)
 	if (dst_size == 0)
 		return dst;
 	while (*p != '\0') {
-		size_t len = utf8_len(p);
+		size_t len = dbox_text_char_len((const char *)p);
 
-		if (len == 0 || (len == 1 && (*p < 0x20 || *p == 0x7f))) {
+		if (len == 0) {
 			if (out + 4 >= dst_size)
 				break;
 			snprintf(dst + out, 5, "\\x%02x", *p);

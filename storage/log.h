@@ -46,6 +46,13 @@ void dbox_log(enum dbox_log_level level, const char *fmt, ...)
    included, is copied as is.  Returns dst. */
 char *dbox_log_escape(char *dst, size_t dst_size, const char *src);
 
+/* The length in bytes of the character at text (NUL-terminated) when
+   it may reach a terminal as it is: a well-formed UTF-8 sequence that is
+   no control (C0 below 0x20, 0x7f, C1 U+0080-U+009F; Unicode's table
+   3-7 of well-formed sequences); 0 for a byte to escape, the NUL too.
+   What dbox_log_escape, dboxadm dump and --json use. */
+size_t dbox_text_char_len(const char *text);
+
 /* Bytes dbox_log_escape needs at most for len bytes of text. */
 #define DBOX_LOG_ESCAPED_SIZE(len) ((len) * 4 + 1)
 

@@ -118,3 +118,39 @@ def test_daemon_log_escapes_bytes_from_the_store(tmp_path):
     log = m.log.read_bytes()
     assert b"GUID" in log
     assert raw_controls(log) == [], log
+
+
+def terminal_controls(data):
+    """Every character of data that could act on a terminal but a line or
+    tab break: C0, DEL, the C1 controls U+0080-U+009F as UTF-8, and bytes
+    of no UTF-8 sequence in 0x80-0x9f (an 8-bit CSI alone)."""
+    text = data.decode("utf-8", "surrogateescape")
+    return [hex(ord(c)) for c in text
+            if (ord(c) < 0x20 and c not in "\t\n") or ord(c) == 0x7f
+            or 0x80 <= ord(c) <= 0x9f or 0xdc80 <= ord(c) <= 0xdc9f]
+
+
+def test_dump_and_json_escape_c1_controls(tmp_path):
+    """A folder named with a C1 control (U+009B, a CSI to a terminal that
+    takes 8-bit controls) and a GUID with the byte 0x9b alone reach root's
+    terminal escaped from `dump` and `stats --json`, as from check and the
+    log (helper-83: both went through as they were)."""
+    m = Mount(tmp_path / "store", tmp_path / "mnt").mount()
+    folder = m.maildir(".evil\u009b31mRED")
+    (folder / "tmp" / "x").write_bytes(b"Subject: x\n\nbody\n")
+    os.rename(folder / "tmp" / "x", folder / "cur" / "x:2,")
+    m.unmount()
+    p = m.store / "storage" / "m.1"
+    data = p.read_bytes()
+    i = data.index(b"\nG") + 2
+    p.write_bytes(data[:i] + b"\x9b1m" + data[i + 3:])
+    dump = subprocess.run([str(DBOXADM), "dump", str(m.store), "m.1"],
+                          capture_output=True)
+    assert dump.returncode == 0, dump.stderr
+    assert b"\\x9b1m" in dump.stdout and b"\\xc2\\x9b31mRED" in dump.stdout, dump.stdout
+    stats = subprocess.run([str(DBOXADM), "stats", str(m.store), "--json"],
+                           capture_output=True)
+    assert stats.returncode == 0, stats.stderr
+    assert b"\\u009b31mRED" in stats.stdout, stats.stdout
+    for out in (dump.stdout + dump.stderr, stats.stdout + stats.stderr):
+        assert terminal_controls(out) == [], out

@@ -19,6 +19,7 @@
 #include "dboxadm.h"
 
 #include "storage/dbox-file.h"
+#include "storage/log.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -34,25 +35,30 @@ struct dump {
 	uint64_t end;            /* end of the last record listed */
 };
 
-/* A field with tabs, newlines, backslashes and other control bytes
-   escaped (\t \n \\ \xNN), so every record stays one line. */
+/* A field with tabs, newlines and backslashes escaped (\t \n \\),
+   and every other byte that could act on a terminal (controls, C1 too,
+   bytes of no well-formed UTF-8 sequence: dbox_text_char_len) as \xNN,
+   so every record stays one line and reaches root's terminal inert. */
 static void print_field(const char *s)
 {
 	if (s == NULL || *s == '\0') {
 		fputc('-', stdout);
 		return;
 	}
-	for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
-		if (*p == '\t')
-			fputs("\\t", stdout);
-		else if (*p == '\n')
-			fputs("\\n", stdout);
-		else if (*p == '\\')
-			fputs("\\\\", stdout);
-		else if (*p < 0x20 || *p == 0x7f)
-			printf("\\x%02x", *p);
-		else
-			fputc(*p, stdout);
+	while (*s != '\0') {
+		size_t len = dbox_text_char_len(s);
+
+		if (*s == '\t' || *s == '\n' || *s == '\\') {
+			fputc('\\', stdout);
+			fputc(*s == '\t' ? 't' : *s == '\n' ? 'n' : '\\', stdout);
+			len = 1;
+		} else if (len == 0) {
+			printf("\\x%02x", (unsigned char)*s);
+			len = 1;
+		} else {
+			fwrite(s, 1, len, stdout);
+		}
+		s += len;
 	}
 }
 

@@ -19,9 +19,10 @@
 #include <stdio.h>
 
 /* Write str as a JSON string literal (with the quotes) to out.  Quotes,
-   backslashes and control characters are escaped; a byte that does not
-   start a valid UTF-8 sequence (a Latin-1 folder name, say) is written as
-   \u00XX, so the output is always valid JSON.  str is NUL-terminated;
+   backslashes and control characters (C1 U+0080-U+009F too) are
+   escaped; a byte that does not start a well-formed UTF-8 sequence (a
+   Latin-1 folder name, say) is written as \u00XX, so the output is
+   always valid JSON and inert on a terminal.  str is NUL-terminated;
    write errors are left for the caller's fflush/ferror. */
 void adm_json_string(FILE *out, const char *str);
 
