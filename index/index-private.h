@@ -217,10 +217,14 @@ void index_attr_cache_put(struct dbox_index *index,
 	"CREATE TABLE symlink (ino INTEGER PRIMARY KEY, target BLOB NOT NULL);\n" \
 	"CREATE TABLE xattr (ino INTEGER NOT NULL, name BLOB NOT NULL,\n" \
 	"  value BLOB NOT NULL, PRIMARY KEY (ino, name)) WITHOUT ROWID;\n" \
+	INDEX_TRIGGER_INODE_GONE ";\n"
+/* The one trigger of the schema, as SQLite keeps its text in
+   sqlite_schema.sql (index_check_schema). */
+#define INDEX_TRIGGER_INODE_GONE \
 	"CREATE TRIGGER inode_gone AFTER DELETE ON inode BEGIN\n" \
 	"  DELETE FROM symlink WHERE ino = old.ino;\n" \
 	"  DELETE FROM xattr WHERE ino = old.ino;\n" \
-	"END;\n"
+	"END"
 
 /* What format 3 added to format 2 (alternate storage, Dovecot's mdbox
    ALT=): mfile.alt (1: the m.N lives in ALT/storage/, 0: in
@@ -236,6 +240,13 @@ void index_attr_cache_put(struct dbox_index *index,
 /* index-schema.c: a new index's schema, format, uidvalidity and root
    directory, in one transaction.  Returns 0 or a negative errno. */
 int index_create_schema(struct dbox_index *index);
+
+/* index-schema.c: refuse an index with a trigger or view dboxfs did not
+   make (only INDEX_TRIGGER_INODE_GONE is ours).  The index is the store
+   owner's file: their trigger would run inside root's dboxadm and the
+   mount.  Checked at open only.  Returns 0, or -EIO (logged, naming
+   it). */
+int index_check_schema(struct dbox_index *index);
 
 /* index-schema.c: the index's format into *format_r.  Returns 0, -EIO
    (no format: not a dboxfs index) or -EPROTO (newer than this dboxfs);

@@ -602,6 +602,7 @@ static int open_resolved(const char *path, bool create, bool readonly,
 	if ((ret = prepare_stmt(index, ST_META_GET)) < 0 ||
 	    (ret = index_check_format(index, &format)) < 0 ||
 	    (ret = index_upgrade_format(index, format)) < 0 ||
+	    (ret = index_check_schema(index)) < 0 ||
 	    (ret = read_page_size(index)) < 0)
 		goto fail;
 	if (!readonly)

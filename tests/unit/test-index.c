@@ -76,7 +76,9 @@ static void reopen(struct fix *f)
 	assert_int_equal(dbox_index_open(f->path, false, &f->index), 0);
 }
 
-/* Run SQL directly on the index file (the index must be closed). */
+/* Run SQL directly on the index file on a connection of its own (with
+   the index closed, or in a change the open index reads at its next
+   statement). */
 static void raw_sql(const char *path, const char *sql)
 {
 	sqlite3 *db;
@@ -2295,10 +2297,11 @@ static void test_msg_finish_in_place(void **state)
 
 	tx_begin(f);
 	assert_int_equal(tx_end(f, dbox_index_msg_set(f->index, m, &loc)), 0);
+	/* Made while the index is open (an open refuses an index with a
+	   trigger it did not make: test_foreign_trigger_refused). */
 	raw_sql(f->path, "CREATE TABLE msg_updated (ino INTEGER);"
 		"CREATE TRIGGER msg_upd AFTER UPDATE ON message BEGIN"
 		" INSERT INTO msg_updated VALUES (new.ino); END;");
-	reopen(f);
 	loc.body_size = 5;
 	loc.record_size = 90;
 	loc.vsize = 6;
@@ -2566,6 +2569,44 @@ static void test_deferred_commits(void **state)
 	reopen(f);
 	assert_int_equal(committed_names(f), names0 + 5);
 	assert_true(ino_at(f, DBOX_ROOT_INO, "f") != 0);
+	assert_int_equal(error_count, 0);
+}
+
+/* An index holding a trigger or view dboxfs did not make - the store
+   owner's, run inside root's dboxadm (one that never ends hung purge
+   and the mount: helper-83) - is refused at open, read-only too, with
+   its name in the message; dboxfs's own trigger, as it made it, is
+   accepted, a changed one is not. */
+static void test_foreign_trigger_refused(void **state)
+{
+	static const char *const hostile[] = {
+		"CREATE TRIGGER evil AFTER INSERT ON inode BEGIN"
+		" SELECT 1; END;",
+		"CREATE VIEW evil AS SELECT 1;",
+		"DROP TRIGGER inode_gone; CREATE TRIGGER inode_gone AFTER DELETE"
+		" ON inode BEGIN SELECT 1; END;",
+	};
+	struct fix *f = *state;
+	struct dbox_index *index = NULL;
+	char path[160];
+
+	for (size_t i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++) {
+		snprintf(path, sizeof(path), "%s/hostile%zu.sqlite", f->dir, i);
+		assert_int_equal(dbox_index_open(path, true, &index), 0);
+		dbox_index_close(&index);
+		raw_sql(path, hostile[i]);
+		errors_reset();
+		assert_int_equal(dbox_index_open(path, false, &index), -EIO);
+		assert_null(index);
+		assert_non_null(strstr(last_error, "did not make"));
+		assert_non_null(strstr(last_error, i == 2 ? "inode_gone" :
+					"evil"));
+		assert_int_equal(dbox_index_open_readonly(path, &index), -EIO);
+		assert_null(index);
+	}
+	/* The fixture's index, with dboxfs's own trigger, opens. */
+	reopen(f);
+	errors_reset();
 	assert_int_equal(error_count, 0);
 }
 
@@ -2932,6 +2973,7 @@ int main(void)
 		T(test_attr_cache_follows_changes),
 		T(test_rollback),
 		T(test_deferred_commits),
+		T(test_foreign_trigger_refused),
 		T(test_setattr),
 		T(test_symlink),
 		T(test_xattr),
