@@ -81,6 +81,29 @@ int fs_atime_touch(struct fs *fs, uint64_t ino)
 	return dbox_ns_setattr(fs->st, ino, &set, NULL);
 }
 
+/* In a store another user owns (root mounted it, fs/owner.h), every
+   mode, owner and device number is that user's to write: the mount
+   (nosuid, nodev) gives them no power, but root copying the tree (cp -a,
+   rsync -a, tar) would make them real files - a root-owned setuid shell
+   the user wrote into the index (helper-83), or a device node of root's
+   disk the user may read.  So only what ext4 would let that user make
+   is served: setuid on their own files, setgid on their group's, and a
+   device node as root's with no permission bits. */
+static void others_store_claims(const struct fs *fs, struct stat *stbuf)
+{
+	if (!fs->others_store)
+		return;
+	if (stbuf->st_uid != fs->store_uid)
+		stbuf->st_mode &= ~S_ISUID;
+	if (!S_ISDIR(stbuf->st_mode) && stbuf->st_gid != fs->store_gid)
+		stbuf->st_mode &= ~S_ISGID;
+	if (S_ISCHR(stbuf->st_mode) || S_ISBLK(stbuf->st_mode)) {
+		stbuf->st_mode &= S_IFMT;
+		stbuf->st_uid = 0;
+		stbuf->st_gid = 0;
+	}
+}
+
 int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 {
 	struct fs_inode *inode;
@@ -176,6 +199,7 @@ int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf)
 		break;
 	}
 	}
+	others_store_claims(fs, stbuf);
 	return 0;
 }
 

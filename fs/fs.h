@@ -82,6 +82,13 @@ struct fs {
 				      same way (fs_dirhandles_free) */
 	bool own_checks;           /* the daemon checks permissions
 				      (fs-perm.c), not the kernel */
+	bool others_store;         /* root works on another user's store
+				      (fs/owner.h): every mode, owner and
+				      device number in it is that user's to
+				      write (fs_stat serves only what they
+				      could make) */
+	uid_t store_uid;           /* that user and group, when */
+	gid_t store_gid;           /* others_store */
 	bool protected_hardlinks;  /* sysctl fs.protected_hardlinks at
 				      mount time */
 	struct fs_walkcut *walkcut;/* fs-walkcut.c's thread, or NULL */
@@ -244,7 +251,10 @@ void fs_walkcut_queue(struct fs *fs, struct fs_walkcut_job *job);
 extern const struct fuse_lowlevel_ops fs_ops;
 
 /* fs-attr.c: fill a struct stat for attr (plain files take size and times
-   from their backing file).  Returns 0 or a negative errno. */
+   from their backing file; in another user's store, fs->others_store,
+   only the claims that user could make: setuid on their own files,
+   setgid on their group's, a device node as root's without permission
+   bits).  Returns 0 or a negative errno. */
 int fs_stat(struct fs *fs, const struct dbox_attr *attr, struct stat *stbuf);
 
 /* fs-setattr.c: answer an attribute request: the error -ret when ret < 0,

@@ -711,6 +711,9 @@ int main(int argc, char *argv[])
 	if (fs_owner_enter(fs.opts.store, &owner) < 0 ||
 	    fs_owner_mount_options(&owner, &fs.opts, &args, cmd.mountpoint) < 0)
 		goto out_args;
+	fs.others_store = owner.active;
+	fs.store_uid = owner.uid;
+	fs.store_gid = owner.gid;
 	/* The session next: it rejects unknown -o options before the
 	   store is created or opened. */
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &fs);

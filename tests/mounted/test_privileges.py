@@ -195,6 +195,52 @@ def test_root_mount_of_a_user_store_is_nosuid_nodev(scratch, user, how):
         unmount(mnt)
 
 
+def test_root_copy_of_a_mounted_user_store_makes_no_setuid_file_or_device(scratch, user):
+    """Root mounting a user's store, then copying the tree as a backup
+    would (cp -a): the copy must hold nothing the user could not have made
+    on ext4.  The mount (nosuid, nodev) once served the user's index
+    claims as they were, and cp -a made them real: a setuid-root copy of
+    id(1) that printed euid 0 for the user, and a block device of root's
+    disk, mode 0666 (helper-83).  Served now: setuid only on the user's
+    own files, a device node as root's without permission bits."""
+    name, uid, gid = user
+    store, src = store_with_setuid_root_tool(scratch, user, 3)
+    db = sqlite3.connect(store / "index.sqlite")
+    with db:
+        ino = db.execute("INSERT INTO inode (kind, mode, uid, gid, nlink, size,"
+                         " mtime, ctime, rdev) VALUES (5, ?, ?, ?, 1, 0, 0, 0, ?)",
+                         (stat.S_IFBLK | 0o666, uid, gid, os.makedev(8, 1))).lastrowid
+        db.execute("INSERT INTO entry (parent, name, ino) VALUES (1, ?, ?)",
+                   (b"disk", ino))
+    db.close()
+    chown_tree(store, uid, gid)
+    mnt = scratch / "rootmnt"
+    mnt.mkdir()
+    copy = scratch / "copy"
+    copy.mkdir()
+    r = subprocess.run([str(DBOXFS), str(store), str(mnt), "-o", "allow_other"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    try:
+        st = (mnt / "tool").stat()
+        assert st.st_mode & (stat.S_ISUID | stat.S_ISGID) == 0, oct(st.st_mode)
+        st = (mnt / "disk").lstat()
+        assert stat.S_ISBLK(st.st_mode) and st.st_mode & 0o7777 == 0, oct(st.st_mode)
+        assert (st.st_uid, st.st_gid) == (0, 0)
+        r = subprocess.run(["cp", "-a", str(mnt / "tool"), str(mnt / "disk"), str(copy)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    finally:
+        unmount(mnt)
+    # The proof that matters: the copy runs as the user, not as root ...
+    r = as_user(name, [copy / "tool", "-u"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(uid)
+    # ... and the user cannot open the copied device.
+    r = as_user(name, ["head", "-c", "1", copy / "disk"])
+    assert r.returncode != 0 and "Permission denied" in r.stderr, r.stderr
+
+
 # As the user: watch DIR (inotify) and rename a symbolic link to TARGET
 # over every FIFO that appears there, at once, for SECONDS.
 SWAPPER_C = r"""
