@@ -594,11 +594,22 @@ static int copy_all(struct bk *b, const struct dbox_index_snapshot *snap)
 		uint64_t id = kind == 'm' ? snap->mfiles[i].file_id :
 			snap->files[i - snap->nmfiles];
 
+		uint64_t size = kind == 'm' ? snap->mfiles[i].size : 0;
+
+		/* An index whose committed end is short of its records
+		   would make a backup without them that looks whole
+		   (helper-83): the records are copied, and it is said. */
+		if (kind == 'm' && (snap->mfiles[i].size_bad ||
+				    snap->mfiles[i].records_end > size)) {
+			bk_damage(b, DBOX_BACKUP_INDEX_SHORT, kind, id, size,
+				  snap->mfiles[i].records_end);
+			if (snap->mfiles[i].records_end > size)
+				size = snap->mfiles[i].records_end;
+		}
 		if (bk_src_find(kind == 'm' ? &b->msrc : &b->fsrc, id) == NULL)
 			bk_damage(b, DBOX_BACKUP_MISSING, kind, id, 0, 0);
 		else
-			bk_backup_file(b, kind, id, kind == 'm' ?
-				       snap->mfiles[i].size : 0);
+			bk_backup_file(b, kind, id, size);
 	}
 	if (b->failed == 0)
 		b->failed = prune_partial(b, snap);

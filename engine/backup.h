@@ -102,6 +102,10 @@ struct dbox_backup_damage {
 					 copied, every try: the copy may mix
 					 old and new bytes (not counted in
 					 source_errors) */
+		DBOX_BACKUP_INDEX_SHORT, /* the index's committed end of an
+					 m.N (have) is short of the records
+					 it names there (want): copied up to
+					 want, a damaged index */
 	} what;
 	char kind;                /* 'm': storage/m.<id>, 'f': files/<id> */
 	uint64_t id;

@@ -59,15 +59,18 @@ static int mfile_row(struct dbox_index_snapshot *snap, sqlite3_stmt *stmt)
 	struct dbox_snapshot_mfile *m;
 	sqlite3_int64 id = sqlite3_column_int64(stmt, 0);
 	sqlite3_int64 size = sqlite3_column_int64(stmt, 1);
+	sqlite3_int64 end = sqlite3_column_int64(stmt, 2);
 
-	if (id <= 0 || id > UINT32_MAX || size < 0)
+	if (id <= 0 || id > UINT32_MAX)
 		return 0; /* not a file this store can have; check reports it */
 	m = realloc(snap->mfiles, (snap->nmfiles + 1) * sizeof(*m));
 	if (m == NULL)
 		return -ENOMEM;
 	snap->mfiles = m;
 	m[snap->nmfiles].file_id = (uint32_t)id;
-	m[snap->nmfiles].size = (uint64_t)size;
+	m[snap->nmfiles].size = size < 0 ? 0 : (uint64_t)size;
+	m[snap->nmfiles].records_end = end < 0 ? 0 : (uint64_t)end;
+	m[snap->nmfiles].size_bad = size < 0;
 	snap->nmfiles++;
 	return 0;
 }
@@ -147,8 +150,11 @@ static int copy_pages(struct dbox_index *src, const char *dest_path,
 	   and its pages were just written (in the page cache), while the
 	   source's may have to come from disk (scans of 1M rows). */
 	if (ret == 0)
-		ret = each_row(dest, dest_path, "SELECT file_id, size FROM mfile"
-			       " ORDER BY file_id", mfile_row, snap_r);
+		ret = each_row(dest, dest_path, "SELECT f.file_id, f.size,"
+			       " (SELECT max(m.offset + m.record_size) FROM"
+			       " message m WHERE m.file_id = f.file_id AND"
+			       " m.state = 0) FROM mfile f ORDER BY f.file_id",
+			       mfile_row, snap_r);
 	if (ret == 0)
 		ret = each_row(dest, dest_path, "SELECT ino FROM inode WHERE"
 			       " kind = 3 AND nlink > 0 ORDER BY ino", file_row,

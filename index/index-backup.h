@@ -18,13 +18,19 @@
 
 #include "index.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* One storage/m.N of the snapshot and its committed end (bytes). */
+/* One storage/m.N of the snapshot: its committed end (bytes; 0 for a
+   negative one) and the end of the last committed record the index names
+   in it (0: none).  In a sound index records_end <= size; a larger one
+   is a damaged index (or one its owner wrote so). */
 struct dbox_snapshot_mfile {
 	uint32_t file_id;
 	uint64_t size;
+	uint64_t records_end;
+	bool size_bad;         /* the row's size was negative */
 };
 
 /* What one snapshot of the index refers to.  Arrays malloc()ed, sorted

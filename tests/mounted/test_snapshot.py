@@ -20,6 +20,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -617,6 +618,37 @@ def test_damaged_store_is_backed_up_as_it_is(make_mount, tmp_path):
         r = adm("check", path, "--json")
         assert r.returncode == 1
         return len(json.loads(r.stdout)["problems"])
+    assert problems(tmp_path / "bk") == problems(store)
+
+
+def test_an_index_short_of_its_records_is_said_and_they_are_copied(make_mount, tmp_path):
+    """An index whose committed end of an m.N is short of the records it
+    names there (a damaged index, or one its owner wrote so: 100 bytes,
+    -1): the backup copied nothing or a prefix of those m.N and exited 0
+    (helper-83).  Now it copies every record the index names, says so
+    (exit 1), and check finds the same damage in the backup as in the
+    store."""
+    store, m = filled(make_mount, tmp_path, messages=60)
+    m.unmount()
+    db = sqlite3.connect(store / "index.sqlite")
+    with db:
+        ids = [r[0] for r in db.execute("SELECT file_id FROM mfile ORDER BY file_id")]
+        assert len(ids) >= 3
+        db.execute("UPDATE mfile SET size = 100 WHERE file_id = ?", (ids[0],))
+        db.execute("UPDATE mfile SET size = -1 WHERE file_id = ?", (ids[1],))
+    db.close()
+    r = adm("backup", store, tmp_path / "bk", "--json", check_rc=1)
+    assert json.loads(r.stdout)["source_errors"] == 2, r.stdout
+    assert r.stderr.count(b"short of the records") == 2, r.stderr
+    for i in ids[:2]:
+        src = (store / "storage" / f"m.{i}").read_bytes()
+        got = (tmp_path / "bk" / "storage" / f"m.{i}").read_bytes()
+        assert len(got) > 100 and src.startswith(got), (i, len(got), len(src))
+
+    def problems(path):
+        r = adm("check", path, "--json")
+        assert r.returncode == 1
+        return sorted(json.loads(r.stdout)["problems"])
     assert problems(tmp_path / "bk") == problems(store)
 
 

@@ -91,6 +91,13 @@ static void damage_cb(void *ctx, const struct dbox_backup_damage *d)
 		adm_warning("%s/%s/%s: changed while it was copied; the copy "
 			    "may mix old and new bytes", cli->store, sub, name);
 		break;
+	case DBOX_BACKUP_INDEX_SHORT:
+		adm_warning("%s/%s/%s: the index says its committed end is %"
+			    PRIu64 " bytes, short of the records it names there"
+			    " (%" PRIu64 "): a damaged index; copied up to its "
+			    "records ('dboxadm check' says more)", cli->store,
+			    sub, name, d->have, d->want);
+		break;
 	}
 }
 
