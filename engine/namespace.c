@@ -226,13 +226,15 @@ bool dbox_ns_is_message_name(struct dbox_store *st, uint64_t parent,
 	return dbox_ns_message_dir(st, parent, name, NULL);
 }
 
-uint64_t dbox_ns_sync_point(struct dbox_store *st)
+int dbox_ns_sync_point(struct dbox_store *st, uint64_t *point_r)
 {
+	int ret;
+
 	dbox_store_assert_locked(st);
-	/* Deferred operations were made before too: committed first (a
-	   failed commit undoes them, logged). */
-	(void)dbox_store_commit_deferred(st);
-	return dbox_index_commit_seq(st->index);
+	/* Deferred operations were made before too: committed first. */
+	ret = dbox_store_commit_deferred(st);
+	*point_r = dbox_index_commit_seq(st->index);
+	return ret;
 }
 
 int dbox_ns_sync_upto(struct dbox_store *st, uint64_t point)

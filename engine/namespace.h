@@ -119,9 +119,12 @@ int dbox_ns_new_owner(struct dbox_store *st, uint64_t parent,
 
 /* --- durability (fsyncdir) ------------------------------------------- */
 
-/* The point an fsyncdir waits for: the number of index commits made so
-   far (every namespace change before it).  Needs st->lock. */
-uint64_t dbox_ns_sync_point(struct dbox_store *st);
+/* The point an fsyncdir waits for into *point_r: the number of index
+   commits made so far (every namespace change before it; deferred flag
+   renames are committed first, store-commit.c).  Needs st->lock.
+   Returns 0, or the error of that commit (-ENOSPC, -EDQUOT, -EIO: the
+   deferred renames are undone, logged); *point_r is set either way. */
+int dbox_ns_sync_point(struct dbox_store *st, uint64_t *point_r);
 
 /* Return once every commit up to point is on disk, by one fdatasync of
    the WAL shared with concurrent callers (group commit).  Call it

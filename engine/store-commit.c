@@ -21,6 +21,7 @@
  */
 #include "engine/store-private.h"
 
+#include "index/reserve.h"
 #include "storage/log.h"
 
 #include <errno.h>
@@ -115,8 +116,12 @@ int dbox_store_commit_later(struct dbox_store *st)
 	int ret;
 
 	dbox_store_assert_locked(st);
-	if (!d->on || d->stop)
-		return dbox_index_commit(st->index, false); /* nobody would */
+	/* Not while the disk is full (the index reserve in use): a commit
+	   may fail then, and a failed deferred one would undo renames
+	   already acknowledged; committed now, the rename itself says
+	   ENOSPC (helper-84). */
+	if (!d->on || d->stop || dbox_index_reserve_short(st->index))
+		return dbox_index_commit(st->index, false);
 	first = !dbox_index_deferred(st->index);
 	if ((ret = dbox_index_commit_later(st->index)) < 0)
 		return ret;

@@ -280,7 +280,7 @@ static void note_name_change(struct fs *fs, const struct dbox_attr *attr)
 
 	if (attr->kind == DBOX_KIND_FILE &&
 	    (inode = fs_inode_get(&fs->inodes, attr->ino)) != NULL)
-		inode->name_seq = dbox_ns_sync_point(fs->st);
+		(void)dbox_ns_sync_point(fs->st, &inode->name_seq);
 }
 
 /* The held hook of a rename, whose ctx is the rename's. */
@@ -707,11 +707,14 @@ static void fs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 	uint64_t seq;
 	int ret;
 
-	/* Every index change made so far, synced by group commit. */
+	/* Every index change made so far, synced by group commit; a
+	   deferred flag rename whose commit failed now is undone, and the
+	   fsyncdir says so (helper-84). */
 	fs_lock(fs);
-	seq = dbox_ns_sync_point(fs->st);
+	ret = dbox_ns_sync_point(fs->st, &seq);
 	fs_unlock(fs);
-	ret = dbox_ns_sync_upto(fs->st, seq);
+	if (ret == 0)
+		ret = dbox_ns_sync_upto(fs->st, seq);
 	fuse_reply_err(req, -ret);
 }
 

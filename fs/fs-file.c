@@ -100,7 +100,8 @@ static int create_file(struct fs *fs, fuse_req_t req, fuse_ino_t parent,
 		inode->save = save;
 		save = NULL;
 		if (attr_r->kind == DBOX_KIND_FILE)
-			inode->name_seq = dbox_ns_sync_point(fs->st);
+			(void)dbox_ns_sync_point(fs->st,
+						 &inode->name_seq);
 	}
 	if (inode != NULL && open &&
 	    (*h_r = handle_new(fs, attr_r->kind, inode)) != NULL) {

@@ -378,7 +378,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 	if (save == NULL) {
 		/* Committed earlier without sync: its record and the index. */
 		fd = dbox_msg_record_fd(st, inode->ino);
-		seq = dbox_ns_sync_point(st);
+		(void)dbox_ns_sync_point(st, &seq); /* others' renames */
 		fs_unlock(fs);
 		if (fd < 0)
 			return fd;
@@ -433,7 +433,7 @@ static int message_fsync(struct fs *fs, struct fs_handle *h)
 		if (ret == 0)
 			ret = message_finish(fs, inode, resealed);
 	}
-	seq = dbox_ns_sync_point(st);
+	(void)dbox_ns_sync_point(st, &seq); /* others' renames */
 	fs_unlock(fs);
 	if (ret < 0)
 		return ret;

@@ -736,6 +736,9 @@ int dbox_index_commit(struct dbox_index *index, bool durable)
 		return ret;
 	ret = index_exec_stmt(index, index_stmt(index, ST_COMMIT), "commit");
 	if (ret < 0) {
+		if (index->deferred)
+			dbox_error("index %s: the commit failed: the flag renames"
+				   " deferred to it are undone", index->path);
 		dbox_index_rollback_all(index);
 		return ret;
 	}

@@ -8,11 +8,15 @@ killed within those milliseconds undoes the flag change, never the
 message.  These tests hold the mount to each side of that promise, as
 another process (SQLite's own module, or dboxadm) sees the index.
 """
+import errno
 import os
+import sqlite3
 import subprocess
 import time
 
-from conftest import DBOXADM, index_rows
+import pytest
+
+from conftest import DBOXADM, index_rows, tmpfs
 
 N = 60
 
@@ -143,3 +147,72 @@ def test_a_failed_rename_leaves_the_deferred_ones(mount, tmp_path):
     mount.unmount()
     assert flagged_in_index(mount.store) == 5
     mount.mount()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    yield from tmpfs(tmp_path / "disk", "8m")
+
+
+def test_a_full_disk_undoes_no_acknowledged_rename_silently(tmp_path, small_disk,
+                                                              make_mount):
+    """A store on a full disk, whose WAL a reader pins (an open read
+    snapshot) until even the index reserve runs out: every flag rename
+    followed by an fsync of its directory that both returned 0 is there
+    at the end.  With deferred commits both returned 0 and the rename was
+    then undone by the commit that failed later (helper-84); now a flag
+    rename commits at once while the reserve is in use (the rename itself
+    says ENOSPC), and an fsyncdir whose commit of deferred renames fails
+    says so."""
+    m = make_mount(store=small_disk / "store", mnt=tmp_path / "mnt")
+    md = m.mnt
+    for sub in ("cur", "new", "tmp"):
+        (md / sub).mkdir(exist_ok=True)
+    names = {}
+    for i in range(300):
+        (md / "tmp" / f"m{i}").write_bytes(b"y" * 2000)
+        os.rename(md / "tmp" / f"m{i}", md / "cur" / f"m{i}:2,")
+        names[i] = f"m{i}:2,"
+    j = 0
+    while True:  # fill the disk
+        j += 1
+        try:
+            (md / "tmp" / f"f{j}").write_bytes(os.urandom(50000))
+            os.rename(md / "tmp" / f"f{j}", md / "new" / f"f{j}")
+        except OSError:
+            break
+    reader = sqlite3.connect(f"file:{m.store}/index.sqlite?mode=ro", uri=True,
+                             isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM entry").fetchone()
+    sure = set(names)  # messages whose name we know for certain
+    renamed = failed = 0
+    dfd = os.open(md / "cur", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for k in range(1500):
+            i = k % 300
+            new = names[i][:-1] if names[i].endswith("S") else names[i] + "S"
+            try:
+                os.rename(md / "cur" / names[i], md / "cur" / new)
+            except OSError as e:
+                assert e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO), e
+                failed += 1
+                continue
+            old, names[i] = names[i], new
+            try:
+                os.fsync(dfd)
+                sure.add(i)
+                renamed += 1
+            except OSError as e:
+                assert e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO), e
+                sure.discard(i)  # maybe undone, and said so
+                names[i] = old if old in os.listdir(md / "cur") else new
+    finally:
+        os.close(dfd)
+        reader.execute("COMMIT")
+        reader.close()
+    listed = set(os.listdir(md / "cur"))
+    lost = [names[i] for i in sure if names[i] not in listed]
+    assert lost == [], (len(lost), renamed, failed, lost[:5])
+    assert len([n for n in listed if n.startswith("m")]) == 300
+    m.unmount()
