@@ -2263,22 +2263,43 @@ static void assert_attr_same(const struct dbox_attr *a,
 	assert_int_equal(a->stored, b->stored);
 }
 
-/* How many message rows an UPDATE changed (not a REPLACE: trigger
-   msg_upd of test_msg_finish_in_place), read by a connection of its own. */
-static int64_t msg_updates(struct fix *f)
+
+/* The first column of the first row of sql, read by a connection of its
+   own: what is committed to f's index file. */
+static int64_t committed_int(struct fix *f, const char *sql)
 {
 	sqlite3 *db;
 	sqlite3_stmt *stmt;
 	int64_t n;
 
-	assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-	assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM msg_updated",
-					    -1, &stmt, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_open_v2(f->path, &db, SQLITE_OPEN_READONLY,
+					 NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &stmt, NULL),
+			 SQLITE_OK);
 	assert_int_equal(sqlite3_step(stmt), SQLITE_ROW);
 	n = sqlite3_column_int64(stmt, 0);
 	sqlite3_finalize(stmt);
 	sqlite3_close(db);
 	return n;
+}
+
+/* How many message rows an UPDATE changed (not a REPLACE: trigger
+   msg_upd of test_msg_finish_in_place). */
+static int64_t msg_updates(struct fix *f)
+{
+	return committed_int(f, "SELECT count(*) FROM msg_updated");
+}
+
+/* The count of names in the root that is committed. */
+static int64_t committed_names(struct fix *f)
+{
+	return committed_int(f, "SELECT count(*) FROM entry WHERE parent = 1");
+}
+
+/* The page size of f's index file. */
+static int file_page_size(struct fix *f)
+{
+	return (int)committed_int(f, "PRAGMA page_size");
 }
 
 /* dbox_index_msg_finish: the WRITING row of the same record is updated in
@@ -2479,25 +2500,6 @@ static void test_rollback(void **state)
 	assert_true(ino_at(f, DBOX_ROOT_INO, "d") != 0);
 }
 
-/* The count of names in the root as a second connection sees them:
-   what is committed. */
-static int64_t committed_names(struct fix *f)
-{
-	sqlite3 *db;
-	sqlite3_stmt *stmt;
-	int64_t n;
-
-	assert_int_equal(sqlite3_open_v2(f->path, &db, SQLITE_OPEN_READONLY,
-					 NULL), SQLITE_OK);
-	assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM entry"
-					    " WHERE parent = 1", -1, &stmt,
-					    NULL), SQLITE_OK);
-	assert_int_equal(sqlite3_step(stmt), SQLITE_ROW);
-	n = sqlite3_column_int64(stmt, 0);
-	sqlite3_finalize(stmt);
-	sqlite3_close(db);
-	return n;
-}
 
 /* Create name in the root as one operation, ended by commit_later. */
 static void create_later(struct fix *f, const char *name)
@@ -2778,23 +2780,6 @@ static void test_xattr(void **state)
 	assert_null(list);
 }
 
-/* The page size of f's index file, read by a connection of its own. */
-static int file_page_size(struct fix *f)
-{
-	sqlite3 *db;
-	sqlite3_stmt *stmt;
-	int size;
-
-	assert_int_equal(sqlite3_open_v2(f->path, &db, SQLITE_OPEN_READONLY,
-					 NULL), SQLITE_OK);
-	assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA page_size", -1, &stmt,
-					    NULL), SQLITE_OK);
-	assert_int_equal(sqlite3_step(stmt), SQLITE_ROW);
-	size = sqlite3_column_int(stmt, 0);
-	sqlite3_finalize(stmt);
-	sqlite3_close(db);
-	return size;
-}
 
 /* f's index closed and rewritten with 4096-byte pages, as indexes were
    made before 2026-12-02, then opened again (dbox_index_open keeps the
