@@ -2,7 +2,8 @@
  * gen-seeds.c: write the seed corpus of fuzz-dbox into DIR: m.N files
  * made with the storage/ writer (so they are what dboxfs writes), and
  * variants Dovecot writes (gzip bodies with Z, extra metadata keys, an
- * old header line with an A token), one file per case.
+ * R before 1970 as two's complement, an old header line with an A
+ * token), one file per case.
  *
  *   gen-seeds DIR
  */
@@ -48,6 +49,7 @@ struct rec {
 	bool compress;
 	const char *mailbox;
 	const char *extra;
+	time_t received;       /* R; 0: 1700000000 + its index */
 };
 
 static void file(const struct rec *recs, size_t n)
@@ -58,7 +60,10 @@ static void file(const struct rec *recs, size_t n)
 	if (fd < 0)
 		exit(1);
 	for (size_t i = 0; i < n; i++) {
-		struct dbox_metadata md = { .received = 1700000000 + (time_t)i };
+		struct dbox_metadata md = {
+			.received = recs[i].received != 0 ? recs[i].received :
+				    1700000000 + (time_t)i,
+		};
 		struct dbox_append ap;
 		const void *body = recs[i].body;
 		size_t len = recs[i].len;
@@ -99,20 +104,22 @@ int main(int argc, char **argv)
 	}
 	for (size_t i = 0; i < sizeof(big); i++)
 		big[i] = i % 79 == 78 ? '\n' : 'a' + (char)(i % 26);
-	file((struct rec[]){ { mail, sizeof(mail) - 1, false, "INBOX", NULL } }, 1);
 	file((struct rec[]){
-		{ mail, sizeof(mail) - 1, false, "INBOX", NULL },
-		{ "", 0, false, "Sent", NULL },
-		{ big, sizeof(big), false, "Lists/dovecot", "POLDUIDL\nO17\n" },
+		{ mail, sizeof(mail) - 1, false, "INBOX", NULL, 0 },
+	}, 1);
+	file((struct rec[]){
+		{ mail, sizeof(mail) - 1, false, "INBOX", NULL, 0 },
+		{ "", 0, false, "Sent", NULL, -86400 }, /* 1969 */
+		{ big, sizeof(big), false, "Lists/dovecot", "POLDUIDL\nO17\n", 0 },
 	}, 3);
 	file((struct rec[]){
-		{ big, sizeof(big), true, "Archive", NULL },
-		{ mail, sizeof(mail) - 1, true, NULL, NULL },
+		{ big, sizeof(big), true, "Archive", NULL, 0 },
+		{ mail, sizeof(mail) - 1, true, NULL, NULL, 0 },
 	}, 2);
 	file((struct rec[]){
 		{ "\x01\x02N                 body with a fake header\n", 44, false,
-		  "INBOX", NULL },
-		{ "\n\x01\x03\n", 4, false, "INBOX", NULL },
+		  "INBOX", NULL, 0 },
+		{ "\n\x01\x03\n", 4, false, "INBOX", NULL, 0 },
 	}, 2);
 	/* A Dovecot 1.x-style header line with an A token and no C. */
 	{
