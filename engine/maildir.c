@@ -19,12 +19,17 @@
 
 const char *const maildir_subdirs[MAILDIR_SUBDIR_COUNT] = { "cur", "new", "tmp" };
 
-bool maildir_is_subdir(const char *name, size_t len)
+int maildir_subdir_of(const char *name, size_t len)
 {
 	for (size_t i = 0; i < MAILDIR_SUBDIR_COUNT; i++)
 		if (len == 3 && memcmp(name, maildir_subdirs[i], 3) == 0)
-			return true;
-	return false;
+			return (int)i;
+	return -1;
+}
+
+bool maildir_is_subdir(const char *name, size_t len)
+{
+	return maildir_subdir_of(name, len) >= 0;
 }
 
 #define DIR_NAME_MAX 255

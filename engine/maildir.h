@@ -28,8 +28,15 @@
 
 #define MAILDIR_SUBDIR_COUNT 3
 
+/* A mailbox's subdirectories, in the order of maildir_subdirs. */
+enum maildir_subdir { MAILDIR_CUR, MAILDIR_NEW, MAILDIR_TMP };
+
 /* "cur", "new", "tmp". */
 extern const char *const maildir_subdirs[MAILDIR_SUBDIR_COUNT];
+
+/* Which of cur, new, tmp name[0..len) is (enum maildir_subdir), or -1
+   when it is none of them. */
+int maildir_subdir_of(const char *name, size_t len);
 
 /* Is name[0..len) one of cur, new, tmp? */
 bool maildir_is_subdir(const char *name, size_t len);

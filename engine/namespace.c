@@ -202,22 +202,32 @@ int dbox_ns_xattr_list(struct dbox_store *st, uint64_t ino, char **list_r,
 	return dbox_index_xattr_list(st->index, ino, list_r, len_r);
 }
 
+/* Which of its folder's cur/, new/, tmp/ directory dir is (enum
+   maildir_subdir), with the folder into *folder_r; -1 when dir is none
+   of them (the root, a folder, an error).  One read of the index. */
+static int subdir_of(struct dbox_store *st, uint64_t dir, uint64_t *folder_r)
+{
+	char *name;
+	int which;
+
+	if (dbox_index_entry_of(st->index, dir, folder_r, &name) < 0)
+		return -1;
+	which = maildir_subdir_of(name, strlen(name));
+	free(name);
+	return which;
+}
+
 bool dbox_ns_message_dir(struct dbox_store *st, uint64_t parent,
 			 const char *name, uint64_t *folder_r)
 {
 	uint64_t folder;
-	char *dir;
-	bool ret;
 
 	dbox_store_assert_locked(st);
-	if (name[0] == '.' ||
-	    dbox_index_entry_of(st->index, parent, &folder, &dir) < 0)
+	if (name[0] == '.' || subdir_of(st, parent, &folder) < 0)
 		return false;
-	ret = maildir_is_subdir(dir, strlen(dir));
-	free(dir);
-	if (ret && folder_r != NULL)
+	if (folder_r != NULL)
 		*folder_r = folder;
-	return ret;
+	return true;
 }
 
 bool dbox_ns_is_message_name(struct dbox_store *st, uint64_t parent,
@@ -371,22 +381,16 @@ int dbox_ns_remove(struct dbox_store *st, uint64_t parent, const char *name,
 static bool flag_rename(struct dbox_store *st, uint64_t parent,
 			uint64_t newparent)
 {
-	uint64_t folder[2];
-	char *name[2] = { NULL, NULL };
-	bool ret;
+	uint64_t folder, newfolder;
+	int from = subdir_of(st, parent, &folder), to;
 
-	if (dbox_index_entry_of(st->index, parent, &folder[0], &name[0]) < 0)
+	if (from != MAILDIR_CUR && from != MAILDIR_NEW)
 		return false;
-	ret = strcmp(name[0], "cur") == 0 || strcmp(name[0], "new") == 0;
-	if (ret && newparent != parent)
-		ret = dbox_index_entry_of(st->index, newparent, &folder[1],
-					  &name[1]) == 0 &&
-		      folder[1] == folder[0] &&
-		      (strcmp(name[1], "cur") == 0 ||
-		       strcmp(name[1], "new") == 0);
-	free(name[0]);
-	free(name[1]);
-	return ret;
+	if (newparent == parent)
+		return true;
+	/* new/ -> cur/ of the same folder (cur/ -> new/ too: no delivery). */
+	to = subdir_of(st, newparent, &newfolder);
+	return (to == MAILDIR_CUR || to == MAILDIR_NEW) && newfolder == folder;
 }
 
 int dbox_ns_rename(struct dbox_store *st, uint64_t parent, const char *name,

@@ -111,6 +111,38 @@ def test_a_delivery_commits_the_flag_renames_before_it(mount):
     check_clean(mount.store)
 
 
+@pytest.mark.parametrize("kind", ["to-another-folder", "to-tmp", "over-a-message",
+                                  "new-to-other-cur"])
+def test_renames_that_are_not_flag_changes_commit_at_once(mount, kind):
+    """Only a flag change is deferred.  A move to another folder, a rename
+    into tmp/ and a rename over another message commit before rename()
+    returns: killed right after it, the mount keeps it.  Each is the last
+    operation before the kill, so no later commit can carry it."""
+    md = mount.maildir("")
+    other = mount.maildir(".Archive")
+    sent = deliver(md, 2)
+    a, b = sorted(sent)
+    if kind == "to-another-folder":
+        os.rename(md / "cur" / a, other / "cur" / a)
+        want = {"cur": {b: sent[b]}, ".Archive/cur": {a: sent[a]}}
+    elif kind == "to-tmp":
+        os.rename(md / "cur" / a, md / "tmp" / a)
+        want = {"cur": {b: sent[b]}, "tmp": {a: sent[a]}}
+    elif kind == "over-a-message":
+        os.rename(md / "cur" / a, md / "cur" / b)
+        want = {"cur": {b: sent[a]}}
+    else:
+        os.rename(md / "cur" / a, md / "new" / a)
+        os.rename(md / "new" / a, other / "cur" / a)
+        want = {"cur": {b: sent[b]}, ".Archive/cur": {a: sent[a]}}
+    mount.kill()
+    mount.mount()
+    for sub, files in want.items():
+        d = md / sub
+        assert {n: (d / n).read_bytes() for n in os.listdir(d)} == files, sub
+    check_clean(mount.store)
+
+
 def test_an_unmount_right_after_flag_renames_keeps_them(mount):
     """A clean unmount (and SIGTERM, which stops the mount the same way)
     commits what is deferred before the index closes."""
