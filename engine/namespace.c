@@ -475,6 +475,24 @@ int dbox_ns_setattr(struct dbox_store *st, uint64_t ino,
 	return ret;
 }
 
+int dbox_ns_touch_atime(struct dbox_store *st, uint64_t ino, int64_t atime_ns)
+{
+	struct dbox_attr attr;
+	int ret;
+
+	dbox_store_assert_locked(st);
+	if ((ret = ns_begin(st, NULL)) < 0)
+		return ret;
+	ret = dbox_index_getattr(st->index, ino, &attr);
+	if (ret == 0) {
+		attr.atime_ns = atime_ns;
+		ret = dbox_index_setattr(st->index, &attr);
+	}
+	if (ret < 0)
+		return ns_end(st, ret, NULL, 0);
+	return dbox_store_commit_later(st);
+}
+
 /* End an xattr change whose outcome is ret: when made, ctime = now (as
    ext4), in the same transaction. */
 static int xattr_changed(struct dbox_store *st, uint64_t ino, int ret)

@@ -219,6 +219,13 @@ struct dbox_ns_set {
 int dbox_ns_setattr(struct dbox_store *st, uint64_t ino,
 		    const struct dbox_ns_set *set, struct dbox_attr *attr_r);
 
+/* The atime a read moved (the caller judged it due, relatime): ino's
+   atime = atime_ns (a dbox time).  Its commit is deferred, as a flag
+   rename's (store-commit.c): a daemon killed within DBOX_DEFER_MS keeps
+   the atime before, as a power loss may on ext4.  Returns 0, -ENOENT,
+   -EIO. */
+int dbox_ns_touch_atime(struct dbox_store *st, uint64_t ino, int64_t atime_ns);
+
 /* setxattr(2) of ino (flags XATTR_CREATE / XATTR_REPLACE) and
    removexattr(2), with ctime = now, in one transaction.  Returns 0,
    -EEXIST, -ENODATA, -ERANGE, -ENOSPC, -ENOENT, -EIO (as

@@ -2,7 +2,7 @@
  * store-commit.c: deferred commits of the mount (docs/durability.md,
  * "Deferred commits").  An operation whose loss at the death of the
  * daemon is harmless - a message's rename within its directory, a flag
- * change - ends without a COMMIT (dbox_index_commit_later); the next
+ * change, the atime a read moves - ends without a COMMIT (dbox_index_commit_later); the next
  * commit of any operation carries it, and this file's thread commits it
  * at the latest DBOX_DEFER_MS after the first deferred one.  A COMMIT
  * costs some eight fcntl() locks of SQLite's WAL-index and a write of

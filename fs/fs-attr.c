@@ -67,18 +67,16 @@ bool fs_backing_atime_due(struct fs *fs, const struct stat *st)
 
 int fs_atime_touch(struct fs *fs, uint64_t ino)
 {
-	struct dbox_ns_set set = {
-		.what = DBOX_NS_SET_ATIME, .atime_ns = dbox_now_ns(),
-	};
+	int64_t now = dbox_now_ns();
 	struct dbox_attr attr;
 	int ret;
 
 	/* The lock is held from the look to the change: nothing else
 	   writes the index meanwhile. */
 	if ((ret = dbox_ns_getattr(fs->st, ino, &attr)) < 0 ||
-	    !fs_atime_due(fs, &attr, set.atime_ns))
+	    !fs_atime_due(fs, &attr, now))
 		return ret;
-	return dbox_ns_setattr(fs->st, ino, &set, NULL);
+	return dbox_ns_touch_atime(fs->st, ino, now);
 }
 
 /* In a store another user owns (root mounted it, fs/owner.h), every

@@ -111,6 +111,31 @@ def test_a_delivery_commits_the_flag_renames_before_it(mount):
     check_clean(mount.store)
 
 
+def read_after_write(store):
+    """Messages whose atime is past their mtime, as the index has it."""
+    return index_rows(store, "SELECT count(*) FROM inode WHERE kind = 2 AND atime > mtime")[0][0]
+
+
+def test_read_atimes_are_deferred_and_kept(mount):
+    """The atime a first read moves (relatime) is a deferred commit too:
+    another connection sees every one soon, without another operation,
+    and a daemon killed after the bound keeps them (as an unmount does)."""
+    md = mount.maildir("")
+    sent = deliver(md, N)
+    assert read_after_write(mount.store) == 0
+    for name, body in sent.items():
+        assert (md / "cur" / name).read_bytes() == body
+    deadline = time.monotonic() + 5
+    while read_after_write(mount.store) < N and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert read_after_write(mount.store) == N
+    seen = {n: os.stat(md / "cur" / n).st_atime_ns for n in sent}
+    mount.kill()
+    mount.mount()
+    assert {n: os.stat(md / "cur" / n).st_atime_ns for n in sent} == seen
+    check_clean(mount.store)
+
+
 @pytest.mark.parametrize("kind", ["to-another-folder", "to-tmp", "over-a-message",
                                   "new-to-other-cur"])
 def test_renames_that_are_not_flag_changes_commit_at_once(mount, kind):
