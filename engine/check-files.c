@@ -152,6 +152,13 @@ static void stray_file(struct check *c, const char *name)
 		check_note(c, DBOX_CHECK_PLAIN_FILE, NULL, "%s/%s is empty and "
 			   "belongs to no plain file (a create cut by a crash; "
 			   "the next mount removes it)", DBOX_STORE_FILES, name);
+	else if (c->import_killed && *end == '\0' &&
+		 fstatat(c->files_fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+		 S_ISREG(sb.st_mode))
+		check_note(c, DBOX_CHECK_PLAIN_FILE, NULL, "%s/%s belongs to no "
+			   "plain file: the killed import's (the next mount or "
+			   "import moves it to " DBOX_STORE_LOST_FOUND "/)",
+			   DBOX_STORE_FILES, name);
 	else
 		check_problem(c, DBOX_CHECK_PLAIN_FILE, NULL, "%s/%s belongs to "
 			      "no plain file of the index", DBOX_STORE_FILES,
@@ -246,8 +253,9 @@ void check_lost_found(struct check *c)
 			check_note(c, DBOX_CHECK_LOST_FOUND, NULL, "%s/%s: %llu bytes crash recovery "
 				   "or rebuild cut off an m.N, kept as a copy; it holds %ld "
 				   "whole message records: a save a crash cut "
-				   "short, or mail delivered after the index was "
-				   "copied ('dboxadm cat %s %s/%s/%s 0' shows the "
+				   "short, a killed import's (run again, it "
+				   "imported them again), or mail delivered after "
+				   "the index was copied ('dboxadm cat %s %s/%s/%s 0' shows the "
 				   "first); delete it once you know it is not "
 				   "needed", DBOX_STORE_LOST_FOUND, de->d_name,
 				   (unsigned long long)sb.st_size, whole,

@@ -296,6 +296,10 @@ static void check_tail(struct check *c, const struct check_mfile *f, int fd,
 
 	dbox_store_tail_state(c->index, f->id, f->committed, f->size, &inflight,
 			      &start);
+	/* A killed import's records are in flight from the committed end
+	   on, as recovery takes them (store-recover.c). */
+	if (c->import_killed && inflight < 0)
+		inflight = (int64_t)start;
 	if (start > f->committed)
 		kept_whole = dbox_file_tail_records(fd, f->id, f->committed,
 						    start, &end, NULL, NULL);
@@ -346,6 +350,13 @@ static void judge_file(struct check *c, const struct check_mfile *f,
 		check_note(c, DBOX_CHECK_MFILE, &at, "%s was purged: its %zu "
 			   "records are copies left by a crash before its "
 			   "removal (the next purge removes it)", shown,
+			   f->nrecs);
+	else if (!f->known && f->nrecs > 0 && c->import_killed)
+		check_note(c, DBOX_CHECK_MFILE, &at, "%s is not in the index: "
+			   "its %zu whole records are the killed import's "
+			   "uncommitted work (the next mount or import cuts "
+			   "them, keeping a copy in " DBOX_STORE_LOST_FOUND "/; "
+			   "the import run again imports them again)", shown,
 			   f->nrecs);
 	else if (!f->known && f->nrecs > 0)
 		/* A file whose creation never committed holds no whole

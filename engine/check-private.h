@@ -53,6 +53,8 @@ struct check {
 	struct dbox_view *view;
 	struct dbox_index *index;   /* view->index */
 	bool offline;          /* we hold the store lock (shared) */
+	bool import_killed;    /* offline, and the index's import mark is
+				  set (dbox_check_summary.import_killed) */
 	const char *alt_shown; /* the ALT path for names, when the store
 				  has one (open or not); else NULL */
 	int files_fd;          /* STORE/files/, or -1: files_err */

@@ -70,6 +70,22 @@ static int check_index(struct check *c)
 	    (ret = dbox_index_check_pending(c->index, DBOX_META_ACKED_EMPTY,
 					    &writing, &kept, &unnamed)) < 0)
 		return ret;
+	/* An import holding the lock marks the index too: only offline is
+	   the mark a killed import's. */
+	{
+		int64_t running = 0;
+
+		c->import_killed = c->offline &&
+			dbox_index_meta_get(c->index, DBOX_META_IMPORT_RUNNING,
+					    &running) == 0 && running != 0;
+		c->sum->import_killed = c->import_killed;
+	}
+	if (c->import_killed)
+		check_note(c, DBOX_CHECK_PENDING, NULL, "an import was killed "
+			   "before it finished: what it had not committed (the "
+			   "bytes of " DBOX_STORE_STORAGE "/ and " DBOX_STORE_FILES
+			   "/ the index does not know) the next mount or import "
+			   "cuts, keeping a copy in " DBOX_STORE_LOST_FOUND "/");
 	if (writing > kept)
 		check_note(c, DBOX_CHECK_PENDING, NULL, "%llu messages %s",
 			   (unsigned long long)(writing - kept), c->offline ?

@@ -98,6 +98,12 @@ struct dbox_check_summary {
 	size_t mfiles;        /* m.N files, in the index or on disk */
 	uint64_t records;     /* whole records found in them */
 	size_t plain_files;   /* plain files of the index */
+	bool import_killed;   /* offline, the index says an import was
+				 killed before it finished
+				 (DBOX_META_IMPORT_RUNNING, engine/store.h):
+				 bytes it does not know are that import's,
+				 which the next mount or import cuts and the
+				 import run again imports again */
 	size_t problems;      /* items of severity DBOX_CHECK_PROBLEM */
 	size_t notes;         /* items of severity DBOX_CHECK_NOTE */
 };

@@ -234,6 +234,12 @@ static int restore_group(struct rebuild *rb, size_t p, size_t q)
 		} else if (!rb->opts->restore_all && rb->old->complete &&
 			   old_knew(rb, r) && !r->live) {
 			rep->expunged++;
+		} else if (!rb->opts->restore_all && rb->old->complete &&
+			   rep->import_killed && !r->live) {
+			/* Not mail of the store yet: the killed import's,
+			   which it imports again when run again (restored,
+			   it came twice: helper-85). */
+			rep->import_left++;
 		} else {
 			if (rb->old->complete && !old_knew(rb, r))
 				rep->unknown_restored++;
@@ -315,6 +321,51 @@ static int adopt_orphan(struct rebuild *rb, const char *name, uint64_t ino,
 	return ret;
 }
 
+/* Is ino a plain file of the new index (its files/<ino> placed)? */
+static bool placed_file(struct rebuild *rb, uint64_t ino)
+{
+	struct dbox_attr attr;
+
+	return dbox_index_getattr(rb->index, ino, &attr) == 0 &&
+	       attr.kind == DBOX_KIND_FILE;
+}
+
+/* files/<name> (sb), which no plain file of a whole old index that says
+   an import was killed owns: the import's uncommitted file (run again,
+   the import makes it again), kept out of the tree as crash recovery
+   keeps it (store-recover.c): copied to the store's lost+found/ as
+   files-<ino> and removed; an empty one only removed.  Returns 0, or
+   a negative errno when no copy could be kept (the file stays, and is
+   adopted). */
+static int import_orphan(struct rebuild *rb, const char *name, uint64_t ino,
+			 const struct stat *sb)
+{
+	char base[48], copy[DBOX_LOST_FOUND_NAME_SIZE];
+	int fd, ret = 0;
+
+	if (sb->st_size > 0) {
+		fd = openat(rb->files_fd, name, O_RDONLY | O_NOFOLLOW |
+			    O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		snprintf(base, sizeof(base), "files-%llu",
+			 (unsigned long long)ino);
+		ret = dbox_lost_found_keep(rb->dir_fd, fd, 0,
+					   (uint64_t)sb->st_size, base, copy);
+		close(fd);
+		if (ret < 0)
+			return ret;
+		rb->rep->lost_found_copies++;
+		rebuild_note(rb, DBOX_REBUILD_NOTE_FILES, 0, 0, "killed import",
+			     "%s/%s: the killed import's uncommitted file, kept "
+			     "in %s/%s (the import run again makes it again)",
+			     DBOX_STORE_FILES, name, DBOX_STORE_LOST_FOUND, copy);
+	}
+	if (unlinkat(rb->files_fd, name, 0) < 0)
+		return -errno;
+	return 0;
+}
+
 /* dbox_dir_walk callback over files/: each plain file no plain file of
    the new index owns into lost+found/.  Stops (1) with rb->walk_err set
    on an error. */
@@ -333,6 +384,10 @@ static int orphan_cb(void *ctx, const char *name)
 			     name);
 		return 0;
 	}
+	if (rb->rep->import_killed && rb->old->complete &&
+	    !rb->opts->restore_all && !placed_file(rb, ino) &&
+	    import_orphan(rb, name, ino, &sb) == 0)
+		return 0;
 	rb->walk_err = adopt_orphan(rb, name, ino, &sb);
 	return rb->walk_err < 0;
 }

@@ -143,8 +143,8 @@ static int scan_bad_cb(void *ctx, uint64_t start, uint64_t end,
 	note = rebuild_note(rb, DBOX_REBUILD_NOTE_BAD_BYTES, rb->scan_id,
 			    fault->offset, fault->reason, DBOX_STORE_STORAGE "/m.%u: bytes "
 			    "[%llu, %llu) are no whole record (%s); a copy is "
-			    "kept in %s/%s until 'dboxadm check' finds the "
-			    "store clean", rb->scan_id,
+			    "kept in %s/%s (delete it once 'dboxadm check' "
+			    "finds the store clean)", rb->scan_id,
 			    (unsigned long long)start, (unsigned long long)end,
 			    fault->reason, DBOX_STORE_LOST_FOUND, copy);
 	if (note != NULL)

@@ -180,9 +180,14 @@ static int salvage_old(struct rebuild *rb)
 	if (rb->rep->old_index != NULL) {
 		if (asprintf(&path, "%s/%s", rb->store, rb->rep->old_index) < 0)
 			return -ENOMEM;
-		ret = dbox_index_salvage(path, DBOX_META_ACKED_EMPTY, &rb->old);
-		if (ret == 0)
+		ret = dbox_index_salvage(path, &(struct dbox_salvage_keys){
+			.count_prefix = DBOX_META_ACKED_EMPTY,
+			.value_key = DBOX_META_IMPORT_RUNNING,
+		}, &rb->old);
+		if (ret == 0) {
 			rb->rep->acked_empty = rb->old->prefixed;
+			rb->rep->import_killed = rb->old->value != 0;
+		}
 		free(path);
 		if (ret < 0)
 			return ret;

@@ -25,10 +25,13 @@
  *     (rebuild-tree.c).  A message whose record is still at its old
  *     location with a damaged field keeps its names; the damage is
  *     reported.
- *  5. Records no old message claims are restored (rebuild-restore.c),
- *     unless the old index was read whole and knew them (then they are
- *     expunged messages waiting for purge; restore_all restores them
- *     anyway): into the cur/ of their B folder (engine/maildir.h), named
+ *  5. Records no old message claims are restored (rebuild-restore.c)
+ *     into the cur/ of their B folder (engine/maildir.h), unless the old
+ *     index was read whole and either knew them (expunged messages
+ *     waiting for purge) or says an import was killed before it
+ *     finished (DBOX_META_IMPORT_RUNNING: the records it does not know
+ *     are that import's uncommitted work, which the import run again
+ *     imports); restore_all restores both kinds anyway.  Named
  *     "<R>.G<GUID>.rebuild:2," with the received date R as mtime; one
  *     message per GUID.
  *  6. Plain files in files/ that no old plain file claims go to
@@ -123,6 +126,15 @@ struct dbox_rebuild_report {
 	unsigned long restored;   /* messages restored with new names */
 	unsigned long unknown_restored; /* of them, past the old index's end
 					   of their m.N (it did not know them) */
+	bool import_killed;       /* the old index says an import was killed
+				     before it finished
+				     (DBOX_META_IMPORT_RUNNING): records it
+				     does not know are that import's
+				     uncommitted work */
+	unsigned long import_left; /* such records not restored (when the old
+				      index was read whole, without
+				      restore_all): the import run again
+				      imports them; they wait for purge */
 	unsigned long unplaced_restored; /* of them, messages of the old
 					    index whose names could not be
 					    placed (their folder unreachable,

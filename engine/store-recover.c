@@ -136,8 +136,8 @@ static int save_cut_bytes(struct dbox_store *st, int fd, const char *name,
 			   DBOX_STORE_LOST_FOUND, base, strerror(-ret), name);
 	else
 		dbox_info("%s/" DBOX_STORE_STORAGE "/%s: the %llu bytes cut after %llu are kept "
-			  "in %s/%s/%s until 'dboxadm check' finds the store "
-			  "clean", dbox_store_dir_name(st, alt), name, (unsigned long long)(end - from),
+			  "as a copy in %s/%s/%s (delete it once 'dboxadm "
+			  "check' finds the store clean)", dbox_store_dir_name(st, alt), name, (unsigned long long)(end - from),
 			  (unsigned long long)from, st->path, DBOX_STORE_LOST_FOUND,
 			  copy);
 	return ret;

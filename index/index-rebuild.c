@@ -378,7 +378,7 @@ static bool quick_check_ok(sqlite3 *db)
 	return ok;
 }
 
-int dbox_index_salvage(const char *path, const char *count_prefix,
+int dbox_index_salvage(const char *path, const struct dbox_salvage_keys *keys,
 		       struct dbox_salvage **salvage_r)
 {
 	struct salvage_ctx ctx = { .path = path };
@@ -418,15 +418,25 @@ int dbox_index_salvage(const char *path, const char *count_prefix,
 		if (sqlite3_step(stmt) == SQLITE_ROW)
 			ctx.s->uidvalidity = sqlite3_column_int64(stmt, 0);
 		sqlite3_finalize(stmt);
-		if (count_prefix != NULL &&
+		if (keys != NULL && keys->count_prefix != NULL &&
 		    sqlite3_prepare_v2(ctx.db, "SELECT count(*) FROM meta WHERE"
 				       " substr(key, 1, length(?1)) = ?1", -1,
 				       &stmt, NULL) == SQLITE_OK) {
-			sqlite3_bind_text(stmt, 1, count_prefix, -1,
+			sqlite3_bind_text(stmt, 1, keys->count_prefix, -1,
 					  SQLITE_STATIC);
 			if (sqlite3_step(stmt) == SQLITE_ROW)
 				ctx.s->prefixed = (uint64_t)
 					sqlite3_column_int64(stmt, 0);
+			sqlite3_finalize(stmt);
+		}
+		if (keys != NULL && keys->value_key != NULL &&
+		    sqlite3_prepare_v2(ctx.db, "SELECT value FROM meta WHERE"
+				       " key = ?1", -1, &stmt,
+				       NULL) == SQLITE_OK) {
+			sqlite3_bind_text(stmt, 1, keys->value_key, -1,
+					  SQLITE_STATIC);
+			if (sqlite3_step(stmt) == SQLITE_ROW)
+				ctx.s->value = sqlite3_column_int64(stmt, 0);
 			sqlite3_finalize(stmt);
 		}
 	} else {

@@ -81,20 +81,30 @@ struct dbox_salvage {
 	int64_t uidvalidity;   /* 0 when unreadable */
 	uint64_t prefixed;     /* meta keys that start with the caller's
 				  count_prefix (0 when unreadable) */
+	int64_t value;         /* the meta value of the caller's value_key
+				  (0 when absent or unreadable) */
 	bool opened;           /* SQLite could open it as a database */
 	bool complete;
 	unsigned int read_errors; /* tables or row ranges that failed */
 };
 
+/* What the caller's meta keys dbox_index_salvage reads (each may be
+   NULL): how many keys start with count_prefix (-> prefixed), and the
+   value of value_key (-> value). */
+struct dbox_salvage_keys {
+	const char *count_prefix;
+	const char *value_key;
+};
+
 /* Salvage the index at path (which nobody uses), reading each table in
    rowid order and, at a damaged page, going on after it where SQLite
    can find later rows.  The file is not changed (the WAL next to it,
-   path + "-wal", is read but never checkpointed into it).  count_prefix
-   (may be NULL) names meta keys to count into prefixed.  Returns 0
+   path + "-wal", is read but never checkpointed into it).  keys (may be
+   NULL) names meta keys to read.  Returns 0
    and *salvage_r (possibly empty when nothing was readable; the caller
    frees it with dbox_index_salvage_free), or -ENOMEM.  Problems found
    are logged as warnings. */
-int dbox_index_salvage(const char *path, const char *count_prefix,
+int dbox_index_salvage(const char *path, const struct dbox_salvage_keys *keys,
 		       struct dbox_salvage **salvage_r);
 
 /* The salvaged target of symbolic link ino, or NULL when it was not

@@ -374,13 +374,9 @@ def test_reimport_after_flag_changes_on_the_mount(tmp_path, make_mount):
     assert stats_json(store)["messages"] == 3
 
 
-def test_import_killed_then_resumed_leaves_a_clean_store(tmp_path, make_mount):
-    """An import SIGKILLed mid-way left its uncommitted records as 'whole
-    records the index does not know' (an index older than storage/): check
-    reported them for ever, purge could not reclaim them, and rebuild
-    restored them as duplicates (helper-55).  Now the next open copies them
-    to lost+found/ and cuts them; the resumed import finishes, check is
-    clean and the store holds the source once."""
+def killed_import(tmp_path):
+    """A maildir (6,000 messages and a plain file) and a store its import
+    was SIGKILLed into mid-way (skips when the import never was)."""
     import signal
     import time
     from sysenv import sample_maildir
@@ -394,10 +390,20 @@ def test_import_killed_then_resumed_leaves_a_clean_store(tmp_path, make_mount):
         time.sleep(delay)
         p.send_signal(signal.SIGKILL)
         if p.wait() == -signal.SIGKILL and (store / "index.sqlite").exists() and \
-                sum(f.stat().st_size for f in (store / "storage").glob("m.*")) > 10**6:
-            break
-    else:
-        pytest.skip("the import never got killed mid-way here")
+                sum(f.stat().st_size for f in (store / "storage").glob("m.*")) > 10**6 and \
+                index_rows(store, "SELECT value FROM meta WHERE key = 'import.running'") == [(1,)]:
+            return src, store
+    pytest.skip("the import never got killed mid-way here")
+
+
+def test_import_killed_then_resumed_leaves_a_clean_store(tmp_path, make_mount):
+    """An import SIGKILLed mid-way left its uncommitted records as 'whole
+    records the index does not know' (an index older than storage/): check
+    reported them for ever, purge could not reclaim them, and rebuild
+    restored them as duplicates (helper-55).  Now the next open copies them
+    to lost+found/ and cuts them; the resumed import finishes, check is
+    clean and the store holds the source once."""
+    src, store = killed_import(tmp_path)
     r = adm("import", store, src, check_rc=0)
     assert b"an import was killed" in r.stderr, r.stderr
     r = adm("check", store, check_rc=0)
@@ -413,6 +419,35 @@ def test_import_killed_then_resumed_leaves_a_clean_store(tmp_path, make_mount):
     assert s["messages"] == n, s
     assert s["pending_bytes"] == 0 and s["missing_mfiles"] == 0, s
     m = make_mount(store=store, mnt=tmp_path / "mnt")
+    assert subprocess.run(["diff", "-r", src, m.mnt]).returncode == 0
+
+
+def test_check_and_rebuild_after_a_killed_import_do_not_double_its_mail(tmp_path, make_mount):
+    """After a killed import, check called its uncommitted records 'not in
+    the index (is the index older than storage/?)' and advised a rebuild;
+    the rebuild restored them under .rebuild names and the import run
+    again added them once more: 3,548 messages from 3,000 (helper-85).
+    Now check judges them as the next open does (notes, exit 0) and says
+    to run the import again; a rebuild leaves them for purge; the import
+    run again after it makes the source exactly once."""
+    src, store = killed_import(tmp_path)
+    r = adm("check", store, check_rc=0)
+    out = r.stdout.decode()
+    assert "problem:" not in out and ": 0 problems" in out, out
+    assert "note: an import was killed before it finished" in out, out
+    assert "advice: run the killed 'dboxadm import'" in out, out
+    assert "dboxadm rebuild" not in out and "advice: 'dboxadm rebuild" not in out, out
+    r = adm("rebuild", store, check_rc=0)
+    assert b"an import killed before it finished were not restored" in r.stdout or \
+        b"says an import was killed" in r.stdout, r.stdout
+    assert b"restored with new names" in r.stdout
+    adm("import", store, src, check_rc=0)
+    r = adm("check", store, check_rc=0)
+    assert b": 0 problems" in r.stdout, r.stdout
+    n = sum(1 for p in src.rglob("*") if p.is_file() and p.parent.name in ("cur", "new"))
+    assert stats_json(store)["messages"] == n
+    m = make_mount(store=store, mnt=tmp_path / "mnt")
+    assert not [p for p in m.mnt.rglob("*.rebuild:2,*")]
     assert subprocess.run(["diff", "-r", src, m.mnt]).returncode == 0
 
 

@@ -116,11 +116,19 @@ static void print_result(const struct check_out *out,
 /* What to do about the kinds of problems found, a line each (text
    output only): the repairs docs/administration.md ("Repairing a
    store") describes. */
-static void print_advice(const struct check_out *out)
+static void print_advice(const struct check_out *out, bool import_killed)
 {
 	const char *s = out->store;
 	unsigned k = out->kinds;
 
+	/* First: a rebuild now would not bring the import's uncommitted
+	   mail back, and the import run again finishes it (helper-85). */
+	if (import_killed)
+		printf("advice: run the killed 'dboxadm import' (or "
+		       "import-dovecot) again with the same arguments: it "
+		       "imports what the killed run had not committed and "
+		       "skips what it had (a rebuild does not bring that "
+		       "mail back)\n");
 	if (k & (1u << DBOX_CHECK_INDEX))
 		printf("advice: 'dboxadm rebuild %s' (unmounted) recreates the "
 		       "index from " DBOX_STORE_STORAGE "/\n", s);
@@ -190,7 +198,7 @@ static int check_main(int argc, char **argv)
 	} else {
 		print_result(&out, &sum);
 		if (!out.json)
-			print_advice(&out);
+			print_advice(&out, sum.import_killed);
 		ret = sum.problems > 0 ? ADM_EXIT_FAILED : ADM_EXIT_OK;
 	}
 	strs_free(&out.problems);

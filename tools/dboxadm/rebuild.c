@@ -82,6 +82,16 @@ static void report_done(const char *store,
 		printf("%s: recovered %lu messages the old index did "
 		       "not know (past its end of their m.N: an index "
 		       "older than " DBOX_STORE_STORAGE "/)\n", store, rep->unknown_restored);
+	if (rep->import_left > 0)
+		printf("%s: %lu records of an import killed before it "
+		       "finished were not restored: they are not mail of "
+		       "the store yet; run that import again to finish it "
+		       "(a purge gives their bytes back)\n", store,
+		       rep->import_left);
+	else if (rep->import_killed)
+		printf("%s: the old index says an import was killed before "
+		       "it finished; run that import again to finish it\n",
+		       store);
 	if (rep->unplaced_restored > 0)
 		printf("%s: %lu messages of the old index whose names could "
 		       "not be kept (a folder no path reaches, a name no "
@@ -206,7 +216,10 @@ const struct adm_verb adm_verb_rebuild = {
 	"received date as mtime - unless the old index was read whole and the\n"
 	"record lies within the end it knew for its m.N, which means it was\n"
 	"expunged and waits for purge (a record past that end is restored: the\n"
-	"index was older than " DBOX_STORE_STORAGE "/).  A message whose record has a damaged\n"
+	"index was older than " DBOX_STORE_STORAGE "/) - or the old index says an import\n"
+	"was killed before it finished: then a record it does not know is that\n"
+	"import's uncommitted work, left for purge, which the import run again\n"
+	"imports.  A message whose record has a damaged\n"
 	"field where the old index had it keeps its names (reported).  Plain\n"
 	"files in " DBOX_STORE_FILES "/ that no plain file of the index owns are put in\n"
 	DBOX_STORE_LOST_FOUND "/.\n"
