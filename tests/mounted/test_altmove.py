@@ -235,6 +235,33 @@ def test_altmove_summary_is_the_same_mounted_and_offline(tmp_path, make_mount):
     assert records == 30 and files > 1 and freed > 0, said
 
 
+def test_altmove_says_what_its_purge_removed(tmp_path, make_mount):
+    """Half the messages old: the move leaves its sources partly dead and
+    the purge after it removes them; the summary said 'files emptied 0'
+    and nothing of the removed files (helper-85).  Now a line counts
+    them, and every source m.N it names is gone from storage/."""
+    import re
+    store, alt = tmp_path / "store", tmp_path / "alt"
+    alt.mkdir()
+    m = make_mount(store=store, mnt=tmp_path / "mnt", options=["-o", ROTATE])
+    data, old = fill(m.mnt / "cur", 30, old_every=2)
+    m.unmount()
+    before = {p.name for p in (store / "storage").glob("m.*")}
+    r = adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    out = r.stdout.decode()
+    purged = re.search(r"files purged after +(\d+) \((\d+) bytes removed, (\d+) bytes", out)
+    assert purged, out
+    files, removed, copied = map(int, purged.groups())
+    gone = before - {p.name for p in (store / "storage").glob("m.*")}
+    emptied = int(re.search(r"files emptied +(\d+)", out).group(1))
+    assert files > 0 and removed > copied > 0, out
+    assert len(gone) == files + emptied, (out, before, gone)
+    m.mount()
+    assert {n: (m.mnt / "cur" / n).read_bytes() for n in data} == data
+    m.unmount()
+    adm("check", store, check_rc=0)
+
+
 def test_altmove_folder(tmp_path, make_mount):
     """--folder moves the messages with a name in that folder only."""
     store, alt = tmp_path / "store", tmp_path / "alt"

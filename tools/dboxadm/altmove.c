@@ -27,7 +27,10 @@ struct altmove_args {
 	unsigned long timeout;
 };
 
-static void print_altmove(const struct dbox_purge_result *res)
+/* What the move did, and the purge after it (purged: NULL when the
+   mount moved, which reports the move alone). */
+static void print_altmove(const struct dbox_purge_result *res,
+			  const struct dbox_purge_result *purged)
 {
 	printf("records moved       %llu (%llu bytes)\n"
 	       "files emptied       %llu (%llu bytes, removed)\n",
@@ -37,6 +40,15 @@ static void print_altmove(const struct dbox_purge_result *res)
 		  index no longer knows (garbage): emptied all the same. */
 	       (unsigned long long)(res->files_purged + res->garbage_files),
 	       (unsigned long long)res->bytes_freed);
+	/* The files the move left partly dead, purged (helper-85: a
+	   removed source showed nowhere). */
+	if (purged != NULL)
+		printf("files purged after  %llu (%llu bytes removed, %llu "
+		       "bytes of records left in them copied)\n",
+		       (unsigned long long)(purged->files_purged +
+					    purged->garbage_files),
+		       (unsigned long long)purged->bytes_freed,
+		       (unsigned long long)purged->bytes_moved);
 }
 
 /* The directory ino of a->folder in index (0: every folder, no --folder).
@@ -80,7 +92,7 @@ static int altmove_offline(void *ctx)
 					  .altmove_before_ns = a->before_ns,
 					  .progress = altmove_progress_cb };
 	struct altmove_progress ap = { 0 };
-	struct dbox_purge_result res, purged;
+	struct dbox_purge_result res, purged = { 0 };
 	struct dbox_store *st = NULL;
 	int ret;
 
@@ -103,7 +115,7 @@ static int altmove_offline(void *ctx)
 	ret = dbox_altmove(st, &ps, &res, &purged);
 	progress_finish(&ap.pr);
 	dbox_store_close(&st);
-	print_altmove(&res);
+	print_altmove(&res, &purged);
 	if (ret == -ENOENT)
 		return ADM_EXIT_USAGE; /* no usable ALT: logged */
 	if (ret < 0) {
@@ -198,7 +210,7 @@ static int altmove_online(void *ctx, int lock_fd)
 	if (ret != 0)
 		return ret;
 	printf("moved by the mount (pid %d)\n", (int)pid);
-	print_altmove(&mp.res);
+	print_altmove(&mp.res, NULL);
 	if (mp.res.error == 0)
 		return ADM_EXIT_OK;
 	adm_error("%s: the mount's altmove failed (%s); the mount's log "
