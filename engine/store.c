@@ -331,6 +331,14 @@ int dbox_store_alt_fd(struct dbox_store *st)
 	return fd;
 }
 
+/* Why open_alt_storage failed with err, for a log line: a refusal it
+   logged itself (-EPERM, -EXDEV) only points there. */
+static const char *alt_why(int err)
+{
+	return err == -EPERM || err == -EXDEV ? "refused (see above)" :
+		strerror(-err);
+}
+
 /* The alternate storage: set->alt_path, else the recorded one.  A new
    path given is recorded only once it opened and was accepted; a refused
    one changes nothing (the recorded one stays in use, and both are
@@ -359,12 +367,12 @@ static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set
 					   "available: %s; not recorded: the "
 					   "store keeps %s (give alt=%s, or "
 					   "none, to go on using it)",
-					   set->alt_path, strerror(-fd),
+					   set->alt_path, alt_why(fd),
 					   recorded, recorded);
 			else
 				dbox_error("%s/storage: alternate storage not "
 					   "available: %s; not recorded",
-					   set->alt_path, strerror(-fd));
+					   set->alt_path, alt_why(fd));
 			/* fall through to the recorded one */
 		} else {
 			if (!st->readonly &&
@@ -398,7 +406,7 @@ static int open_alt(struct dbox_store *st, const struct dbox_store_settings *set
 		st->alt_said = st->alt_tried + 1; /* said here */
 		dbox_error("%s/storage: alternate storage not available: %s; "
 			   "messages stored there fail with EIO", recorded,
-			   strerror(st->alt_err));
+			   alt_why(-st->alt_err));
 	} else {
 		st->alt_fd = fd;
 	}

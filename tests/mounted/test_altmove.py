@@ -1269,6 +1269,8 @@ def test_alt_of_another_store_is_refused_by_every_opener(tmp_path, make_mount):
     assert r.returncode != 0 and b"another store" in r.stdout + r.stderr, r
     ma.mount()
     assert "another store" in ma.log_text()
+    # The refusal said once, not again as a bare errno (helper-85).
+    assert os.strerror(errno.EXDEV) not in ma.log_text()
     for name, body in data_a.items():  # A's ALT mail: EIO, never B's bytes
         with pytest.raises(OSError) as e:
             (ma.mnt / "cur" / name).read_bytes()
@@ -1292,6 +1294,26 @@ def test_alt_of_another_store_is_refused_by_every_opener(tmp_path, make_mount):
     ma.unmount()
     check_store(ma.store, data_a, alt_a)
     adm("backup", ma.store, tmp_path / "bk", check_rc=0)
+
+
+def test_altmove_into_another_stores_alt_says_why_once(tmp_path, make_mount):
+    """altmove --alt= another store's ALT: refused with the mark as the
+    reason; it said 'Invalid cross-device link' and 'give --alt=PATH'
+    (which it had been given) after it (helper-85)."""
+    alt = tmp_path / "alt"
+    alt.mkdir()
+    stores = []
+    for name in ("a", "b"):
+        m = make_mount(store=tmp_path / name, mnt=tmp_path / f"mnt-{name}", options=["-o", ROTATE])
+        fill(m.mnt / "cur", 4, old_every=1)
+        m.unmount()
+        stores.append(m.store)
+    adm("altmove", stores[0], "--older-than", "30", f"--alt={alt}", check_rc=0)
+    r = adm("altmove", stores[1], "--older-than", "30", f"--alt={alt}", check_rc=2)
+    err = r.stderr.decode()
+    assert "the alternate storage of another store" in err, err
+    assert os.strerror(errno.EXDEV) not in err and "give --alt=PATH" not in err, err
+    assert f"--alt={alt} not taken" in err, err
 
 
 def test_alt_marks_of_old_stores_and_copies(tmp_path, make_mount):

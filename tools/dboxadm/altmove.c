@@ -99,8 +99,12 @@ static int altmove_offline(void *ctx)
 	if ((ret = dbox_store_open(a->store, &set, &st)) < 0)
 		return ret; /* logged */
 	if (st->alt_path == NULL) {
-		adm_error("%s: no alternate storage: give --alt=PATH (it is "
-			  "recorded in the store)", a->store);
+		if (a->alt != NULL)
+			adm_error("%s: --alt=%s not taken (see above); nothing "
+				  "moved", a->store, a->alt);
+		else
+			adm_error("%s: no alternate storage: give --alt=PATH "
+				  "(it is recorded in the store)", a->store);
 		dbox_store_close(&st);
 		return ADM_EXIT_USAGE;
 	}
