@@ -217,6 +217,56 @@ static void exit_reason(unsigned long errors_before, const char *what, int err)
    take at most a quarter of the limit (storage/fd-cache.h). */
 /* sysctl fs.protected_hardlinks (1 unless set to 0): the rule
    fs_perm_link applies as the kernel would. */
+/* "-ofsname=STORE" with STORE made absolute (it need not exist yet) and
+   libfuse's option separators escaped: /proc/mounts, df and findmnt then
+   name the store a mount serves (helper-85: every mount said "dboxfs").
+   NULL when out of memory. */
+static char *fsname_arg(const char *store)
+{
+	char *abs = realpath(store, NULL), *cwd = NULL, *arg, *p;
+
+	if (abs == NULL && store[0] != '/' && (cwd = getcwd(NULL, 0)) != NULL &&
+	    asprintf(&abs, "%s/%s", cwd, store) < 0)
+		abs = NULL;
+	free(cwd);
+	if (abs == NULL && (abs = strdup(store)) == NULL)
+		return NULL;
+	/* Each ',' and '\\' escaped: twice the length at most. */
+	arg = malloc(strlen("-ofsname=") + 2 * strlen(abs) + 1);
+	if (arg != NULL) {
+		p = stpcpy(arg, "-ofsname=");
+		for (const char *s = abs; *s != '\0'; s++) {
+			if (*s == ',' || *s == '\\')
+				*p++ = '\\';
+			*p++ = *s;
+		}
+		*p = '\0';
+	}
+	free(abs);
+	return arg;
+}
+
+/* Did the command line give an option starting with opt (e.g.
+   "fsname=")? */
+static bool has_option(const struct fuse_args *args, const char *opt)
+{
+	for (int i = 0; i < args->argc; i++) {
+		const char *a = args->argv[i];
+
+		if (strncmp(a, "-o", 2) == 0)
+			a += 2;
+		else if (i > 0 && strcmp(args->argv[i - 1], "-o") != 0)
+			continue;
+		for (const char *o = a; o != NULL; o = strchr(o, ',')) {
+			if (*o == ',')
+				o++;
+			if (strncmp(o, opt, strlen(opt)) == 0)
+				return true;
+		}
+	}
+	return false;
+}
+
 static bool protected_hardlinks(void)
 {
 	FILE *f = fopen("/proc/sys/fs/protected_hardlinks", "re");
@@ -681,7 +731,16 @@ int main(int argc, char *argv[])
 	if (fs.opts.kernel_checks)
 		fuse_opt_add_arg(&args, "-odefault_permissions");
 	fs.protected_hardlinks = protected_hardlinks();
-	fuse_opt_add_arg(&args, "-ofsname=dboxfs");
+	if (fs.opts.store != NULL && !has_option(&args, "fsname=")) {
+		char *fsname = fsname_arg(fs.opts.store);
+
+		if (fsname == NULL || fuse_opt_add_arg(&args, fsname) < 0) {
+			free(fsname);
+			fprintf(stderr, "dboxfs: out of memory\n");
+			return 1;
+		}
+		free(fsname);
+	}
 	fuse_opt_add_arg(&args, "-osubtype=dboxfs");
 	if (fuse_parse_cmdline(&args, &cmd) != 0)
 		return 1;

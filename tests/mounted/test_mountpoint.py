@@ -34,6 +34,34 @@ def run_dboxfs(*args):
                           text=True, timeout=30)
 
 
+def mount_source(mnt):
+    """The source field of the mount on mnt in /proc/mounts, unescaped."""
+    with open("/proc/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if fields[1] == os.path.realpath(mnt):
+                return fields[0].replace("\\040", " ")
+    raise AssertionError(f"{mnt} not mounted")
+
+
+def test_mounts_name_their_store(tmp_path, monkeypatch):
+    """/proc/mounts, df and findmnt show the store a mount serves (its
+    absolute path, commas and spaces kept), not 'dboxfs' for every mount
+    (helper-85); -o fsname= given wins."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    monkeypatch.chdir(tmp_path)
+    try:
+        for store, opts, want in (("a, b", [], str(tmp_path / "a, b")),
+                                  (tmp_path / "c", ["-o", "fsname=mine"], "mine")):
+            r = run_dboxfs(store, mnt, *opts)
+            assert r.returncode == 0, r.stderr
+            assert mount_source(mnt) == want
+            unmount(mnt)
+    finally:
+        unmount(mnt)
+
+
 def test_store_inside_mount_point_is_refused(tmp_path):
     mnt = tmp_path / "mnt"
     (mnt / "inner").mkdir(parents=True)
