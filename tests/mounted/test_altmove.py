@@ -129,6 +129,11 @@ def test_dump_of_alt_mfile_stops_at_committed_end(tmp_path, make_mount):
     r = adm("cat", store, f"m.{fid}", 1, check_rc=1)
     assert f"{mfile}: offset 1: ".encode() in r.stderr, r.stderr
     assert f"{store}/storage/m.{fid}".encode() not in r.stderr, r.stderr
+    # Past the end is said as such, not as a damaged header (helper-85).
+    size = mfile.stat().st_size
+    r = adm("cat", store, f"m.{fid}", size + 10**6, check_rc=1)
+    assert r.stderr.decode() == (f"dboxadm: {mfile}: offset {size + 10**6} is past the end "
+                                 f"of the file ({size} bytes; dboxadm dump lists its records)\n")
     copy = tmp_path / "copy-of-mfile"
     shutil.copy(mfile, copy)
     r = adm("dump", store, copy, check_rc=1)

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define CAT_BUF_SIZE (128 * 1024)
@@ -114,6 +115,20 @@ static int cat_main(int argc, char **argv)
 			  ret == -EINVAL ? "not a regular file" : strerror(-ret));
 		free(path);
 		return ADM_EXIT_USAGE;
+	}
+	/* Past the end: said as such, not as a damaged record there. */
+	{
+		struct stat sb;
+
+		if (fstat(ref.fd, &sb) == 0 && offset >= (uint64_t)sb.st_size) {
+			adm_error("%s: offset %llu is past the end of the file "
+				  "(%llu bytes; dboxadm dump lists its records)",
+				  path, (unsigned long long)offset,
+				  (unsigned long long)sb.st_size);
+			close(ref.fd);
+			free(path);
+			return ADM_EXIT_FAILED;
+		}
 	}
 	/* The record must be whole (header, body, metadata); its Z, or the
 	   stored size, is the plaintext size. */
