@@ -312,7 +312,10 @@ void import_message(struct dbox_import *imp, int fd, const struct stat *sb,
 				 dbox_time_sec(ts_ns(&sb->st_mtim)),
 				 &imp->copy_stop, &loc);
 	if (size < 0) {
-		import_item_failed(imp, "", (int)-size);
+		/* -EINTR: the import was stopped in its middle, which is
+		   no failure of this item (helper-85). */
+		if (size != -EINTR)
+			import_item_failed(imp, "", (int)-size);
 		undo_create(imp, dir, name);
 		return;
 	}
@@ -338,7 +341,8 @@ void import_file(struct dbox_import *imp, int fd, const struct stat *sb,
 	size = dbox_store_file_from_fd(imp->st, attr.ino, fd, times,
 					&imp->copy_stop);
 	if (size < 0) {
-		import_item_failed(imp, "", (int)-size);
+		if (size != -EINTR) /* stopped: as for a message */
+			import_item_failed(imp, "", (int)-size);
 		undo_create(imp, dir, name);
 		return;
 	}

@@ -156,7 +156,8 @@ static void import_summary(const struct dbox_import_counts *c, int ret,
 {
 	if (interrupted)
 		adm_error("interrupted: %lu messages imported and committed; "
-			  "the rest was not imported", c->messages);
+			  "the rest was not imported (run the same import "
+			  "again to finish it)", c->messages);
 	if (ret == -ENOMEM)
 		adm_error("out of memory");
 	if (c->skipped > 0)
