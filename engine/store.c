@@ -331,6 +331,40 @@ int dbox_store_alt_fd(struct dbox_store *st)
 	return fd;
 }
 
+/* The compression of new bodies: the one the caller chose, recorded
+   for later opens (not by a read-only one), else the recorded one, else
+   none.  A recorded value this dboxfs cannot write is logged and new
+   bodies are stored plain.  Only an index error on reading fails. */
+static int open_compress(struct dbox_store *st,
+			 const struct dbox_store_settings *set)
+{
+	char spec[32], *recorded = NULL;
+	int ret;
+
+	ret = dbox_index_setting_get(st->index, DBOX_SETTING_COMPRESS,
+				     &recorded);
+	if (ret < 0 && ret != -ENOENT)
+		return ret;
+	if (set->compress_given) {
+		st->compress = set->compress;
+		dbox_compress_format(&set->compress, spec, sizeof(spec));
+		/* Not recorded (logged by the index): this open still
+		   compresses as asked. */
+		if (!st->readonly &&
+		    (recorded == NULL || strcmp(recorded, spec) != 0))
+			(void)dbox_index_setting_set(st->index,
+						     DBOX_SETTING_COMPRESS, spec);
+	} else if (recorded != NULL &&
+		   dbox_compress_parse(recorded, &st->compress) < 0) {
+		dbox_warning("%s: the recorded compression '%s' is unknown to "
+			     "this dboxfs; new messages are stored plain",
+			     st->path, recorded);
+		st->compress = (struct dbox_compress_settings){ 0 };
+	}
+	free(recorded);
+	return 0;
+}
+
 /* Why open_alt_storage failed with err, for a log line: a refusal it
    logged itself (-EPERM, -EXDEV) only points there. */
 static const char *alt_why(int err)
@@ -593,6 +627,7 @@ static int store_open(struct dbox_store *st, const char *path,
 	if (!st->readonly)
 		(void)dbox_index_reserve_open(st->index);
 	if ((ret = open_alt(st, set)) < 0 ||
+	    (ret = open_compress(st, set)) < 0 ||
 	    (!st->readonly && (ret = dbox_store_recover(st, &writing)) < 0) ||
 	    (ret = dbox_index_mfile_max(st->index, &max_index)) < 0)
 		return ret;
@@ -635,7 +670,6 @@ int dbox_store_open(const char *path, const struct dbox_store_settings *set,
 	pthread_mutex_init(&st->presync_mutex, NULL);
 	st->rotate_size = set->rotate_size != 0 ? set->rotate_size :
 		DBOX_DEFAULT_ROTATE_SIZE;
-	st->compress = set->compress;
 	dbox_fd_cache_init(&st->read_fds, 0);
 	/* Recovery uses the entry points that need the lock. */
 	dbox_store_mutex_lock(st);

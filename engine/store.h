@@ -87,6 +87,11 @@ struct dbox_store_settings {
 	bool readonly;        /* open for reading only (dboxfs -o ro): see
 				 dbox_store_open */
 	struct dbox_compress_settings compress; /* new message bodies */
+	/* compress was chosen by the caller (dboxfs -o compress=, dboxadm
+	   import --compress=): recorded in the index (unless readonly) as
+	   the store's (DBOX_SETTING_COMPRESS).  Without it the recorded one
+	   is used, else none. */
+	bool compress_given;
 	/* The alternate storage directory (absolute; ALT/storage/ holds its
 	   m.N), or NULL: the one the index recorded, if any.  A path given
 	   here is recorded in the index (unless readonly) for later opens

@@ -449,6 +449,7 @@ static int store_settings(struct fs_options *opts,
 	set->rotate_size = opts->rotate_size;
 	set->readonly = opts->readonly;
 	set->create = !opts->readonly;
+	set->compress_given = opts->compress != NULL;
 	if (opts->compress != NULL &&
 	    dbox_compress_parse(opts->compress, &set->compress) < 0) {
 		fprintf(stderr, "dboxfs: -o compress=%s: want none, gz or "
@@ -818,7 +819,8 @@ int main(int argc, char *argv[])
 		   new store is said so: a mistyped STORE is one. */
 		char spec[32], *store = realpath(fs.opts.store, NULL);
 
-		dbox_compress_format(&set.compress, spec, sizeof(spec));
+		/* The store's: -o compress=, else the recorded one. */
+		dbox_compress_format(&fs.st->compress, spec, sizeof(spec));
 		dbox_info("mounted %s on %s (compress=%s%s%s)",
 			  store != NULL ? store : fs.opts.store, cmd.mountpoint,
 			  spec, fs.opts.readonly ? ", read-only" : "",

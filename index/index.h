@@ -517,6 +517,11 @@ int dbox_index_setting_set(struct dbox_index *index, const char *key,
    carries too (engine/alt-mark.h). */
 #define DBOX_SETTING_ALT_ID "alt_id"
 
+/* Key of the compression of new message bodies, as dbox_compress_format
+   writes it ("none", "gz:6"), recorded by the last open that chose one
+   (engine/store.h, dbox_store_settings.compress_given). */
+#define DBOX_SETTING_COMPRESS "compress"
+
 /* Highest file_id known into *file_id_r (0 when none).  Returns 0 or
    -EIO. */
 int dbox_index_mfile_max(struct dbox_index *index, uint32_t *file_id_r);

@@ -152,6 +152,42 @@ def daemon_rchar(pid):
     raise AssertionError("no rchar")
 
 
+def test_the_store_keeps_its_compression(tmp_path, make_mount):
+    """import --compress=gz, then a mount without -o compress: new mail
+    is stored gz too, and the mount line says so (it said compress=none
+    and stored it plain, read-only mounts too: helper-85).  -o compress=
+    given changes the store's choice for the mounts after it."""
+    src = tmp_path / "src"
+    for sub in ("cur", "new", "tmp"):
+        (src / sub).mkdir(parents=True)
+    (src / "cur" / "1.x:2,S").write_bytes(text(3000, 1))
+    store = tmp_path / "store"
+    adm("import", "--compress=gz", store, src)
+
+    def deliver(m, name, seed):
+        (m.mnt / "cur" / name).write_bytes(text(3000, seed))
+        return text(3000, seed)
+
+    def z_of(name_body):
+        return {b[3] is not None for b in stored_bodies(store) if b[2] and
+                (b[3] is None and b[2] == name_body or
+                 b[3] is not None and gunzip_one_member(b[2]) == name_body)}
+
+    runs = ((["-o", "ro"], None, "compress=gz:6, read-only"),
+            ([], 2, "compress=gz:6)"),
+            (["-o", "compress=none"], 3, "compress=none)"),
+            ([], 4, "compress=none)"),
+            (["-o", "compress=gz:9"], 5, "compress=gz:9)"),
+            ([], 6, "compress=gz:9)"))
+    for i, (opts, seed, said) in enumerate(runs):
+        m = make_mount(store=store, mnt=tmp_path / f"mnt{i}", options=opts)
+        body = deliver(m, f"{seed}.x:2,S", seed) if seed else None
+        assert said in m.log_text(), m.log_text()
+        m.unmount()
+        if body is not None:
+            assert z_of(body) == {"compress=gz" in said}, (opts, said)
+
+
 def test_sequential_read_cost(make_mount):
     """Reading a large compressed message front to back through the mount
     (the kernel's readahead requests arrive out of order) reads its stored

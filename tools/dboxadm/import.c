@@ -116,9 +116,10 @@ static bool inside_store(const char *path, const char *store)
 }
 
 /* Take --compress=SPEC (or --compress SPEC) out of argv, before the flag
-   parser sees it, into *set.  Returns 0 or ADM_EXIT_USAGE. */
+   parser sees it, into set (compress, compress_given).  Returns 0 or
+   ADM_EXIT_USAGE. */
 static int take_compress(int *argc, char **argv,
-			 struct dbox_compress_settings *set)
+			 struct dbox_store_settings *set)
 {
 	int i = 1;
 
@@ -139,7 +140,8 @@ static int take_compress(int *argc, char **argv,
 			i++;
 			continue;
 		}
-		if (dbox_compress_parse(spec, set) < 0)
+		set->compress_given = true;
+		if (dbox_compress_parse(spec, &set->compress) < 0)
 			return adm_usage_error(&adm_verb_import,
 				"import: --compress=%s: want none, gz or "
 				"gz:LEVEL (1-9)", spec);
@@ -240,7 +242,7 @@ static int import_main(int argc, char **argv)
 	struct stat src_sb;
 	int npos, srcfd, ret;
 
-	if ((ret = take_compress(&argc, argv, &set.compress)) != 0 ||
+	if ((ret = take_compress(&argc, argv, &set)) != 0 ||
 	    (ret = adm_parse_args(&adm_verb_import, argc, argv, NULL, NULL,
 				  &npos)) != 0)
 		return ret;
