@@ -292,6 +292,9 @@ int rebuild_scan_storage(struct rebuild *rb)
 	if (ret == 0 && rb->alt_id[0] != '\0')
 		ret = dbox_index_setting_set(rb->index, DBOX_SETTING_ALT_ID,
 					     rb->alt_id);
+	if (ret == 0 && rb->rep->compress != NULL)
+		ret = dbox_index_setting_set(rb->index, DBOX_SETTING_COMPRESS,
+					     rb->rep->compress);
 	free(ids);
 	return ret;
 }

@@ -64,6 +64,7 @@ void dbox_rebuild_report_free(struct dbox_rebuild_report *report)
 	free(report->notes);
 	free(report->old_index);
 	free(report->alt_path);
+	free(report->compress);
 	memset(report, 0, sizeof(*report));
 }
 
@@ -311,6 +312,9 @@ static int open_alt(struct rebuild *rb)
 				(void)dbox_index_setting_get(
 					ac.index, DBOX_SETTING_ALT_PATH,
 					&rep->alt_path);
+			(void)dbox_index_setting_get(ac.index,
+						     DBOX_SETTING_COMPRESS,
+						     &rep->compress);
 			(void)dbox_index_mfile_list(ac.index, count_alt_cb,
 						    &ac);
 			dbox_index_close(&ac.index);

@@ -118,6 +118,9 @@ struct dbox_rebuild_report {
 	int index_format;         /* the index format this dboxfs writes
 				     (NEWER_INDEX: the old one is above) */
 	char *alt_path;           /* the alternate storage used, or NULL */
+	char *compress;           /* the old index's recorded compression
+				     (DBOX_SETTING_COMPRESS), carried into
+				     the new one, or NULL */
 	unsigned long alt_files;  /* m.N the old index has in the ALT */
 	unsigned long mfiles;     /* m.N scanned */
 	unsigned long damaged_mfiles; /* m.N whose file header is damaged */

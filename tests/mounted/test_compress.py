@@ -186,6 +186,11 @@ def test_the_store_keeps_its_compression(tmp_path, make_mount):
         m.unmount()
         if body is not None:
             assert z_of(body) == {"compress=gz" in said}, (opts, said)
+    # A rebuild carries the choice into the new index.
+    adm("rebuild", store)
+    m = make_mount(store=store, mnt=tmp_path / "mnt-rebuilt")
+    assert "compress=gz:9)" in m.log_text(), m.log_text()
+    m.unmount()
 
 
 def test_sequential_read_cost(make_mount):
