@@ -72,7 +72,8 @@ static void report_done(const char *store,
 			const struct dbox_rebuild_report *rep)
 {
 	printf("%s: rebuilt from %lu m.N files: %lu messages kept with "
-	       "their names (%lu names of the old tree kept), %lu restored "
+	       "their names (%lu names of the old tree kept: messages, "
+	       "folders and files), %lu restored "
 	       "with new names, "
 	       "%lu duplicate records, %lu expunged records left for "
 	       "purge; %lu plain files put in " DBOX_STORE_LOST_FOUND "/\n", store,
