@@ -49,4 +49,12 @@ void fs_message_written(struct fs_inode *inode);
    negative errno. */
 int fs_message_truncate(struct fs *fs, struct fs_inode *inode, uint64_t size);
 
+/* fs-write.c: give committed message inode a new record whose R follows
+   its mtime (a date of another width than the R its record has: no
+   patch in place), finished now even while a writer has it open: the
+   utime() that asks for it has returned, and the index must name the
+   record with that date (a writer's next write makes another copy).
+   Needs the lock and the inode idle.  Returns 0 or a negative errno. */
+int fs_message_redate(struct fs *fs, struct fs_inode *inode);
+
 #endif

@@ -477,8 +477,10 @@ void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 }
 
 /* Truncate a message to size bytes. */
-int fs_message_truncate(struct fs *fs, struct fs_inode *inode,
-			    uint64_t size)
+/* fs_message_truncate, finished now also with a writer when finish_now
+   (fs_message_redate). */
+static int truncate_copy(struct fs *fs, struct fs_inode *inode, uint64_t size,
+			 bool finish_now)
 {
 	int ret;
 
@@ -495,10 +497,23 @@ int fs_message_truncate(struct fs *fs, struct fs_inode *inode,
 	}
 	/* Without an open writer the truncate is complete now; with one,
 	   at its next close or fsync. */
-	if (ret == 0 && inode->nwriters == 0)
+	if (ret == 0 && (inode->nwriters == 0 || finish_now))
 		ret = message_finish(fs, inode, false);
 	if (inode->nwriters == 0)
 		save_drop(inode);
 	return ret;
+}
+
+int fs_message_truncate(struct fs *fs, struct fs_inode *inode, uint64_t size)
+{
+	return truncate_copy(fs, inode, size, false);
+}
+
+int fs_message_redate(struct fs *fs, struct fs_inode *inode)
+{
+	struct dbox_attr attr;
+	int ret = dbox_ns_getattr(fs->st, inode->ino, &attr);
+
+	return ret < 0 ? ret : truncate_copy(fs, inode, attr.size, true);
 }
 

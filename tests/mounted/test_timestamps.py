@@ -115,6 +115,30 @@ def iso(ns):
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def test_utime_with_a_writer_open_redates_the_record_at_once(mount):
+    """A utime() to a date of another R width (1970) while a writer still
+    holds the message open (as when it comes right after a close() whose
+    RELEASE has not reached the daemon yet): the index names a record
+    with the new R when utime() returns, not only at the writer's close
+    (a sanitizer run saw the old R: test_utime_whole_range_like_ext4).
+    The writer's later write makes a copy of its own; the bytes are
+    right after the close."""
+    md = mount.maildir()
+    path = md / "cur" / "m1:2,S"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b"Subject: r\n\nfirst\n")
+        os.fsync(fd)  # committed: the R path makes a copy
+        os.utime(path, ns=(G, 2 * G))
+        assert received_of(mount.store, path) == "1970-01-01T00:00:02Z"
+        os.write(fd, b"more\n")
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"Subject: r\n\nfirst\nmore\n"
+    mount.remount()
+    assert path.read_bytes() == b"Subject: r\n\nfirst\nmore\n"
+
+
 def test_utime_whole_range_like_ext4(mount, ext4):
     ref = setup_tree(ext4)
     got = setup_tree(mount.mnt)
