@@ -8,14 +8,17 @@
 #include "engine/purge.h"
 #include "engine/view.h"
 #include "engine/maildir.h"
+#include "engine/store.h"
 
 #include "index/index-purge.h"
 #include "index/index-stats.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct meta_kv {
 	const char *key;
@@ -241,8 +244,20 @@ int dbox_altmove_request(struct dbox_view *view, int64_t before_ns,
 		{ DBOX_META_ALTMOVE_REQUEST, now },
 	};
 
+	int dir_fd = open(view->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int ret;
+
 	*request_ns_r = now;
-	return in_txn(view->index, set_request, KVS(kv), true);
+	/* The mount defers no commit while this waits for the write lock
+	   (engine/store-commit.c; helper-86). */
+	if (dir_fd >= 0)
+		dbox_store_writer_waits(dir_fd);
+	ret = in_txn(view->index, set_request, KVS(kv), true);
+	if (dir_fd >= 0) {
+		dbox_store_writer_done(dir_fd);
+		close(dir_fd);
+	}
+	return ret;
 }
 
 int dbox_altmove_pending(struct dbox_store *st, int64_t *request_ns_r,

@@ -9,6 +9,17 @@
  * the WAL; a mail reader marking messages makes one per batch instead
  * of one per rename.
  *
+ * Another process that writes the index of the mounted store (dboxadm
+ * altmove's request) would find the write lock held from one deferred
+ * commit to the next under a storm of flag renames: SQLite's busy
+ * handler sleeps and tries again, and the gaps between the thread's
+ * COMMIT and the next rename's BEGIN are microseconds (helper-86: 5 of 8
+ * online altmoves failed with "database is locked" after 5 s).  So that
+ * process leaves a mark (DBOX_STORE_WAITING) first; the thread looks for
+ * it before each commit it makes, and on seeing it nothing is deferred
+ * for DBOX_DEFER_HOLD_MS: each operation commits at once, and the lock
+ * is free between them as without deferred commits.
+ *
  * Invariants:
  *  - operations defer only while the thread runs (st->defer.on), so a
  *    deferred change is never older than DBOX_DEFER_MS plus the time
@@ -24,8 +35,14 @@
 #include "index/reserve.h"
 #include "storage/log.h"
 
+#include "engine/store-layout.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 /* CLOCK_MONOTONIC now, in nanoseconds. */
 static int64_t mono_ns(void)
@@ -34,6 +51,32 @@ static int64_t mono_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Is there a fresh mark of a process waiting to write the index? */
+static bool writer_waits(const struct dbox_store *st)
+{
+	struct stat sb;
+
+	return fstatat(st->dir_fd, DBOX_STORE_WAITING, &sb,
+		       AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
+	       time(NULL) - sb.st_mtime < DBOX_WAITING_STALE_SEC;
+}
+
+void dbox_store_writer_waits(int dir_fd)
+{
+	int fd = openat(dir_fd, DBOX_STORE_WAITING, O_WRONLY | O_CREAT |
+			O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return;
+	(void)futimens(fd, NULL); /* fresh, also when it was there */
+	close(fd);
+}
+
+void dbox_store_writer_done(int dir_fd)
+{
+	(void)unlinkat(dir_fd, DBOX_STORE_WAITING, 0);
 }
 
 static void *defer_main(void *arg)
@@ -56,6 +99,11 @@ static void *defer_main(void *arg)
 			(void)dbox_store_mutex_timedwait(st, &d->cond, &ts);
 			continue;
 		}
+		/* Between deferred commits the lock is free only for
+		   microseconds: a waiting writer gets a pause. */
+		if (writer_waits(st))
+			d->hold_until_ns = mono_ns() +
+				(int64_t)DBOX_DEFER_HOLD_MS * 1000000;
 		(void)dbox_store_commit_deferred(st);
 	}
 	if (st->index != NULL)
@@ -123,6 +171,9 @@ int dbox_store_commit_later(struct dbox_store *st)
 	if (!d->on || d->stop || dbox_index_reserve_short(st->index))
 		return dbox_index_commit(st->index, false);
 	first = !dbox_index_deferred(st->index);
+	/* Another process waits to write (defer_main): at once. */
+	if (first && d->hold_until_ns != 0 && mono_ns() < d->hold_until_ns)
+		return dbox_index_commit(st->index, false);
 	if ((ret = dbox_index_commit_later(st->index)) < 0)
 		return ret;
 	if (first) {

@@ -13,6 +13,8 @@
  *   STORE/files/<ino>          plain files
  *   STORE/lock                 the store lock (engine/store-lock.h)
  *   STORE/lost+found/          copies of bytes recovery or rebuild cut
+ *   STORE/index.sqlite-waiting another process waits to write the index of
+ *                              the mounted store (engine/store-commit.c)
  */
 
 #define DBOX_STORE_STORAGE    "storage"
@@ -21,5 +23,6 @@
 #define DBOX_STORE_LOCK       "lock"
 #define DBOX_STORE_LOST_FOUND "lost+found"
 #define DBOX_ALT_MARK         "dboxfs-alt-id"
+#define DBOX_STORE_WAITING    "index.sqlite-waiting"
 
 #endif

@@ -208,6 +208,9 @@ struct dbox_store {
 		pthread_cond_t cond; /* on st->lock; CLOCK_MONOTONIC */
 		int64_t since_ns;   /* CLOCK_MONOTONIC time of the oldest
 				       deferred operation, when there is one */
+		int64_t hold_until_ns; /* CLOCK_MONOTONIC: nothing is deferred
+					  before it (another process waits
+					  to write: DBOX_STORE_WAITING) */
 	} defer;
 };
 
@@ -233,6 +236,25 @@ void dbox_store_defer_stop(struct dbox_store *st);
    st->lock.  Returns 0 or the error of dbox_index_commit_later /
    dbox_index_commit (the operation is then undone). */
 int dbox_store_commit_later(struct dbox_store *st);
+
+/* How long the mount defers nothing once it saw the mark of another
+   process that waits to write the index (DBOX_STORE_WAITING), in
+   milliseconds: its transaction then finds the write lock free between
+   operations, not held from one deferred commit to the next. */
+#define DBOX_DEFER_HOLD_MS 1000
+
+/* A mark older than this (seconds) is one its process left behind (it
+   died waiting) and is ignored. */
+#define DBOX_WAITING_STALE_SEC 60
+
+/* Another process (dboxadm) is about to write the index of a store that
+   may be mounted: leave the mark (DBOX_STORE_WAITING in directory
+   dir_fd, STORE) that makes the mount stop deferring commits for a
+   while (docs/durability.md, "Deferred commits").  Never follows a link
+   nor opens a FIFO; best effort (without the mark the write may only
+   wait longer).  dbox_store_writer_done takes the mark away. */
+void dbox_store_writer_waits(int dir_fd);
+void dbox_store_writer_done(int dir_fd);
 
 /* Commit the deferred operations now (before something that must see
    them committed: a sync point).  Needs st->lock, outside an operation.
