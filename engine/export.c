@@ -38,6 +38,10 @@ struct dbox_export {
 	uint64_t ancestors[DBOX_TREE_MAX_DEPTH];
 	size_t depth;
 	uint64_t reached;          /* names the walk listed */
+	/* The index as it is now, opened the first time an m.N of the
+	   snapshot is gone (a mount's purge moved its records), to find
+	   where they went; NULL until then. */
+	struct dbox_view *now;
 	const struct dbox_export_ops *ops;
 	void *ctx;
 };
@@ -104,6 +108,7 @@ void dbox_export_end(struct dbox_export **exp)
 	if (ex == NULL)
 		return;
 	dbox_index_snapshot_end(ex->view->index);
+	dbox_view_close(&ex->now);
 	dbox_fd_cache_deinit(&ex->mfds);
 	if (ex->files_fd >= 0)
 		close(ex->files_fd);
@@ -295,6 +300,33 @@ int dbox_export_walk(struct dbox_export *ex, const struct dbox_export_ops *ops,
 	return walk_dir(ex, DBOX_ROOT_INO, root_fd);
 }
 
+/* The m.N of item in the snapshot is gone: the mount's purge (or
+   altmove) moved its record verbatim to another m.N and removed the
+   file after the snapshot began (helper-86: an export run with an online
+   purge dropped such messages as unreadable).  Where it is now, from
+   the index as it is now: *fd_r (of ex->mfds) and item->loc.  Returns 0,
+   or -ENOENT when the message has no other record there (then it is
+   gone: expunged meanwhile, or a loss check reports). */
+static int relocate(struct dbox_export *ex, struct dbox_export_item *item,
+		    int *fd_r, bool *alt_r)
+{
+	struct dbox_msgloc now;
+	int fd;
+
+	if (ex->now == NULL && dbox_view_open(ex->view->path, &ex->now) < 0)
+		return -ENOENT;
+	if (dbox_index_msg_get(ex->now->index, item->attr.ino, &now) < 0 ||
+	    now.file_id == item->loc.file_id ||
+	    now.body_size != item->loc.body_size)
+		return -ENOENT;
+	fd = dbox_view_mfile_fd(ex->now, &ex->mfds, now.file_id, alt_r);
+	if (fd < 0)
+		return -ENOENT;
+	item->loc = now;
+	*fd_r = fd;
+	return 0;
+}
+
 static int open_message(struct dbox_export *ex, struct dbox_export_item *item)
 {
 	const struct dbox_msgloc *loc = &item->loc;
@@ -302,6 +334,8 @@ static int open_message(struct dbox_export *ex, struct dbox_export_item *item)
 	int fd, ret;
 
 	fd = dbox_view_mfile_fd(ex->view, &ex->mfds, loc->file_id, &alt);
+	if (fd == -ENOENT)
+		(void)relocate(ex, item, &fd, &alt);
 	if (fd < 0) {
 		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: %s%s",
 			   alt && ex->view->alt_path != NULL ?

@@ -14,7 +14,10 @@
  * The m.N descriptors come from a bounded storage/fd-cache.h cache, so
  * a store with thousands of m.N does not run out of descriptors; only
  * one item's bytes are open at a time.  Opens inside the store never
- * follow a symbolic link.
+ * follow a symbolic link.  An m.N of the snapshot that the mount's purge
+ * (or altmove) removed meanwhile is looked up again in the index as it
+ * is now: its records were moved verbatim, and the message is read
+ * where it went.
  */
 
 #include "engine/view.h"
