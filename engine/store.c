@@ -333,7 +333,7 @@ int dbox_store_alt_fd(struct dbox_store *st)
 
 /* The compression of new bodies: the one the caller chose, recorded
    for later opens (not by a read-only one), else the recorded one, else
-   none.  A recorded value this dboxfs cannot write is logged and new
+   set->compress as a default (none unless the caller set one).  A recorded value this dboxfs cannot write is logged and new
    bodies are stored plain.  Only an index error on reading fails. */
 static int open_compress(struct dbox_store *st,
 			 const struct dbox_store_settings *set)
@@ -345,8 +345,8 @@ static int open_compress(struct dbox_store *st,
 				     &recorded);
 	if (ret < 0 && ret != -ENOENT)
 		return ret;
+	st->compress = set->compress;
 	if (set->compress_given) {
-		st->compress = set->compress;
 		dbox_compress_format(&set->compress, spec, sizeof(spec));
 		/* Not recorded (logged by the index): this open still
 		   compresses as asked. */
@@ -359,7 +359,7 @@ static int open_compress(struct dbox_store *st,
 		dbox_warning("%s: the recorded compression '%s' is unknown to "
 			     "this dboxfs; new messages are stored plain",
 			     st->path, recorded);
-		st->compress = (struct dbox_compress_settings){ 0 };
+		st->compress = set->compress;
 	}
 	free(recorded);
 	return 0;

@@ -90,7 +90,7 @@ struct dbox_store_settings {
 	/* compress was chosen by the caller (dboxfs -o compress=, dboxadm
 	   import --compress=): recorded in the index (unless readonly) as
 	   the store's (DBOX_SETTING_COMPRESS).  Without it the recorded one
-	   is used, else none. */
+	   is used, else compress (a default). */
 	bool compress_given;
 	/* The alternate storage directory (absolute; ALT/storage/ holds its
 	   m.N), or NULL: the one the index recorded, if any.  A path given

@@ -439,6 +439,7 @@ int dbox_index_meta_delete(struct dbox_index *index, const char *key)
 	if (sqlite3_prepare_v2(index->db, "DELETE FROM meta WHERE key = ?1",
 			       -1, &stmt, NULL) != SQLITE_OK)
 		return index_sql_error(index, "meta");
+	index_autocommit_point(index, stmt);
 	sqlite3_bind_text(stmt, 1, key, -1, SQLITE_STATIC);
 	rc = sqlite3_step(stmt);
 	sqlite3_finalize(stmt);
@@ -455,6 +456,7 @@ int dbox_index_meta_list(struct dbox_index *index, const char *prefix,
 			       " substr(key, 1, length(?1)) = ?1", -1, &stmt,
 			       NULL) != SQLITE_OK)
 		return index_sql_error(index, "meta");
+	index_autocommit_point(index, stmt);
 	sqlite3_bind_text(stmt, 1, prefix, -1, SQLITE_STATIC);
 	while (ret == 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
 		ret = cb(ctx, (const char *)sqlite3_column_text(stmt, 0),

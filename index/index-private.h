@@ -142,8 +142,23 @@ struct dbox_index {
    must stay refused when it is one. */
 char *index_dir_real(const char *path);
 
-/* The statement for id, reset and with bindings cleared.  The index owns
-   it (prepared at open, finalized at close): never finalize it. */
+/* A write statement about to run outside an operation while operations
+   are deferred (index.h, "Deferred commits") - a mark the purge thread
+   writes without a transaction of its own, expecting SQLite to commit it
+   when the statement ends - would join the deferred transaction instead
+   and be lost with it at the death of the daemon (a purge's copies then
+   lost their in-flight mark: test_crash.py, session 31).  So the
+   deferred ones are committed first (an error is logged by the commit,
+   which undoes them).  Every write of the mount passes here: index_stmt
+   for the prepared statements, and the few prepared on the spot
+   (index-msg.c's meta deletes, index-purge.c); the other statements
+   prepared on the spot are reads, or run before anything is deferred
+   (recovery at open, rebuild's own index). */
+void index_autocommit_point(struct dbox_index *index, sqlite3_stmt *stmt);
+
+/* The statement for id, reset and with bindings cleared (and past
+   index_autocommit_point).  The index owns it (prepared at open,
+   finalized at close): never finalize it. */
 sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id);
 
 /* Log a SQLite failure (what, plus sqlite3_errmsg) and return -EIO, or

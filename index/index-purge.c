@@ -23,6 +23,7 @@ static int prepare(struct dbox_index *index, const char *sql,
 {
 	if (sqlite3_prepare_v2(index->db, sql, -1, stmt_r, NULL) != SQLITE_OK)
 		return index_sql_error(index, sql);
+	index_autocommit_point(index, *stmt_r);
 	return 0;
 }
 

@@ -157,12 +157,19 @@ int index_sql_error(struct dbox_index *index, const char *what)
 	return -EIO;
 }
 
+void index_autocommit_point(struct dbox_index *index, sqlite3_stmt *stmt)
+{
+	if (index->deferred && !index->in_op && !sqlite3_stmt_readonly(stmt))
+		(void)dbox_index_commit_deferred(index);
+}
+
 sqlite3_stmt *index_stmt(struct dbox_index *index, enum index_stmt id)
 {
 	sqlite3_stmt *stmt = index->stmt[id];
 
 	sqlite3_reset(stmt);
 	sqlite3_clear_bindings(stmt);
+	index_autocommit_point(index, stmt);
 	return stmt;
 }
 

@@ -2566,10 +2566,26 @@ static void test_deferred_commits(void **state)
 	assert_int_equal(dbox_index_commit_deferred(f->index), 0);
 	assert_int_equal(dbox_index_commit_seq(f->index), seq + 2);
 
+	/* A write outside an operation (a purge's in-flight mark, written
+	   without a transaction of its own) is committed when it returns,
+	   with the deferred ones before it: it joined them and a kill lost
+	   it (a purge's copies without their mark, test_crash.py). */
+	create_later(f, "g");
+	assert_int_equal(dbox_index_meta_set(f->index, "test.mark", 7), 0);
+	assert_false(dbox_index_deferred(f->index));
+	assert_int_equal(committed_int(f, "SELECT value FROM meta WHERE "
+				       "key = 'test.mark'"), 7);
+	assert_int_equal(committed_names(f), names0 + 5);
+	create_later(f, "h");
+	assert_int_equal(dbox_index_meta_delete(f->index, "test.mark"), 0);
+	assert_int_equal(committed_int(f, "SELECT count(*) FROM meta WHERE "
+				       "key = 'test.mark'"), 0);
+	assert_int_equal(committed_names(f), names0 + 6);
+
 	/* The close commits what is deferred. */
 	create_later(f, "f");
 	reopen(f);
-	assert_int_equal(committed_names(f), names0 + 5);
+	assert_int_equal(committed_names(f), names0 + 7);
 	assert_true(ino_at(f, DBOX_ROOT_INO, "f") != 0);
 	assert_int_equal(error_count, 0);
 }
