@@ -456,6 +456,20 @@ static void apply_set(struct dbox_attr *attr, const struct dbox_ns_set *set)
 		attr->ctime_ns = set->ctime_ns;
 }
 
+/* ino's attributes with set applied, written in the open transaction,
+   into *attr_r.  Returns 0, -ENOENT, -EIO. */
+static int setattr_in_tx(struct dbox_store *st, uint64_t ino,
+			 const struct dbox_ns_set *set, struct dbox_attr *attr_r)
+{
+	int ret = dbox_index_getattr(st->index, ino, attr_r);
+
+	if (ret == 0) {
+		apply_set(attr_r, set);
+		ret = dbox_index_setattr(st->index, attr_r);
+	}
+	return ret;
+}
+
 int dbox_ns_setattr(struct dbox_store *st, uint64_t ino,
 		    const struct dbox_ns_set *set, struct dbox_attr *attr_r)
 {
@@ -465,11 +479,7 @@ int dbox_ns_setattr(struct dbox_store *st, uint64_t ino,
 	dbox_store_assert_locked(st);
 	if ((ret = ns_begin(st, NULL)) < 0)
 		return ret;
-	ret = dbox_index_getattr(st->index, ino, &attr);
-	if (ret == 0) {
-		apply_set(&attr, set);
-		ret = dbox_index_setattr(st->index, &attr);
-	}
+	ret = setattr_in_tx(st, ino, set, &attr);
 	if ((ret = ns_end(st, ret, NULL, 0)) == 0 && attr_r != NULL)
 		*attr_r = attr;
 	return ret;
@@ -477,18 +487,16 @@ int dbox_ns_setattr(struct dbox_store *st, uint64_t ino,
 
 int dbox_ns_touch_atime(struct dbox_store *st, uint64_t ino, int64_t atime_ns)
 {
+	const struct dbox_ns_set set = {
+		.what = DBOX_NS_SET_ATIME, .atime_ns = atime_ns,
+	};
 	struct dbox_attr attr;
 	int ret;
 
 	dbox_store_assert_locked(st);
 	if ((ret = ns_begin(st, NULL)) < 0)
 		return ret;
-	ret = dbox_index_getattr(st->index, ino, &attr);
-	if (ret == 0) {
-		attr.atime_ns = atime_ns;
-		ret = dbox_index_setattr(st->index, &attr);
-	}
-	if (ret < 0)
+	if ((ret = setattr_in_tx(st, ino, &set, &attr)) < 0)
 		return ns_end(st, ret, NULL, 0);
 	return dbox_store_commit_later(st);
 }
