@@ -193,10 +193,22 @@ class Load:
     def instants(self, t0, t1):
         """The model trees the store may have had at one instant between
         t0 and t1: from the state of the last step done before t0 up to
-        the state after each step begun before t1."""
-        first = max(i for i, (s, e, _) in enumerate(self.states) if e < t0)
+        the state after each step begun before t1.  A flag rename (new/ to
+        cur/) is committed up to DBOX_DEFER_MS after it returned
+        (docs/durability.md, "Deferred commits"): another process's
+        snapshot may miss one that returned just before t0, so the states
+        of steps done within DEFER_SLACK before t0 are candidates too (a
+        backup taken right after such a rename under a loaded CI run had
+        its old name)."""
+        first = max((i for i, (s, e, _) in enumerate(self.states)
+                     if e < t0 - DEFER_SLACK), default=0)
         last = max(i for i, (s, e, _) in enumerate(self.states) if s < t1)
         return [st for _, _, st in self.states[first:last + 1]]
+
+
+# Seconds: DBOX_DEFER_MS (10 ms) and the time the mount's thread may wait
+# for the store lock and the CPU on a loaded machine.
+DEFER_SLACK = 0.5
 
 
 def without_tmp(t):
