@@ -72,14 +72,8 @@ static int check_index(struct check *c)
 		return ret;
 	/* An import holding the lock marks the index too: only offline is
 	   the mark a killed import's. */
-	{
-		int64_t running = 0;
-
-		c->import_killed = c->offline &&
-			dbox_index_meta_get(c->index, DBOX_META_IMPORT_RUNNING,
-					    &running) == 0 && running != 0;
-		c->sum->import_killed = c->import_killed;
-	}
+	c->import_killed = c->offline && dbox_store_import_marked(c->index);
+	c->sum->import_killed = c->import_killed;
 	if (c->import_killed)
 		check_note(c, DBOX_CHECK_PENDING, NULL, "an import was killed "
 			   "before it finished: what it had not committed (the "

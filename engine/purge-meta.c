@@ -243,7 +243,6 @@ int dbox_altmove_request(struct dbox_view *view, int64_t before_ns,
 		{ DBOX_META_ALTMOVE_FOLDER, (int64_t)folder },
 		{ DBOX_META_ALTMOVE_REQUEST, now },
 	};
-
 	int dir_fd = open(view->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int ret;
 

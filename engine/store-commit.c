@@ -2,8 +2,9 @@
  * store-commit.c: deferred commits of the mount (docs/durability.md,
  * "Deferred commits").  An operation whose loss at the death of the
  * daemon is harmless - a message's rename within its directory, a flag
- * change, the atime a read moves - ends without a COMMIT (dbox_index_commit_later); the next
- * commit of any operation carries it, and this file's thread commits it
+ * change, the atime a read moves - ends without a COMMIT
+ * (dbox_index_commit_later); the next commit of any operation carries
+ * it, and this file's thread commits it
  * at the latest DBOX_DEFER_MS after the first deferred one.  A COMMIT
  * costs some eight fcntl() locks of SQLite's WAL-index and a write of
  * the WAL; a mail reader marking messages makes one per batch instead
@@ -30,12 +31,11 @@
  *    between operations (every operation runs its transaction inside one
  *    hold of st->lock).
  */
+#include "engine/store-layout.h"
 #include "engine/store-private.h"
 
 #include "index/reserve.h"
 #include "storage/log.h"
-
-#include "engine/store-layout.h"
 
 #include <errno.h>
 #include <fcntl.h>

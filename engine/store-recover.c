@@ -732,19 +732,12 @@ int dbox_store_recover(struct dbox_store *st, unsigned int *writing_r)
 	/* An import killed (it commits the mark before its first byte and
 	   clears it with its last commit): what the index does not know is
 	   its uncommitted work. */
-	{
-		int64_t running = 0;
-
-		st->import_killed = dbox_index_meta_get(
-			st->index, DBOX_META_IMPORT_RUNNING, &running) == 0 &&
-			running != 0;
-		if (st->import_killed)
-			dbox_warning("%s: recovery: an import was killed before "
-				     "it finished; what it had not committed is "
-				     "kept in %s/ and cut (run the import again "
-				     "to finish it)", st->path,
-				     DBOX_STORE_LOST_FOUND);
-	}
+	st->import_killed = dbox_store_import_marked(st->index);
+	if (st->import_killed)
+		dbox_warning("%s: recovery: an import was killed before it "
+			     "finished; what it had not committed is kept in "
+			     "%s/ and cut (run the import again to finish it)",
+			     st->path, DBOX_STORE_LOST_FOUND);
 	/* Tails first: they need the WRITING rows recovery drops. */
 	if ((ret = dbox_index_mfile_list(st->index, recover_mfile, st)) < 0)
 		return ret;
@@ -811,6 +804,14 @@ void dbox_store_clear_inflight(struct dbox_store *st, struct dbox_mfile *mf)
 		mark_changed(st, mf);
 		(void)dbox_index_meta_set(st->index, inflight_key, -1);
 	}
+}
+
+bool dbox_store_import_marked(struct dbox_index *index)
+{
+	int64_t running = 0;
+
+	return dbox_index_meta_get(index, DBOX_META_IMPORT_RUNNING,
+				   &running) == 0 && running != 0;
 }
 
 int dbox_store_import_mark(struct dbox_store *st, bool running)

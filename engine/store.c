@@ -333,8 +333,10 @@ int dbox_store_alt_fd(struct dbox_store *st)
 
 /* The compression of new bodies: the one the caller chose, recorded
    for later opens (not by a read-only one), else the recorded one, else
-   set->compress as a default (none unless the caller set one).  A recorded value this dboxfs cannot write is logged and new
-   bodies are stored plain.  Only an index error on reading fails. */
+   set->compress as a default (none unless the caller set one).  A
+   recorded value this dboxfs cannot write is logged and the default
+   (plain for the mount and dboxadm) is used.  Only an index error on
+   reading fails. */
 static int open_compress(struct dbox_store *st,
 			 const struct dbox_store_settings *set)
 {

@@ -313,6 +313,11 @@ int dbox_store_import_mark(struct dbox_store *st, bool running);
    open).  Needs st->lock.  Returns 0 or a negative errno. */
 int dbox_store_import_mark_commit(struct dbox_store *st, bool running);
 
+/* Is DBOX_META_IMPORT_RUNNING set in index?  With nobody holding the
+   store (recovery, an offline check) it means the import was killed.
+   An unreadable mark reads as not set. */
+bool dbox_store_import_marked(struct dbox_index *index);
+
 /* The index meta keys of m.<file_id> for crash recovery: inflight = the
    offset where the record last appended (or being appended) to it
    starts; kept = the end of the whole records past the committed end

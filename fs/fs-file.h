@@ -54,7 +54,8 @@ int fs_message_truncate(struct fs *fs, struct fs_inode *inode, uint64_t size);
    patch in place), finished now even while a writer has it open: the
    utime() that asks for it has returned, and the index must name the
    record with that date (a writer's next write makes another copy).
-   Needs the lock and the inode idle.  Returns 0 or a negative errno. */
-int fs_message_redate(struct fs *fs, struct fs_inode *inode);
+   size: its size in bytes (the caller has its attributes).  Needs the
+   lock and the inode idle.  Returns 0 or a negative errno. */
+int fs_message_redate(struct fs *fs, struct fs_inode *inode, uint64_t size);
 
 #endif

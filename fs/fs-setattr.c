@@ -44,7 +44,7 @@ static int set_received(struct fs *fs, const struct dbox_attr *attr)
 	   after a close() may come before that close's RELEASE, and the
 	   index named the record with the old R until it came (a
 	   sanitizer run of test_utime_whole_range_like_ext4). */
-	ret = fs_message_redate(fs, inode);
+	ret = fs_message_redate(fs, inode, attr->size);
 	if (fs_inode_unused(inode))
 		fs_inode_remove(&fs->inodes, attr->ino);
 	return ret;

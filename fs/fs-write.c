@@ -509,11 +509,8 @@ int fs_message_truncate(struct fs *fs, struct fs_inode *inode, uint64_t size)
 	return truncate_copy(fs, inode, size, false);
 }
 
-int fs_message_redate(struct fs *fs, struct fs_inode *inode)
+int fs_message_redate(struct fs *fs, struct fs_inode *inode, uint64_t size)
 {
-	struct dbox_attr attr;
-	int ret = dbox_ns_getattr(fs->st, inode->ino, &attr);
-
-	return ret < 0 ? ret : truncate_copy(fs, inode, attr.size, true);
+	return truncate_copy(fs, inode, size, true);
 }
 

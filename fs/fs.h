@@ -62,6 +62,8 @@ struct fs_options {
 	int suid, dev;           /* the last of -o suid/nosuid, dev/nodev:
 				    1 or 0, -1 when not given (libfuse's
 				    mount then has nosuid, nodev) */
+	int fsname_given;        /* -o fsname=: the mount's source is that,
+				    not the store's path */
 	int foreground, debug;
 };
 

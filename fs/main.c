@@ -35,7 +35,7 @@
 #define DBOXFS_VERSION "0.1"
 
 enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW, KEY_NOATIME, KEY_KERNEL_CHECKS,
-       KEY_SUID, KEY_NOSUID, KEY_DEV, KEY_NODEV };
+       KEY_SUID, KEY_NOSUID, KEY_DEV, KEY_NODEV, KEY_FSNAME };
 
 #define FS_OPT(t, p) { t, offsetof(struct fs_options, p), 1 }
 
@@ -63,6 +63,7 @@ static const struct fuse_opt fs_opt_spec[] = {
 	FUSE_OPT_KEY("allow_other", KEY_KERNEL_CHECKS),
 	FUSE_OPT_KEY("allow_root", KEY_KERNEL_CHECKS),
 	FUSE_OPT_KEY("default_permissions", KEY_KERNEL_CHECKS),
+	FUSE_OPT_KEY("fsname=", KEY_FSNAME),
 	FUSE_OPT_KEY("--version", KEY_VERSION),
 	FUSE_OPT_END
 };
@@ -163,6 +164,9 @@ static int opt_proc(void *data, const char *arg, int key,
 	case KEY_NODEV:
 		opts->dev = key == KEY_DEV;
 		return 1;
+	case KEY_FSNAME:
+		opts->fsname_given = 1; /* kept for libfuse: it wins */
+		return 1;
 	case KEY_VERSION:
 		printf("dboxfs %s\n", DBOXFS_VERSION);
 		fflush(stdout); /* before fusermount3 --version writes */
@@ -244,27 +248,6 @@ static char *fsname_arg(const char *store)
 	}
 	free(abs);
 	return arg;
-}
-
-/* Did the command line give an option starting with opt (e.g.
-   "fsname=")? */
-static bool has_option(const struct fuse_args *args, const char *opt)
-{
-	for (int i = 0; i < args->argc; i++) {
-		const char *a = args->argv[i];
-
-		if (strncmp(a, "-o", 2) == 0)
-			a += 2;
-		else if (i > 0 && strcmp(args->argv[i - 1], "-o") != 0)
-			continue;
-		for (const char *o = a; o != NULL; o = strchr(o, ',')) {
-			if (*o == ',')
-				o++;
-			if (strncmp(o, opt, strlen(opt)) == 0)
-				return true;
-		}
-	}
-	return false;
 }
 
 static bool protected_hardlinks(void)
@@ -732,7 +715,7 @@ int main(int argc, char *argv[])
 	if (fs.opts.kernel_checks)
 		fuse_opt_add_arg(&args, "-odefault_permissions");
 	fs.protected_hardlinks = protected_hardlinks();
-	if (fs.opts.store != NULL && !has_option(&args, "fsname=")) {
+	if (fs.opts.store != NULL && !fs.opts.fsname_given) {
 		char *fsname = fsname_arg(fs.opts.store);
 
 		if (fsname == NULL || fuse_opt_add_arg(&args, fsname) < 0) {
