@@ -106,6 +106,8 @@ static void usage(const char *prog)
 	       "                           the kernel then checks permissions\n"
 	       "    -o nonempty            mount over a directory that is not empty\n"
 	       "                           (hiding what is in it; refused otherwise)\n"
+	       "    -o fsname=NAME         the mount's source in /proc/mounts and\n"
+	       "                           df (default: STORE's absolute path)\n"
 	       "    -o default_permissions the kernel checks permissions (always\n"
 	       "                           with allow_other, allow_root or\n"
 	       "                           writeback_cache; otherwise dboxfs does,\n"
