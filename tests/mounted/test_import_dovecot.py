@@ -582,14 +582,15 @@ def test_adopting_the_same_root_again_is_refused_and_changes_nothing(dovecot_tmp
     """A second import-dovecot of a root the store adopted already linked
     every m.N again and failed every message as existing, exit 1
     (helper-55): it is refused, naming the file, and the store stays as
-    it was."""
+    it was; a refusal that changed nothing exits 2, as a refused store
+    does (dboxadm(8), EXIT STATUS)."""
     tmp_path = dovecot_tmp
     root, store = plain_fixture(tmp_path)
     adm("import-dovecot", store, root, check_rc=0)
     before = sorted(os.listdir(store / "storage"))
     rows = index_guids(store)
     r = adm("import-dovecot", store, root)
-    assert r.returncode != 0
+    assert r.returncode == 2, r
     assert f"{root}/storage/m.1 is {store}/storage/m.".encode() in r.stderr, r.stderr
     assert b"already" in r.stderr and b"exists already" not in r.stderr, r.stderr
     assert sorted(os.listdir(store / "storage")) == before

@@ -43,6 +43,8 @@ struct imp {
 	int alt_dfd;             /* Dovecot's ALT/storage, or -1 */
 	const char *dalt;        /* Dovecot's ALT root (--dovecot-alt) */
 	bool fatal;              /* a fatal error was reported */
+	bool refused;            /* the root was refused as a whole before
+				    anything changed (adopted already) */
 	struct progress progress;
 };
 
@@ -65,6 +67,7 @@ static bool note_file(struct imp *imp, const struct dbox_adopt_note *n)
 			  "nothing done", n->root, n->file, n->where,
 			  (unsigned)n->count);
 		imp->fatal = true;
+		imp->refused = true;
 		return true;
 	case DBOX_ADOPT_NO_ALT:
 		adm_error("%s/" DBOX_STORE_STORAGE "/m.%u: in Dovecot's "
@@ -570,7 +573,10 @@ static int import_dovecot_main(int argc, char **argv)
 		adm_error("%s: removed the store this run had created (nothing "
 			  "was adopted)", store);
 	}
-	return ret < 0 ? ADM_EXIT_FAILED : ADM_EXIT_OK;
+	if (ret < 0)
+		return imp.refused && !committed ? ADM_EXIT_USAGE
+						 : ADM_EXIT_FAILED;
+	return ADM_EXIT_OK;
 }
 
 const struct adm_verb adm_verb_import_dovecot = {
