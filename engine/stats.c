@@ -132,7 +132,7 @@ static int decode_folders(struct dbox_stats *st)
 }
 
 static int add_file(struct gather *g, uint32_t file_id, uint64_t bytes,
-		    uint64_t header_bytes)
+		    uint64_t header_bytes, bool alt)
 {
 	struct dbox_stats *st = g->st;
 	struct dbox_stats_mfile *m;
@@ -145,6 +145,7 @@ static int add_file(struct gather *g, uint32_t file_id, uint64_t bytes,
 	m->file_id = file_id;
 	m->bytes = bytes;
 	m->header_bytes = header_bytes;
+	m->alt = alt;
 	return 0;
 }
 
@@ -162,11 +163,16 @@ static int usage_cb(void *ctx, const struct dbox_file_usage *u)
 	struct gather *g = ctx;
 	struct dbox_stats *st = g->st;
 	struct dbox_stats_mfile key = { .file_id = u->file_id }, *m;
+	uint64_t committed;
+	bool alt = false;
 
 	m = bsearch(&key, st->files, st->nfiles, sizeof(*m), file_cmp);
 	if (m == NULL) {
 		/* Known to the index, missing on disk. */
-		if (add_file(g, u->file_id, 0, 0) < 0)
+		if (dbox_index_mfile_where(g->index, u->file_id, &committed,
+					   &alt) < 0)
+			alt = false;
+		if (add_file(g, u->file_id, 0, 0, alt) < 0)
 			return -ENOMEM;
 		st->files[st->nfiles - 1].usage = *u;
 		st->files[st->nfiles - 1].in_index = true;
@@ -219,7 +225,8 @@ static int disk_cb(void *ctx, const struct dbox_mfile_ent *ent)
 			header_len = 0;
 		close(fd);
 	}
-	if (g->per_file && add_file(g, ent->file_id, size, header_len) < 0)
+	if (g->per_file && add_file(g, ent->file_id, size, header_len,
+					ent->alt) < 0)
 		return -ENOMEM;
 	/* An m.N the index does not know is all dead. */
 	if (dbox_index_mfile_get(g->index, ent->file_id, &committed) == 0 &&

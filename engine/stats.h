@@ -35,6 +35,8 @@ struct dbox_stats_mfile {
 	uint64_t bytes;         /* on disk (0: missing) */
 	uint64_t header_bytes;  /* its file header line */
 	bool in_index;          /* the index knows it (usage is valid) */
+	bool alt;               /* in the alternate storage (one missing on
+				   disk: where the index places it) */
 	struct dbox_file_usage usage;
 };
 

@@ -572,10 +572,12 @@ def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
     assert f" storage/m.{min(in_alt)} ".encode() not in r.stdout, r.stdout
     # stats counts the ALT's m.N as not on disk (not as no file at all),
     # says why, and exits 1; with the ALT back, 0 and none missing.
-    r = adm("stats", "--json", store, check_rc=1)
+    r = adm("stats", "--json", "--files", store, check_rc=1)
     s = json.loads(r.stdout)
     assert (s["missing_mfiles"], s["missing_alt_mfiles"], s["alt_mfiles"]) \
         == (len(in_alt), len(in_alt), 0), s
+    # --files marks each ALT m.N, missing or not (helper-85: no marker).
+    assert {int(f["file"][2:]) for f in s["files"] if f["alt"]} == in_alt, s
     assert s["missing_mfile_bytes"] > sum(len(data[n]) for n in old), s
     assert b"the alternate storage is not available" in r.stderr, r.stderr
 
@@ -587,8 +589,13 @@ def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
     assert "the alternate storage is back" in m.log_text()
     for n, body in data.items():
         assert (cur / n).read_bytes() == body
-    s = json.loads(adm("stats", "--json", store, check_rc=0).stdout)
+    s = json.loads(adm("stats", "--json", "--files", store, check_rc=0).stdout)
     assert (s["missing_mfiles"], s["alt_mfiles"]) == (0, len(in_alt)), s
+    assert {int(f["file"][2:]) for f in s["files"] if f["alt"]} == in_alt, s
+    text = adm("stats", "--files", store, check_rc=0).stdout.decode()
+    marked = {int(line.split()[0][2:]) for line in text.splitlines()
+              if line.startswith("  m.") and line.rstrip().endswith("ALT")}
+    assert marked == in_alt, text
     m.unmount()
     m.mount()
     for n, body in data.items():

@@ -81,13 +81,15 @@ static void json_files(const struct dbox_stats *s)
 		printf("%s\n    {\"file\": \"m.%u\", \"bytes\": %llu, "
 		       "\"committed\": %llu, \"live_bytes\": %llu, "
 		       "\"dead_bytes\": %llu, \"records\": %llu, "
-		       "\"in_index\": %s}", i == 0 ? "" : ",", m->file_id,
+		       "\"in_index\": %s, \"alt\": %s}", i == 0 ? "" : ",",
+		       m->file_id,
 		       (unsigned long long)m->bytes,
 		       (unsigned long long)m->usage.committed,
 		       (unsigned long long)m->usage.live_bytes,
 		       (unsigned long long)dbox_stats_mfile_dead(m),
 		       (unsigned long long)m->usage.records,
-		       m->in_index ? "true" : "false");
+		       m->in_index ? "true" : "false",
+		       m->alt ? "true" : "false");
 	}
 	printf("%s]", s->nfiles > 0 ? "\n  " : "");
 }
@@ -205,12 +207,13 @@ static void text_files(const struct dbox_stats *s)
 		char name[24];
 
 		snprintf(name, sizeof(name), "m.%u", m->file_id);
-		printf("  %-17s %12llu %12llu %12llu %4llu%% %8llu%s\n", name,
+		printf("  %-17s %12llu %12llu %12llu %4llu%% %8llu%s%s\n", name,
 		       (unsigned long long)m->bytes,
 		       (unsigned long long)m->usage.live_bytes,
 		       (unsigned long long)dead,
 		       (unsigned long long)(data > 0 ? dead * 100 / data : 0),
 		       (unsigned long long)m->usage.records,
+		       m->alt ? "  ALT" : "",
 		       !m->in_index ? "  (not in the index)" :
 		       m->bytes == 0 ? "  (missing)" : "");
 	}
@@ -321,6 +324,7 @@ const struct adm_verb adm_verb_stats = {
 	"knows are not on disk (or their alternate storage is not available).\n"
 	"\n"
 	"  --json   one JSON object instead of text\n"
-	"  --files  also each m.N: bytes, live and dead bytes, messages\n",
+	"  --files  also each m.N: bytes, live and dead bytes, messages;\n"
+	"           ALT for one in the alternate storage\n",
 	.run = stats_main,
 };
