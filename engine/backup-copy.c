@@ -191,6 +191,13 @@ static int link_prev(struct bk *b, const struct bk_ment *rec,
 	const struct bk_ment *e;
 	struct stat pst;
 
+	if (rec->kind == 'm' && prev_dir >= 0) {
+		e = bk_manifest_find(&b->prevm, 'm', rec->id);
+		b->prev_named += e != NULL;
+		if (e != NULL && e->dev == (uint64_t)st->st_dev &&
+		    e->ino == (uint64_t)st->st_ino)
+			b->prev_kin++;
+	}
 	if (rec->kind != 'm' || !rec->linkable ||
 	    (e = has_entry(&b->prevm, rec, st, prev_dir, name)) == NULL ||
 	    !e->linkable || e->copy_mtime < 0 ||

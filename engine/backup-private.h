@@ -70,6 +70,10 @@ struct bk {
 	int64_t start_ns;      /* CLOCK_REALTIME */
 	uint32_t last_mfile;   /* the highest m.N of the snapshot */
 	char *buf;             /* BK_BUF_SIZE, for copies by read/write */
+	/* m.N whose number PREV's manifest has, and of those, the ones
+	   whose source it names (same device and inode, whatever their size
+	   now): none says PREV is another store's. */
+	uint64_t prev_named, prev_kin;
 	int failed;            /* writing DEST failed: negative errno */
 };
 

@@ -648,6 +648,13 @@ static int run(struct bk *b, const char *prev)
 	bk_hook(b, "snapshot");
 	ret = copy_all(b, &snap);
 	dbox_index_snapshot_free(&snap);
+	if (ret == 0 && b->prev_named > 0 && b->prev_kin == 0)
+		/* The common slip: --link-dest of another store's backups.
+		   Not an error (everything was copied), but said. */
+		dbox_warning("%s: none of its m.N is a copy of this store's "
+			     "(a backup of another store, or of this one "
+			     "before it was copied or restored): nothing "
+			     "linked from it", prev);
 	return ret;
 }
 

@@ -460,6 +460,31 @@ def test_a_rerun_keeps_no_file_the_store_dropped_since(make_mount, tmp_path):
     assert tree(r.mnt) == expected
 
 
+def test_link_dest_of_another_stores_backup_is_said(make_mount, tmp_path):
+    """--link-dest of another store's backup (a daily job's path mixed up
+    between two users) linked nothing without a word (helper-85): said,
+    naming PREV, and everything copied as before.  Its own store's PREV
+    gives no such warning."""
+    store, m = filled(make_mount, tmp_path, messages=40)
+    m.unmount()
+    other = tmp_path / "other"
+    src = sample_maildir(tmp_path / "Maildir2", messages=40)
+    adm("import", other, src, check_rc=0)
+    time.sleep(2.1)  # older than the backup's link age
+    backup(store, tmp_path / "bk1")
+    backup(other, tmp_path / "obk1")
+    r = adm("backup", store, tmp_path / "bk2", "--json", "--link-dest",
+            tmp_path / "obk1", check_rc=0)
+    assert f"{tmp_path / 'obk1'}: none of its m.N is a copy of this store's".encode() \
+        in r.stderr, r.stderr
+    assert json.loads(r.stdout)["files_linked"] == 0
+    check_clean(tmp_path / "bk2")
+    r = adm("backup", store, tmp_path / "bk3", "--json", "--link-dest",
+            tmp_path / "bk1", check_rc=0)
+    assert b"none of its m.N" not in r.stderr, r.stderr
+    assert json.loads(r.stdout)["files_linked"] > 0
+
+
 def test_link_dest_shares_unchanged_mfiles(make_mount, tmp_path):
     store, m = filled(make_mount, tmp_path, messages=80)
     time.sleep(2.1)  # older than the backup's link age
