@@ -7,7 +7,8 @@
  * Invariants kept here:
  *  - a cached attribute is dropped whenever this connection changes its
  *    inode or message row, and every one at a rollback (index-private.h);
- *  - an inode's symlink and xattr rows go with it (trigger inode_gone).
+ *  - an inode's symlink and xattr rows go with it (deleted here: no
+ *    trigger runs, index_guard).
  */
 #include "index-private.h"
 
@@ -105,6 +106,14 @@ int dbox_index_delete_inode(struct dbox_index *index, uint64_t ino)
 
 	sqlite3_bind_int64(stmt, 1, ino);
 	if ((ret = index_exec_stmt(index, stmt, "message delete")) < 0)
+		return ret;
+	stmt = index_stmt(index, ST_SYMLINK_DROP);
+	sqlite3_bind_int64(stmt, 1, ino);
+	if ((ret = index_exec_stmt(index, stmt, "symlink delete")) < 0)
+		return ret;
+	stmt = index_stmt(index, ST_XATTR_DROP);
+	sqlite3_bind_int64(stmt, 1, ino);
+	if ((ret = index_exec_stmt(index, stmt, "xattr delete")) < 0)
 		return ret;
 	stmt = index_stmt(index, ST_INODE_DELETE);
 	sqlite3_bind_int64(stmt, 1, ino);

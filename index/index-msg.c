@@ -321,6 +321,8 @@ int dbox_index_recover(struct dbox_index *index, const char *keep_prefix,
 	}
 	sqlite3_finalize(stmt);
 	if ((ret = exec(index, "DELETE FROM message WHERE ino IN dead;"
+			       "DELETE FROM symlink WHERE ino IN dead;"
+			       "DELETE FROM xattr WHERE ino IN dead;"
 			       "DELETE FROM inode WHERE ino IN dead;"
 			       "DROP TABLE dead;")) < 0)
 		goto fail;

@@ -25,7 +25,7 @@ enum index_stmt {
 	ST_MFILE_WHERE, ST_MFILE_ADD_ALT, ST_SETTING_GET, ST_SETTING_SET,
 	ST_META_GET, ST_META_SET, ST_SYMLINK_SET, ST_SYMLINK_GET,
 	ST_XATTR_GET, ST_XATTR_INSERT, ST_XATTR_UPDATE, ST_XATTR_DELETE,
-	ST_XATTR_LIST, ST_XATTR_USAGE,
+	ST_XATTR_LIST, ST_XATTR_USAGE, ST_SYMLINK_DROP, ST_XATTR_DROP,
 	ST_COUNT
 };
 
@@ -258,10 +258,25 @@ int index_create_schema(struct dbox_index *index);
 
 /* index-schema.c: refuse an index with a trigger or view dboxfs did not
    make (only INDEX_TRIGGER_INODE_GONE is ours).  The index is the store
-   owner's file: their trigger would run inside root's dboxadm and the
-   mount.  Checked at open only.  Returns 0, or -EIO (logged, naming
+   owner's file: their trigger would have run inside root's dboxadm and
+   the mount.  Checked at open; index_guard covers the time after.  Returns 0, or -EIO (logged, naming
    it). */
 int index_check_schema(struct dbox_index *index);
+
+/* index-schema.c: a connection to an index - a file the store's owner
+   may have written - set up as SQLite's advice for database files from
+   elsewhere asks (docs/durability.md, "Privileges and safety of the
+   store"): SQLITE_DBCONFIG_DEFENSIVE (no writable_schema, no writes to
+   sqlite_dbpage), SQLITE_DBCONFIG_TRUSTED_SCHEMA off, and no trigger
+   fires and no view is read (SQLITE_DBCONFIG_ENABLE_TRIGGER and
+   _ENABLE_VIEW off): index_check_schema refuses a foreign trigger or
+   view present at open, and this makes one the owner adds while the
+   index is open - between root's dboxadm's check and its writes, or
+   under a running mount - do nothing (a statement that names a view
+   fails; a trigger does not run).  dboxfs's own inode_gone is kept in
+   the schema for older versions; dbox_index_delete_inode does its work.
+   Returns 0 or -EIO. */
+int index_guard(sqlite3 *db);
 
 /* index-schema.c: the index's format into *format_r.  Returns 0, -EIO
    (no format: not a dboxfs index) or -EPROTO (newer than this dboxfs);

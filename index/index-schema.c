@@ -81,6 +81,18 @@ int index_create_schema(struct dbox_index *index)
 	return 0;
 }
 
+int index_guard(sqlite3 *db)
+{
+	return sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL) ==
+		SQLITE_OK &&
+		sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0,
+				  NULL) == SQLITE_OK &&
+		sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0,
+				  NULL) == SQLITE_OK &&
+		sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_VIEW, 0,
+				  NULL) == SQLITE_OK ? 0 : -EIO;
+}
+
 int index_check_schema(struct dbox_index *index)
 {
 	sqlite3_stmt *stmt;

@@ -123,6 +123,10 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_XATTR_USAGE] = "SELECT coalesce(sum(length(name) + 1), 0),"
 			   " coalesce(sum(length(name) + length(value)), 0)"
 			   " FROM xattr WHERE ino = ?1 AND name != ?2",
+	/* An inode's other rows, deleted with it (dbox_index_delete_inode;
+	   no trigger runs: index_guard). */
+	[ST_SYMLINK_DROP] = "DELETE FROM symlink WHERE ino = ?1",
+	[ST_XATTR_DROP] = "DELETE FROM xattr WHERE ino = ?1",
 };
 
 void index_mark_damaged(struct dbox_index *index, const char *why)
@@ -578,6 +582,10 @@ static int open_resolved(const char *path, bool create, bool readonly,
 	}
 	sqlite3_extended_result_codes(index->db, 1);
 	sqlite3_busy_timeout(index->db, 5000);
+	if (index_guard(index->db) < 0) {
+		ret = index_sql_error(index, "guard");
+		goto fail;
+	}
 	/* Before anything writes the new file: the WAL fixes the page
 	   size. */
 	snprintf(pragma_sql, sizeof(pragma_sql), "PRAGMA page_size=%d;",
