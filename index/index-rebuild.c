@@ -412,6 +412,14 @@ int dbox_index_salvage(const char *path, const struct dbox_salvage_keys *keys,
 	}
 	sqlite3_db_config(ctx.db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, &on);
 	sqlite3_busy_timeout(ctx.db, 5000);
+	/* The old index may be hostile (a rebuild is the remedy for one):
+	   a table replaced by an endless view would hang the salvage. */
+	if (index_guard(ctx.db) < 0) {
+		dbox_warning("old index %s: cannot switch its triggers and "
+			     "views off; not read", path);
+		ctx.s->read_errors++;
+		goto out;
+	}
 	if (sqlite3_prepare_v2(ctx.db, "SELECT value FROM meta WHERE key ="
 			       " 'uidvalidity'", -1, &stmt, NULL) == SQLITE_OK) {
 		ctx.s->opened = true;

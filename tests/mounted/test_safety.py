@@ -513,6 +513,36 @@ def test_rebuild_keeps_names_a_damaged_index_still_has(make_mount, tmp_path):
     assert_clean(m.store)
 
 
+def test_rebuild_of_an_index_with_an_endless_view_ends(make_mount):
+    """The store's owner replaced a table of the index by a view (one
+    meant never to end): the rebuild made for a hostile index (what check
+    and the mount advise) read the old index through it, found no inode
+    rows, and left every message as an expunged record for the next purge
+    to delete ("3 expunged records left for purge", an empty tree).  It
+    now reads no view (index_guard): the old index is unreadable, the
+    messages come back from storage/, none is lost."""
+    m = make_mount()
+    md = m.maildir()
+    msgs = {f"{i}.host:2,S": message(i, 300) for i in range(20)}
+    for name, data in msgs.items():
+        deliver(md, name, data)
+    m.unmount()
+    db = sqlite3.connect(m.store / "index.sqlite")
+    db.executescript("ALTER TABLE inode RENAME TO inode_old;"
+                     "CREATE VIEW inode AS WITH RECURSIVE r(n) AS"
+                     " (SELECT 1 UNION ALL SELECT n + 1 FROM r)"
+                     " SELECT * FROM inode_old, r WHERE n < 0;")
+    db.close()
+    r = subprocess.run([DBOXADM, "rebuild", str(m.store)], capture_output=True,
+                       timeout=60)
+    assert r.returncode in (0, 1), r.stderr
+    m.mount()
+    got = sorted((md / "cur" / n).read_bytes() for n in os.listdir(md / "cur"))
+    assert got == sorted(msgs.values())
+    m.unmount()
+    assert_clean(m.store)
+
+
 def test_newer_format_is_refused(make_mount, tmp_path):
     m = make_mount()
     deliver(m.maildir(), "a.host", b"a\n")
