@@ -614,10 +614,11 @@ def test_adopt_reports_other_doveadm_errors_and_removes_its_store(dovecot_tmp):
     store.mkdir()
     adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=1)
     assert store.is_dir() and os.listdir(store) == []
-    # A store with content of its own is not removed.
+    # A store with content of its own is not removed (this root, adopted
+    # already, is refused before doveadm runs: exit 2).
     adm("import-dovecot", store, root, check_rc=0)
     before = sorted(os.listdir(store / "storage"))
-    adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=1)
+    adm("import-dovecot", f"--doveadm={doveadm}", store, root, check_rc=2)
     assert sorted(os.listdir(store / "storage")) == before
     assert (store / "index.sqlite").exists()
 
