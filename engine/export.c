@@ -327,6 +327,18 @@ static int relocate(struct dbox_export *ex, struct dbox_export_item *item,
 	return 0;
 }
 
+/* Has inode ino gone from the index as it is now (deleted after the
+   walk's snapshot was taken: its m.N or backing file may be gone
+   too)?  false when that cannot be told. */
+static bool gone_now(struct dbox_export *ex, uint64_t ino)
+{
+	struct dbox_attr attr;
+
+	if (ex->now == NULL && dbox_view_open(ex->view->path, &ex->now) < 0)
+		return false;
+	return dbox_index_getattr(ex->now->index, ino, &attr) == -ENOENT;
+}
+
 static int open_message(struct dbox_export *ex, struct dbox_export_item *item)
 {
 	const struct dbox_msgloc *loc = &item->loc;
@@ -334,8 +346,9 @@ static int open_message(struct dbox_export *ex, struct dbox_export_item *item)
 	int fd, ret;
 
 	fd = dbox_view_mfile_fd(ex->view, &ex->mfds, loc->file_id, &alt);
-	if (fd == -ENOENT)
-		(void)relocate(ex, item, &fd, &alt);
+	if (fd == -ENOENT && relocate(ex, item, &fd, &alt) < 0 &&
+	    gone_now(ex, item->attr.ino))
+		return -ESTALE; /* expunged since, and purged (helper-87) */
 	if (fd < 0) {
 		dbox_error("%s/" DBOX_STORE_STORAGE "/m.%u: %s%s",
 			   alt && ex->view->alt_path != NULL ?
@@ -361,6 +374,8 @@ static int open_file(struct dbox_export *ex, struct dbox_export_item *item)
 	dbox_files_name(backing, item->attr.ino);
 	fd = openat(ex->files_fd, backing, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
 		    O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT && gone_now(ex, item->attr.ino))
+		return -ESTALE;
 	if (fd < 0)
 		return -errno;
 	if ((fd = dbox_fd_regular(fd, &sb)) < 0)

@@ -111,7 +111,9 @@ int dbox_export_unreached(struct dbox_export *ex, uint64_t *count_r);
    file the errno of opening STORE/files/<ino> (not logged: -ENOENT when
    STORE/files/ is missing; any kind but message, directory, symbolic link
    and special is read as a plain file); -EINVAL for an unfinished
-   message or a kind without bytes. */
+   message or a kind without bytes; -ESTALE (not logged) for one deleted
+   since the snapshot whose bytes went with it (a mounted store's
+   expunge and purge while the walk runs). */
 int dbox_export_item_open(struct dbox_export *ex, struct dbox_export_item *item);
 
 /* Read the next bytes of an opened item into buf (len bytes at most).

@@ -50,6 +50,7 @@ struct export {
 	bool keep_owner;           /* --same-owner: owners from the index */
 	char *buf;                 /* COPY_SIZE bytes */
 	unsigned long messages, files, dirs, linked, failed, unfinished;
+	unsigned long gone;     /* deleted since the snapshot: left out */
 	unsigned long others;  /* symbolic links, FIFOs, sockets, devices */
 	bool fatal;                /* index failure: stop */
 };
@@ -158,7 +159,16 @@ static void export_bytes(struct export *ex, struct dbox_export_item *item)
 	uint64_t total = 0;
 	int out, ret;
 
-	if ((ret = dbox_export_item_open(ex->walk, item)) < 0) {
+	if ((ret = dbox_export_item_open(ex->walk, item)) == -ESTALE) {
+		/* A live store changes while it is exported, as a tree a
+		   tar(1) reads does: what was deleted meanwhile is no
+		   failure. */
+		adm_warning("%s: deleted since the export began; left out",
+			    ex->path.buf);
+		ex->gone++;
+		return;
+	}
+	if (ret < 0) {
 		if (message) {
 			item_failed(ex, "", -ret);
 			return;
@@ -575,6 +585,9 @@ static void export_report(const struct export *ex, const char *dir)
 	if (ex->unfinished > 0)
 		adm_warning("%lu messages still being written were not "
 			    "exported", ex->unfinished);
+	if (ex->gone > 0)
+		adm_warning("%lu messages and files deleted since the export "
+			    "began were left out", ex->gone);
 	if (ex->failed > 0)
 		adm_error("%lu items failed", ex->failed);
 	/* Always, on stdout, as import's summary. */
