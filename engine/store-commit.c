@@ -53,14 +53,20 @@ static int64_t mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Is there a fresh mark of a process waiting to write the index? */
+/* Is there a fresh mark of a process waiting to write the index?  One
+   dated in the future (set so by the store's owner, or left before the
+   clock was set back) is no fresh one: it would stop deferred commits
+   for as long (helper-87). */
 static bool writer_waits(const struct dbox_store *st)
 {
 	struct stat sb;
+	time_t age;
 
-	return fstatat(st->dir_fd, DBOX_STORE_WAITING, &sb,
-		       AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
-	       time(NULL) - sb.st_mtime < DBOX_WAITING_STALE_SEC;
+	if (fstatat(st->dir_fd, DBOX_STORE_WAITING, &sb,
+		    AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(sb.st_mode))
+		return false;
+	age = time(NULL) - sb.st_mtime;
+	return age >= -1 && age < DBOX_WAITING_STALE_SEC;
 }
 
 void dbox_store_writer_waits(int dir_fd)

@@ -111,6 +111,43 @@ def test_a_delivery_commits_the_flag_renames_before_it(mount):
     check_clean(mount.store)
 
 
+def wal_growth_of_flag_renames(mount, md, sent, flags):
+    """Bytes the WAL grows by while every message of sent gets flags
+    (each commit writes at least one page: deferred renames share
+    few)."""
+    time.sleep(0.1)
+    wal = mount.store / "index.sqlite-wal"
+    before = wal.stat().st_size
+    for name in sent:
+        base = name.split(":2,")[0]
+        old = next(n for n in os.listdir(md / "cur") if n.startswith(base + ":2,"))
+        os.rename(md / "cur" / old, md / "cur" / f"{base}:2,{flags}")
+    time.sleep(0.1)
+    return wal.stat().st_size - before
+
+
+def test_a_waiting_mark_from_the_future_is_stale(mount):
+    """The mark of a process waiting to write the index stops deferred
+    commits for a second when it is fresh.  One dated in the future (the
+    store's owner's touch -d, or a clock set back) stopped them for as
+    long (helper-87: 2,000 flag renames made 15,914 fcntl() calls instead
+    of 280).  It is taken for stale: the renames share few commits again,
+    as without a mark; a fresh mark still makes each commit."""
+    md = mount.maildir("")
+    sent = deliver(md, 200)
+    mark = mount.store / "index.sqlite-waiting"
+    base = wal_growth_of_flag_renames(mount, md, sent, "S")
+    mark.write_bytes(b"")
+    fresh = wal_growth_of_flag_renames(mount, md, sent, "RS")
+    future = time.time() + 365 * 86400
+    os.utime(mark, (future, future))
+    time.sleep(1.2)  # past the hold the fresh mark began
+    later = wal_growth_of_flag_renames(mount, md, sent, "FS")
+    mark.unlink()
+    assert fresh > 4 * max(base, 4096), (base, fresh)
+    assert later < fresh / 4, (base, fresh, later)
+
+
 def read_after_write(store):
     """Messages whose atime is past their mtime, as the index has it."""
     return index_rows(store, "SELECT count(*) FROM inode WHERE kind = 2 AND atime > mtime")[0][0]
