@@ -358,9 +358,12 @@ static int open_compress(struct dbox_store *st,
 						     DBOX_SETTING_COMPRESS, spec);
 	} else if (recorded != NULL &&
 		   dbox_compress_parse(recorded, &st->compress) < 0) {
-		dbox_warning("%s: the recorded compression '%s' is unknown to "
-			     "this dboxfs; new messages are stored plain",
-			     st->path, recorded);
+		/* Its first bytes only: the owner may have recorded
+		   megabytes (helper-87: 10 MB on root's terminal). */
+		dbox_warning("%s: the recorded compression '%.40s%s' is "
+			     "unknown to this dboxfs; new messages are stored "
+			     "plain", st->path, recorded,
+			     strlen(recorded) > 40 ? "..." : "");
 		st->compress = set->compress;
 	}
 	free(recorded);

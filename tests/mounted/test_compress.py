@@ -9,6 +9,7 @@ Python's zlib, not our reader), Z = the plaintext size.  And it must be
 smaller: the shared corpora take fewer bytes compressed than plain.
 """
 import os
+import sqlite3
 import subprocess
 import zlib
 from pathlib import Path
@@ -191,6 +192,32 @@ def test_the_store_keeps_its_compression(tmp_path, make_mount):
     m = make_mount(store=store, mnt=tmp_path / "mnt-rebuilt")
     assert "compress=gz:9)" in m.log_text(), m.log_text()
     m.unmount()
+
+
+def test_a_recorded_compression_this_dboxfs_cannot_write(tmp_path, make_mount):
+    """The store's owner records a compression this dboxfs does not know
+    (the index is theirs): every open warns, stores new mail plain and
+    loses nothing.  A value of megabytes reached root's terminal whole
+    (helper-87: 10 MB from one dboxadm purge): only its first bytes are
+    said."""
+    m = make_mount()
+    (m.mnt / "cur" / "1.x:2,S").write_bytes(text(3000, 1))
+    m.unmount()
+    db = sqlite3.connect(m.store / "index.sqlite")
+    with db:
+        db.execute("INSERT OR REPLACE INTO setting VALUES ('compress', ?)",
+                   ("gz:" + "9" * 5_000_000,))
+    db.close()
+    r = adm("purge", m.store)
+    assert b"unknown to this dboxfs" in r.stderr, r.stderr[-2000:]
+    assert len(r.stderr) < 2000, len(r.stderr)
+    m = make_mount(store=m.store, mnt=tmp_path / "mnt2")
+    (m.mnt / "cur" / "2.x:2,S").write_bytes(text(3000, 2))
+    log = m.log_text()
+    assert "unknown to this dboxfs" in log and len(log) < 20000, len(log)
+    assert (m.mnt / "cur" / "1.x:2,S").read_bytes() == text(3000, 1)
+    m.unmount()
+    assert all(b[3] is None for b in stored_bodies(m.store))
 
 
 def test_sequential_read_cost(make_mount):
