@@ -129,7 +129,9 @@ static int open_view(struct check *c, const char *path, int dir_fd)
 	}
 	if (faccessat(dir_fd, DBOX_STORE_STORAGE, F_OK, 0) < 0)
 		return -ENOMEDIUM;
-	if (ret == -EPROTO)
+	/* A newer format, or a path SQLite cannot take (logged; a rebuild
+	   could not make an index there either): refused, no advice. */
+	if (ret == -EPROTO || ret == -ENAMETOOLONG)
 		return ret;
 	check_problem(c, DBOX_CHECK_INDEX, NULL, "%s is %s: 'dboxadm rebuild "
 		      "%s' recreates it from %s/", DBOX_STORE_INDEX,

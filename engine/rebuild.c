@@ -356,8 +356,13 @@ static int open_store(struct rebuild *rb)
 {
 	struct dbox_rebuild_report *rep = rb->rep;
 	struct stat sb;
+	int ret;
 
 	rep->stage = DBOX_REBUILD_OPEN_STORE;
+	/* Before the old index is set aside: a new one could not be made
+	   there either. */
+	if ((ret = dbox_store_path_fits(rb->store)) < 0)
+		return ret;
 	rb->dir_fd = open(rb->store, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rb->dir_fd < 0 || fstat(rb->dir_fd, &sb) < 0)
 		return -errno;

@@ -602,6 +602,25 @@ static int open_index(struct dbox_store *st, const char *path)
 	return ret;
 }
 
+int dbox_store_path_fits(const char *path)
+{
+	char *cwd = NULL, *index_path;
+	int ret;
+
+	if (path[0] != '/' && (cwd = getcwd(NULL, 0)) == NULL)
+		return -errno;
+	if (asprintf(&index_path, "%s%s%s/" DBOX_STORE_INDEX,
+		     cwd != NULL ? cwd : "", cwd != NULL ? "/" : "",
+		     path) < 0) {
+		free(cwd);
+		return -ENOMEM;
+	}
+	ret = dbox_index_path_check(index_path, path);
+	free(index_path);
+	free(cwd);
+	return ret;
+}
+
 /* Everything dbox_store_open does to a new st, under st->lock. */
 static int store_open(struct dbox_store *st, const char *path,
 		      const struct dbox_store_settings *set)
@@ -610,7 +629,8 @@ static int store_open(struct dbox_store *st, const char *path,
 	unsigned int writing = 0;
 	int ret;
 
-	if ((ret = open_layout(st, path, set->create)) < 0)
+	if ((ret = dbox_store_path_fits(path)) < 0 ||
+	    (ret = open_layout(st, path, set->create)) < 0)
 		return ret;
 	/* Absolute, so the store survives a chdir (daemons chdir to /); and
 	   the directory opened above, not one switched in meanwhile. */
@@ -620,6 +640,9 @@ static int store_open(struct dbox_store *st, const char *path,
 		st->index_path = NULL;
 		return -ENOMEM;
 	}
+	/* The real path may be longer (a symbolic link on the way). */
+	if ((ret = dbox_index_path_check(st->index_path, path)) < 0)
+		return ret;
 	if ((ret = same_dir(st->dir_fd, st->path)) < 0) {
 		dbox_error("%s: the store directory changed while it was opened",
 			   path);

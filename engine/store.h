@@ -408,6 +408,15 @@ void dbox_store_clear_inflight(struct dbox_store *st, struct dbox_mfile *mf);
    remove?  Unreadable counts as yes.  Needs st->lock.  Returns 1 or 0. */
 int dbox_store_unknown_records(struct dbox_store *st, int fd, uint32_t file_id);
 
+/* Is the store path (as given: relative to the working directory, or
+   absolute) short enough for SQLite to open its index
+   (dbox_index_path_check)?  Checked before anything is created or
+   renamed: a path too long failed as an unreadable index, after a new
+   store's directories were made, and rebuild set a whole index aside
+   (helper-87).  Returns 0 or -ENAMETOOLONG (logged), -errno of
+   getcwd. */
+int dbox_store_path_fits(const char *path);
+
 /* Open the store at path: create it when missing and set->create (an
    existing non-empty directory that is not a store is refused with
    -ENOTEMPTY), take the lock (-EBUSY when another process holds it), open

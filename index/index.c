@@ -633,6 +633,32 @@ fail:
 	return ret;
 }
 
+/* Room SQLite keeps after a database's path for the names of its side
+   files ("-journal" is the longest): sqlite3PagerOpen refuses a path
+   that leaves less in mxPathname. */
+#define INDEX_SIDE_SUFFIX_MAX 8
+
+int dbox_index_path_check(const char *path, const char *store)
+{
+	sqlite3_vfs *vfs = sqlite3_vfs_find(dbox_reserve_vfs());
+	size_t len = strlen(path), max;
+
+	if (vfs == NULL && (vfs = sqlite3_vfs_find(NULL)) == NULL)
+		return 0;
+	max = (size_t)vfs->mxPathname - INDEX_SIDE_SUFFIX_MAX;
+	if (len <= max)
+		return 0;
+	if (store != NULL)
+		dbox_error("%s: the store's path is too long for SQLite: its "
+			   "index's path would be %zu bytes, at most %zu work;"
+			   " move the store to a shorter path", store, len, max);
+	else
+		dbox_error("index %s: its path is too long for SQLite (%zu "
+			   "bytes, at most %zu): move the store to a shorter "
+			   "path", path, len, max);
+	return -ENAMETOOLONG;
+}
+
 static int index_open(const char *path, bool create, bool readonly,
 		      struct dbox_index **index_r)
 {
@@ -641,6 +667,10 @@ static int index_open(const char *path, bool create, bool readonly,
 
 	if (real == NULL)
 		return -errno;
+	if ((ret = dbox_index_path_check(real, NULL)) < 0) {
+		free(real);
+		return ret;
+	}
 	ret = open_resolved(real, create, readonly, index_r);
 	free(real);
 	return ret;

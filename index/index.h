@@ -173,6 +173,15 @@ int dbox_index_convert_pages(struct dbox_index *index);
    rollback) but not commits of other connections. */
 void dbox_index_cache_attrs(struct dbox_index *index);
 
+/* Can SQLite open an index at path (absolute, as the store layer makes
+   it)?  SQLite refuses a database whose full path leaves no room for
+   its "-journal" name in the VFS's mxPathname bytes (512 for the unix
+   VFS: a path of at most 504 bytes), with an error that reads as an
+   unreadable index.  Returns 0, or -ENAMETOOLONG after saying so (the
+   length and the limit; what names the path: store, for the store's
+   directory). */
+int dbox_index_path_check(const char *path, const char *store);
+
 /* Close the index and set *index to NULL.  Safe on NULL. */
 void dbox_index_close(struct dbox_index **index);
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPORA, DBOXADM, SHARED, index_rows, need_corpora
+from conftest import (CORPORA, DBOXADM, DBOXFS, SHARED, index_rows, is_mounted,
+                      need_corpora, unmount)
 
 MAILDIR_SUBS = ("cur", "new", "tmp")
 
@@ -296,6 +297,47 @@ def test_import_refuses_mounted_store(tmp_path, mount):
     assert b"in use" in r.stderr and r.stderr.startswith(b"dboxadm: ")
     assert sorted(os.listdir(mount.mnt)) == before
     assert os.listdir(mount.mnt / "cur") == []
+
+
+def test_a_store_path_too_long_for_sqlite_is_refused_clearly(tmp_path):
+    """SQLite opens no index whose path leaves less than 8 bytes of its
+    512 for the "-journal" name.  A store that deep failed as "the index
+    is unreadable" with rebuild advice, after a new store's directories
+    were made, and rebuild then set the whole index aside (helper-87).
+    Each verb now refuses it first, saying why, and changes nothing; the
+    store moved back to a short path works as it was."""
+    src = small_maildir(tmp_path / "src")
+    deep = tmp_path
+    while len(str(deep)) < 420:
+        deep = deep / ("d" * 60)
+    deep.mkdir(parents=True)
+    store = deep / ("s" * (510 - len("/index.sqlite") - len(str(deep)) - 1))
+    assert len(str(store / "index.sqlite")) == 510
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        r = subprocess.run([str(DBOXFS), str(store), str(mnt)],
+                           capture_output=True, timeout=60)
+    finally:
+        if is_mounted(mnt):
+            unmount(mnt)
+    assert r.returncode != 0
+    assert b"too long for SQLite" in r.stderr, r.stderr
+    assert os.listdir(deep) == []
+    r = adm("import", store, src, check_rc=2)
+    assert b"too long for SQLite" in r.stderr and os.listdir(deep) == []
+    short = tmp_path / "short"
+    adm("import", short, src, check_rc=0)
+    files = sorted(os.listdir(short))
+    os.rename(short, store)
+    for verb in ("check", "rebuild", "stats", "purge", "export"):
+        args = (verb, store, tmp_path / "out") if verb == "export" else (verb, store)
+        r = adm(*args, check_rc=2)
+        assert b"too long for SQLite" in r.stderr, (verb, r.stderr)
+        assert b"rebuild" not in r.stderr, (verb, r.stderr)
+        assert sorted(os.listdir(store)) == files, verb
+    os.rename(store, short)
+    r = adm("check", short, check_rc=0)
 
 
 def test_import_refuses_non_store_dir(tmp_path):
