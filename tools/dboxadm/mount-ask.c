@@ -45,9 +45,21 @@ static int prove_mount(const char *store, int lock_fd, struct dbox_holder *h)
 			  h->why == DBOX_HOLDER_STALE ? " (stale pid)" : "");
 		return -1;
 	case DBOX_HOLDER_UNREADABLE:
-		why = h->err == -EACCES || h->err == -EPERM ?
-			"permission denied: run as the mount's owner" :
-			strerror(-h->err);
+		if (h->err == -EACCES || h->err == -EPERM) {
+			/* Root's dboxadm acts as a user's store's owner, who
+			   may not look at (nor signal) a mount root runs
+			   (helper-87: the advice was to run as the owner). */
+			adm_error("%s: not signalling process %d named by "
+				  "STORE/" DBOX_STORE_LOCK ": it runs as another "
+				  "user than uid %u, which dboxadm runs as for "
+				  "this store (a user's store root mounted?); "
+				  "such a mount takes no online request: "
+				  "unmount it and run this again, or have the "
+				  "store's owner mount it", store, (int)h->pid,
+				  (unsigned)getuid());
+			return -1;
+		}
+		why = strerror(-h->err);
 		break;
 	case DBOX_HOLDER_NOT_MOUNT:
 		why = "it is not a dboxfs mount of this store";
