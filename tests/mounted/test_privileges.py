@@ -531,6 +531,28 @@ def test_root_mount_of_a_user_store_leaves_every_file_the_users(scratch, user):
     user_reads_everything(store, expected, user, scratch)
 
 
+def test_online_purge_of_a_user_store_root_mounted_says_why_not(scratch, user):
+    """A user's store root mounted: its daemon runs as root, and root's
+    dboxadm acts as the store's owner, who may not signal it.  The
+    refusal said "permission denied: run as the mount's owner", which
+    root is (helper-87): it now says the mount runs as another user and
+    what to do; nothing is signalled, the mount serves on."""
+    name, uid, gid = user
+    store, src = user_store(scratch, user, messages=5)
+    m = Mount(store, scratch / "rootmnt").mount()
+    try:
+        before = sorted(str(p) for p in m.mnt.rglob("*"))
+        for who in (None, name):
+            r = adm("purge", store, user=who)
+            assert r.returncode == 2, r.stdout + r.stderr
+            assert "runs as another user" in r.stderr, r.stderr
+            assert "unmount it" in r.stderr and "run as the mount's owner" \
+                not in r.stderr, r.stderr
+        assert sorted(str(p) for p in m.mnt.rglob("*")) == before
+    finally:
+        m.unmount()
+
+
 def test_root_mount_decides_the_owner_as_dboxadm_does(scratch, user, tmp_path):
     """Whose store root's mount works on is decided as for dboxadm: a new
     store in a user's directory is made as that user; root's own store
