@@ -274,6 +274,13 @@ int dbox_index_ino_in_folder(struct dbox_index *index, uint64_t ino,
 
 int dbox_index_mfile_delete(struct dbox_index *index, uint32_t file_id)
 {
+	int ret = exec_bound(index, "INSERT INTO meta (key, value) VALUES"
+			     " (?2, ?1) ON CONFLICT (key) DO UPDATE SET"
+			     " value = max(value, excluded.value)", file_id,
+			     DBOX_META_MFILE_HIGH);
+
+	if (ret < 0)
+		return ret;
 	return exec_bound(index, "DELETE FROM mfile WHERE file_id = ?1",
 			  file_id, NULL);
 }

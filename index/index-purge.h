@@ -95,7 +95,12 @@ int dbox_index_msg_move(struct dbox_index *index, uint32_t old_file_id,
 			struct dbox_msg_move *moves, size_t count,
 			uint64_t *left_r);
 
-/* Forget m.<file_id> (its mfile row).  Returns 0 or -EIO. */
+/* Forget m.<file_id> (its mfile row), remembering it as the highest
+   number handed out when it is (meta key DBOX_META_MFILE_HIGH), so that
+   dbox_index_mfile_max never goes down and the number is not handed
+   out again once a purge removed every m.N above it (helper-87: after
+   one that emptied the store, the next delivery went to m.1 again).
+   Returns 0 or -EIO. */
 int dbox_index_mfile_delete(struct dbox_index *index, uint32_t file_id);
 
 /* Does any message row point into m.<file_id>?  Returns 1, 0 or -EIO. */

@@ -105,7 +105,9 @@ static const char *const stmt_sql[ST_COUNT] = {
 	/* An upsert, not a REPLACE: the row keeps its alt flag. */
 	[ST_MFILE_SET] = "INSERT INTO mfile (file_id, size) VALUES (?1, ?2)"
 			 " ON CONFLICT (file_id) DO UPDATE SET size = excluded.size",
-	[ST_MFILE_MAX] = "SELECT coalesce(max(file_id), 0) FROM mfile",
+	[ST_MFILE_MAX] = "SELECT max(coalesce((SELECT max(file_id) FROM mfile), 0),"
+			 " coalesce((SELECT value FROM meta WHERE key = '"
+			 DBOX_META_MFILE_HIGH "'), 0))",
 	[ST_MFILE_LIST] = "SELECT file_id, size FROM mfile ORDER BY file_id",
 	[ST_MFILE_WHERE] = "SELECT size, alt FROM mfile WHERE file_id = ?1",
 	[ST_MFILE_ADD_ALT] = "INSERT INTO mfile (file_id, size, alt) VALUES (?1, ?2, 1)",

@@ -531,8 +531,13 @@ int dbox_index_setting_set(struct dbox_index *index, const char *key,
    (engine/store.h, dbox_store_settings.compress_given). */
 #define DBOX_SETTING_COMPRESS "compress"
 
-/* Highest file_id known into *file_id_r (0 when none).  Returns 0 or
-   -EIO. */
+/* Meta key: the highest m.N number a purge forgot
+   (dbox_index_mfile_delete). */
+#define DBOX_META_MFILE_HIGH "mfile_high"
+
+/* Highest file_id known - of an m.N the index has, or one a purge
+   forgot (DBOX_META_MFILE_HIGH) - into *file_id_r (0 when none).
+   Returns 0 or -EIO. */
 int dbox_index_mfile_max(struct dbox_index *index, uint32_t *file_id_r);
 
 /* Called per m.N file by dbox_index_mfile_list with its committed end

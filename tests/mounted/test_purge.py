@@ -140,6 +140,30 @@ def test_purge_offline(tmp_path, make_mount):
     assert stats(store)["mfile_bytes"] == after["mfile_bytes"]
 
 
+def test_mfile_numbers_are_not_handed_out_again(tmp_path, make_mount):
+    """A purge that gives back every m.N (all mail expunged) left no
+    trace of their numbers: the next mount started again at m.1
+    (helper-87), against the rule that an m.N number is never used
+    twice (backups, lost+found copies and purged.m.N marks name files
+    by it).  The index remembers the highest one a purge forgot."""
+    m = make_mount(options=["-o", "rotate_size=4096"])
+    for i in range(12):
+        (m.mnt / "cur" / f"{i}.x:2,S").write_bytes(b"Subject: %d\n\n%s\n" % (i, b"x" * 3000))
+    highest = max(int(p.name[2:]) for p in (m.store / "storage").glob("m.*"))
+    assert highest >= 3
+    for p in list((m.mnt / "cur").iterdir()):
+        os.unlink(p)
+    m.unmount()
+    adm("purge", m.store, check_rc=0)
+    assert list((m.store / "storage").glob("m.*")) == []
+    m.mount()
+    (m.mnt / "cur" / "new.x:2,S").write_bytes(b"Subject: new\n\nnew\n")
+    m.unmount()
+    numbers = [int(p.name[2:]) for p in (m.store / "storage").glob("m.*")]
+    assert numbers and min(numbers) > highest, (numbers, highest)
+    adm("check", m.store, check_rc=0)
+
+
 def test_purge_online_with_open_files(tmp_path, make_mount):
     """dboxadm purge against the mount: descriptors opened before (one of
     them on a message unlinked since) and readers running during the
