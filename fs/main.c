@@ -18,6 +18,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <libgen.h>
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>
@@ -218,24 +219,38 @@ static void exit_reason(unsigned long errors_before, const char *what, int err)
 		dbox_error("%s; exiting", what);
 }
 
-/* Plenty of descriptors (the soft limit up to the hard one): open
-   handles read through descriptors of their own; cached m.N descriptors
-   take at most a quarter of the limit (storage/fd-cache.h). */
-/* sysctl fs.protected_hardlinks (1 unless set to 0): the rule
-   fs_perm_link applies as the kernel would. */
-/* "-ofsname=STORE" with STORE made absolute (it need not exist yet) and
-   libfuse's option separators escaped: /proc/mounts, df and findmnt then
-   name the store a mount serves (helper-85: every mount said "dboxfs").
-   NULL when out of memory. */
+/* The absolute path of store, which need not exist yet (a new store):
+   its parent's real path and its last component.  malloc()ed; NULL when
+   out of memory.  Falls back to store as given. */
+static char *store_abs(const char *store)
+{
+	char *abs = realpath(store, NULL), *dir, *base, *real;
+
+	if (abs != NULL)
+		return abs;
+	if ((dir = strdup(store)) == NULL || (base = strdup(store)) == NULL) {
+		free(dir);
+		return NULL;
+	}
+	real = realpath(dirname(dir), NULL);
+	if (real == NULL || asprintf(&abs, "%s/%s", strcmp(real, "/") == 0 ?
+				     "" : real, basename(base)) < 0)
+		abs = strdup(store);
+	free(real);
+	free(dir);
+	free(base);
+	return abs;
+}
+
+/* "-ofsname=STORE" with STORE made absolute (store_abs) and libfuse's
+   option separators escaped: /proc/mounts, df and findmnt then name the
+   store a mount serves (helper-85: every mount said "dboxfs"; helper-87:
+   a new store's "./sub/../s" was shown so).  NULL when out of memory. */
 static char *fsname_arg(const char *store)
 {
-	char *abs = realpath(store, NULL), *cwd = NULL, *arg, *p;
+	char *abs = store_abs(store), *arg, *p;
 
-	if (abs == NULL && store[0] != '/' && (cwd = getcwd(NULL, 0)) != NULL &&
-	    asprintf(&abs, "%s/%s", cwd, store) < 0)
-		abs = NULL;
-	free(cwd);
-	if (abs == NULL && (abs = strdup(store)) == NULL)
+	if (abs == NULL)
 		return NULL;
 	/* Each ',' and '\\' escaped: twice the length at most. */
 	arg = malloc(strlen("-ofsname=") + 2 * strlen(abs) + 1);
@@ -252,6 +267,8 @@ static char *fsname_arg(const char *store)
 	return arg;
 }
 
+/* sysctl fs.protected_hardlinks (1 unless set to 0): the rule
+   fs_perm_link applies as the kernel would. */
 static bool protected_hardlinks(void)
 {
 	FILE *f = fopen("/proc/sys/fs/protected_hardlinks", "re");
@@ -262,6 +279,9 @@ static bool protected_hardlinks(void)
 	return c != '0';
 }
 
+/* Plenty of descriptors (the soft limit up to the hard one): open
+   handles read through descriptors of their own; cached m.N descriptors
+   take at most a quarter of the limit (storage/fd-cache.h). */
 static void raise_nofile(void)
 {
 	struct rlimit rl;

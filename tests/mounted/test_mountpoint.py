@@ -47,12 +47,15 @@ def mount_source(mnt):
 def test_mounts_name_their_store(tmp_path, monkeypatch):
     """/proc/mounts, df and findmnt show the store a mount serves (its
     absolute path, commas and spaces kept), not 'dboxfs' for every mount
-    (helper-85); -o fsname= given wins."""
+    (helper-85); -o fsname= given wins.  A new store named with '.' or
+    '..' was shown so (helper-87): its real path."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
+    (tmp_path / "sub").mkdir()
     monkeypatch.chdir(tmp_path)
     try:
         for store, opts, want in (("a, b", [], str(tmp_path / "a, b")),
+                                  ("./sub/../new", [], str(tmp_path / "new")),
                                   (tmp_path / "c", ["-o", "fsname=mine"], "mine")):
             r = run_dboxfs(store, mnt, *opts)
             assert r.returncode == 0, r.stderr
