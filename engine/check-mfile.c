@@ -321,8 +321,13 @@ static void check_tail(struct check *c, const struct check_mfile *f, int fd,
 	if (c->offline && f->size > end) {
 		uint64_t e;
 		/* As recovery judges it (store-recover.c): only a record in
-		   flight that is not whole yet goes without a copy. */
-		bool only_inflight = inflight >= 0 &&
+		   flight that is not whole yet goes without a copy; one with
+		   no row is told by its placeholder header. */
+		bool only_inflight;
+
+		if (inflight < 0 && dbox_append_unsealed_at(fd, end))
+			inflight = (int64_t)end;
+		only_inflight = inflight >= 0 &&
 			(uint64_t)inflight == end &&
 			dbox_file_tail_records(fd, f->id, end, UINT64_MAX, &e,
 					       NULL, NULL) == 0;

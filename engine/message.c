@@ -346,7 +346,17 @@ int dbox_msg_create(struct dbox_store *st, uint64_t parent, const char *name,
 	   bytes): the close's and the kernel's reads need no SQLite read. */
 	if (ret == 0 && kind == DBOX_KIND_MESSAGE && keep_save)
 		dbox_index_attr_known(st->index, attr_r);
-	if ((ret = dbox_ns_tx_end(st, ret, false)) < 0) {
+	/* A new message being written is no acknowledged mail until its
+	   close or fsync, which commits: its create is a deferred commit
+	   (store-commit.c), shared with that commit in a delivery.  Not
+	   when its save made a new m.N, whose row must be on disk before
+	   its first byte (dbox_save_made_mfile). */
+	if (ret == 0 && kind == DBOX_KIND_MESSAGE && keep_save &&
+	    !dbox_save_made_mfile(*save_r))
+		ret = dbox_store_commit_later(st, true);
+	else
+		ret = dbox_ns_tx_end(st, ret, false);
+	if (ret < 0) {
 		dbox_save_free(save_r);
 		if (*fd_r >= 0) {
 			close(*fd_r);

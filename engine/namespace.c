@@ -419,7 +419,7 @@ int dbox_ns_rename(struct dbox_store *st, uint64_t parent, const char *name,
 	if (ret == 0 && replaced == 0 && file_ino == 0 &&
 	    moved_r->kind == DBOX_KIND_MESSAGE &&
 	    flag_rename(st, parent, newparent))
-		return dbox_store_commit_later(st);
+		return dbox_store_commit_later(st, false);
 	return ns_end(st, ret, gone_r, file_ino);
 }
 
@@ -498,7 +498,7 @@ int dbox_ns_touch_atime(struct dbox_store *st, uint64_t ino, int64_t atime_ns)
 		return ret;
 	if ((ret = setattr_in_tx(st, ino, &set, &attr)) < 0)
 		return ns_end(st, ret, NULL, 0);
-	return dbox_store_commit_later(st);
+	return dbox_store_commit_later(st, false);
 }
 
 /* End an xattr change whose outcome is ret: when made, ctime = now (as

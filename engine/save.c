@@ -47,6 +47,7 @@ struct dbox_save {
 	uint64_t path_seal; /* the seal that wrote the message's path (L,
 			       dbox_save_seal; 0: none) */
 	bool indexed;    /* save_begin wrote this record's WRITING row */
+	bool made_mfile; /* save_begin's pool take made mf */
 	bool inflight;   /* inflight.m.N names this record (a copy) */
 	bool owns_tail;  /* mf is busy for this save: nobody else appends
 			    (until dbox_save_yield; purge may take the
@@ -107,6 +108,8 @@ static int save_begin(struct dbox_store *st, uint64_t ino, const char *mailbox,
 	dbox_guid_generate(save->guid);
 	if ((ret = dbox_store_pool_take(st, &save->mf)) < 0)
 		goto fail;
+	save->made_mfile = save->mf->fresh;
+	save->mf->fresh = false;
 	save->owns_tail = true;
 	if ((ret = dbox_append_begin(&save->ap, save->mf->fd,
 				     save->mf->size)) < 0)
@@ -399,6 +402,11 @@ int dbox_save_begin_copy(struct dbox_store *st, uint64_t ino,
 	save->inflight_seq = dbox_index_commit_seq(st->index);
 	*save_r = save;
 	return 0;
+}
+
+bool dbox_save_made_mfile(const struct dbox_save *save)
+{
+	return save->made_mfile;
 }
 
 bool dbox_save_finished(const struct dbox_save *save)

@@ -2,7 +2,8 @@
  * store-commit.c: deferred commits of the mount (docs/durability.md,
  * "Deferred commits").  An operation whose loss at the death of the
  * daemon is harmless - a message's rename within its directory, a flag
- * change, the atime a read moves - ends without a COMMIT
+ * change, the atime a read moves, the create of a message whose close
+ * will commit - ends without a COMMIT
  * (dbox_index_commit_later); the next commit of any operation carries
  * it, and this file's thread commits it
  * at the latest DBOX_DEFER_MS after the first deferred one.  A COMMIT
@@ -20,6 +21,11 @@
  * it before each commit it makes, and on seeing it nothing is deferred
  * for DBOX_DEFER_HOLD_MS: each operation commits at once, and the lock
  * is free between them as without deferred commits.
+ *
+ * The thread is woken only by a first deferral that finds it waiting
+ * without a deadline (st->defer.idle): one waiting for an older
+ * deadline takes the new one from since_ns when it wakes.  A delivery
+ * defers its create, and woke it once per delivery before.
  *
  * Invariants:
  *  - operations defer only while the thread runs (st->defer.on), so a
@@ -96,7 +102,9 @@ static void *defer_main(void *arg)
 		struct timespec ts;
 
 		if (st->index == NULL || !dbox_index_deferred(st->index)) {
+			d->idle = true;
 			dbox_store_mutex_wait(st, &d->cond);
+			d->idle = false;
 			continue;
 		}
 		if (mono_ns() < due) {
@@ -163,7 +171,7 @@ void dbox_store_defer_stop(struct dbox_store *st)
 	pthread_cond_destroy(&d->cond);
 }
 
-int dbox_store_commit_later(struct dbox_store *st)
+int dbox_store_commit_later(struct dbox_store *st, bool made_inodes)
 {
 	struct dbox_store_defer *d = &st->defer;
 	bool first;
@@ -180,11 +188,15 @@ int dbox_store_commit_later(struct dbox_store *st)
 	/* Another process waits to write (defer_main): at once. */
 	if (first && d->hold_until_ns != 0 && mono_ns() < d->hold_until_ns)
 		return dbox_index_commit(st->index, false);
-	if ((ret = dbox_index_commit_later(st->index)) < 0)
+	if ((ret = dbox_index_commit_later(st->index, made_inodes)) < 0)
 		return ret;
 	if (first) {
 		d->since_ns = mono_ns();
-		pthread_cond_signal(&d->cond);
+		/* A thread waiting for an older deadline finds this one when
+		   it wakes (defer_main takes the deadline from since_ns): no
+		   wakeup, which costs the futex calls of two threads. */
+		if (d->idle)
+			pthread_cond_signal(&d->cond);
 	}
 	return 0;
 }

@@ -193,6 +193,7 @@ int dbox_store_pool_take(struct dbox_store *st, struct dbox_mfile **mf_r)
 		mfile_discard(mf);
 		return ret;
 	}
+	mf->fresh = true;
 	*mf_r = mf;
 	return 0;
 }

@@ -18,6 +18,7 @@
 
 #include "index/index-rebuild.h"
 #include "index/wal-sync.h"
+#include "storage/dbox-file.h"
 #include "storage/dbox-scan.h"
 #include "storage/io.h"
 #include "storage/log.h"
@@ -327,6 +328,11 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 		}
 		st->kept_records += (unsigned long)whole;
 	}
+	/* A delivery whose create was still a deferred commit has no
+	   WRITING row: its record, not sealed yet, is told by the
+	   placeholder it starts with. */
+	if (inflight < 0 && dbox_append_unsealed_at(fd, keep_end))
+		inflight = (int64_t)keep_end;
 	if ((uint64_t)stbuf.st_size > keep_end) {
 		/* The record in flight is dropped as its delivery is, when
 		   it is no whole record (its header is written last).  Other

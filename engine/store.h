@@ -116,6 +116,9 @@ struct dbox_mfile {
 			    size failed): the file leaves the pool at release,
 			    and the next open's recovery cuts them */
 	bool unsynced; /* listed in st->unsynced (store-sync.c) */
+	bool fresh;    /* just made by dbox_store_pool_take (its index row
+			  in the taker's open transaction); read and
+			  cleared by the save that takes it */
 	uint64_t mark_seq; /* the index commit (dbox_index_commit_seq) that
 			      holds the last change of inflight.m.N: a
 			      record appended after it is restorable from
@@ -208,6 +211,8 @@ struct dbox_store {
 		pthread_cond_t cond; /* on st->lock; CLOCK_MONOTONIC */
 		int64_t since_ns;   /* CLOCK_MONOTONIC time of the oldest
 				       deferred operation, when there is one */
+		bool idle;          /* the thread waits with no deadline: a
+				       first deferral must wake it */
 		int64_t hold_until_ns; /* CLOCK_MONOTONIC: nothing is deferred
 					  before it (another process waits
 					  to write: DBOX_STORE_WAITING) */
@@ -232,10 +237,12 @@ int dbox_store_defer_start(struct dbox_store *st);
 void dbox_store_defer_stop(struct dbox_store *st);
 
 /* End the operation in the open index transaction (dbox_index_begin):
-   defer its commit while the thread runs, else commit it now.  Needs
-   st->lock.  Returns 0 or the error of dbox_index_commit_later /
-   dbox_index_commit (the operation is then undone). */
-int dbox_store_commit_later(struct dbox_store *st);
+   defer its commit while the thread runs, else commit it now.
+   made_inodes: it made inodes (a create), whose numbers the kernel
+   learns before the commit (dbox_index_commit_later).  Needs st->lock.
+   Returns 0 or the error of dbox_index_commit_later / dbox_index_commit
+   (the operation is then undone). */
+int dbox_store_commit_later(struct dbox_store *st, bool made_inodes);
 
 /* How long the mount defers nothing once it saw the mark of another
    process that waits to write the index (DBOX_STORE_WAITING), in
@@ -636,6 +643,13 @@ uint64_t dbox_save_size(const struct dbox_save *save);
    Read under the exclusion of dbox_save_write (in fs/: st->lock with the
    inode idle). */
 bool dbox_save_finished(const struct dbox_save *save);
+
+/* Was the save's m.N made for it (dbox_store_pool_take), in the
+   transaction of its begin?  (Stays true for the save's life.)  That
+   transaction must commit before a byte of the file is relied on:
+   recovery takes an m.N the index does not know for one whose creation
+   never committed (store-recover.c).  Needs st->lock. */
+bool dbox_save_made_mfile(const struct dbox_save *save);
 bool dbox_save_sealed(const struct dbox_save *save);
 uint64_t dbox_save_seals(const struct dbox_save *save);
 

@@ -132,6 +132,12 @@ struct dbox_index {
 	   itself after an error (index_deferred_lost). */
 	bool deferred;
 	bool in_op;
+	/* deferred_inodes: the deferred transaction holds an operation that
+	   made inodes (dbox_index_commit_later); undone: index_deferred_undone.
+	   stopped: such a transaction was undone; no write transaction is
+	   begun from then on (atomic: read by any thread). */
+	bool deferred_inodes;
+	int stopped;
 };
 
 /* path with its directory resolved (realpath(3)) and its last name as

@@ -706,6 +706,21 @@ void dbox_index_close(struct dbox_index **indexp)
 	free(index);
 }
 
+/* Deferred operations were undone.  When some made inodes, the kernel
+   still knows their numbers, which the next creates would be given
+   again: no write transaction from now on (dbox_index_commit_later). */
+static void index_deferred_undone(struct dbox_index *index)
+{
+	if (!index->deferred_inodes)
+		return;
+	index->deferred_inodes = false;
+	if (__atomic_exchange_n(&index->stopped, 1, __ATOMIC_ACQ_REL) == 0)
+		dbox_error("index %s: a failed commit undid files just created,"
+			   " whose inode numbers the kernel still knows: no"
+			   " change is made from now on (EIO); unmount the"
+			   " store and mount it again", index->path);
+}
+
 /* SQLite rolls a transaction back by itself after some errors (a full
    disk or an I/O error in a statement or the COMMIT).  Deferred
    operations went with it: say so once, and forget them.  Returns
@@ -715,8 +730,9 @@ static bool index_deferred_lost(struct dbox_index *index)
 	if (!index->deferred || !sqlite3_get_autocommit(index->db))
 		return false;
 	dbox_error("index %s: deferred changes rolled back by an error:"
-		   " the last renames may be undone", index->path);
+		   " the last renames and creates may be undone", index->path);
 	index->deferred = index->in_op = false;
+	index_deferred_undone(index);
 	return true;
 }
 
@@ -726,14 +742,15 @@ int dbox_index_begin(struct dbox_index *index)
 
 	/* A damaged index takes no more changes: a message acknowledged
 	   into it could be lost to the damage (docs/durability.md). */
-	if (__atomic_load_n(&index->damaged, __ATOMIC_ACQUIRE))
-		return -EIO;
 	if (index->in_op) {
 		/* Operations do not nest; BEGIN inside BEGIN fails alike. */
 		dbox_error("index %s: begin inside an operation", index->path);
 		return -EIO;
 	}
 	(void)index_deferred_lost(index);
+	if (__atomic_load_n(&index->damaged, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&index->stopped, __ATOMIC_ACQUIRE))
+		return -EIO;
 	if (!index->deferred)
 		return index_exec_stmt(index, index_stmt(index, ST_BEGIN),
 				       "begin");
@@ -789,17 +806,20 @@ int dbox_index_commit(struct dbox_index *index, bool durable)
 		dbox_index_rollback_all(index);
 		return ret;
 	}
-	index->deferred = false;
+	index->deferred = index->deferred_inodes = false;
 	__atomic_add_fetch(&index->commits, 1, __ATOMIC_RELEASE);
 	return durable ? index_sync(index) : 0;
 }
 
-int dbox_index_commit_later(struct dbox_index *index)
+int dbox_index_commit_later(struct dbox_index *index, bool made_inodes)
 {
 	int ret;
 
 	if (index_deferred_lost(index))
 		return -EIO;
+	/* Before the release: a failed release undoes this operation's
+	   inodes too. */
+	index->deferred_inodes |= made_inodes;
 	if ((ret = index_release_op(index)) < 0)
 		return ret;
 	assert(!sqlite3_get_autocommit(index->db));
@@ -847,6 +867,7 @@ void dbox_index_rollback(struct dbox_index *index)
 
 void dbox_index_rollback_all(struct dbox_index *index)
 {
+	index_deferred_undone(index);
 	index->deferred = index->in_op = false;
 	if (!sqlite3_get_autocommit(index->db))
 		sqlite3_step(index_stmt(index, ST_ROLLBACK));

@@ -203,9 +203,16 @@ void dbox_index_rollback(struct dbox_index *index);
    - dbox_index_commit_later ends the operation begun by
      dbox_index_begin without committing: the transaction stays open,
      and the connection's later reads see its changes; other
-     connections do not until a commit.  Returns 0, or -EIO (logged:
-     the release failed, or SQLite rolled the transaction back after an
-     error; the deferred operations are then undone).
+     connections do not until a commit.  made_inodes: the operation
+     made inodes (a create), whose numbers its caller hands out before
+     the commit.  Undone, they would be handed out again (AUTOINCREMENT
+     counts in the transaction) while the kernel still knows the first
+     ones, so a transaction holding such an operation that is undone
+     (a failed COMMIT or release, SQLite's own rollback after an error)
+     makes the index refuse every later write transaction (-EIO,
+     logged: the store must be mounted again).  Returns 0, or -EIO
+     (logged: the release failed, or SQLite rolled the transaction back
+     after an error; the deferred operations are then undone).
    - While operations are deferred, dbox_index_begin opens a savepoint
      in the open transaction: dbox_index_rollback undoes that operation
      only, dbox_index_commit commits it with every deferred one, and
@@ -218,7 +225,7 @@ void dbox_index_rollback(struct dbox_index *index);
    The owner of the connection (engine/store-commit.c) bounds how long
    a change stays deferred.  Needs what the connection needs (the
    store lock). */
-int dbox_index_commit_later(struct dbox_index *index);
+int dbox_index_commit_later(struct dbox_index *index, bool made_inodes);
 bool dbox_index_deferred(const struct dbox_index *index);
 int dbox_index_commit_deferred(struct dbox_index *index);
 void dbox_index_rollback_all(struct dbox_index *index);

@@ -146,10 +146,19 @@ static uint64_t body_pos(const struct dbox_append *ap, uint64_t off)
 	return ap->offset + DBOX_MSG_HEADER_SIZE + off;
 }
 
+bool dbox_append_unsealed_at(int fd, uint64_t offset)
+{
+	uint8_t buf[DBOX_MSG_HEADER_SIZE];
+
+	return dbox_pread_full(fd, buf, sizeof(buf), offset) ==
+		(ssize_t)sizeof(buf) && dbox_msg_header_is_unsealed(buf);
+}
+
 int dbox_append_begin(struct dbox_append *ap, int fd, uint64_t offset)
 {
-	static const uint8_t placeholder[DBOX_MSG_HEADER_SIZE];
+	uint8_t placeholder[DBOX_MSG_HEADER_SIZE];
 
+	dbox_msg_header_unsealed(placeholder);
 	memset(ap, 0, sizeof(*ap));
 	ap->fd = fd;
 	ap->offset = offset;

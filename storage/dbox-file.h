@@ -42,8 +42,9 @@ int dbox_file_read_header(int fd, size_t *header_len_r);
 
 /*
  * Appending one record.  The writer owns the tail of the file from `offset`
- * on: dbox_append_begin() writes a 30-byte zero placeholder header (as
- * Dovecot does), body bytes go to offset + 30 + body offset, and
+ * on: dbox_append_begin() writes a 30-byte placeholder header
+ * (dbox_msg_header_unsealed: where Dovecot writes zeros, one recovery
+ * tells from a torn record), body bytes go to offset + 30 + body offset, and
  * dbox_append_finish() writes the metadata block after the body, the real
  * message header over the placeholder, and truncates anything after the
  * block.  finish may be called again after more writes (the block is then
@@ -59,6 +60,11 @@ struct dbox_append {
 				  have written (a failed pwrite included):
 				  finish cuts the file back only below it */
 };
+
+/* Does a record being written start at offset of fd: the placeholder
+   header of dbox_append_begin, not yet replaced by the real one?  false
+   also when it cannot be read. */
+bool dbox_append_unsealed_at(int fd, uint64_t offset);
 
 /* Start a record at `offset`, the current end of the file (nothing may
    lie past it: see dbox_append_finish).  Returns 0,

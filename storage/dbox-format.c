@@ -117,6 +117,23 @@ void dbox_msg_header_format(uint8_t out[DBOX_MSG_HEADER_SIZE],
 	out[DBOX_MSG_HEADER_SIZE - 1] = '\n';
 }
 
+void dbox_msg_header_unsealed(uint8_t out[DBOX_MSG_HEADER_SIZE])
+{
+	memset(out, ' ', DBOX_MSG_HEADER_SIZE);
+	out[0] = 0x01;
+	out[1] = 0x02;
+	out[MSG_HDR_TYPE] = 'W';
+	out[DBOX_MSG_HEADER_SIZE - 1] = '\n';
+}
+
+bool dbox_msg_header_is_unsealed(const uint8_t buf[DBOX_MSG_HEADER_SIZE])
+{
+	uint8_t placeholder[DBOX_MSG_HEADER_SIZE];
+
+	dbox_msg_header_unsealed(placeholder);
+	return memcmp(buf, placeholder, DBOX_MSG_HEADER_SIZE) == 0;
+}
+
 int dbox_msg_header_parse(const uint8_t buf[DBOX_MSG_HEADER_SIZE],
 			  uint64_t *body_size_r, struct dbox_fault *fault)
 {

@@ -58,6 +58,17 @@ int dbox_file_header_parse(const char *buf, size_t len, size_t *header_len_r,
 void dbox_msg_header_format(uint8_t out[DBOX_MSG_HEADER_SIZE],
 			    uint64_t body_size);
 
+/* Fill out[DBOX_MSG_HEADER_SIZE] with the placeholder a record has while
+   it is written: the magic, type 'W', spaces and the final '\n'.  dboxfs's
+   own (Dovecot writes zeros): a reader takes it for no record (its type
+   is not 'N'), and crash recovery for the record of a save in flight
+   even when no index row names it (a create whose commit was deferred:
+   docs/dbox-format.md section 3). */
+void dbox_msg_header_unsealed(uint8_t out[DBOX_MSG_HEADER_SIZE]);
+
+/* Is buf the placeholder dbox_msg_header_unsealed writes? */
+bool dbox_msg_header_is_unsealed(const uint8_t buf[DBOX_MSG_HEADER_SIZE]);
+
 /* Parse a message header: checks the 0x01 0x02 magic, type 'N' and the final
    '\n'; the size accepts upper or lower case hex.  Returns 0 and sets
    *body_size_r, or -DBOX_ECORRUPT when the header is corrupt (including

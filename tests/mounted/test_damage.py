@@ -182,6 +182,9 @@ def restore_index_copied_mid_delivery(m, tmp_path, fsync=False, path=True):
         deliver(md, f"old{i}")
     fd = os.open(md / "tmp" / "late", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, body("late")[:100])
+    # The create's commit is deferred (DBOX_DEFER_MS, 10 ms): the copy
+    # below is one that holds the WRITING row, taken after it.
+    time.sleep(0.1)
     # The copy, taken now through SQLite's backup API (one snapshot).
     live = sqlite3.connect(f"file:{m.store / 'index.sqlite'}?mode=ro",
                            uri=True)

@@ -2504,8 +2504,10 @@ static void test_rollback(void **state)
 }
 
 
-/* Create name in the root as one operation, ended by commit_later. */
-static void create_later(struct fix *f, const char *name)
+/* Create name in the root as one operation, ended by commit_later
+   (made_inodes: as the mount's create of a message says); its inode. */
+static uint64_t create_later_as(struct fix *f, const char *name,
+				bool made_inodes)
 {
 	struct dbox_attr attr;
 
@@ -2514,7 +2516,13 @@ static void create_later(struct fix *f, const char *name)
 					   strlen(name), DBOX_KIND_MESSAGE,
 					   S_IFREG | 0600, 0, 0, dbox_now_ns(),
 					   &attr), 0);
-	assert_int_equal(dbox_index_commit_later(f->index), 0);
+	assert_int_equal(dbox_index_commit_later(f->index, made_inodes), 0);
+	return attr.ino;
+}
+
+static void create_later(struct fix *f, const char *name)
+{
+	create_later_as(f, name, false);
 }
 
 /* Deferred commits: operations ended by commit_later are seen by this
@@ -2591,6 +2599,42 @@ static void test_deferred_commits(void **state)
 	assert_int_equal(committed_names(f), names0 + 7);
 	assert_true(ino_at(f, DBOX_ROOT_INO, "f") != 0);
 	assert_int_equal(error_count, 0);
+}
+
+/* Deferred operations that made inodes, undone (here by a ROLLBACK as
+   SQLite makes one after an I/O error): the next create would get the
+   same inode number while the kernel still knows the first, so no write
+   transaction begins any more (EIO, said once) until the index is
+   opened again; reads go on.  Undone deferred operations that made no
+   inode (flag renames) stop nothing. */
+static void test_undone_deferred_creates_stop_writes(void **state)
+{
+	struct fix *f = *state;
+	struct dbox_attr attr;
+	uint64_t ino;
+
+	create_later(f, "flag");
+	assert_int_equal(sqlite3_exec(f->index->db, "ROLLBACK", NULL, NULL,
+				      NULL), SQLITE_OK);
+	errors_reset();
+	mk(f, DBOX_ROOT_INO, "after-flag", DBOX_KIND_FILE);
+	assert_int_equal(error_count, 1); /* "the last renames ... undone" */
+
+	ino = create_later_as(f, "new", true);
+	assert_int_equal(sqlite3_exec(f->index->db, "ROLLBACK", NULL, NULL,
+				      NULL), SQLITE_OK);
+	errors_reset();
+	assert_int_equal(dbox_index_begin(f->index), -EIO);
+	assert_non_null(strstr(last_error, "mount it again"));
+	assert_int_equal(dbox_index_begin(f->index), -EIO);
+	assert_int_equal(dbox_index_lookup(f->index, DBOX_ROOT_INO, "new", 3,
+					   &attr), -ENOENT);
+	assert_true(ino_at(f, DBOX_ROOT_INO, "after-flag") != 0);
+	/* Opened again: writes go on (the kernel of a new mount knows no
+	   inode of the old one). */
+	reopen(f);
+	assert_true(mk(f, DBOX_ROOT_INO, "later", DBOX_KIND_FILE) >= ino);
+	errors_reset();
 }
 
 /* An index holding a trigger or view dboxfs did not make - the store
@@ -3044,6 +3088,7 @@ int main(void)
 		T(test_deferred_commits),
 		T(test_foreign_trigger_refused),
 		T(test_trigger_added_while_open_does_nothing),
+		T(test_undone_deferred_creates_stop_writes),
 		T(test_setattr),
 		T(test_symlink),
 		T(test_xattr),
