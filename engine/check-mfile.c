@@ -289,19 +289,44 @@ static void report_bads(struct check *c, const struct check_mfile *f)
 static void check_tail(struct check *c, const struct check_mfile *f, int fd,
 		       const char *name)
 {
-	int64_t inflight;
-	uint64_t start, end;
+	int64_t inflight, mark;
+	uint64_t start, end, committed = f->committed;
 	long whole = 0, kept_whole = 0;
 	struct check_at at = { .file_id = f->id, .offset = f->committed };
 
-	dbox_store_tail_state(c->index, f->id, f->committed, f->size, &inflight,
+	/* Records sealed with their path, whose rows a crash took (the
+	   create of a delivery is a deferred commit: a kill between its
+	   close's seal and commit leaves one), the next mount puts back
+	   first (store-restore.c): a note, and the rest judged from after
+	   them, as recovery does. */
+	if (c->offline && !c->import_killed) {
+		size_t back;
+
+		mark = dbox_store_copy_mark(c->index, f->id, committed, f->size);
+		end = dbox_store_restorable_end(fd, f->id, committed, mark < 0 ?
+						UINT64_MAX : (uint64_t)mark,
+						&back);
+		if (back > 0) {
+			at.end = end;
+			check_note(c, DBOX_CHECK_TAIL, &at, "%s: %zu records "
+				   "after the committed end %llu are mail "
+				   "whose index rows a crash lost; the next "
+				   "mount puts them back at their paths",
+				   name, back, (unsigned long long)committed);
+			committed = end;
+			at.offset = end;
+		}
+	}
+	if (f->size <= committed)
+		return;
+	dbox_store_tail_state(c->index, f->id, committed, f->size, &inflight,
 			      &start);
 	/* A killed import's records are in flight from the committed end
 	   on, as recovery takes them (store-recover.c). */
 	if (c->import_killed && inflight < 0)
 		inflight = (int64_t)start;
-	if (start > f->committed)
-		kept_whole = dbox_file_tail_records(fd, f->id, f->committed,
+	if (start > committed)
+		kept_whole = dbox_file_tail_records(fd, f->id, committed,
 						    start, &end, NULL, NULL);
 	if (c->offline && (inflight < 0 || (uint64_t)inflight > start))
 		whole = dbox_file_tail_records(fd, f->id, start, inflight < 0 ?
@@ -317,7 +342,7 @@ static void check_tail(struct check *c, const struct check_mfile *f, int fd,
 			      "index (is the index older than "
 			      DBOX_STORE_STORAGE "/?); "
 			      "'dboxadm rebuild' brings them back", name, whole,
-			      (unsigned long long)f->committed);
+			      (unsigned long long)committed);
 	if (c->offline && f->size > end) {
 		uint64_t e;
 		/* As recovery judges it (store-recover.c): only a record in

@@ -631,6 +631,36 @@ static int restore_records(struct dbox_store *st, uint32_t file_id,
 	return 0;
 }
 
+/* The first pass of a restore: t->count and t->last_end of the records
+   from committed to put back.  Returns 0 or a negative errno. */
+static int restorable(struct tail *t, int fd, uint32_t file_id,
+		      uint64_t committed, uint64_t stop)
+{
+	uint64_t end;
+	long whole = dbox_file_tail_records(fd, file_id, committed, stop,
+					    &end, tail_cb, t);
+	int ret = whole < 0 ? (int)whole : t->err;
+
+	if (ret == 0 && whole > 0)
+		ret = tail_extent(t);
+	free(t->s);
+	t->s = NULL;
+	return ret;
+}
+
+uint64_t dbox_store_restorable_end(int fd, uint32_t file_id,
+				   uint64_t committed, uint64_t stop,
+				   size_t *count_r)
+{
+	struct tail t = { 0 };
+
+	*count_r = 0;
+	if (restorable(&t, fd, file_id, committed, stop) < 0 || t.count == 0)
+		return committed;
+	*count_r = t.count;
+	return t.last_end;
+}
+
 uint64_t dbox_store_restore_sealed(struct dbox_store *st, int fd,
 				    uint32_t file_id, bool alt,
 				    uint64_t committed, uint64_t stop)
@@ -643,13 +673,7 @@ uint64_t dbox_store_restore_sealed(struct dbox_store *st, int fd,
 	int ret;
 
 	dbox_store_assert_locked(st);
-	whole = dbox_file_tail_records(fd, file_id, committed, stop, &end,
-				       tail_cb, &t);
-	ret = whole < 0 ? (int)whole : t.err;
-	if (ret == 0 && whole > 0)
-		ret = tail_extent(&t);
-	free(t.s);
-	t.s = NULL;
+	ret = restorable(&t, fd, file_id, committed, stop);
 	if (ret == 0 && t.count == 0)
 		return committed;
 	if (ret == 0) {

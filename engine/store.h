@@ -347,6 +347,17 @@ void dbox_store_drop_inflight_marks(struct dbox_store *st);
 int64_t dbox_store_copy_mark(struct dbox_index *index, uint32_t file_id,
 			     uint64_t committed, uint64_t file_size);
 
+/* Where the whole records of m.<file_id> (open as fd) that crash
+   recovery puts back (dbox_store_restore_sealed: sealed with their
+   path, or copies of such) end, from its committed end `committed` and
+   stopping before `stop` (dbox_store_copy_mark; UINT64_MAX: none);
+   *count_r how many.  Reads the file only: what `dboxadm check` of a
+   store not mounted says the next mount does.  Returns committed (and
+   0) when there are none or the file cannot be read. */
+uint64_t dbox_store_restorable_end(int fd, uint32_t file_id,
+				   uint64_t committed, uint64_t stop,
+				   size_t *count_r);
+
 /* The bytes of m.<file_id> past its committed end (bytes) as crash
    recovery and check judge them, from the index: *inflight_r the offset
    where a write in flight starts - a delivery's WRITING row, the

@@ -152,6 +152,9 @@ def test_mail_an_older_index_lost_is_put_back_at_mount(tmp_path, fsync):
     try:
         older_index_and_20_more(m, tmp_path, "restored_backup", fsync=fsync)
         sizes = {p.name: p.stat().st_size for p in (m.store / "storage").iterdir()}
+        # check, before that mount, says what it will do: no problem.
+        rc, out = adm("check", m.store)
+        assert rc == 0 and "the next mount puts them back" in out, out
 
         m.mount()
         log = m.log_text()
