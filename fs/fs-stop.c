@@ -45,6 +45,8 @@ struct fs_stop {
 					 (detached the mount, or found another
 					 at its path): none by path after it
 					 (atomic) */
+	bool detached;                /* the mount is detached: the session
+					 ends when nothing uses it (atomic) */
 };
 
 /* The name the stop looks up in the mount point to know it is this
@@ -213,6 +215,12 @@ bool fs_stop_is_asking(struct fs *fs, fuse_req_t req, const char *name)
 	return asker != 0 && fuse_req_ctx(req)->pid == asker;
 }
 
+bool fs_stop_detached(const struct fs *fs)
+{
+	return fs->stop != NULL &&
+		__atomic_load_n(&fs->stop->detached, __ATOMIC_ACQUIRE);
+}
+
 bool fs_stop_took_unmount(const struct fs *fs)
 {
 	return fs->stop != NULL &&
@@ -271,6 +279,7 @@ static void *stop_thread(void *arg)
 			return NULL;
 		}
 	} else {
+		__atomic_store_n(&s->detached, true, __ATOMIC_RELEASE);
 		dbox_info("%s: detached; the mount stops when nothing uses it "
 			  "any more (%d open files; a working directory in it "
 			  "counts too)", s->fs->mountpoint, open_files);

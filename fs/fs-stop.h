@@ -45,6 +45,10 @@ int fs_stop_start(struct fs *fs);
 bool fs_stop_is_asking(struct fs *fs, fuse_req_t req, const char *name);
 #define FS_STOP_ANSWER ENOTUNIQ
 
+/* Has the stop detached the mount (the session then ends when the last
+   file open on it is closed)?  Any thread. */
+bool fs_stop_detached(const struct fs *fs);
+
 /* Did root's stop deal with the unmount itself (detached the mount, or
    found another mount at the mount point)?  Then nothing may unmount the
    mount point by its path afterwards (libfuse's fuse_session_unmount
