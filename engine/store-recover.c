@@ -475,7 +475,7 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 			   one (a save commits its file first, so a file whose
 			   creation never committed holds none). */
 			char copy[DBOX_LOST_FOUND_NAME_SIZE];
-			uint64_t keep_end, scan_end;
+			uint64_t keep_end;
 			long whole = dbox_file_tail_records(fd, id, header_len,
 							    UINT64_MAX, &keep_end,
 							    NULL, NULL);
@@ -536,13 +536,10 @@ static void recover_unknown_mfiles(struct dbox_store *st, bool alt)
 				keep_end = header_len;
 			}
 			/* The save that made the file, killed before the
-			   commit of its row (a record's placeholder header,
-			   not whole): dropped as its delivery is, without a
-			   copy (helper-89: a 30-byte lost+found/m.N-16). */
-			if (dbox_append_unsealed_at(fd, keep_end) &&
-			    dbox_file_tail_records(fd, id, keep_end, UINT64_MAX,
-						   &scan_end, NULL,
-						   NULL) == 0)
+			   commit of its row (a record's placeholder header:
+			   never whole): dropped as its delivery is, without
+			   a copy (helper-89: a 30-byte lost+found/m.N-16). */
+			if (dbox_append_unsealed_at(fd, keep_end))
 				copy_first = false;
 			if ((uint64_t)stbuf.st_size > keep_end &&
 			    !shared_file(root, d->d_name, &stbuf) &&

@@ -640,9 +640,6 @@ static int store_open(struct dbox_store *st, const char *path,
 		st->index_path = NULL;
 		return -ENOMEM;
 	}
-	/* The real path may be longer (a symbolic link on the way). */
-	if ((ret = dbox_index_path_check(st->index_path, path)) < 0)
-		return ret;
 	if ((ret = same_dir(st->dir_fd, st->path)) < 0) {
 		dbox_error("%s: the store directory changed while it was opened",
 			   path);
