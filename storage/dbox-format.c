@@ -134,6 +134,14 @@ bool dbox_msg_header_is_unsealed(const uint8_t buf[DBOX_MSG_HEADER_SIZE])
 	return memcmp(buf, placeholder, DBOX_MSG_HEADER_SIZE) == 0;
 }
 
+bool dbox_msg_header_is_zero(const uint8_t buf[DBOX_MSG_HEADER_SIZE])
+{
+	for (size_t i = 0; i < DBOX_MSG_HEADER_SIZE; i++)
+		if (buf[i] != 0)
+			return false;
+	return true;
+}
+
 int dbox_msg_header_parse(const uint8_t buf[DBOX_MSG_HEADER_SIZE],
 			  uint64_t *body_size_r, struct dbox_fault *fault)
 {

@@ -69,6 +69,10 @@ void dbox_msg_header_unsealed(uint8_t out[DBOX_MSG_HEADER_SIZE]);
 /* Is buf the placeholder dbox_msg_header_unsealed writes? */
 bool dbox_msg_header_is_unsealed(const uint8_t buf[DBOX_MSG_HEADER_SIZE]);
 
+/* Is buf all zero bytes: the header Dovecot writes while a record's body
+   is written (docs/dbox-format.md section 3), or a torn write? */
+bool dbox_msg_header_is_zero(const uint8_t buf[DBOX_MSG_HEADER_SIZE]);
+
 /* Parse a message header: checks the 0x01 0x02 magic, type 'N' and the final
    '\n'; the size accepts upper or lower case hex.  Returns 0 and sets
    *body_size_r, or -DBOX_ECORRUPT when the header is corrupt (including

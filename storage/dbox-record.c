@@ -91,6 +91,16 @@ int dbox_record_verify(int fd, uint64_t offset, uint64_t expected_body_size,
 	if (got < DBOX_MSG_HEADER_SIZE)
 		return dbox_fault_set(fault, offset, "file ends inside the "
 				      "message header");
+	/* dboxfs's placeholder (dbox-format.h) and Dovecot's zeros are a
+	   header no save finished: named so, not called corrupt. */
+	if (dbox_msg_header_is_unsealed(header))
+		return dbox_fault_set(fault, offset, "a record whose write "
+				      "never finished (dboxfs's placeholder "
+				      "header)");
+	if (dbox_msg_header_is_zero(header))
+		return dbox_fault_set(fault, offset, "zeros where the message "
+				      "header goes (a write that never "
+				      "finished, or a torn one)");
 	if (dbox_msg_header_parse(header, &body_size, NULL) < 0)
 		return dbox_fault_set(fault, offset, "corrupt message header "
 				      "(bad magic, type or size)");

@@ -136,6 +136,26 @@ static void test_record_verify_fault(void **state)
 					  &md, &record_size), -EIO);
 	assert_int_equal(error_count, 1);
 	assert_non_null(strstr(last_error, "corrupt message header"));
+	/* A header no save finished is named so, not called corrupt:
+	   dboxfs's placeholder, and Dovecot's zeros. */
+	uint8_t header[DBOX_MSG_HEADER_SIZE];
+
+	dbox_msg_header_unsealed(header);
+	assert_int_equal(pwrite(fd, header, sizeof(header), (off_t)offset),
+			 (ssize_t)sizeof(header));
+	assert_int_equal(dbox_record_verify(fd, offset, UINT64_MAX, &body_size,
+					    &md, &record_size, &fault),
+			 -DBOX_ECORRUPT);
+	assert_non_null(strstr(fault.reason, "never finished (dboxfs's "
+			       "placeholder header)"));
+	memset(header, 0, sizeof(header));
+	assert_int_equal(pwrite(fd, header, sizeof(header), (off_t)offset),
+			 (ssize_t)sizeof(header));
+	assert_int_equal(dbox_record_verify(fd, offset, UINT64_MAX, &body_size,
+					    &md, &record_size, &fault),
+			 -DBOX_ECORRUPT);
+	assert_non_null(strstr(fault.reason, "zeros where the message header "
+			       "goes"));
 	close(fd);
 	rm_rf(dir);
 }
