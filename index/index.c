@@ -63,16 +63,10 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_DIR_HAS_ENTRIES] = "SELECT 1 FROM entry WHERE parent = ?1 LIMIT 1",
 	[ST_NAME_OF] = "SELECT name, parent FROM entry WHERE ino = ?1 LIMIT 1",
 	[ST_PARENT_OF] = "SELECT parent FROM entry WHERE ino = ?1 LIMIT 1",
-	/* The names from the root down to ino (one of its names), in one
-	   statement and so one read of the WAL-index (?2 the root, ?3 the
-	   most steps up: a cycle ends there). */
-	[ST_PATH] = "WITH RECURSIVE up(parent, name, depth) AS ("
-		    " SELECT * FROM (SELECT parent, name, 0 FROM entry"
-		    "  WHERE ino = ?1 LIMIT 1)"
-		    " UNION ALL SELECT e.parent, e.name, up.depth + 1"
-		    "  FROM entry e JOIN up ON e.ino = up.parent"
-		    "  WHERE up.parent != ?2 AND up.depth < ?3)"
-		    " SELECT name, parent, depth FROM up ORDER BY depth DESC",
+	/* The read transaction of dbox_index_path when none is open: its
+	   steps up read one snapshot, with one read of the WAL-index. */
+	[ST_PATH_BEGIN] = "SAVEPOINT path",
+	[ST_PATH_END] = "RELEASE path",
 	/* One row by its key: no RETURNING and no IN list, each of which
 	   costs SQLite an ephemeral table per run (the caller knows the
 	   attributes after). */

@@ -405,8 +405,8 @@ int dbox_index_name_of(struct dbox_index *index, uint64_t dir, char **name_r);
 
 /* The path of inode ino below the root: the names of one of its
    entries and of the directories above it, joined by '/' ("tmp/1.host",
-   ".A/cur/2.h:2,S"), malloc()ed into *path_r (caller frees); one
-   statement.  Returns 0, -ENOENT (no name: the root, or unlinked),
+   ".A/cur/2.h:2,S"), malloc()ed into *path_r (caller frees); one read
+   transaction.  Returns 0, -ENOENT (no name: the root, or unlinked),
    -EINVAL (a name holds '/', CR, LF or NUL: a damaged row, or a name no
    metadata line can carry), -ENOMEM, or -EIO (the way up does not reach
    the root within DBOX_TREE_MAX_DEPTH directories: a cycle). */

@@ -1769,6 +1769,56 @@ static void test_mailbox_name(void **state)
 	expect_mailbox(f, xy_cur, "z");
 }
 
+/* dbox_index_path: a name per step up, in the caller's transaction or
+   in its own; what is no way up to the root is refused. */
+static void test_path(void **state)
+{
+	struct fix *f = *state;
+	uint64_t a = mk(f, DBOX_ROOT_INO, ".A", DBOX_KIND_DIR);
+	uint64_t cur = mk(f, a, "cur", DBOX_KIND_DIR);
+	uint64_t m = mk(f, cur, "1.host:2,S", DBOX_KIND_MESSAGE);
+	uint64_t top = mk(f, DBOX_ROOT_INO, "t", DBOX_KIND_MESSAGE);
+	char *path = NULL, sql[128];
+
+	assert_int_equal(dbox_index_path(f->index, m, &path), 0);
+	assert_string_equal(path, ".A/cur/1.host:2,S");
+	free(path);
+	assert_true(sqlite3_get_autocommit(f->index->db));
+	assert_int_equal(dbox_index_path(f->index, top, &path), 0);
+	assert_string_equal(path, "t");
+	free(path);
+	tx_begin(f);
+	assert_int_equal(dbox_index_path(f->index, m, &path), 0);
+	assert_string_equal(path, ".A/cur/1.host:2,S");
+	free(path);
+	assert_false(sqlite3_get_autocommit(f->index->db));
+	dbox_index_rollback(f->index);
+	assert_int_equal(dbox_index_path(f->index, DBOX_ROOT_INO, &path),
+			 -ENOENT);
+	assert_null(path);
+	assert_int_equal(dbox_index_path(f->index, m + 100, &path), -ENOENT);
+	/* Damaged rows: a name no path component can be, a cycle, a lost
+	   parent. */
+	snprintf(sql, sizeof(sql), "UPDATE entry SET name = "
+		 "CAST('c' || char(10) || 'r' AS BLOB) WHERE ino = %llu",
+		 (unsigned long long)cur);
+	raw_sql(f->path, sql);
+	assert_int_equal(dbox_index_path(f->index, m, &path), -EINVAL);
+	snprintf(sql, sizeof(sql), "UPDATE entry SET name = CAST('cur' AS "
+		 "BLOB) WHERE ino = %llu", (unsigned long long)cur);
+	raw_sql(f->path, sql);
+	snprintf(sql, sizeof(sql), "UPDATE entry SET parent = %llu WHERE "
+		 "ino = %llu", (unsigned long long)cur, (unsigned long long)a);
+	raw_sql(f->path, sql);
+	assert_int_equal(dbox_index_path(f->index, m, &path), -EIO);
+	snprintf(sql, sizeof(sql), "UPDATE entry SET parent = 999999 WHERE "
+		 "ino = %llu", (unsigned long long)a);
+	raw_sql(f->path, sql);
+	assert_int_equal(dbox_index_path(f->index, m, &path), -EIO);
+	assert_null(path);
+	assert_true(sqlite3_get_autocommit(f->index->db));
+}
+
 /* --- message locations and m.N files ---------------------------------- */
 
 static void test_msg_roundtrip(void **state)
@@ -3074,6 +3124,7 @@ int main(void)
 		T(test_readdir_rename_during),
 		T(test_readdir_many),
 		T(test_mailbox_name),
+		T(test_path),
 		T(test_msg_roundtrip),
 		T(test_mfile),
 		T(test_recover),

@@ -543,6 +543,36 @@ static void test_vsize(void **state)
 	assert_int_equal(dbox_vsize_add("\nx\n", 3, cr, &cr), 4);
 	assert_false(cr);
 	assert_int_equal(dbox_vsize_add("\n", 1, false, NULL), 2);
+	/* An empty chunk between a CR and its LF keeps the CR. */
+	assert_int_equal(dbox_vsize_add("a\r", 2, false, &cr), 2);
+	assert_int_equal(dbox_vsize_add("", 0, cr, &cr), 0);
+	assert_true(cr);
+	assert_int_equal(dbox_vsize_add("\n", 1, cr, &cr), 1);
+	/* Random text of CR, LF and x in random chunks, against the rule
+	   counted byte by byte: each LF without a CR before it adds one. */
+	srand(14);
+	for (int round = 0; round < 200; round++) {
+		char text[300];
+		size_t len = (size_t)(rand() % (int)sizeof(text));
+		uint64_t want = len, got = 0;
+		size_t at = 0;
+
+		for (size_t i = 0; i < len; i++) {
+			text[i] = "\r\nxx"[rand() % 4];
+			if (text[i] == '\n' && (i == 0 || text[i - 1] != '\r'))
+				want++;
+		}
+		cr = false;
+		while (at < len) {
+			size_t n = (size_t)(rand() % 40);
+
+			n = n > len - at ? len - at : n;
+			got += dbox_vsize_add(text + at, n, cr, &cr);
+			at += n;
+		}
+		assert_int_equal(got, want);
+		assert_int_equal(cr, len > 0 && text[len - 1] == '\r');
+	}
 }
 
 static void test_guid(void **state)
