@@ -383,8 +383,12 @@ int dbox_store_lock_shared(int dir_fd, const char *path)
 {
 	int fd;
 
-	fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
-		    O_NOCTTY | O_CLOEXEC);
+	fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDONLY | O_CREAT | O_NOFOLLOW |
+		    O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0600);
+	if (fd < 0 && (errno == EROFS || errno == EACCES))
+		/* No file can be made here: is there one? */
+		fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDONLY | O_NOFOLLOW |
+			    O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT)
 		return -ENOENT;
 	if (fd < 0)

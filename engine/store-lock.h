@@ -39,8 +39,12 @@
 int dbox_store_lock(int dir_fd, const char *path);
 
 /* Take the lock shared, for a process that only reads the store (on
-   read-only media): STORE/lock opened read-only, never created (a store
-   without one is used without a lock), never through a symbolic link.
+   read-only media): STORE/lock opened read-only, created (0600) when
+   missing and the store's directory takes it - a fresh backup has none,
+   and a read-write mount or dboxadm would create one and take it while
+   the reader holds nothing (helper-90) -; only a store that can take no
+   file (read-only media, no write permission) is used without a lock.
+   Never through a symbolic link.
    Fails like dbox_store_lock while a writer holds the store (-EBUSY,
    logged), after the same wait for a writer that is closing.  Returns the
    descriptor, -ENOENT (not logged) when there is no lock file, or -errno

@@ -210,7 +210,7 @@ static int open_layout(struct dbox_store *st, const char *path, bool create)
 	if (st->readonly) {
 		st->lock_fd = dbox_store_lock_shared(st->dir_fd, path);
 		if (st->lock_fd == -ENOENT)
-			st->lock_fd = -1; /* nobody can have it: no lock */
+			st->lock_fd = -1; /* none, and none can be made */
 		else if (st->lock_fd < 0)
 			return st->lock_fd;
 	} else if ((st->lock_fd = dbox_store_lock(st->dir_fd, path)) < 0) {

@@ -332,3 +332,34 @@ def test_second_mount_names_the_holder(tmp_path):
         assert f"pid {pid}, a dboxfs mount on {m.mnt})" in err, err
         if not opts:
             assert f"{m.mnt}); unmount it or wait for it" in err, err
+
+
+def test_ro_mount_of_a_fresh_backup_holds_its_lock(tmp_path):
+    """A backup has no STORE/lock, and a read-only mount of it took no
+    lock: a read-write mount of the same backup started beside it, and
+    an offline purge deleted an m.N the read-only mount was serving
+    (helper-90).  The read-only mount now makes the lock file and holds
+    it shared, so both are refused while it is mounted."""
+    src = sample_maildir(tmp_path / "Maildir", messages=6)
+    store, bk = tmp_path / "store", tmp_path / "bk"
+    assert adm("import", store, src).returncode == 0
+    r = adm("backup", store, bk)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not (bk / "lock").exists()
+    m = Mount(bk, tmp_path / "mnt", options=["-o", "ro"]).mount()
+    try:
+        (tmp_path / "mnt2").mkdir()
+        rc, err = run_rw_mount(bk, tmp_path / "mnt2")
+        assert rc != 0 and not is_mounted(tmp_path / "mnt2"), err
+        assert "is mounted read-only (pid" in err, err
+        r = adm("purge", bk)
+        assert r.returncode != 0, r.stdout + r.stderr
+        assert "mounted read-only" in r.stderr, r.stderr
+        for p in src.rglob("*"):
+            if p.is_file():
+                got = (m.mnt / p.relative_to(src)).read_bytes()
+                assert got == p.read_bytes(), p
+    finally:
+        m.unmount()
+    assert (bk / "lock").read_bytes() == b""
+    assert adm("check", bk).returncode == 0
