@@ -187,7 +187,8 @@ int check_plain_files(struct check *c)
    m.N-OFFSET) holds from its start: 0 for none, for a name of another
    form or for anything but a regular file (never followed, never a
    FIFO's open that would wait). */
-static long lost_found_whole(int dir_fd, const char *name)
+static long lost_found_whole(struct check *c, int dir_fd, const char *name,
+			     bool *copies_r)
 {
 	char mfile[16];
 	uint32_t id;
@@ -210,6 +211,11 @@ static long lost_found_whole(int dir_fd, const char *name)
 	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
 		whole = dbox_file_tail_records(fd, id, 0, UINT64_MAX, &end,
 					       NULL, NULL);
+	/* Copies of messages the index has, byte for byte (an older
+	   recovery kept a killed purge's copies: helper-92). */
+	*copies_r = whole > 0 &&
+		dbox_store_tail_copies(c->index, c->view->storage_fd,
+				       c->view->alt_fd, fd, id, 0, &whole);
 	close(fd);
 	return whole > 0 ? whole : 0;
 }
@@ -229,6 +235,7 @@ void check_lost_found(struct check *c)
 	}
 	while ((de = readdir(d)) != NULL) {
 		struct stat sb;
+		bool copies = false;
 		long whole;
 
 		if (de->d_name[0] == '.' ||
@@ -248,8 +255,16 @@ void check_lost_found(struct check *c)
 				   de->d_name, (unsigned long long)sb.st_size);
 			continue;
 		}
-		whole = lost_found_whole(fd, de->d_name);
-		if (whole > 0)
+		whole = lost_found_whole(c, fd, de->d_name, &copies);
+		if (copies)
+			check_note(c, DBOX_CHECK_LOST_FOUND, NULL, "%s/%s: %llu "
+				   "bytes crash recovery cut off an m.N, kept as "
+				   "a copy; its %ld whole message records are "
+				   "all copies of messages the index has (a "
+				   "purge a crash cut short): nothing in it is "
+				   "needed", DBOX_STORE_LOST_FOUND, de->d_name,
+				   (unsigned long long)sb.st_size, whole);
+		else if (whole > 0)
 			check_note(c, DBOX_CHECK_LOST_FOUND, NULL, "%s/%s: %llu bytes crash recovery "
 				   "or rebuild cut off an m.N, kept as a copy; it holds %ld "
 				   "whole message records: a save a crash cut "

@@ -346,23 +346,41 @@ static void check_tail(struct check *c, const struct check_mfile *f, int fd,
 	if (c->offline && f->size > end) {
 		uint64_t e;
 		/* As recovery judges it (store-recover.c): only a record in
-		   flight that is not whole yet goes without a copy; one with
-		   no row is told by its placeholder header. */
-		bool only_inflight;
+		   flight that is not whole yet, or whole copies of messages
+		   the index has, go without a copy; one with no row is told
+		   by its placeholder header. */
+		bool at_mark, only_inflight, copies = false;
+		long n = 0;
 
 		if (inflight < 0 && dbox_append_unsealed_at(fd, end))
 			inflight = (int64_t)end;
-		only_inflight = inflight >= 0 &&
-			(uint64_t)inflight == end &&
+		at_mark = inflight >= 0 && (uint64_t)inflight == end;
+		only_inflight = at_mark &&
 			dbox_file_tail_records(fd, f->id, end, UINT64_MAX, &e,
 					       NULL, NULL) == 0;
+		if (at_mark && !only_inflight)
+			copies = dbox_store_tail_copies(c->index,
+							c->view->storage_fd,
+							c->view->alt_fd, fd,
+							f->id, end, &n);
 
 		at.offset = end;
-		check_note(c, DBOX_CHECK_TAIL, &at, "%s: %llu bytes after %llu, "
-			   "an unfinished write (the next mount cuts them%s)",
-			   name, (unsigned long long)(f->size - end),
-			   (unsigned long long)end, only_inflight ? "" :
-			   ", keeping a copy in " DBOX_STORE_LOST_FOUND "/");
+		if (copies)
+			check_note(c, DBOX_CHECK_TAIL, &at, "%s: %llu bytes after "
+				   "%llu, an unfinished purge or rewrite: %ld "
+				   "whole records are copies of messages the "
+				   "index has at their old place (the next "
+				   "mount cuts them; nothing is lost)", name,
+				   (unsigned long long)(f->size - end),
+				   (unsigned long long)end, n);
+		else
+			check_note(c, DBOX_CHECK_TAIL, &at, "%s: %llu bytes "
+				   "after %llu, an unfinished write (the next "
+				   "mount cuts them%s)", name,
+				   (unsigned long long)(f->size - end),
+				   (unsigned long long)end, only_inflight ? "" :
+				   ", keeping a copy in "
+				   DBOX_STORE_LOST_FOUND "/");
 	}
 }
 

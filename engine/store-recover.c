@@ -348,7 +348,13 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 			(uint64_t)inflight == keep_end ?
 			dbox_file_tail_records(fd, file_id, keep_end,
 					       UINT64_MAX, &end, NULL, NULL) : -1;
-		bool only_inflight = whole_inflight == 0;
+		/* A purge's or rewrite's copies of messages the index has
+		   whole at their old place: no mail of their own. */
+		bool copies = whole_inflight > 0 &&
+			dbox_store_tail_copies(st->index, st->storage_fd,
+					       st->alt_fd, fd, file_id,
+					       keep_end, &whole_inflight);
+		bool only_inflight = whole_inflight == 0 || copies;
 
 		if (!only_inflight &&
 		    save_cut_bytes(st, fd, name, alt, keep_end, stbuf.st_size,
@@ -361,7 +367,15 @@ static int recover_mfile(void *ctx, uint32_t file_id, uint64_t size)
 			close(fd);
 			return 0;
 		}
-		if (whole_inflight > 0)
+		if (copies)
+			dbox_info("%s/" DBOX_STORE_STORAGE "/%s: %ld whole records "
+				  "from offset %llu are copies of messages the "
+				  "index has at their old place (a purge or "
+				  "rewrite the crash cut before its commit); "
+				  "nothing is lost", dbox_store_dir_name(st, alt),
+				  name, whole_inflight,
+				  (unsigned long long)keep_end);
+		else if (whole_inflight > 0)
 			dbox_warning("%s/" DBOX_STORE_STORAGE "/%s: %ld whole records from "
 				     "offset %llu, where the index has a write in "
 				     "flight: a save the crash cut short, or mail "

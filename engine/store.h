@@ -358,6 +358,19 @@ uint64_t dbox_store_restorable_end(int fd, uint32_t file_id,
 				   uint64_t committed, uint64_t stop,
 				   size_t *count_r);
 
+/* store-copies.c: are the whole records of m.<file_id> (open as fd) from
+   offset `from` on - an in-flight mark - each a copy of a committed
+   message the index still has elsewhere, its body the same bytes (a
+   purge's or a copy-on-write rewrite's copies whose commit a crash
+   took)?  Then cutting them loses nothing, and they need no copy in
+   lost+found/.  storage_fd and alt_fd (either may be -1) hold the other
+   m.N.  *count_r gets the number of whole records.  false when there
+   are none, when any is no such copy (another GUID, other bytes, none),
+   past 65,536 records, or on any error: the caller then keeps a copy. */
+bool dbox_store_tail_copies(struct dbox_index *index, int storage_fd,
+			    int alt_fd, int fd, uint32_t file_id,
+			    uint64_t from, long *count_r);
+
 /* The bytes of m.<file_id> past its committed end (bytes) as crash
    recovery and check judge them, from the index: *inflight_r the offset
    where a write in flight starts - a delivery's WRITING row, the
