@@ -154,3 +154,19 @@ def test_dump_and_json_escape_c1_controls(tmp_path):
     assert b"\\u009b31mRED" in stats.stdout, stats.stdout
     for out in (dump.stdout + dump.stderr, stats.stdout + stats.stderr):
         assert terminal_controls(out) == [], out
+
+
+def test_root_verb_on_a_missing_name_in_tmp_says_it_is_missing():
+    """Root's check of a mistyped store name straight in /tmp said only
+    that root makes no store in a directory others may write to, which
+    read as a refusal of a store that exists (helper-90)."""
+    if os.geteuid() != 0:
+        pytest.skip("root's rule")
+    name = f"/tmp/dboxfs-no-such-store-{os.getpid()}"
+    assert not os.path.exists(name)
+    for verb in ("check", "stats"):
+        r = subprocess.run([str(DBOXADM), verb, name], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert f"{name}: No such file or directory" in r.stderr, r.stderr
+    assert not os.path.exists(name)

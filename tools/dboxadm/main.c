@@ -248,6 +248,17 @@ int adm_store_enter(const char *store)
 		dbox_store_owner_free(&o);
 		return ADM_EXIT_USAGE;
 	case -EPERM:
+		if (o.shared_dir && o.new_store) {
+			/* check or stats of a mistyped name too (helper-90:
+			   it read as a refusal of a store that exists). */
+			adm_error("%s: %s, and root makes no store in a "
+				  "directory other users may write to (one of "
+				  "them could put a link to another store at "
+				  "its name first); use a directory only root "
+				  "writes to", store, strerror(ENOENT));
+			dbox_store_owner_free(&o);
+			return ADM_EXIT_USAGE;
+		}
 		if (o.shared_dir) {
 			adm_error("%s: in a directory other users may write "
 				  "to, one of them could put a link to another "
