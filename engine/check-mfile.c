@@ -467,8 +467,12 @@ static bool scan_end(struct check *c, struct check_mfile *f,
 	if (!f->exists) {
 		/* Messages in it are reported one by one; without any the
 		   file is no loss. */
+		bool away = f->alt ? c->view->alt_err < 0 :
+			    c->view->storage_err < 0;
+
 		check_note(c, DBOX_CHECK_MFILE, &at, "the index knows %s, which "
-			   "is not there", shown);
+			   "is %s", shown, away ? "not reachable (see above)" :
+			   "not there");
 		return false;
 	}
 	if (!f->known && !c->offline) {

@@ -570,6 +570,13 @@ def test_missing_alt_gives_eio_for_its_messages_only(tmp_path, make_mount):
     for fid in in_alt:
         assert f"{alt}/storage/m.{fid}".encode() in r.stdout, r.stdout
     assert f" storage/m.{min(in_alt)} ".encode() not in r.stdout, r.stdout
+    # Its advice is to bring the ALT back, not a repair: a rebuild or
+    # a backup's m.N are for bytes that are gone (helper-90).
+    assert b"is not reachable: unreadable (EIO) until its storage is back" \
+        in r.stdout, r.stdout
+    assert b"make the storage named above reachable" in r.stdout, r.stdout
+    assert b"rebuild" not in r.stdout and b"missing or damaged" not in r.stdout, \
+        r.stdout
     # stats counts the ALT's m.N as not on disk (not as no file at all),
     # says why, and exits 1; with the ALT back, 0 and none missing.
     r = adm("stats", "--json", "--files", store, check_rc=1)
