@@ -93,7 +93,8 @@ int dbox_altmove_progress(struct dbox_store *st, int64_t request_ns,
 }
 
 int dbox_altmove_record(struct dbox_store *st, int64_t request_ns,
-			const struct dbox_purge_result *res)
+			const struct dbox_purge_result *res,
+			const struct dbox_purge_result *purged)
 {
 	const struct meta_kv kv[] = {
 		{ DBOX_META_ALTMOVE_ERROR, res->error },
@@ -102,6 +103,11 @@ int dbox_altmove_record(struct dbox_store *st, int64_t request_ns,
 		{ DBOX_META_ALTMOVE_FILES,
 		  (int64_t)(res->files_purged + res->garbage_files) },
 		{ DBOX_META_ALTMOVE_FREED, (int64_t)res->bytes_freed },
+		{ DBOX_META_ALTMOVE_PURGED_FILES,
+		  (int64_t)(purged->files_purged + purged->garbage_files) },
+		{ DBOX_META_ALTMOVE_PURGED_FREED, (int64_t)purged->bytes_freed },
+		{ DBOX_META_ALTMOVE_PURGED_COPIED,
+		  (int64_t)purged->bytes_moved },
 		{ DBOX_META_ALTMOVE_DONE, request_ns },
 	};
 
@@ -281,13 +287,15 @@ int dbox_altmove_pending(struct dbox_store *st, int64_t *request_ns_r,
 }
 
 int dbox_altmove_request_poll(struct dbox_view *view, int64_t request_ns,
-			      struct dbox_purge_result *res_r)
+			      struct dbox_purge_result *res_r,
+			      struct dbox_purge_result *purged_r)
 {
 	struct dbox_index *index = view->index;
 	int ret = dbox_index_snapshot_begin(index);
 	bool done;
 
 	memset(res_r, 0, sizeof(*res_r));
+	memset(purged_r, 0, sizeof(*purged_r));
 	if (ret < 0)
 		return ret;
 	done = meta(index, DBOX_META_ALTMOVE_DONE) >= request_ns;
@@ -298,6 +306,12 @@ int dbox_altmove_request_poll(struct dbox_view *view, int64_t request_ns,
 		res_r->bytes_moved = (uint64_t)meta(index, DBOX_META_ALTMOVE_BYTES);
 		res_r->files_purged = (uint64_t)meta(index, DBOX_META_ALTMOVE_FILES);
 		res_r->bytes_freed = (uint64_t)meta(index, DBOX_META_ALTMOVE_FREED);
+		purged_r->files_purged = (uint64_t)meta(index,
+			DBOX_META_ALTMOVE_PURGED_FILES);
+		purged_r->bytes_freed = (uint64_t)meta(index,
+			DBOX_META_ALTMOVE_PURGED_FREED);
+		purged_r->bytes_moved = (uint64_t)meta(index,
+			DBOX_META_ALTMOVE_PURGED_COPIED);
 	} else if (meta(index, DBOX_META_ALTMOVE_PROGRESS_REQUEST) == request_ns) {
 		res_r->records_moved = (uint64_t)meta(index,
 			DBOX_META_ALTMOVE_PROGRESS_RECORDS);

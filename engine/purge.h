@@ -151,6 +151,11 @@ int dbox_altmove(struct dbox_store *st, const struct dbox_purge_settings *set,
 #define DBOX_META_ALTMOVE_BYTES "altmove_done_bytes"
 #define DBOX_META_ALTMOVE_FILES "altmove_done_files"
 #define DBOX_META_ALTMOVE_FREED "altmove_done_freed"
+/* ... and of the purge after it (files_purged + garbage_files,
+   bytes_freed, bytes_moved of its dbox_altmove *purged_r). */
+#define DBOX_META_ALTMOVE_PURGED_FILES "altmove_done_purged_files"
+#define DBOX_META_ALTMOVE_PURGED_FREED "altmove_done_purged_freed"
+#define DBOX_META_ALTMOVE_PURGED_COPIED "altmove_done_purged_copied"
 /* Progress of the request being run, for dboxadm's progress line: the
    request time it belongs to, records and bytes moved so far (written
    by the mount now and then, without waiting for the disk). */
@@ -168,10 +173,12 @@ int dbox_altmove_pending(struct dbox_store *st, int64_t *request_ns_r,
    takes st->lock.  Returns 0 or -EIO. */
 int dbox_altmove_progress(struct dbox_store *st, int64_t request_ns,
 			  const struct dbox_purge_result *res);
-/* Record the outcome of the request made at request_ns (see above);
-   takes st->lock.  Returns 0 or -EIO. */
+/* Record the outcome of the request made at request_ns (see above):
+   res the move, purged the purge after it; takes st->lock.  Returns 0
+   or -EIO. */
 int dbox_altmove_record(struct dbox_store *st, int64_t request_ns,
-			const struct dbox_purge_result *res);
+			const struct dbox_purge_result *res,
+			const struct dbox_purge_result *purged);
 
 /* Meta keys (dbox_index_meta_get) the purge keeps, for `dboxadm purge`
    waiting on a mount and for `dboxadm stats`: number of runs, the end
@@ -235,10 +242,13 @@ int dbox_altmove_request(struct dbox_view *view, int64_t before_ns,
 
 /* The state of the altmove requested at request_ns, in one snapshot.
    Returns 1 when done, *res_r its outcome (error, records and bytes
-   moved, files removed); 0 while it runs, *res_r the progress the mount
-   recorded (records and bytes moved; 0 before the first); or -EIO. */
+   moved, files removed) and *purged_r the purge's after it (files
+   removed, bytes freed and copied); 0 while it runs, *res_r the progress
+   the mount recorded (records and bytes moved; 0 before the first); or
+   -EIO. */
 int dbox_altmove_request_poll(struct dbox_view *view, int64_t request_ns,
-			      struct dbox_purge_result *res_r);
+			      struct dbox_purge_result *res_r,
+			      struct dbox_purge_result *purged_r);
 
 /* The directory ino of folder, a path as on the mount ("INBOX" or "" the
    root, ".Sent" a Maildir++ folder, "a/b" a nested one) or, when no

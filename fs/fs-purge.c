@@ -167,7 +167,8 @@ static bool run_altmove(struct fs_purge *p)
 		  (unsigned long long)res.files_purged,
 		  ret < 0 ? ": " : "", ret < 0 ? strerror(-ret) : "");
 	res.error = ret;
-	if (ret != -ECANCELED && dbox_altmove_record(st, request, &res) < 0)
+	if (ret != -ECANCELED && dbox_altmove_record(st, request, &res,
+						      &purged) < 0)
 		dbox_error("%s: altmove done, but not recorded in the index "
 			   "(dboxadm altmove will time out)", st->path);
 	return true;

@@ -240,11 +240,13 @@ def test_altmove_summary_is_the_same_mounted_and_offline(tmp_path, make_mount):
     assert records == 30 and files > 1 and freed > 0, said
 
 
-def test_altmove_says_what_its_purge_removed(tmp_path, make_mount):
+@pytest.mark.parametrize("how", ["offline", "mounted"])
+def test_altmove_says_what_its_purge_removed(tmp_path, make_mount, how):
     """Half the messages old: the move leaves its sources partly dead and
     the purge after it removes them; the summary said 'files emptied 0'
-    and nothing of the removed files (helper-85).  Now a line counts
-    them, and every source m.N it names is gone from storage/."""
+    and nothing of the removed files (helper-85), and the mount's said
+    nothing of them until helper-90.  Now a line counts them, and every
+    source m.N it names is gone from storage/."""
     import re
     store, alt = tmp_path / "store", tmp_path / "alt"
     alt.mkdir()
@@ -252,7 +254,14 @@ def test_altmove_says_what_its_purge_removed(tmp_path, make_mount):
     data, old = fill(m.mnt / "cur", 30, old_every=2)
     m.unmount()
     before = {p.name for p in (store / "storage").glob("m.*")}
-    r = adm("altmove", store, "--older-than", "30", f"--alt={alt}", check_rc=0)
+    if how == "offline":
+        r = adm("altmove", store, "--older-than", "30", f"--alt={alt}",
+                check_rc=0)
+    else:
+        m.options = ["-o", f"{ROTATE},alt={alt},purge_threshold=0"]
+        m.mount()
+        r = adm("altmove", store, "--older-than", "30", check_rc=0)
+        m.unmount()
     out = r.stdout.decode()
     purged = re.search(r"files purged after +(\d+) \((\d+) bytes removed, (\d+) bytes", out)
     assert purged, out

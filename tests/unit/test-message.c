@@ -229,7 +229,7 @@ static void test_altmove_pending(void **state)
 	assert_true(request == 5000 && before == 1234 && folder == f->cur);
 
 	dbox_store_mutex_unlock(f->st);
-	assert_int_equal(dbox_altmove_record(f->st, 5000, &res), 0);
+	assert_int_equal(dbox_altmove_record(f->st, 5000, &res, &res), 0);
 	dbox_store_mutex_lock(f->st);
 	assert_int_equal(dbox_altmove_pending(f->st, &request, &before,
 					      &folder), 0);

@@ -94,7 +94,7 @@ static void test_purge_request_done(void **state)
 static void test_altmove_request_poll(void **state)
 {
 	struct fix *f = *state;
-	struct dbox_purge_result res = { 0 }, got;
+	struct dbox_purge_result res = { 0 }, got, purged = { 0 }, got_purged;
 	int64_t t0 = 0, value = 0;
 
 	assert_int_equal(dbox_altmove_request(f->view, 12345, 7, &t0), 0);
@@ -109,29 +109,41 @@ static void test_altmove_request_poll(void **state)
 	assert_int_equal(dbox_index_meta_get(f->st->index,
 					     DBOX_META_ALTMOVE_FOLDER, &value), 0);
 	assert_int_equal(value, 7);
-	assert_int_equal(dbox_altmove_request_poll(f->view, t0, &got), 0);
+	assert_int_equal(dbox_altmove_request_poll(f->view, t0, &got,
+						   &got_purged), 0);
 	assert_int_equal(got.records_moved, 0);
 	/* Progress of another request is not this one's. */
 	res.records_moved = 9;
 	assert_int_equal(dbox_altmove_progress(f->st, t0 - 1, &res), 0);
-	assert_int_equal(dbox_altmove_request_poll(f->view, t0, &got), 0);
+	assert_int_equal(dbox_altmove_request_poll(f->view, t0, &got,
+						   &got_purged), 0);
 	assert_int_equal(got.records_moved, 0);
 	res.records_moved = 5;
 	res.bytes_moved = 500;
 	assert_int_equal(dbox_altmove_progress(f->st, t0, &res), 0);
-	assert_int_equal(dbox_altmove_request_poll(f->view, t0, &got), 0);
+	assert_int_equal(dbox_altmove_request_poll(f->view, t0, &got,
+						   &got_purged), 0);
 	assert_int_equal(got.records_moved, 5);
 	assert_int_equal(got.bytes_moved, 500);
 	res.records_moved = 6;
 	res.bytes_moved = 600;
 	res.files_purged = 2;
 	res.error = -ENOSPC;
-	assert_int_equal(dbox_altmove_record(f->st, t0, &res), 0);
-	assert_int_equal(dbox_altmove_request_poll(f->view, t0, &got), 1);
+	purged.files_purged = 3;
+	purged.garbage_files = 1;
+	purged.bytes_freed = 4000;
+	purged.bytes_moved = 700;
+	assert_int_equal(dbox_altmove_record(f->st, t0, &res, &purged), 0);
+	assert_int_equal(dbox_altmove_request_poll(f->view, t0, &got,
+						   &got_purged), 1);
 	assert_int_equal(got.records_moved, 6);
 	assert_int_equal(got.bytes_moved, 600);
 	assert_int_equal(got.files_purged, 2);
 	assert_int_equal(got.error, -ENOSPC);
+	/* The purge after the move, as the offline altmove prints it. */
+	assert_int_equal(got_purged.files_purged, 4);
+	assert_int_equal(got_purged.bytes_freed, 4000);
+	assert_int_equal(got_purged.bytes_moved, 700);
 }
 
 static void test_altmove_folder(void **state)

@@ -27,8 +27,7 @@ struct altmove_args {
 	unsigned long timeout;
 };
 
-/* What the move did, and the purge after it (purged: NULL when the
-   mount moved, which reports the move alone). */
+/* What the move did, and the purge after it. */
 static void print_altmove(const struct dbox_purge_result *res,
 			  const struct dbox_purge_result *purged)
 {
@@ -41,14 +40,13 @@ static void print_altmove(const struct dbox_purge_result *res,
 	       (unsigned long long)(res->files_purged + res->garbage_files),
 	       (unsigned long long)res->bytes_freed);
 	/* The files the move left partly dead, purged (helper-85: a
-	   removed source showed nowhere). */
-	if (purged != NULL)
-		printf("files purged after  %llu (%llu bytes removed, %llu "
-		       "bytes of records left in them copied)\n",
-		       (unsigned long long)(purged->files_purged +
-					    purged->garbage_files),
-		       (unsigned long long)purged->bytes_freed,
-		       (unsigned long long)purged->bytes_moved);
+	   removed source showed nowhere; helper-90: nor did the mount's). */
+	printf("files purged after  %llu (%llu bytes removed, %llu "
+	       "bytes of records left in them copied)\n",
+	       (unsigned long long)(purged->files_purged +
+				    purged->garbage_files),
+	       (unsigned long long)purged->bytes_freed,
+	       (unsigned long long)purged->bytes_moved);
 }
 
 /* The directory ino of a->folder in index (0: every folder, no --folder).
@@ -135,13 +133,14 @@ struct altmove_poll {
 	struct dbox_view *view;
 	int64_t t0;
 	struct altmove_progress ap;
-	struct dbox_purge_result res;
+	struct dbox_purge_result res, purged;
 };
 
 static int altmove_poll(void *ctx)
 {
 	struct altmove_poll *mp = ctx;
-	int ret = dbox_altmove_request_poll(mp->view, mp->t0, &mp->res);
+	int ret = dbox_altmove_request_poll(mp->view, mp->t0, &mp->res,
+					    &mp->purged);
 
 	if (ret == 0)
 		altmove_progress_cb(&mp->ap, &mp->res);
@@ -214,7 +213,7 @@ static int altmove_online(void *ctx, int lock_fd)
 	if (ret != 0)
 		return ret;
 	printf("moved by the mount (pid %d)\n", (int)pid);
-	print_altmove(&mp.res, NULL);
+	print_altmove(&mp.res, &mp.purged);
 	if (mp.res.error == 0)
 		return ADM_EXIT_OK;
 	adm_error("%s: the mount's altmove failed (%s); the mount's log "
