@@ -19,8 +19,12 @@
  * old version.  One scan of the message rows; each row's body is read
  * at most once.
  *
- * Invariant: a record is never judged a copy of itself (a row pointing
- * at or past `from` in the same m.N is no place elsewhere).
+ * Invariants: a record is never judged a copy of itself (a row pointing
+ * at or past `from` in the same m.N is no place elsewhere); the work is
+ * bounded by the tail, not by what a hostile index holds: at most
+ * twice its bytes (and 1 MiB) compared and twice its records (and 16)
+ * m.N opened, past which the answer is "not copies" (a lost+found copy,
+ * as before).
  */
 #include "engine/store-layout.h"
 #include "engine/store-private.h"
@@ -56,6 +60,7 @@ struct copies {
 	struct copy_rec *v;
 	size_t n, size;
 	bool fail;      /* a record cannot be a copy (no GUID, a cap) */
+	uint64_t compare_left, opens_left; /* the budget (see above) */
 };
 
 /* dbox_file_tail_records callback: each whole record's place and GUID. */
@@ -134,7 +139,7 @@ static int row_cb(void *ctx, uint64_t ino, const struct dbox_msgloc *loc)
 	struct copy_rec key = { 0 }, *hit;
 	struct dbox_metadata md = { 0 };
 	uint64_t body_size, record_size;
-	size_t i;
+	size_t i, j;
 	int fd;
 
 	(void)ino;
@@ -149,6 +154,14 @@ static int row_cb(void *ctx, uint64_t ino, const struct dbox_msgloc *loc)
 	for (i = (size_t)(hit - c->v);
 	     i > 0 && strcmp(c->v[i - 1].guid, key.guid) == 0; i--)
 		;
+	for (j = i; j < c->n && strcmp(c->v[j].guid, key.guid) == 0 &&
+		    c->v[j].copy; j++)
+		;
+	if (j == c->n || strcmp(c->v[j].guid, key.guid) != 0)
+		return 0; /* each already a copy of an earlier row */
+	if (c->opens_left == 0)
+		return 1; /* over budget: stop, not copies */
+	c->opens_left--;
 	fd = open_mfile(c, loc->file_id);
 	if (fd < 0)
 		return 0;
@@ -159,8 +172,14 @@ static int row_cb(void *ctx, uint64_t ino, const struct dbox_msgloc *loc)
 		for (; i < c->n && strcmp(c->v[i].guid, key.guid) == 0; i++) {
 			struct copy_rec *r = &c->v[i];
 
-			if (!r->copy && r->body_size == body_size)
-				r->copy = same_body(
+			if (r->copy || r->body_size != body_size)
+				continue;
+			if (body_size > c->compare_left) {
+				c->fail = true;
+				break;
+			}
+			c->compare_left -= body_size;
+			r->copy = same_body(
 					fd, loc->offset + DBOX_MSG_HEADER_SIZE,
 					c->tail_fd,
 					r->offset + DBOX_MSG_HEADER_SIZE,
@@ -169,7 +188,7 @@ static int row_cb(void *ctx, uint64_t ino, const struct dbox_msgloc *loc)
 	}
 	dbox_metadata_clear(&md);
 	close(fd);
-	return 0;
+	return c->fail ? 1 : 0;
 }
 
 bool dbox_store_tail_copies(struct dbox_index *index, int storage_fd,
@@ -185,6 +204,8 @@ bool dbox_store_tail_copies(struct dbox_index *index, int storage_fd,
 	bool all = whole > 0 && !c.fail && (size_t)whole == c.n;
 
 	if (all) {
+		c.compare_left = 2 * (end - from) + (1u << 20);
+		c.opens_left = 2 * c.n + 16;
 		qsort(c.v, c.n, sizeof(*c.v), guid_cmp);
 		all = dbox_index_msg_rows(index, row_cb, &c) == 0;
 	}
