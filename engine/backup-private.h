@@ -63,6 +63,11 @@ struct bk {
 	struct dbox_view *view;
 	const char *store;     /* the source's path, for messages */
 	char *dest, *partial;  /* DEST (no trailing slash), DEST.partial */
+	/* DEST's directory, opened once (backup.c, parent_open): DEST.partial
+	   is made, opened and renamed to DEST through it by these names, its
+	   files through part.dir (bk_part_path), never by path again. */
+	int parent;
+	const char *dest_name, *partial_name;
 	struct bk_side src, part, prevs;
 	struct bk_srctab msrc, fsrc;
 	struct bk_manifest old, prevm;   /* the interrupted run's, PREV's */
@@ -85,6 +90,12 @@ int bk_reserve(void **v, size_t *size, size_t n, size_t elem);
 
 /* ns of a timespec. */
 int64_t bk_ts_ns(const struct timespec *ts);
+
+/* A path to name in DEST.partial that reaches it through the open
+   part.dir (/proc/self/fd/N/name), for what takes a path (SQLite): the
+   directory this run made and checked, whatever DEST.partial names
+   now.  malloc()ed (caller frees), or NULL. */
+char *bk_part_path(const struct bk *b, const char *name);
 
 /* The test hook of the settings, at point. */
 void bk_hook(struct bk *b, const char *point);

@@ -342,7 +342,7 @@ int bk_take_snapshot(struct bk *b, struct dbox_index_snapshot *snap)
 	char *path;
 	int ret = 0;
 
-	if (asprintf(&path, "%s/" PARTIAL_INDEX, b->partial) < 0)
+	if ((path = bk_part_path(b, PARTIAL_INDEX)) == NULL)
 		return -ENOMEM;
 	for (*tries = 1; *tries <= SNAPSHOT_TRIES; ++*tries) {
 		ret = snapshot_once(b, path, snap, &missing, &gone);

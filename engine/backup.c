@@ -5,6 +5,7 @@
  * copy's index recovered and DEST put in place.
  */
 #include "engine/backup-private.h"
+#include "engine/store-dirs.h"
 #include "engine/store-layout.h"
 #include "engine/store-lock.h"
 #include "engine/store.h"
@@ -291,6 +292,60 @@ static int open_parent(const char *path)
 	return fd;
 }
 
+char *bk_part_path(const struct bk *b, const char *name)
+{
+	char *path;
+
+	return asprintf(&path, "/proc/self/fd/%d/%s", b->part.dir, name) < 0 ?
+		NULL : path;
+}
+
+/* Open DEST's directory into b->parent.  Every step after this one is
+   made in it by name (DEST.partial made and renamed, DEST looked for),
+   so nobody else may write in it: they could swap DEST.partial for a
+   link to another store between two steps, and root's backup recovered
+   and rewrote that store's index (helper-91 F1).  A sticky directory
+   (/tmp) is fine: nobody renames another's entries there.  For root,
+   every directory and symbolic link on the way must be root's, as for
+   an export's DIR.  Returns 0 or a negative errno (logged). */
+static int parent_open(struct bk *b)
+{
+	uid_t euid = geteuid(), foreign;
+	struct stat st;
+	char proc[64], *real;
+
+	if ((b->parent = open_parent(b->dest)) < 0)
+		return dest_error(b, b->dest, "its directory: ");
+	if (fstat(b->parent, &st) < 0)
+		return dest_error(b, b->dest, "its directory: ");
+	if ((st.st_uid != euid && st.st_uid != 0) ||
+	    ((st.st_mode & (euid == 0 ? 022 : 002)) != 0 &&
+	     (st.st_mode & S_ISVTX) == 0)) {
+		dbox_error("%s: its directory belongs to uid %u or others may "
+			   "write in it (mode %o): they could swap what the "
+			   "backup writes; back up into a directory only you "
+			   "(or root) write in", b->dest, (unsigned)st.st_uid,
+			   (unsigned)(st.st_mode & 07777));
+		return -EPERM;
+	}
+	if (euid != 0)
+		return 0;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", b->parent);
+	foreign = dbox_path_foreign_owner(b->dest, 0);
+	if (foreign == 0 && (real = realpath(proc, NULL)) != NULL) {
+		foreign = dbox_path_foreign_owner(real, 0);
+		free(real);
+	}
+	if (foreign != 0) {
+		dbox_error("%s: reached through a directory or symbolic link "
+			   "of uid %u, who could switch where root writes; "
+			   "back up into a directory only root controls (or as "
+			   "that user)", b->dest, (unsigned)foreign);
+		return -EPERM;
+	}
+	return 0;
+}
+
 /* Would DEST (path) lie in the store's directory or ALT's, or below one?
    A backup there became a directory among the m.N (STORE/storage/m.999),
    which the store's check then reported for good (helper-77).  Looks at
@@ -350,16 +405,23 @@ static int partial_open(struct bk *b)
 			   "a backup goes elsewhere", b->dest, b->store);
 		return -EINVAL;
 	}
-	if (lstat(b->dest, &st) == 0) {
+	if (b->dest_name[0] == '\0' || strcmp(b->dest_name, ".") == 0 ||
+	    strcmp(b->dest_name, "..") == 0) {
+		dbox_error("%s: a backup goes to a new directory", b->dest);
+		return -EEXIST;
+	}
+	if ((ret = parent_open(b)) < 0)
+		return ret;
+	if (fstatat(b->parent, b->dest_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 		dbox_error("%s: exists; a backup goes to a new directory", b->dest);
 		return -EEXIST;
 	}
 	if (errno != ENOENT)
 		return dest_error(b, b->dest, "");
-	if (mkdir(b->partial, 0700) < 0 && errno != EEXIST)
+	if (mkdirat(b->parent, b->partial_name, 0700) < 0 && errno != EEXIST)
 		return dest_error(b, b->partial, "cannot create: ");
-	b->part.dir = open(b->partial, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-			   O_CLOEXEC);
+	b->part.dir = openat(b->parent, b->partial_name, O_RDONLY |
+			     O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (b->part.dir < 0) {
 		ret = -errno;
 		dbox_error("%s: %s", b->partial, strerror(errno));
@@ -422,7 +484,7 @@ static int recover_copy(struct bk *b)
 	char *path;
 	int ret;
 
-	if (asprintf(&path, "%s/" DBOX_STORE_INDEX, b->partial) < 0)
+	if ((path = bk_part_path(b, DBOX_STORE_INDEX)) == NULL)
 		return -ENOMEM;
 	ret = dbox_index_open(path, false, &index);
 	free(path);
@@ -445,20 +507,6 @@ static int recover_copy(struct bk *b)
 static int fsync_dir(int fd)
 {
 	return fd >= 0 && fsync(fd) < 0 ? -errno : 0;
-}
-
-/* Sync the directory that holds path. */
-static int fsync_parent(const char *path)
-{
-	int ret = 0, pfd = open_parent(path);
-
-	if (pfd < 0 && errno == ENOMEM)
-		return -ENOMEM;
-	if (pfd >= 0) {
-		ret = fsync_dir(pfd);
-		close(pfd);
-	}
-	return ret;
 }
 
 /* Put DEST in place: index renamed and recovered, directories synced,
@@ -490,10 +538,10 @@ static int finish(struct bk *b)
 		return ret;
 	/* Never onto something that appeared meanwhile (rename() would
 	   replace an empty directory). */
-	if (renameat2(AT_FDCWD, b->partial, AT_FDCWD, b->dest,
+	if (renameat2(b->parent, b->partial_name, b->parent, b->dest_name,
 		      RENAME_NOREPLACE) < 0)
 		return -errno;
-	return fsync_parent(b->dest);
+	return fsync_dir(b->parent);
 }
 
 /* --- the run -------------------------------------------------------------- */
@@ -664,8 +712,9 @@ int dbox_backup(struct dbox_view *src, const struct dbox_backup_settings *set,
 	struct bk b = {
 		.set = set, .res = res_r, .view = src, .store = src->path,
 		.src = { -1, -1, -1, -1 }, .part = { -1, -1, -1, -1 },
-		.prevs = { -1, -1, -1, -1 },
+		.prevs = { -1, -1, -1, -1 }, .parent = -1,
 	};
+	const char *slash;
 	size_t len = strlen(set->dest);
 	int ret;
 
@@ -677,6 +726,11 @@ int dbox_backup(struct dbox_view *src, const struct dbox_backup_settings *set,
 		free(b.dest);
 		return -ENOMEM;
 	}
+	/* The names in DEST's directory (parent_open). */
+	slash = strrchr(b.dest, '/');
+	b.dest_name = slash != NULL ? slash + 1 : b.dest;
+	slash = strrchr(b.partial, '/');
+	b.partial_name = slash != NULL ? slash + 1 : b.partial;
 	ret = run(&b, set->prev);
 	if (b.manifest != NULL)
 		fclose(b.manifest);
@@ -688,6 +742,8 @@ int dbox_backup(struct dbox_view *src, const struct dbox_backup_settings *set,
 	side_close(&b.src);
 	side_close(&b.part);
 	side_close(&b.prevs);
+	if (b.parent >= 0)
+		close(b.parent);
 	free(b.buf);
 	free(b.partial);
 	free(b.dest);

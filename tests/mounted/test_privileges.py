@@ -853,6 +853,41 @@ def test_backup_resumes_no_partial_another_user_made(user, tmp_path):
         shutil.rmtree(spool, ignore_errors=True)
 
 
+def test_root_backup_refuses_a_directory_a_user_controls(scratch, user, tmp_path):
+    """Root's backup made DEST.partial, then opened, recovered and renamed
+    it again by path: a user owning DEST's directory swapped DEST.partial
+    for a link to another store between two steps, and root's backup
+    rewrote that store's index (every m.N of its ALT forgotten), or turned
+    a finished backup the user renamed to DEST.partial into this one,
+    pruning its mail (helper-91 F1).  A directory a user owns or others
+    may write in (not sticky), or reached through a user's link, is
+    refused before anything is made in it; root's own directories and a
+    sticky spool work as before."""
+    name, uid, gid = user
+    store = tmp_path / "store"
+    src = sample_maildir(tmp_path / "Maildir", messages=3)
+    assert adm("import", store, src).returncode == 0
+    users_dir = scratch / "spool"
+    assert as_user(name, ["mkdir", "-m", "755", users_dir]).returncode == 0
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    root_dir = tmp_path / "root-only"
+    root_dir.mkdir(mode=0o700)
+    link = scratch / "to-root-only"
+    assert as_user(name, ["ln", "-s", root_dir, link]).returncode == 0
+    for dest, says in ((users_dir / "b1", f"belongs to uid {uid}"),
+                       (open_dir / "b1", "others may write in it (mode 777)"),
+                       (link / "b1", f"symbolic link of uid {uid}")):
+        r = adm("backup", store, dest)
+        assert r.returncode == 2, (dest, r.stdout, r.stderr)
+        assert says in r.stderr, r.stderr
+        assert sorted(os.listdir(dest.parent)) == [], dest
+    r = adm("backup", store, root_dir / "b1")
+    assert r.returncode == 0, r.stderr
+    assert adm("check", root_dir / "b1").returncode == 0
+
+
 # --- 6. sources a user can point root's import at ----------------------
 
 def test_root_import_refuses_a_source_reached_through_a_users_link(scratch, user,

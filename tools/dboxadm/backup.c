@@ -241,6 +241,8 @@ const struct adm_verb adm_verb_backup = {
 	"self-contained store (m.N of the alternate storage are copied into\n"
 	"DEST/" DBOX_STORE_STORAGE "/): mount it, or copy it back, to restore.  Run by root on\n"
 	"a user's store, it runs as that user: DEST must be writable by them.\n"
+	"DEST's directory must be yours or root's, and no one else's to write in\n"
+	"(a sticky one, /tmp, is fine).\n"
 	"\n"
 	"The work is done in DEST.partial, renamed to DEST at the end; an\n"
 	"interrupted backup is completed by running the same command again.\n"
