@@ -253,7 +253,8 @@ void import_xattrs(struct dbox_import *imp, int fd, uint64_t ino)
 		goto out;
 	}
 	for (char *n = names; n < names + len; n += strlen(n) + 1) {
-		if (strncmp(n, "user.", 5) != 0)
+		if (strncmp(n, DBOX_XATTR_USER_PREFIX,
+			    strlen(DBOX_XATTR_USER_PREFIX)) != 0)
 			continue;
 		vlen = fgetxattr(fd, n, value, DBOX_XATTR_SIZE_MAX);
 		if (vlen < 0) {

@@ -28,7 +28,6 @@ static struct fs *req_fs(fuse_req_t req)
    -o user_xattr.  Without it every xattr request is answered ENOSYS,
    which the kernel remembers for the mount: it answers EOPNOTSUPP itself
    from then on and asks nothing at writes. */
-#define USER_XATTR_PREFIX "user."
 
 /* Without -o user_xattr: ENOSYS (see above); returns true when it
    replied. */
@@ -42,7 +41,8 @@ static bool xattr_off(fuse_req_t req)
 
 static bool is_user_xattr(const char *name)
 {
-	return strncmp(name, USER_XATTR_PREFIX, sizeof(USER_XATTR_PREFIX) - 1) == 0;
+	return strncmp(name, DBOX_XATTR_USER_PREFIX,
+		       sizeof(DBOX_XATTR_USER_PREFIX) - 1) == 0;
 }
 
 /* Reply to getxattr/listxattr with len bytes of buf (ret: the lookup's

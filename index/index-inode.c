@@ -280,15 +280,25 @@ int dbox_index_xattr_list(struct dbox_index *index, uint64_t ino,
 	sqlite3_bind_int64(stmt, 1, ino);
 	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
 		size_t n = (size_t)sqlite3_column_bytes(stmt, 0);
+		const char *name = sqlite3_column_blob(stmt, 0);
 
-		if (n == 0)
-			continue; /* a damaged row: no name to list */
+		/* Only what dboxfs stores: a user.* name of at most
+		   DBOX_XATTR_NAME_MAX bytes without a NUL.  Other rows come from
+		   whoever wrote the index (a store's owner can): listed, they
+		   were names getxattr refuses, which failed root's rsync -X,
+		   and export wrote security.capability and trusted.* from
+		   them (helper-91). */
+		if (n <= strlen(DBOX_XATTR_USER_PREFIX) || n > DBOX_XATTR_NAME_MAX ||
+		    memcmp(name, DBOX_XATTR_USER_PREFIX,
+			   strlen(DBOX_XATTR_USER_PREFIX)) != 0 ||
+		    memchr(name, '\0', n) != NULL)
+			continue;
 		if ((grown = realloc(list, len + n + 1)) == NULL) {
 			free(list);
 			return index_done(stmt, -ENOMEM);
 		}
 		list = grown;
-		memcpy(list + len, sqlite3_column_blob(stmt, 0), n);
+		memcpy(list + len, name, n);
 		list[len + n] = '\0';
 		len += n + 1;
 	}

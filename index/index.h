@@ -359,9 +359,14 @@ int dbox_index_xattr_set(struct dbox_index *index, uint64_t ino,
 int dbox_index_xattr_remove(struct dbox_index *index, uint64_t ino,
 			    const char *name);
 
+/* The one namespace of extended attributes dboxfs stores. */
+#define DBOX_XATTR_USER_PREFIX "user."
+
 /* The names of ino's attributes as listxattr(2) returns them (each
    NUL-terminated, in name order), malloc()ed into *list_r (NULL when
-   none; caller frees) with the total length in *len_r.  Returns 0 or
+   none; caller frees) with the total length in *len_r.  Only user.*
+   names of at most DBOX_XATTR_NAME_MAX bytes are listed: rows of other
+   names (written into the index by hand) are left out.  Returns 0 or
    -ENOMEM. */
 int dbox_index_xattr_list(struct dbox_index *index, uint64_t ino,
 			  char **list_r, size_t *len_r);

@@ -182,6 +182,42 @@ def test_user_xattrs_as_ext4(make_mount, tmp_path):
     assert xattr_view(m.mnt) == view
 
 
+def test_rows_of_other_namespaces_are_neither_listed_nor_exported(make_mount, tmp_path):
+    """Attribute rows a store's owner wrote into the index by hand
+    (security.capability, trusted.*, a name with a NUL): listxattr listed
+    them though getxattr refused them, so root's rsync -aX of the mount
+    exited 23, and dboxadm export set them on the files it wrote - a
+    file capability from a user's index (helper-91).  Only user.* names
+    are listed and exported."""
+    import sqlite3
+    m = make_mount(options=["-o", "user_xattr"])
+    f = m.mnt / "plain"
+    f.write_bytes(b"x\n")
+    os.setxattr(f, "user.kept", b"1")
+    ino = os.stat(f).st_ino
+    m.unmount()
+    db = sqlite3.connect(m.store / "index.sqlite")
+    with db:
+        for name in (b"security.capability", b"trusted.foo", b"user.a\0b",
+                     b"user." + b"x" * 300):
+            db.execute("INSERT INTO xattr (ino, name, value) VALUES (?, ?, ?)",
+                       (ino, name, b"\x01\x00\x00\x02" + b"\xff" * 16))
+    db.close()
+    m.mount()
+    assert os.listxattr(f) == ["user.kept"]
+    out = tmp_path / "rs"
+    r = subprocess.run(["rsync", "-aX", f"{m.mnt}/", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert os.listxattr(out / "plain") == ["user.kept"]
+    m.unmount()
+    out = tmp_path / "export"
+    r = subprocess.run([str(DBOXADM), "export", str(m.store), str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert os.listxattr(out / "plain") == ["user.kept"]
+
+
 def test_xattrs_off_by_default(mount):
     p = mount.mnt / "file"
     p.write_bytes(b"x")
