@@ -552,6 +552,7 @@ struct readdir_ctx {
 	fuse_req_t req;
 	struct fs *fs;
 	bool plus;
+	bool names_only;  /* plus, for a caller without search permission */
 	char *buf;
 	size_t size, pos;
 };
@@ -579,6 +580,20 @@ static int add_entry(struct readdir_ctx *ctx, const char *name,
 	memset(&e, 0, sizeof(e));
 	if ((ret = fs_stat(ctx->fs, attr, &e.attr)) < 0)
 		return ret;
+	if (ctx->names_only) {
+		/* Node ID 0: the kernel lists the name and makes no dentry
+		   (fuse_direntplus_link), so a later walk through the name
+		   still comes to LOOKUP, where search permission is
+		   checked (fs-perm.c).  Entries it made walked into a
+		   directory its owner had chmod'ed 600 after one ls
+		   (helper-91 F2). */
+		len = fuse_add_direntry_plus(ctx->req, ctx->buf + ctx->pos,
+					     room, name, &e, next_off);
+		if (len > room)
+			return 1;
+		ctx->pos += len;
+		return 0;
+	}
 	e.ino = attr->ino;
 	e.attr_timeout = ctx->fs->opts.attr_timeout;
 	e.entry_timeout = ctx->fs->opts.entry_timeout;
@@ -638,6 +653,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		.req = req, .fs = fs, .plus = plus, .size = size,
 	};
 	struct dbox_attr self, parent;
+	struct dbox_cred c;
 	int ret = 0;
 
 	pthread_mutex_lock(&dh->lock);
@@ -653,7 +669,9 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		dh->size = size;
 	}
 	ctx.buf = dh->buf;
+	fs_perm_begin(req, &c);
 	fs_lock(fs);
+	ctx.names_only = plus && fs_perm_search(fs, &c, ino) < 0;
 	if (off < 2) {
 		ret = dbox_ns_dir_self(fs->st, ino, &self, &parent);
 		if (ret == 0 && off < 1)
@@ -666,6 +684,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 					 off < 2 ? 0 : (uint64_t)off - 2,
 					 readdir_cb, &ctx);
 	fs_unlock(fs);
+	dbox_cred_release(&c);
 	if (ret < 0 && ctx.pos == 0)
 		fuse_reply_err(req, -ret);
 	else

@@ -12,7 +12,9 @@
  * per maildir delivery and one per flag rename (docs/design.md,
  * "Permission checks").  What the daemon cannot check: a path walk
  * through names the kernel has cached sends no request, so search (x)
- * permission on a directory is checked at LOOKUP only.  The one way the
+ * permission on a directory is checked at LOOKUP only, and a listing
+ * (READDIRPLUS) of a directory the caller may read but not search hands
+ * the kernel names without nodes (fs-dir.c), so none is cached there.  The one way the
  * owner loses search permission on a directory is a chmod or chown made
  * through this mount (no one else reaches it), and after one the kernel
  * is told to drop the names it has cached below that directory

@@ -107,6 +107,13 @@ OWNER_CASES = [
          warm=[(ALICE, (look, ".F/tmp")), (ALICE, (os.chmod, ".F", 0o600))]),
     Case("stat through own cur/ chmod 644 after the walk, warm", folder() + msg(M), ALICE,
          (look, M), "EACCES", warm=[(ALICE, (look, M)), (ALICE, (os.chmod, ".F/cur", 0o644))]),
+    # A listing of a directory she may read but not search gives the
+    # kernel no names to walk through (helper-91 F2: after one ls, cat,
+    # write, ln and mv through it all worked).
+    Case("read in own cur/ 600 after listing it", folder(cur=0o600) + msg(M), ALICE,
+         (read, M), "EACCES", warm=[(ALICE, (listdir, ".F/cur"))]),
+    Case("rename in own cur/ 600 after listing it", folder(cur=0o600) + msg(M), ALICE,
+         (os.rename, M, M + "T"), "EACCES", warm=[(ALICE, (listdir, ".F/cur"))]),
     # The sticky bit in carol's directory.
     Case("sticky: unlink bob's message", carols(cur=0o1777) + msg(M, owner=BOB), ALICE,
          (os.unlink, M), "EPERM"),
