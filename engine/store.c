@@ -198,9 +198,21 @@ static int open_layout(struct dbox_store *st, const char *path, bool create)
 		return -ENOTEMPTY;
 	}
 	if (!is_store && !dir_is_empty(st->dir_fd)) {
-		dbox_error("%s: not a dbox store (no " DBOX_STORE_INDEX ") and not empty; "
-			   "refusing to use it (if it was a store, run "
-			   "'dboxadm rebuild %s')", path, path);
+		/* The rebuild advice only where there is something to
+		   rebuild from (helper-90: it was given for any directory). */
+		bool had_storage = faccessat(st->dir_fd, DBOX_STORE_STORAGE,
+					     F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+
+		if (had_storage)
+			dbox_error("%s: not a dbox store (no " DBOX_STORE_INDEX
+				   ") and not empty; refusing to use it (if it "
+				   "was a store, run 'dboxadm rebuild %s')", path,
+				   path);
+		else
+			dbox_error("%s: not a dbox store (no " DBOX_STORE_INDEX
+				   ", no " DBOX_STORE_STORAGE "/) and not empty; "
+				   "refusing to use it (a new store goes into a "
+				   "new or empty directory)", path);
 		return -ENOTEMPTY;
 	}
 	if (!is_store && !create) {

@@ -347,7 +347,13 @@ def test_import_refuses_non_store_dir(tmp_path):
     (notstore / "precious").write_bytes(b"keep me")
     r = adm("import", notstore, src, check_rc=2)
     assert b"not a dbox store" in r.stderr
+    # No rebuild advice without a storage/ to rebuild from (helper-90).
+    assert b"rebuild" not in r.stderr, r.stderr
     assert os.listdir(notstore) == ["precious"]
+    (notstore / "storage").mkdir()
+    r = adm("import", notstore, src, check_rc=2)
+    assert b"if it was a store, run 'dboxadm rebuild" in r.stderr, r.stderr
+    assert sorted(os.listdir(notstore)) == ["precious", "storage"]
 
 
 def test_reimport_skips_present_and_keeps_store(tmp_path, make_mount):
