@@ -149,12 +149,7 @@ uid_t dbox_path_link_owner(const char *path)
 	return owner;
 }
 
-/* dbox_path_foreign_owner, strict, for the decision of whose store a path
-   names: every step of the way must be there to be looked at (one that
-   vanished meanwhile may be switched back after the walk), the path must
-   still resolve, and a relative path is walked from the steps of the
-   working directory on.  Returns 0 and *owner_r (0: none), or -errno. */
-static int way_owner_strict(const char *path, uid_t except, uid_t *owner_r)
+int dbox_path_way_owner(const char *path, uid_t except, uid_t *owner_r)
 {
 	char *paths[2] = { NULL, realpath(path, NULL) };
 	int ret = paths[1] == NULL ? -errno : 0;
@@ -261,7 +256,7 @@ int dbox_store_owner_find(const char *path, struct dbox_store_owner *o)
 	o->gid = sb.st_gid;
 	/* Steps of the store's owner are not "another's": a step of anyone
 	   else's (a link or directory in the middle of the path too) is. */
-	if ((ret = way_owner_strict(o->what, sb.st_uid, &way)) < 0)
+	if ((ret = dbox_path_way_owner(o->what, sb.st_uid, &way)) < 0)
 		return ret;
 	if (sb.st_uid == 0 && way != 0) {
 		o->uid = way;

@@ -43,6 +43,14 @@ bool dbox_files_name_ino(const char *name, uint64_t *ino_r);
    its alternate storage. */
 uid_t dbox_path_foreign_owner(const char *path, uid_t except);
 
+/* dbox_path_foreign_owner, strict, for a decision root acts on: every
+   step of the way must be there to be looked at (one that vanished
+   meanwhile may be switched back after the walk), the path must still
+   resolve, and a relative path is walked from the steps of the working
+   directory on.  Returns 0 and *owner_r (0: none), or -errno (ENOENT: a
+   step is gone). */
+int dbox_path_way_owner(const char *path, uid_t except, uid_t *owner_r);
+
 /* The owner of the first symbolic link on the way to path as given (each
    prefix, lstat(), longest first) that is not root's, or 0: a link its
    owner may point elsewhere between a check and a use by name (root's

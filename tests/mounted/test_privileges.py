@@ -888,6 +888,52 @@ def test_root_backup_refuses_a_directory_a_user_controls(scratch, user, tmp_path
     assert adm("check", root_dir / "b1").returncode == 0
 
 
+def test_root_backup_through_a_users_vanishing_link_is_refused(user, tmp_path):
+    """A user's link in a sticky spool took root's backup into a root-only
+    directory: the directory was opened through the link, and the link
+    was gone when the way to it was looked at, a step a lax walk skips
+    (helper-93: 21 of 400 runs wrote there).  The walk is strict now: a
+    step that went away refuses the backup.  The backup's test hook
+    stops it right after the open, while the user takes the link away."""
+    name = user[0]
+    store = tmp_path / "store"
+    src = sample_maildir(tmp_path / "Maildir", messages=2)
+    assert adm("import", store, src).returncode == 0
+    base = Path(tempfile.mkdtemp(prefix="dboxfs-vanish-", dir="/tmp"))
+    base.chmod(0o755)   # the user reaches the spool
+    spool = base / "spool"
+    spool.mkdir()
+    spool.chmod(0o1777)
+    target = base / "root-only"
+    target.mkdir(mode=0o755)
+    assert as_user(name, ["ln", "-s", target, spool / "r"]).returncode == 0
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    for point in ("opened", "indexed", "snapshot", "copied"):
+        (hooks / f"{point}.go").touch()
+    p = subprocess.Popen([str(DBOXADM), "backup", str(store), str(spool / "r" / "x")],
+                         env=dict(os.environ, DBOXADM_BACKUP_HOOK=str(hooks)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(3000):
+            if (hooks / "parent.reached").exists() or p.poll() is not None:
+                break
+            time.sleep(0.01)
+        assert as_user(name, ["rm", spool / "r"]).returncode == 0
+        (hooks / "parent.go").touch()
+        out, err = p.communicate(timeout=120)
+        left = os.listdir(target)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        shutil.rmtree(base, ignore_errors=True)
+    assert p.returncode == 2, (out, err)
+    # Refused at the open (protected_symlinks) or at the walk.
+    assert "went away" in err or "Permission denied" in err, err
+    assert left == []
+
+
 # --- 6. sources a user can point root's import at ----------------------
 
 def test_root_import_refuses_a_source_reached_through_a_users_link(scratch, user,

@@ -289,7 +289,7 @@ def test_backup_under_load_is_one_instant(make_mount, tmp_path):
             (i, closest_difference(got, candidates))
 
 
-HOOKS = ("opened", "indexed", "snapshot", "copied")
+HOOKS = ("parent", "opened", "indexed", "snapshot", "copied")
 
 
 def hooked(tmp_path, *stops):
