@@ -383,14 +383,20 @@ int dbox_store_lock_shared(int dir_fd, const char *path)
 {
 	int fd;
 
-	fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDONLY | O_CREAT | O_NOFOLLOW |
-		    O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0600);
-	if (fd < 0 && (errno == EROFS || errno == EACCES))
-		/* No file can be made here: is there one? */
-		fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDONLY | O_NOFOLLOW |
-			    O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT)
-		return -ENOENT;
+	fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+		    O_NOCTTY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		/* None yet (a fresh backup): made, if the directory takes a
+		   file.  Whatever stops that (read-only media, no write
+		   permission, an immutable directory, a full disk or quota:
+		   helper-93) leaves the store readable without a lock, as
+		   before. */
+		fd = openat(dir_fd, DBOX_STORE_LOCK, O_RDONLY | O_CREAT |
+			    O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+			    0600);
+		if (fd < 0 && errno != ELOOP)
+			return -ENOENT;
+	}
 	if (fd < 0)
 		return open_failed(path, -errno);
 	if ((fd = check_regular(fd, path)) < 0)

@@ -43,7 +43,8 @@ int dbox_store_lock(int dir_fd, const char *path);
    missing and the store's directory takes it - a fresh backup has none,
    and a read-write mount or dboxadm would create one and take it while
    the reader holds nothing (helper-90) -; only a store that can take no
-   file (read-only media, no write permission) is used without a lock.
+   file (read-only media, no write permission, immutable, full) is used
+   without a lock.
    Never through a symbolic link.
    Fails like dbox_store_lock while a writer holds the store (-EBUSY,
    logged), after the same wait for a writer that is closing.  Returns the

@@ -363,3 +363,28 @@ def test_ro_mount_of_a_fresh_backup_holds_its_lock(tmp_path):
         m.unmount()
     assert (bk / "lock").read_bytes() == b""
     assert adm("check", bk).returncode == 0
+
+
+def test_ro_mount_of_a_backup_that_takes_no_lock_file_still_mounts(tmp_path):
+    """The lock file a read-only mount makes for a fresh backup: when the
+    directory takes no file for any reason (here immutable, as chattr +i
+    makes it; also a full disk or quota), the mount goes on without a
+    lock as before, instead of failing (helper-93: 'cannot open the lock
+    of the store: Operation not permitted')."""
+    src = sample_maildir(tmp_path / "Maildir", messages=3)
+    store, bk = tmp_path / "store", tmp_path / "bk"
+    assert adm("import", store, src).returncode == 0
+    assert adm("backup", store, bk).returncode == 0
+    if subprocess.run(["chattr", "+i", str(bk)], capture_output=True).returncode != 0:
+        pytest.skip("no chattr +i on this filesystem")
+    try:
+        m = Mount(bk, tmp_path / "mnt", options=["-o", "ro"]).mount()
+        try:
+            for p in src.rglob("*"):
+                if p.is_file():
+                    assert (m.mnt / p.relative_to(src)).read_bytes() == p.read_bytes()
+        finally:
+            m.unmount()
+        assert not (bk / "lock").exists()
+    finally:
+        subprocess.run(["chattr", "-i", str(bk)], capture_output=True)
