@@ -345,10 +345,15 @@ static int parent_open(struct bk *b)
 	     now.st_ino != st.st_ino))
 		ret = -ESTALE;
 	free(parent);
-	if (ret < 0) {
+	if (ret == -ESTALE || ret == -ENOENT) {
 		dbox_error("%s: its directory %s while dboxadm looked at it; "
 			   "nothing was done", b->dest, ret == -ESTALE ?
 			   "changed" : "went away");
+		return ret;
+	}
+	if (ret < 0) {
+		dbox_error("%s: the way to its directory: %s; nothing was done",
+			   b->dest, strerror(-ret));
 		return ret;
 	}
 	if (foreign != 0) {
