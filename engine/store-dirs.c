@@ -77,7 +77,8 @@ int dbox_storage_dir_open(int dir_fd)
 int dbox_alt_owner_check(int alt_fd, const char *alt, uid_t owner,
 			 uid_t *uid_r, bool *way_r)
 {
-	struct stat sb;
+	struct stat sb, now;
+	int ret;
 
 	*uid_r = 0;
 	*way_r = false;
@@ -87,7 +88,14 @@ int dbox_alt_owner_check(int alt_fd, const char *alt, uid_t owner,
 		*uid_r = sb.st_uid;
 		return -EPERM;
 	}
-	*uid_r = dbox_path_foreign_owner(alt, owner);
+	/* Strict, and the path must still name the directory opened: a
+	   link that took the open elsewhere and vanished passed a lax walk
+	   (helper-93, for backup's DEST). */
+	if ((ret = dbox_path_way_owner(alt, owner, uid_r)) < 0)
+		return ret;
+	if (*uid_r == 0 && (stat(alt, &now) < 0 || now.st_dev != sb.st_dev ||
+			    now.st_ino != sb.st_ino))
+		return -ESTALE;
 	*way_r = *uid_r != 0;
 	return *way_r ? -EPERM : 0;
 }

@@ -111,12 +111,14 @@ int dbox_storage_dir_open(int dir_fd);
 /* May a store owned by owner use the alternate storage alt (a directory,
    open as alt_fd)?  Only when alt belongs to owner and is reached through
    no directory or symbolic link of a third user's
-   (dbox_path_foreign_owner): a path recorded in an index its user may
+   (dbox_path_way_owner): a path recorded in an index its user may
    write, or a step of the way another user may switch, must not make a
    process of another user (root) read, create, cut or remove m.N files
    where that user could not.  Returns 0, or -EPERM with *uid_r the user
    at fault and *way_r false when alt itself is that user's, true when a
-   step of the way is; -errno of fstat. */
+   step of the way is; -errno of fstat; -ENOENT or -ESTALE when a step
+   went away or alt names another directory than alt_fd by now (the
+   way is walked strictly: dbox_path_way_owner). */
 int dbox_alt_owner_check(int alt_fd, const char *alt, uid_t owner,
 			 uid_t *uid_r, bool *way_r);
 

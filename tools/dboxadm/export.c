@@ -434,39 +434,51 @@ static bool dir_is_empty(const char *path)
 	return empty;
 }
 
-/* For root: is the way to dir (as given, and the real path of dir, or
-   of its parent while dir does not exist yet) free of other users'
-   directories and symbolic links?  fd: dir opened, or -1.  Returns
-   true, or false after reporting. */
+/* For root: is the way to dir (as given and real; dir opened as fd, or
+   its parent while dir does not exist yet, fd -1) free of other users'
+   directories and symbolic links?  Walked strictly: a step gone refuses
+   (a lax walk skips it, and a user's link that took the open elsewhere
+   and vanished passed: helper-93, for backup's DEST), and an opened dir
+   must still be what the path names.  Returns true, or false after
+   reporting. */
 static bool way_is_roots(const char *dir, int fd)
 {
-	char *real = NULL, *parent, *slash;
-	uid_t foreign;
+	char *path, *slash;
+	struct stat a, b;
+	uid_t foreign = 0;
+	int ret;
 
 	if (geteuid() != 0)
 		return true;
-	foreign = dbox_path_foreign_owner(dir, 0);
-	if (fd >= 0) {
-		char proc[64];
-
-		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-		real = realpath(proc, NULL);
-	} else if ((parent = strdup(dir)) != NULL) {
-		slash = strrchr(parent, '/');
-		while (slash != NULL && slash > parent && slash[1] == '\0') {
-			*slash = '\0';          /* "a/b/" is "a/b" */
-			slash = strrchr(parent, '/');
-		}
-		if (slash == parent)
-			slash[1] = '\0';
-		else if (slash != NULL)
-			*slash = '\0';
-		real = realpath(slash == NULL ? "." : parent, NULL);
-		free(parent);
+	if ((path = strdup(dir)) == NULL) {
+		adm_error("%s: %s", dir, strerror(ENOMEM));
+		return false;
 	}
-	if (foreign == 0 && real != NULL)
-		foreign = dbox_path_foreign_owner(real, 0);
-	free(real);
+	if (fd < 0) {
+		/* The parent: "a/b/" is "a/b", whose parent is "a". */
+		size_t len = strlen(path);
+
+		while (len > 1 && path[len - 1] == '/')
+			path[--len] = '\0';
+		slash = strrchr(path, '/');
+		if (slash == NULL)
+			strcpy(path, ".");
+		else
+			slash[slash == path ? 1 : 0] = '\0';
+	}
+	ret = dbox_path_way_owner(path, 0, &foreign);
+	free(path);
+	if (ret == 0 && foreign == 0 && fd >= 0 &&
+	    (fstat(fd, &a) < 0 || stat(dir, &b) < 0 || a.st_dev != b.st_dev ||
+	     a.st_ino != b.st_ino))
+		ret = -ESTALE;
+	if (ret < 0) {
+		adm_error("%s: the way to it %s; nothing was exported", dir,
+			  ret == -ENOENT ? "went away while dboxadm looked at it" :
+			  ret == -ESTALE ? "changed while dboxadm looked at it" :
+			  strerror(-ret));
+		return false;
+	}
 	if (foreign == 0)
 		return true;
 	adm_error("%s: reached through a directory or symbolic link of uid "
