@@ -96,8 +96,13 @@ def test_compressed_delivery_out_of_space_is_enospc_throughout(small_tmpfs, make
     assert failed, "the disk never filled"
     assert delivered
     assert set(failed.values()) == {errno.ENOSPC}, failed
-    # A failed write or fsync is reported again at close.
-    assert "close" in failed, failed
+    # A write refused before it stored anything (the index reserve in
+    # use: ENOSPC) leaves the message as it stood, and a close that
+    # finds room again acknowledges that prefix, as ext4 keeps what
+    # write() took; one that broke the compressed stream fails again at
+    # close (a CI run saw the first, on a loaded machine).
+    if "close" not in failed:
+        assert data.startswith((md / "tmp" / name).read_bytes())
     assert tree(md / "new") == delivered
     m.unmount()
     assert check_problems(m.store) == []
