@@ -272,23 +272,6 @@ static int partial_check(struct bk *b)
 	return 0;
 }
 
-/* The directory that holds path ("." for a bare name), malloc()ed, or
-   NULL. */
-static char *parent_path(const char *path)
-{
-	char *parent = strdup(path), *slash;
-
-	if (parent == NULL)
-		return NULL;
-	slash = strrchr(parent, '/');
-	if (slash == NULL) {
-		free(parent);
-		return strdup(".");
-	}
-	slash[slash == parent ? 1 : 0] = '\0';
-	return parent;
-}
-
 char *bk_part_path(const struct bk *b, const char *name)
 {
 	char *path;
@@ -308,8 +291,8 @@ char *bk_part_path(const struct bk *b, const char *name)
 static int parent_open(struct bk *b)
 {
 	uid_t euid = geteuid(), foreign = 0;
-	struct stat st, now;
-	char *parent = parent_path(b->dest);
+	struct stat st;
+	char *parent = dbox_path_parent(b->dest);
 	int ret;
 
 	if (parent == NULL)
@@ -339,11 +322,7 @@ static int parent_open(struct bk *b)
 	   now fails the walk (a lax one skipped the missing step: helper-93,
 	   21 of 400 runs wrote where the vanished link had pointed); then
 	   the path must still name the directory opened. */
-	ret = dbox_path_way_owner(parent, 0, &foreign);
-	if (ret == 0 && foreign == 0 &&
-	    (stat(parent, &now) < 0 || now.st_dev != st.st_dev ||
-	     now.st_ino != st.st_ino))
-		ret = -ESTALE;
+	ret = dbox_path_way_owner(parent, 0, &st, &foreign);
 	free(parent);
 	if (ret == -ESTALE || ret == -ENOENT) {
 		dbox_error("%s: its directory %s while dboxadm looked at it; "

@@ -176,6 +176,11 @@ int check_mfile_open(const struct check *c, const struct check_mfile *f)
 	return fd < 0 ? -errno : fd;
 }
 
+bool check_mfile_away(const struct check *c, const struct check_mfile *f)
+{
+	return f->alt ? c->view->alt_err < 0 : c->view->storage_err < 0;
+}
+
 void check_mfile_shown(const struct check *c, const struct check_mfile *f,
 		       char *buf, size_t size)
 {
@@ -467,12 +472,9 @@ static bool scan_end(struct check *c, struct check_mfile *f,
 	if (!f->exists) {
 		/* Messages in it are reported one by one; without any the
 		   file is no loss. */
-		bool away = f->alt ? c->view->alt_err < 0 :
-			    c->view->storage_err < 0;
-
 		check_note(c, DBOX_CHECK_MFILE, &at, "the index knows %s, which "
-			   "is %s", shown, away ? "not reachable (see above)" :
-			   "not there");
+			   "is %s", shown, check_mfile_away(c, f) ?
+			   "not reachable (see above)" : "not there");
 		return false;
 	}
 	if (!f->known && !c->offline) {

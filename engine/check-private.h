@@ -108,6 +108,11 @@ struct check_mfile *check_mfile_get(struct check *c, uint32_t id);
    Returns the fd or a negative errno. */
 int check_mfile_open(const struct check *c, const struct check_mfile *f);
 
+/* check-mfile.c: is f where the index puts it a storage the view could
+   not open (ALT's disk not mounted)?  Reachable again, it reads: no
+   repair is called for (helper-90: the advice said rebuild). */
+bool check_mfile_away(const struct check *c, const struct check_mfile *f);
+
 /* check-mfile.c: how items name m.N of f, "storage/m.N" or
    "ALT/storage/m.N", into buf. */
 void check_mfile_shown(const struct check *c, const struct check_mfile *f,

@@ -218,14 +218,9 @@ static int msg_cb(void *ctx, const struct dbox_check_msg *m)
 		return 0; /* purged meanwhile: noted once for the file */
 	if (!f->exists) {
 		char shown[PATH_MAX + 32];
-		/* In a storage the view cannot open (ALT's disk not
-		   mounted): reachable again, it reads, and no repair is
-		   called for (helper-90: the advice said rebuild). */
-		bool away = f->alt ? c->view->alt_err < 0 :
-			    c->view->storage_err < 0;
 
 		check_mfile_shown(c, f, shown, sizeof(shown));
-		if (away)
+		if (check_mfile_away(c, f))
 			msg_problem(c, m, DBOX_CHECK_STORAGE, NULL, "%s is "
 				    "not reachable: unreadable (EIO) until "
 				    "its storage is back", shown);

@@ -77,7 +77,7 @@ int dbox_storage_dir_open(int dir_fd)
 int dbox_alt_owner_check(int alt_fd, const char *alt, uid_t owner,
 			 uid_t *uid_r, bool *way_r)
 {
-	struct stat sb, now;
+	struct stat sb;
 	int ret;
 
 	*uid_r = 0;
@@ -91,11 +91,8 @@ int dbox_alt_owner_check(int alt_fd, const char *alt, uid_t owner,
 	/* Strict, and the path must still name the directory opened: a
 	   link that took the open elsewhere and vanished passed a lax walk
 	   (helper-93, for backup's DEST). */
-	if ((ret = dbox_path_way_owner(alt, owner, uid_r)) < 0)
+	if ((ret = dbox_path_way_owner(alt, owner, &sb, uid_r)) < 0)
 		return ret;
-	if (*uid_r == 0 && (stat(alt, &now) < 0 || now.st_dev != sb.st_dev ||
-			    now.st_ino != sb.st_ino))
-		return -ESTALE;
 	*way_r = *uid_r != 0;
 	return *way_r ? -EPERM : 0;
 }
@@ -157,7 +154,8 @@ uid_t dbox_path_link_owner(const char *path)
 	return owner;
 }
 
-int dbox_path_way_owner(const char *path, uid_t except, uid_t *owner_r)
+int dbox_path_way_owner(const char *path, uid_t except,
+			const struct stat *opened, uid_t *owner_r)
 {
 	char *paths[2] = { NULL, realpath(path, NULL) };
 	int ret = paths[1] == NULL ? -errno : 0;
@@ -179,12 +177,17 @@ int dbox_path_way_owner(const char *path, uid_t except, uid_t *owner_r)
 		ret = walk_prefixes(paths[i], except, true, false, owner_r);
 	free(paths[0]);
 	free(paths[1]);
+	if (ret == 0 && opened != NULL) {
+		struct stat now;
+
+		if (stat(path, &now) < 0 || now.st_dev != opened->st_dev ||
+		    now.st_ino != opened->st_ino)
+			ret = -ESTALE;
+	}
 	return ret;
 }
 
-/* The parent directory of path ("." for a bare name; trailing slashes
-   are not names), malloc()ed. */
-static char *parent_of(const char *path)
+char *dbox_path_parent(const char *path)
 {
 	char *copy = strdup(path), *slash;
 	size_t len;
@@ -217,7 +220,7 @@ static int name_held(const char *path, bool new_store,
 	char *parent;
 
 	if (!new_store) {
-		if ((parent = parent_of(path)) == NULL)
+		if ((parent = dbox_path_parent(path)) == NULL)
 			return -ENOMEM;
 		if (stat(parent, &sb) < 0) {
 			int ret = -errno;
@@ -251,7 +254,7 @@ int dbox_store_owner_find(const char *path, struct dbox_store_owner *o)
 	o->fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (o->fd < 0 && errno == ENOENT) {
 		free(o->what);
-		if ((o->what = parent_of(path)) == NULL)
+		if ((o->what = dbox_path_parent(path)) == NULL)
 			return -ENOMEM;
 		o->new_store = true;
 		o->fd = open(o->what, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -264,7 +267,7 @@ int dbox_store_owner_find(const char *path, struct dbox_store_owner *o)
 	o->gid = sb.st_gid;
 	/* Steps of the store's owner are not "another's": a step of anyone
 	   else's (a link or directory in the middle of the path too) is. */
-	if ((ret = dbox_path_way_owner(o->what, sb.st_uid, &way)) < 0)
+	if ((ret = dbox_path_way_owner(o->what, sb.st_uid, NULL, &way)) < 0)
 		return ret;
 	if (sb.st_uid == 0 && way != 0) {
 		o->uid = way;

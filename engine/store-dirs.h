@@ -47,9 +47,16 @@ uid_t dbox_path_foreign_owner(const char *path, uid_t except);
    step of the way must be there to be looked at (one that vanished
    meanwhile may be switched back after the walk), the path must still
    resolve, and a relative path is walked from the steps of the working
-   directory on.  Returns 0 and *owner_r (0: none), or -errno (ENOENT: a
-   step is gone). */
-int dbox_path_way_owner(const char *path, uid_t except, uid_t *owner_r);
+   directory on.  opened (may be NULL): what the caller opened or stat'ed
+   by path, which path must still name after the walk (-ESTALE).  Returns
+   0 and *owner_r (0: none), or -errno (ENOENT: a step is gone). */
+struct stat;
+int dbox_path_way_owner(const char *path, uid_t except,
+			const struct stat *opened, uid_t *owner_r);
+
+/* The directory that holds path ("." for a bare name; trailing slashes
+   are not names), malloc()ed (caller frees), or NULL. */
+char *dbox_path_parent(const char *path);
 
 /* The owner of the first symbolic link on the way to path as given (each
    prefix, lstat(), longest first) that is not root's, or 0: a link its

@@ -580,29 +580,22 @@ static int add_entry(struct readdir_ctx *ctx, const char *name,
 	memset(&e, 0, sizeof(e));
 	if ((ret = fs_stat(ctx->fs, attr, &e.attr)) < 0)
 		return ret;
-	if (ctx->names_only) {
-		/* Node ID 0: the kernel lists the name and makes no dentry
-		   (fuse_direntplus_link), so a later walk through the name
-		   still comes to LOOKUP, where search permission is
-		   checked (fs-perm.c).  Entries it made walked into a
-		   directory its owner had chmod'ed 600 after one ls
-		   (helper-91 F2). */
-		len = fuse_add_direntry_plus(ctx->req, ctx->buf + ctx->pos,
-					     room, name, &e, next_off);
-		if (len > room)
-			return 1;
-		ctx->pos += len;
-		return 0;
+	/* names_only: node ID 0, so the kernel lists the name and makes no
+	   dentry (fuse_direntplus_link) nor takes a reference; a later walk
+	   through the name still comes to LOOKUP, where search permission
+	   is checked (fs-perm.c).  Entries it made walked into a directory
+	   its owner had chmod'ed 600 after one ls (helper-91 F2). */
+	if (!ctx->names_only) {
+		e.ino = attr->ino;
+		e.attr_timeout = ctx->fs->opts.attr_timeout;
+		e.entry_timeout = ctx->fs->opts.entry_timeout;
 	}
-	e.ino = attr->ino;
-	e.attr_timeout = ctx->fs->opts.attr_timeout;
-	e.entry_timeout = ctx->fs->opts.entry_timeout;
 	len = fuse_add_direntry_plus(ctx->req, ctx->buf + ctx->pos, room,
 				     name, &e, next_off);
 	if (len > room)
 		return 1;
 	ctx->pos += len;
-	if (counted) {
+	if (counted && !ctx->names_only) {
 		/* The kernel now holds a reference, as after a lookup. */
 		struct fs_inode *inode = fs_inode_add(&ctx->fs->inodes, attr->ino);
 

@@ -443,35 +443,22 @@ static bool dir_is_empty(const char *path)
    reporting. */
 static bool way_is_roots(const char *dir, int fd)
 {
-	char *path, *slash;
-	struct stat a, b;
+	char *path;
+	struct stat opened;
 	uid_t foreign = 0;
 	int ret;
 
 	if (geteuid() != 0)
 		return true;
-	if ((path = strdup(dir)) == NULL) {
+	path = fd >= 0 ? strdup(dir) : dbox_path_parent(dir);
+	if (path == NULL) {
 		adm_error("%s: %s", dir, strerror(ENOMEM));
 		return false;
 	}
-	if (fd < 0) {
-		/* The parent: "a/b/" is "a/b", whose parent is "a". */
-		size_t len = strlen(path);
-
-		while (len > 1 && path[len - 1] == '/')
-			path[--len] = '\0';
-		slash = strrchr(path, '/');
-		if (slash == NULL)
-			strcpy(path, ".");
-		else
-			slash[slash == path ? 1 : 0] = '\0';
-	}
-	ret = dbox_path_way_owner(path, 0, &foreign);
+	ret = fd >= 0 && fstat(fd, &opened) < 0 ? -errno :
+		dbox_path_way_owner(path, 0, fd >= 0 ? &opened : NULL,
+				    &foreign);
 	free(path);
-	if (ret == 0 && foreign == 0 && fd >= 0 &&
-	    (fstat(fd, &a) < 0 || stat(dir, &b) < 0 || a.st_dev != b.st_dev ||
-	     a.st_ino != b.st_ino))
-		ret = -ESTALE;
 	if (ret < 0) {
 		adm_error("%s: the way to it %s; nothing was exported", dir,
 			  ret == -ENOENT ? "went away while dboxadm looked at it" :

@@ -208,10 +208,10 @@ int adm_source_check(const char *path, const char *what, struct stat *sb_r)
 	}
 	/* Strict: a step gone since the stat refuses (a lax walk skips
 	   it, and a link that vanished meanwhile passed: helper-93). */
-	if ((ret = dbox_path_way_owner(path, sb_r->st_uid, &way)) < 0) {
+	if ((ret = dbox_path_way_owner(path, sb_r->st_uid, sb_r, &way)) < 0) {
 		adm_error("%s %s: %s while dboxadm looked at it; nothing was "
 			  "done", what, path, ret == -ENOENT ? "went away" :
-			  strerror(-ret));
+			  ret == -ESTALE ? "changed" : strerror(-ret));
 		return ADM_EXIT_USAGE;
 	}
 	if (way == 0)
